@@ -1,0 +1,1 @@
+"""Doors to chat platforms (Telegram, Discord) on the answer service."""

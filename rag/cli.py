@@ -1,0 +1,216 @@
+"""``leanote-rag``: a thin command line over the core.
+
+Exit codes: 0 ok; 2 bad config or usage (the message names the fix); 1 a runtime
+failure (a message; the traceback only with ``--debug``); 130 interrupted.
+
+The commands that answer questions live here; commands owned by other packages
+(``index``, ``status`` from ``sync``) are found through the ``leanote_rag.commands``
+entry point group, so this package never imports them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import click
+
+from . import config as config_mod
+from .answer import ask as ask_question
+from .errors import LeanoteRagError, UserError
+from .index import NoteIndex
+from .retrieve import RETRIEVERS, resolve_user, search as search_hits
+
+log = logging.getLogger("leanote_rag")
+
+
+class App:
+    """What every command gets: the config (loaded on first use) and output helpers."""
+
+    def __init__(self, config_path: str | None, debug: bool):
+        self.config_path = config_path
+        self.debug = debug
+        self._settings: config_mod.Settings | None = None
+
+    @property
+    def settings(self) -> config_mod.Settings:
+        if self._settings is None:
+            self._settings = config_mod.load(self.config_path)
+            if not self.debug:
+                logging.getLogger().setLevel(self._settings.log_level)
+        return self._settings
+
+    def open_index(self, **kwargs) -> NoteIndex:
+        return NoteIndex.open(self.settings, **kwargs)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+def _setup_logging(debug: bool) -> None:
+    # Under systemd (JOURNAL_STREAM set) journald adds timestamps; a terminal gets them.
+    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=fmt, stream=sys.stderr)
+    for noisy in ("httpx", "httpcore", "urllib3", "jieba"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml)")
+@click.option("--debug", is_flag=True, help="debug logging and tracebacks")
+@click.version_option(package_name="leanote-rag")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:
+    """Ask questions of your Leanote notes."""
+    _setup_logging(debug)
+    ctx.obj = App(config_path, debug)
+
+
+def _print_json(obj) -> None:
+    click.echo(json.dumps(obj, ensure_ascii=False))
+
+
+def _print_hits(hits) -> None:
+    if not hits:
+        click.echo("no matching notes")
+    for i, h in enumerate(hits, start=1):
+        where = " › ".join(p for p in (h.notebook, h.heading) if p)
+        click.echo(click.style(f"{i}. {h.title}", bold=True) + (f"  ({where})" if where else "") + f"  score {h.score:.4f}")
+        click.echo(f"   {h.url}")
+        snippet = " ".join(h.text.split())
+        click.echo(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+
+
+def _read_queries(path: Path) -> list[dict]:
+    """Validate a whole JSONL file of queries before running any."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"cannot read {path}: {err}") from None
+    queries, problems = [], []
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            problems.append(f"{path}:{no}: not JSON ({err.msg})")
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) or not obj["question"].strip():
+            problems.append(f"{path}:{no}: needs a non-empty \"question\" string")
+            continue
+        queries.append(obj)
+    if problems:
+        raise UserError("\n".join(problems[:20]) + (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else ""))
+    return queries
+
+
+@cli.command()
+@click.argument("query", required=False)
+@click.option("--queries", "queries_file", type=click.Path(path_type=Path), help="JSONL file: {id, question, user_id} per line")
+@click.option("--json", "as_json", is_flag=True, help="JSON output (one line per query)")
+@click.option("-k", "k", type=click.IntRange(1, 100), default=None, help="hits to return (default retrieval.top_k)")
+@click.option("--user", "user_id", metavar="USER_ID", help="whose notes to search (needed when the index holds several users)")
+@click.option("--retriever", type=click.Choice(RETRIEVERS), default="hybrid", show_default=True)
+@pass_app
+def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> None:
+    """Find the chunks of your notes that best match QUERY."""
+    if bool(query) == bool(queries_file):
+        raise click.UsageError("give either QUERY or --queries FILE")
+    batch = _read_queries(queries_file) if queries_file else None
+    with app.open_index() as index:
+        if batch is None:
+            user = resolve_user(index, user_id)
+            hits = search_hits(index, query, user, k, retriever=retriever)
+            if as_json:
+                _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
+            else:
+                _print_hits(hits)
+            return
+        failed = 0
+        for q in batch:
+            try:
+                user = resolve_user(index, q.get("user_id") or user_id)
+                hits = search_hits(index, q["question"], user, k, retriever=retriever)
+                out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
+            except UserError as err:
+                failed += 1
+                out = {"id": q.get("id"), "error": str(err)}
+            if as_json:
+                _print_json(out)
+            else:
+                click.echo(click.style(f"# {q.get('id')}: {q['question']}", bold=True))
+                _print_hits(hits) if "hits" in out else click.echo(f"error: {out['error']}")
+        if failed:
+            raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("question")
+@click.option("--json", "as_json", is_flag=True, help="JSON output")
+@click.option("--user", "user_id", metavar="USER_ID", help="whose notes to ask (needed when the index holds several users)")
+@pass_app
+def ask(app: App, question: str, as_json: bool, user_id: str | None) -> None:
+    """Answer QUESTION from your notes, citing them."""
+    with app.open_index() as index:
+        answer = ask_question(index, question, resolve_user(index, user_id))
+    if as_json:
+        _print_json(answer.as_json())
+        return
+    click.echo(answer.answer)
+    if answer.citations:
+        click.echo("\n" + click.style("来源 / Sources:", bold=True))
+        for c in answer.citations:
+            click.echo(f"[{c.n}] {c.label}  {c.url}")
+
+
+def _load_plugins() -> None:
+    for ep in entry_points(group="leanote_rag.commands"):
+        if ep.name in cli.commands:
+            continue
+        try:
+            cli.add_command(ep.load(), ep.name)
+        except Exception as err:  # a broken plugin must not take the CLI down
+            log.warning("cannot load command %s (%s): %s", ep.name, ep.value, err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _load_plugins()
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="leanote-rag", standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except UserError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except LeanoteRagError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Typed settings, loaded once from one YAML file and validated at start-up.
+
+Where the file comes from: ``--config PATH``, else ``$LEANOTE_RAG_CONFIG``, else
+``./config.yaml``. Relative paths inside it are relative to the file's folder, so a
+systemd unit and a shell in another directory read the same files.
+
+Secrets never live in the YAML: keys ending in ``_env`` name an environment
+variable, read with :func:`secret` only when the value is needed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+CONFIG_ENV = "LEANOTE_RAG_CONFIG"
+DEFAULT_CONFIG = "config.yaml"
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LeanoteConfig(Section):
+    base_url: str = "http://127.0.0.1:9000"
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class Account(Section):
+    email: str = Field(description="email or username used to log in")
+    password_env: str = Field(description="environment variable holding the password")
+
+
+class SourceConfig(Section):
+    kind: Literal["files", "mongodump", "leanote_api", "mongodb"] = "files"
+    path: Path | None = None
+    user_id: str = Field(
+        default="local",
+        description="files source: the user the notes belong to (search --user takes it)",
+    )
+    accounts: list[Account] = []
+
+    @model_validator(mode="after")
+    def _needs(self) -> "SourceConfig":
+        if self.kind in ("files", "mongodump") and self.path is None:
+            raise ValueError(f"source.path is required for kind {self.kind!r}")
+        if self.kind == "leanote_api" and not self.accounts:
+            raise ValueError("source.accounts needs at least one account for kind 'leanote_api'")
+        return self
+
+
+class EmbedderConfig(Section):
+    kind: Literal["use", "sentence-transformers", "ollama"] = "use"
+    model: str | None = Field(
+        default=None,
+        description="model name or local folder; default per kind: "
+        "use -> built in, sentence-transformers -> BAAI/bge-m3, ollama -> bge-m3",
+    )
+    batch_size: int = Field(default=64, ge=1, le=4096)
+    device: str = "cpu"
+    threads: int = Field(default=2, ge=1, le=256)
+    host: str = "http://127.0.0.1:11434"
+    timeout: float = Field(default=120.0, gt=0)
+    max_chars: int = Field(
+        default=2000, ge=100, description="texts are cut to this many characters before embedding"
+    )
+
+
+class QdrantConfig(Section):
+    backend: Literal["edge", "server"] | None = Field(
+        default=None, description="edge (embedded, default) or server; a url implies server"
+    )
+    url: str | None = None
+    api_key_env: str | None = None
+    collection: str = "leanote_notes"
+    local_path: Path | None = Field(
+        default=None,
+        description="server backend through qdrant-client's local mode: a test double, not a store",
+    )
+    optimize_after: int = Field(
+        default=1000,
+        ge=0,
+        description="edge: build the HNSW index after an index run that wrote at least this many chunks",
+    )
+
+    @property
+    def kind(self) -> str:
+        if self.backend:
+            return self.backend
+        return "server" if (self.url or self.local_path) else "edge"
+
+    @model_validator(mode="after")
+    def _server_needs_target(self) -> "QdrantConfig":
+        if self.kind == "server" and not (self.url or self.local_path):
+            raise ValueError("qdrant.backend 'server' needs qdrant.url")
+        return self
+
+
+class ChunkingConfig(Section):
+    min_size: int = Field(default=200, ge=20, description="smaller sections merge with a neighbour")
+    max_size: int = Field(default=600, ge=50, description="target upper size of a chunk")
+    overlap: float = Field(default=0.12, ge=0.0, le=0.5, description="share of max_size repeated")
+    code_hard_cap: int = Field(
+        default=1800, ge=100, description="a code block larger than this is cut between lines"
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> "ChunkingConfig":
+        if self.min_size >= self.max_size:
+            raise ValueError("chunking.min_size must be below chunking.max_size")
+        if self.code_hard_cap < self.max_size:
+            raise ValueError("chunking.code_hard_cap must be at least chunking.max_size")
+        return self
+
+
+class Bm25Config(Section):
+    k1: float = Field(default=1.2, ge=0)
+    b: float = Field(default=0.75, ge=0, le=1)
+    avg_len: float = Field(default=150.0, gt=0, description="typical chunk length in terms")
+
+
+class RetrievalConfig(Section):
+    top_k: int = Field(default=6, ge=1, le=100)
+    candidates: int = Field(default=50, ge=1, le=1000, description="per retriever, before fusion")
+    rrf_k: int = Field(default=60, ge=1)
+    dense_weight: float = Field(default=1.0, ge=0)
+    sparse_weight: float = Field(default=1.0, ge=0)
+    max_chunks_per_note: int = Field(default=2, ge=1)
+    max_query_chars: int = Field(default=2000, ge=10, description="longer questions are cut")
+
+
+class Settings(Section):
+    leanote: LeanoteConfig = LeanoteConfig()
+    source: SourceConfig
+    state_dir: Path = Path("data")
+    embedder: EmbedderConfig = EmbedderConfig()
+    qdrant: QdrantConfig = QdrantConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    bm25: Bm25Config = Bm25Config()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # Where the file was read from; relative paths were resolved against its folder.
+    config_path: Path | None = Field(default=None, exclude=True)
+
+
+def locate(explicit: str | os.PathLike | None = None) -> Path:
+    """The config file to read: explicit, else $LEANOTE_RAG_CONFIG, else ./config.yaml."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    return Path(DEFAULT_CONFIG)
+
+
+def load(explicit: str | os.PathLike | None = None) -> Settings:
+    path = locate(explicit)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no config file at {path}: pass --config PATH, set {CONFIG_ENV}, "
+            f"or copy the example config.yaml from the repository"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read config file {path}: {err}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return from_dict(raw, base_dir=path.resolve().parent, config_path=path)
+
+
+def from_dict(raw: dict[str, Any], base_dir: Path, config_path: Path | None = None) -> Settings:
+    """Validate a mapping (as read from YAML) and resolve relative paths against base_dir."""
+    try:
+        settings = Settings.model_validate(raw)
+    except ValidationError as err:
+        where = f"{config_path}: " if config_path else ""
+        raise ConfigError(where + "; ".join(_describe(e) for e in err.errors())) from None
+    return _resolve_paths(settings, base_dir, config_path)
+
+
+def _resolve_paths(settings: Settings, base_dir: Path, config_path: Path | None) -> Settings:
+    def absolute(p: Path | None) -> Path | None:
+        if p is None:
+            return None
+        p = p.expanduser()
+        return p if p.is_absolute() else (base_dir / p)
+
+    source = settings.source.model_copy(update={"path": absolute(settings.source.path)})
+    qdrant = settings.qdrant.model_copy(update={"local_path": absolute(settings.qdrant.local_path)})
+    return settings.model_copy(
+        update={
+            "source": source,
+            "qdrant": qdrant,
+            "state_dir": absolute(settings.state_dir),
+            "config_path": config_path,
+        }
+    )
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    """Field names valid at the mapping that holds loc's last key."""
+    model: Any = Settings
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [ann, *args]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _describe(error: dict) -> str:
+    loc = tuple(p for p in error["loc"] if p not in ("function-after",))
+    path = _dotted(loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc), n=1)
+        hint = f" (did you mean {_dotted(loc[:-1] + (close[0],))}?)" if close else ""
+        return f"{path}: unknown key{hint}"
+    if error["type"] == "missing":
+        return f"{path}: required"
+    msg = error["msg"].removeprefix("Value error, ")
+    return f"{path}: {msg}"
+
+
+def secret(env_name: str, what: str) -> str:
+    """Read a secret from the environment variable the config names."""
+    value = os.environ.get(env_name)
+    if not value:
+        raise ConfigError(
+            f"environment variable {env_name} (named by {what}) is not set: "
+            f"export it, or put it in the service's EnvironmentFile"
+        )
+    return value

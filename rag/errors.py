@@ -1,0 +1,39 @@
+"""One exception tree, split by who can act on it.
+
+- ``UserError``: the user must change something (config, arguments, a rebuild);
+  the CLI prints the message without a traceback and exits 2.
+- ``Unavailable``: a service or resource is down or busy; retrying later may work.
+  The CLI exits 1.
+- ``NoteError``: one note could not be processed; an index run skips it and
+  reports it in the summary.
+
+Third-party errors are wrapped once, at the adapter that called the library.
+"""
+
+
+class LeanoteRagError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class UserError(LeanoteRagError):
+    """Bad configuration, arguments or state that the user must fix."""
+
+
+class ConfigError(UserError):
+    """The configuration file is missing, unreadable or invalid."""
+
+
+class IndexMismatch(UserError):
+    """The index was built with another embedder or schema than the config asks for."""
+
+
+class Unavailable(LeanoteRagError):
+    """A service or resource cannot be used right now (down, locked, timing out)."""
+
+
+class StoreLocked(Unavailable):
+    """Another process holds the embedded index open."""
+
+
+class NoteError(LeanoteRagError):
+    """A single note could not be cleaned, chunked or embedded."""

@@ -1,0 +1,102 @@
+"""Plain data passed between the stages. No I/O here."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+HEADING_SEP = " › "
+NOTEBOOK_SEP = " / "
+
+
+@dataclass(frozen=True)
+class Notebook:
+    id: str
+    user_id: str
+    title: str
+    parent_id: str = ""  # "" for a root notebook
+    is_deleted: bool = False
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note as a source delivers it: raw body, Leanote's flags, ids as 24-hex strings."""
+
+    id: str
+    user_id: str
+    title: str
+    content: str
+    is_markdown: bool = True
+    notebook_id: str = ""
+    notebook_path: str = ""  # "父 / 子", resolved by the source from its notebooks
+    tags: tuple[str, ...] = ()
+    is_trash: bool = False
+    is_deleted: bool = False
+    usn: int = 0
+    updated_at: datetime | None = None
+    url: str = ""  # where a citation links to; sources with real Leanote ids leave it to the index
+    origin: str = ""  # where the note came from (file path, source name), for messages
+
+    @property
+    def searchable(self) -> bool:
+        """Trashed and deleted notes are never answered from."""
+        return not (self.is_trash or self.is_deleted)
+
+    def content_hash(self) -> str:
+        """Changes when anything that shapes the chunks or their embeddings changes."""
+        h = hashlib.sha256()
+        for part in (self.title, "1" if self.is_markdown else "0", self.content):
+            h.update(part.encode("utf-8", "surrogatepass"))
+            h.update(b"\x00")
+        return h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of one cleaned note. ``text == cleaned[char_start:char_end]``."""
+
+    index: int
+    text: str
+    heading_path: tuple[str, ...]
+    char_start: int
+    char_end: int
+
+    @property
+    def heading(self) -> str:
+        return HEADING_SEP.join(self.heading_path)
+
+
+@dataclass
+class Hit:
+    """One retrieved chunk, with the scores that ranked it."""
+
+    point_id: str
+    note_id: str
+    user_id: str
+    title: str
+    notebook: str
+    heading: str
+    url: str
+    text: str
+    chunk_index: int
+    char_start: int
+    char_end: int
+    score: float  # fused score (RRF)
+    dense_rank: int | None = None
+    dense_score: float | None = None
+    sparse_rank: int | None = None
+    sparse_score: float | None = None
+    tags: list[str] = field(default_factory=list)
+    updated_at: str = ""
+
+    def as_json(self) -> dict:
+        return {
+            "note_id": self.note_id,
+            "title": self.title,
+            "notebook": self.notebook,
+            "heading": self.heading,
+            "url": self.url,
+            "score": round(self.score, 6),
+            "text": self.text,
+        }

@@ -1,0 +1,1 @@
+"""Keeping the index a mirror of Leanote: sources, state, the indexer."""
