@@ -23,6 +23,7 @@ import click
 from . import config as config_mod
 from .answer import ask as ask_question
 from .errors import LeanoteRagError, UserError
+from .eval import evaluate, load_questions, report_json
 from .index import NoteIndex
 from .retrieve import RETRIEVERS, resolve_user, search as search_hits
 
@@ -167,6 +168,31 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None) -> None:
         click.echo("\n" + click.style("来源 / Sources:", bold=True))
         for c in answer.citations:
             click.echo(f"[{c.n}] {c.label}  {c.url}")
+
+
+@cli.command(name="eval")
+@click.argument("questions_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="JSON report, with per-question misses")
+@click.option("--with-changes", is_flag=True, help="count after_changes questions (the change batch is synced)")
+@click.option("--retriever", "retrievers", type=click.Choice(RETRIEVERS), multiple=True, help="default: all three")
+@pass_app
+def eval_command(app: App, questions_file: Path, as_json: bool, with_changes: bool, retrievers) -> None:
+    """Retrieval metrics on a question set: recall, hit@5, MRR, trap leaks."""
+    questions = load_questions(questions_file)
+    with app.open_index() as index:
+        reports, skipped = evaluate(index, questions, tuple(retrievers) or RETRIEVERS, with_changes)
+    result = report_json(reports, skipped)
+    if as_json:
+        _print_json(result)
+        return
+    click.echo(f"{'retriever':<8} {'n':>3} {'recall@5':>9} {'recall@20':>10} {'hit@5':>6} {'MRR@10':>7} {'leaks':>6} {'p50 ms':>7}")
+    for name, r in result["retrievers"].items():
+        click.echo(
+            f"{name:<8} {r['questions']:>3} {r['recall@5']:>9.3f} {r['recall@20']:>10.3f} {r['hit@5']:>6.3f} "
+            f"{r['mrr@10']:>7.3f} {r['trap_leaks']:>6} {r['search_p50_ms']:>7.1f}"
+        )
+    if skipped:
+        click.echo(f"({skipped} after_changes questions left out; pass --with-changes once the change batch is synced)")
 
 
 def _load_plugins() -> None:

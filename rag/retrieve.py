@@ -100,7 +100,7 @@ def search(
     dense = index.embed([query])[0] if retriever in ("hybrid", "dense") else None
     sparse = query_vector(query) if retriever in ("hybrid", "sparse") else None
     limit = max(cfg.candidates, k)
-    dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit)
+    dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef)
     rankings = {}
     if dense is not None:
         rankings["dense"] = dense_hits

@@ -71,7 +71,7 @@ class Store(Protocol):
     def delete_note(self, note_id: str) -> None: ...
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None: ...
     def search(
-        self, dense: np.ndarray | None, sparse: SparseVector | None, user_id: str, limit: int
+        self, dense: np.ndarray | None, sparse: SparseVector | None, user_id: str, limit: int, hnsw_ef: int = 128
     ) -> tuple[list[Ranked], list[Ranked]]: ...
     def payloads(self, ids: list[str]) -> dict[str, dict]: ...
     def count_by_user(self) -> dict[str, int]: ...
@@ -211,14 +211,18 @@ class EdgeStore:
         if ids:
             self._shard.update(self._qe.UpdateOperation.set_payload(list(ids), payload))
 
-    def search(self, dense, sparse, user_id, limit):
+    def search(self, dense, sparse, user_id, limit, hnsw_ef=128):
         qe = self._qe
         flt = self._filter(user_id=user_id)
         requests, kinds = [], []
         if dense is not None:
             requests.append(
                 qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(dense.tolist(), using=DENSE), filter=flt, with_payload=["note_id"]
+                    limit=limit,
+                    query=qe.Query.Nearest(dense.tolist(), using=DENSE),
+                    filter=flt,
+                    with_payload=["note_id"],
+                    params=qe.SearchParams(hnsw_ef=hnsw_ef),
                 )
             )
             kinds.append(DENSE)
@@ -244,13 +248,14 @@ class EdgeStore:
     def count_by_user(self) -> dict[str, int]:
         qe = self._qe
         response = self._shard.facet(qe.FacetRequest(key="user_id", limit=100_000, exact=True))
-        return {str(h.value): h.count for h in response.hits}
+        # An exact facet can list a value whose points were all deleted, with count 0.
+        return {str(h.value): h.count for h in response.hits if h.count > 0}
 
     def note_ids(self, user_id: str | None = None) -> set[str]:
         qe = self._qe
         flt = self._filter(user_id=user_id) if user_id else None
         response = self._shard.facet(qe.FacetRequest(key="note_id", limit=10_000_000, exact=True, filter=flt))
-        return {str(h.value) for h in response.hits}
+        return {str(h.value) for h in response.hits if h.count > 0}
 
     def optimize(self) -> None:
         self._shard.optimize()
@@ -359,12 +364,21 @@ class ServerStore:
         if ids:
             self._call(self._client.set_payload, self.collection, payload=payload, points=list(ids))
 
-    def search(self, dense, sparse, user_id, limit):
+    def search(self, dense, sparse, user_id, limit, hnsw_ef=128):
         qm = self._qm
         flt = self._filter(user_id=user_id)
         requests, kinds = [], []
         if dense is not None:
-            requests.append(qm.QueryRequest(query=dense.tolist(), using=DENSE, filter=flt, limit=limit, with_payload=["note_id"]))
+            requests.append(
+                qm.QueryRequest(
+                    query=dense.tolist(),
+                    using=DENSE,
+                    filter=flt,
+                    limit=limit,
+                    with_payload=["note_id"],
+                    params=qm.SearchParams(hnsw_ef=hnsw_ef),
+                )
+            )
             kinds.append(DENSE)
         if sparse is not None and len(sparse):
             vector = qm.SparseVector(indices=sparse.indices, values=sparse.values)

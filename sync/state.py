@@ -96,10 +96,11 @@ class State:
         (a rebuild, or an index deleted by hand) and were dropped."""
         if self.get_meta("index_id") == index_id:
             return False
+        had_rows = self.db.execute("SELECT 1 FROM notes LIMIT 1").fetchone() is not None
         with self.transaction():
             self.db.execute("DELETE FROM notes")
             self.set_meta("index_id", index_id)
-        return True
+        return had_rows
 
     # --- notes ----------------------------------------------------------------------------
 

@@ -1,0 +1,75 @@
+"""Shared fixtures: real parts (Qdrant Edge, SQLite, the USE model) in temp folders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from rag import config as config_mod
+from rag import embed as embed_mod
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "notes"
+SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    """Any connection attempt off this machine fails the test at once."""
+    real_connect = socket.socket.connect
+
+    def guarded(self, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("/"):
+            raise AssertionError(f"test tried to reach the network: {address}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture
+def shared() -> Path:
+    if not (SHARED / "corpus" / "notes.jsonl").exists():
+        pytest.skip(f"shared material not found at {SHARED}")
+    return SHARED
+
+
+def make_settings(tmp_path: Path, **sections) -> config_mod.Settings:
+    raw = {"source": {"kind": "files", "path": str(EXAMPLES)}, "state_dir": str(tmp_path / "data")}
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return config_mod.from_dict(raw, base_dir=tmp_path)
+
+
+@pytest.fixture
+def settings_factory(tmp_path):
+    return lambda **sections: make_settings(tmp_path, **sections)
+
+
+@pytest.fixture(scope="session")
+def use_embedder():
+    """The real offline default embedder, loaded once for the session."""
+    return embed_mod.load(config_mod.EmbedderConfig())
+
+
+@pytest.fixture
+def notes_dir(tmp_path) -> Path:
+    """A private copy of the sample notes that a test may change."""
+    target = tmp_path / "notes"
+    shutil.copytree(EXAMPLES, target)
+    return target
+
+
+def write_config(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,124 @@
+from pathlib import Path
+
+import pytest
+
+from rag import config as config_mod
+from rag.errors import ConfigError
+
+from conftest import REPO
+
+
+def load_text(tmp_path: Path, text: str) -> config_mod.Settings:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return config_mod.load(path)
+
+
+def test_repository_config_is_valid_and_points_at_the_sample_notes():
+    settings = config_mod.load(REPO / "config.yaml")
+    assert settings.source.kind == "files"
+    assert settings.source.path == REPO / "examples" / "notes"
+    assert settings.state_dir == REPO / "data"
+    assert settings.embedder.kind == "use"
+    assert settings.qdrant.kind == "edge"
+
+
+def test_issue_keys_work(tmp_path):
+    settings = load_text(
+        tmp_path,
+        """
+leanote:
+  base_url: http://127.0.0.1:9000/
+source:
+  kind: leanote_api
+  accounts:
+    - email: one@example.com
+      password_env: LEANOTE_PASSWORD_ONE
+state_dir: data
+""",
+    )
+    assert settings.leanote.base_url == "http://127.0.0.1:9000"  # trailing slash dropped
+    assert settings.source.accounts[0].password_env == "LEANOTE_PASSWORD_ONE"
+    assert settings.state_dir == tmp_path / "data"
+
+
+def test_misspelt_key_names_its_path_and_suggests_the_right_one(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, "source: {kind: files, path: x}\nretrieval:\n  top_kk: 5\n")
+    assert "retrieval.top_kk: unknown key" in str(err.value)
+    assert "did you mean retrieval.top_k" in str(err.value)
+
+
+def test_unknown_key_inside_a_list_names_its_index(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_text(
+            tmp_path,
+            "source:\n  kind: leanote_api\n  accounts:\n    - email: a@b.c\n      password: secret\n",
+        )
+    message = str(err.value)
+    assert "source.accounts[0].password: unknown key" in message
+    assert "source.accounts[0].password_env: required" in message
+
+
+def test_bad_values_are_reported_with_their_path(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, "source: {kind: files, path: x}\nretrieval: {top_k: 0}\nembedder: {kind: bert}\n")
+    message = str(err.value)
+    assert "retrieval.top_k" in message
+    assert "embedder.kind" in message
+
+
+def test_files_source_needs_a_path(tmp_path):
+    with pytest.raises(ConfigError, match="source.path is required"):
+        load_text(tmp_path, "source: {kind: files}\n")
+
+
+def test_chunk_sizes_must_be_ordered(tmp_path):
+    with pytest.raises(ConfigError, match="min_size must be below"):
+        load_text(tmp_path, "source: {kind: files, path: x}\nchunking: {min_size: 700, max_size: 600}\n")
+
+
+def test_relative_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
+    sub = tmp_path / "etc"
+    sub.mkdir()
+    (sub / "c.yaml").write_text("source: {kind: files, path: notes}\nstate_dir: ../var\n")
+    monkeypatch.chdir(REPO)
+    settings = config_mod.load(sub / "c.yaml")
+    assert settings.source.path == sub / "notes"
+    assert settings.state_dir.resolve() == (tmp_path / "var").resolve()
+
+
+def test_config_location_precedence(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(config_mod.CONFIG_ENV, raising=False)
+    assert config_mod.locate(None) == Path("config.yaml")
+    monkeypatch.setenv(config_mod.CONFIG_ENV, "/etc/leanote-rag/config.yaml")
+    assert config_mod.locate(None) == Path("/etc/leanote-rag/config.yaml")
+    assert config_mod.locate("mine.yaml") == Path("mine.yaml")
+
+
+def test_missing_file_says_how_to_fix(tmp_path):
+    with pytest.raises(ConfigError, match="--config PATH"):
+        config_mod.load(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_and_non_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_text(tmp_path, "source: [unclosed\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_text(tmp_path, "- a\n- b\n")
+
+
+def test_secret_comes_from_the_named_variable(monkeypatch):
+    monkeypatch.setenv("LR_TEST_SECRET", "s3cret")
+    assert config_mod.secret("LR_TEST_SECRET", "source.accounts[0].password_env") == "s3cret"
+    monkeypatch.delenv("LR_TEST_SECRET")
+    with pytest.raises(ConfigError, match=r"LR_TEST_SECRET \(named by source.accounts\[0\].password_env\) is not set"):
+        config_mod.secret("LR_TEST_SECRET", "source.accounts[0].password_env")
+
+
+def test_qdrant_url_selects_the_server_backend(tmp_path):
+    settings = load_text(tmp_path, "source: {kind: files, path: x}\nqdrant: {url: 'http://q:6333'}\n")
+    assert settings.qdrant.kind == "server"
+    with pytest.raises(ConfigError, match="needs qdrant.url"):
+        load_text(tmp_path, "source: {kind: files, path: x}\nqdrant: {backend: server}\n")

@@ -1,0 +1,154 @@
+"""Both store backends through the same tests: Qdrant Edge (the default) and the
+server backend through qdrant-client's local mode (the same client API)."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from rag.config import QdrantConfig
+from rag.errors import StoreLocked
+from rag.lexical import document_vector, query_vector
+from rag.store import EdgeStore, PointData, ServerStore, point_id
+
+DIM = 8
+
+
+def unit(*xs):
+    v = np.zeros(DIM, dtype=np.float32)
+    v[: len(xs)] = xs
+    return v / np.linalg.norm(v)
+
+
+def point(note_id, idx, user, text, vec):
+    return PointData(
+        point_id(note_id, idx),
+        vec,
+        document_vector(text),
+        {"note_id": note_id, "user_id": user, "text": text, "chunk_index": idx, "notebook": "A / B", "tags": ["t"]},
+    )
+
+
+@pytest.fixture(params=["edge", "server"])
+def store(request, tmp_path):
+    if request.param == "edge":
+        s = EdgeStore(tmp_path / "qdrant", DIM)
+    else:
+        s = ServerStore(QdrantConfig(local_path=tmp_path / "local"), DIM)
+    yield s
+    s.close()
+
+
+def fill(store):
+    store.upsert(
+        [
+            point("n1", 0, "u1", "redis 持久化 RDB 快照", unit(1, 0)),
+            point("n1", 1, "u1", "redis AOF 日志 重写", unit(0.9, 0.1)),
+            point("n2", 0, "u1", "番茄炒蛋 加糖", unit(0, 1)),
+            point("n3", 0, "u2", "redis 集群 分片 私有", unit(1, 0)),
+        ]
+    )
+
+
+def test_search_is_filtered_to_the_user(store):
+    fill(store)
+    dense, sparse = store.search(unit(1, 0), query_vector("redis"), "u1", 10)
+    assert {r.note_id for r in dense} <= {"n1", "n2"}
+    assert {r.note_id for r in sparse} == {"n1"}
+    assert dense[0].note_id == "n1"
+    dense2, sparse2 = store.search(unit(1, 0), query_vector("redis"), "u2", 10)
+    assert [r.note_id for r in dense2] == ["n3"] and [r.note_id for r in sparse2] == ["n3"]
+
+
+def test_sparse_scores_use_idf(store):
+    fill(store)
+    # "快照" is in one chunk, "redis" in three: the rare term must weigh more.
+    _, rare = store.search(None, query_vector("快照"), "u1", 10)
+    _, common = store.search(None, query_vector("redis"), "u1", 10)
+    assert rare[0].score > common[0].score
+
+
+def test_upsert_with_the_same_ids_overwrites(store):
+    fill(store)
+    store.upsert([point("n2", 0, "u1", "番茄炒蛋 先炒蛋", unit(0, 1))])
+    assert store.count_by_user() == {"u1": 3, "u2": 1}
+    assert store.payloads([point_id("n2", 0)])[point_id("n2", 0)]["text"] == "番茄炒蛋 先炒蛋"
+
+
+def test_delete_points_and_notes(store):
+    fill(store)
+    store.delete([point_id("n1", 1)])
+    assert store.count_by_user() == {"u1": 2, "u2": 1}
+    store.delete_note("n1")
+    assert store.note_ids("u1") == {"n2"}
+    assert store.note_ids() == {"n2", "n3"}
+
+
+def test_set_payload_changes_metadata_only(store):
+    fill(store)
+    ids = [point_id("n1", 0), point_id("n1", 1)]
+    store.set_payload(ids, {"notebook": "新 / 路径"})
+    payloads = store.payloads(ids)
+    assert {p["notebook"] for p in payloads.values()} == {"新 / 路径"}
+    assert payloads[ids[0]]["text"] == "redis 持久化 RDB 快照"
+
+
+def test_manifest_round_trip_and_drop(store):
+    assert store.manifest() is None
+    store.write_manifest({"schema": 1, "embedder": "use:multilingual-v3", "dim": DIM, "index_id": "x"})
+    assert store.manifest()["embedder"] == "use:multilingual-v3"
+    fill(store)
+    store.drop(DIM)
+    assert store.count_by_user() == {}
+    assert store.manifest() is None
+
+
+def test_missing_ids_are_simply_absent(store):
+    fill(store)
+    assert store.payloads([point_id("nope", 0)]) == {}
+
+
+def test_edge_index_survives_reopen(tmp_path):
+    s = EdgeStore(tmp_path / "qdrant", DIM)
+    fill(s)
+    s.close()
+    s = EdgeStore(tmp_path / "qdrant", DIM)
+    try:
+        assert s.count_by_user() == {"u1": 3, "u2": 1}
+        dense, _ = s.search(unit(0, 1), None, "u1", 1)
+        assert dense[0].note_id == "n2"
+    finally:
+        s.close()
+
+
+def test_a_second_process_gets_a_clear_message(tmp_path):
+    s = EdgeStore(tmp_path / "qdrant", DIM)
+    try:
+        code = textwrap.dedent(
+            f"""
+            from rag.store import EdgeStore
+            from rag.errors import StoreLocked
+            try:
+                EdgeStore({str(tmp_path / 'qdrant')!r}, {DIM})
+            except StoreLocked as err:
+                print("LOCKED", err)
+            """
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert out.stdout.startswith("LOCKED"), out.stderr
+        assert "open in another process" in out.stdout and "qdrant.url" in out.stdout
+    finally:
+        s.close()
+    # released: the next opener gets in
+    EdgeStore(tmp_path / "qdrant", DIM).close()
+
+
+def test_server_local_mode_second_opener_is_locked(tmp_path):
+    s = ServerStore(QdrantConfig(local_path=tmp_path / "local"), DIM)
+    try:
+        with pytest.raises(StoreLocked):
+            ServerStore(QdrantConfig(local_path=tmp_path / "local"), DIM)
+    finally:
+        s.close()
