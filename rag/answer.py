@@ -13,7 +13,7 @@ from .model import HEADING_SEP, Hit
 from .retrieve import search
 
 REFUSAL = "我笔记里没有相关内容"
-EXCERPT_CHARS = 300
+EXCERPT_CHARS = 500
 MAX_PASSAGES = 3
 
 
@@ -46,22 +46,49 @@ class Answer:
         return asdict(self)
 
 
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
+
+
+def _excerpt_terms(query: str) -> set[str]:
+    """Latin terms, plus CJK characters and character pairs: jieba may glue a verb to a
+    particle ("要炖") that the note never writes together."""
+    terms = {t for t in tokenize(query) if not _CJK_RUN.search(t)}
+    for run in _CJK_RUN.findall(query):
+        terms.update(ch for ch in run if ch not in _FILLER)
+        terms.update(run[i : i + 2] for i in range(len(run) - 1))
+    return terms
+
+
+def _window(text: str, query: str, width: int) -> tuple[float, int]:
+    """(score, start) of the ``width``-char window holding the most informative query terms."""
+    lowered = text.lower()
+    # A term's weight falls with how often the text repeats it, so the rare words of a
+    # question pick the window, not the topic word that is everywhere.
+    found: list[tuple[int, str]] = []
+    for term in _excerpt_terms(query):
+        found.extend((m.start(), term) for m in re.finditer(re.escape(term), lowered))
+    found.sort()
+    counts: dict[str, int] = {}
+    for _, term in found:
+        counts[term] = counts.get(term, 0) + 1
+    best, best_score = 0, 0.0
+    for i, (start, _) in enumerate(found):
+        terms = {t for p, t in found[i:] if p < start + width}
+        score = sum(1.0 / counts[t] for t in terms)
+        if score > best_score:
+            best, best_score = start, score
+    return best_score, best
+
+
 def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:
-    """The window of ``text`` (about ``width`` chars) holding the most query terms."""
+    """The window of ``text`` (about ``width`` chars) that best matches the query."""
     text = text.strip()
     if len(text) <= width:
         return text
-    lowered = text.lower()
-    positions = sorted(
-        m.start() for term in set(tokenize(query)) if len(term) > 1 for m in re.finditer(re.escape(term), lowered)
-    )
-    best, best_count = 0, 0
-    for i, start in enumerate(positions):
-        count = sum(1 for p in positions[i:] if p < start + width)
-        if count > best_count:
-            best, best_count = start, count
+    _, best = _window(text, query, width)
     start = max(0, min(best - width // 5, len(text) - width))
-    # begin and end on line or sentence boundaries where one is near
+    # begin on a line or sentence boundary where one is near
     for sep in ("\n", "。", ". "):
         cut = text.rfind(sep, max(0, start - 60), start + 1)
         if cut != -1:
@@ -73,12 +100,13 @@ def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:
 
 def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES) -> Answer:
     """The best passages, one per note, with numbered citations."""
-    citations: list[Citation] = []
-    seen: set[str] = set()
+    by_note: dict[str, list[Hit]] = {}
     for hit in hits:
-        if hit.note_id in seen:
-            continue
-        seen.add(hit.note_id)
+        by_note.setdefault(hit.note_id, []).append(hit)
+    citations: list[Citation] = []
+    for note_hits in by_note.values():
+        # the note's chunk whose best window matches the question best
+        hit = max(note_hits, key=lambda h: _window(h.text, question, EXCERPT_CHARS)[0])
         citations.append(
             Citation(
                 n=len(citations) + 1,

@@ -131,16 +131,17 @@ class ChunkingConfig(Section):
 class Bm25Config(Section):
     k1: float = Field(default=1.2, ge=0)
     b: float = Field(default=0.75, ge=0, le=1)
-    avg_len: float = Field(default=200.0, gt=0, description="typical chunk length in terms")
+    avg_len: float = Field(default=216.0, gt=0, description="typical chunk length in terms")
 
 
 class RetrievalConfig(Section):
     top_k: int = Field(default=6, ge=1, le=100)
     candidates: int = Field(default=50, ge=1, le=1000, description="per retriever, before fusion")
+    fusion: Literal["dbsf", "rrf"] = "dbsf"
     rrf_k: int = Field(default=60, ge=1)
-    dense_weight: float = Field(default=1.0, ge=0)
-    sparse_weight: float = Field(default=1.0, ge=0)
-    max_chunks_per_note: int = Field(default=2, ge=1)
+    dense_weight: float = Field(default=0.3, ge=0)
+    sparse_weight: float = Field(default=0.7, ge=0)
+    max_chunks_per_note: int = Field(default=3, ge=1)
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
     max_query_chars: int = Field(default=2000, ge=10, description="longer questions are cut")
 

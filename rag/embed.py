@@ -112,7 +112,8 @@ class SentenceTransformerEmbedder(_Batched):
                 f"to a local model folder"
             ) from None
         self.model_id = f"sentence-transformers:{_model_name(name)}"
-        self.dim = int(self._model.get_sentence_embedding_dimension())
+        dimension = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(dimension())
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
 
@@ -158,7 +159,8 @@ class OllamaEmbedder(_Batched):
 def _model_name(name: str) -> str:
     """A stable id for a model: hub names as they are, local folders by folder name."""
     if os.path.isdir(name):
-        return "local/" + os.path.basename(os.path.normpath(name))
+        parts = os.path.normpath(os.path.abspath(name)).split(os.sep)
+        return "local/" + "/".join(parts[-2:])
     return name
 
 

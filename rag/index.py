@@ -54,13 +54,15 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def embed_text(title: str, chunk: Chunk) -> str:
-    """What the dense model sees: the note title and heading path give a chunk its context."""
-    head = HEADING_SEP.join(p for p in (title, *chunk.heading_path) if p)
-    return f"{head}\n{search_text(chunk.text)}" if head else search_text(chunk.text)
+def embed_text(chunk: Chunk) -> str:
+    """What the dense model sees: the chunk's own words. (Prefixing the note title and
+    heading path made every chunk of a note look alike to the model and lowered dense
+    recall and MRR on the dev set; see README, "Retrieval quality".)"""
+    return search_text(chunk.text)
 
 
 def sparse_text(title: str, chunk: Chunk) -> str:
+    """What BM25 sees: title and heading path add the words a chunk is about."""
     return f"{title}\n{HEADING_SEP.join(chunk.heading_path)}\n{search_text(chunk.text)}"
 
 
@@ -140,7 +142,7 @@ class NoteIndex:
         content_hash = note.content_hash()
         prepared = []
         for chunk in chunks:
-            etext = embed_text(note.title, chunk)
+            etext = embed_text(chunk)
             payload = {
                 **meta,
                 "note_id": note.id,

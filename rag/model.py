@@ -82,7 +82,7 @@ class Hit:
     chunk_index: int
     char_start: int
     char_end: int
-    score: float  # fused score (RRF)
+    score: float  # fused score (see retrieval.fusion)
     dense_rank: int | None = None
     dense_score: float | None = None
     sparse_rank: int | None = None

@@ -1,15 +1,27 @@
-"""Hybrid retrieval: dense and BM25 candidates for one user, fused by reciprocal rank.
+"""Hybrid retrieval: dense and BM25 candidates for one user, fused into one ranking.
 
 Both retrievers run in one batched store call, filtered to the asking user's
 notes (trashed and deleted notes are never in the index). Fusion happens here,
 not in the store, so the two backends rank identically and every hit keeps its
-dense and sparse ranks for ``--trace``. A cap on chunks per note stops one long
-note from crowding out the rest.
+dense and sparse ranks and scores for ``--trace``. A cap on chunks per note stops
+one long note from crowding out the rest.
+
+Two fusions (``retrieval.fusion``):
+- ``dbsf`` (default): distribution-based score fusion, as Qdrant's ``Fusion.Dbsf``:
+  each retriever's scores are normalised over its candidates (mean ± 3σ -> 0..1),
+  then summed with the retriever weights. Score gaps survive: a candidate far
+  ahead of the rest of its list keeps that lead, where rank fusion gives it only
+  the step from one rank to the next.
+- ``rrf``: reciprocal-rank fusion, ``sum(weight / (k + rank))``. Rank-only: with
+  k=60 a dense-only first place ties a sparse-only 31st place at weights 1 : 1.5.
+Measured on the dev set (README, "Retrieval quality"), dbsf beats rrf at every
+weight tried and beats either retriever alone on every metric.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 from dataclasses import dataclass
 
 from .config import RetrievalConfig
@@ -47,6 +59,36 @@ def rrf(rankings: dict[str, list[Ranked]], k: int = 60, weights: dict[str, float
             f.ranks[name] = rank
             f.scores[name] = cand.score
     return sorted(fused.values(), key=lambda f: (-f.score, min(f.ranks.values()), f.id))
+
+
+def dbsf(rankings: dict[str, list[Ranked]], weights: dict[str, float] | None = None) -> list[Fused]:
+    """Distribution-based score fusion: per retriever, scores scaled so mean-3σ..mean+3σ
+    maps to 0..1 (clipped), then a weighted sum."""
+    weights = weights or {}
+    fused: dict[str, Fused] = {}
+    for name, ranked in rankings.items():
+        if not ranked:
+            continue
+        w = weights.get(name, 1.0)
+        scores = [c.score for c in ranked]
+        mean, sd = statistics.fmean(scores), statistics.pstdev(scores)
+        lo, hi = mean - 3 * sd, mean + 3 * sd
+        for rank, cand in enumerate(ranked, start=1):
+            norm = 1.0 if hi <= lo else min(1.0, max(0.0, (cand.score - lo) / (hi - lo)))
+            f = fused.get(cand.id)
+            if f is None:
+                f = fused[cand.id] = Fused(cand.id, cand.note_id, 0.0, {}, {})
+            f.score += w * norm
+            f.ranks[name] = rank
+            f.scores[name] = cand.score
+    return sorted(fused.values(), key=lambda f: (-f.score, min(f.ranks.values()), f.id))
+
+
+def fuse(rankings: dict[str, list[Ranked]], cfg: RetrievalConfig) -> list[Fused]:
+    weights = {"dense": cfg.dense_weight, "sparse": cfg.sparse_weight}
+    if cfg.fusion == "rrf":
+        return rrf(rankings, cfg.rrf_k, weights)
+    return dbsf(rankings, weights)
 
 
 def cap_per_note(candidates: list[Fused], per_note: int, limit: int) -> list[Fused]:
@@ -106,7 +148,7 @@ def search(
         rankings["dense"] = dense_hits
     if sparse is not None:
         rankings["sparse"] = sparse_hits
-    fused = rrf(rankings, cfg.rrf_k, {"dense": cfg.dense_weight, "sparse": cfg.sparse_weight})
+    fused = fuse(rankings, cfg)
     chosen = cap_per_note(fused, cfg.max_chunks_per_note, k)
     payloads = index.store.payloads([c.id for c in chosen])
     hits = []

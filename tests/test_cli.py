@@ -1,0 +1,192 @@
+"""The command line as a user runs it: exit codes, messages and JSON shapes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rag.cli import main
+
+from conftest import EXAMPLES
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def cli_config(tmp_path_factory):
+    """A config over the sample notes, indexed once through the CLI."""
+    tmp = tmp_path_factory.mktemp("cli")
+    notes = tmp / "notes"
+    shutil.copytree(EXAMPLES, notes)
+    cfg = tmp / "config.yaml"
+    cfg.write_text(f"source:\n  kind: files\n  path: notes\nstate_dir: data\nleanote:\n  base_url: http://notes.home:9000\n")
+    assert main(["--config", str(cfg), "index"]) == 0
+    return cfg
+
+
+def test_index_json_summary(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "index", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["unchanged"] == 15 and summary["chunks_embedded"] == 0
+    for key in ("added", "updated", "deleted", "skipped", "seconds"):
+        assert key in summary
+
+
+def test_search_json_shape(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "search", "付款失败后第一次重试要等多久", "--json", "-k", "3")
+    assert code == 0
+    result = json.loads(out)
+    assert result["user_id"] == "local"
+    assert len(result["hits"]) == 3
+    hit = result["hits"][0]
+    assert set(hit) == {"note_id", "title", "notebook", "heading", "url", "score", "text"}
+    assert hit["title"] == "支付接口调用的重试策略" and hit["notebook"] == "编程 / Python"
+
+
+def test_batch_search_one_line_per_query_in_order(cli_config, capsys, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        '{"id": "a", "question": "retry_count"}\n\n{"id": "b", "question": "家里路由器的 DHCP 范围", "user_id": "local"}\n',
+        encoding="utf-8",
+    )
+    code, out, _ = run(capsys, "--config", str(cli_config), "search", "--queries", str(queries), "--json", "-k", "2")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["id"] for line in lines] == ["a", "b"]
+    assert all(len(line["hits"]) == 2 for line in lines)
+    assert lines[1]["hits"][0]["title"] == "家庭网络与路由器设置"
+
+
+def test_batch_search_rejects_a_bad_file_before_any_work(cli_config, capsys, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": 1, "question": "ok"}\n{not json}\n{"id": 3}\n', encoding="utf-8")
+    code, out, err = run(capsys, "--config", str(cli_config), "search", "--queries", str(queries), "--json")
+    assert code == 2 and out == ""
+    assert f"{queries}:2: not JSON" in err and f"{queries}:3: needs a non-empty \"question\"" in err
+
+
+def test_ask_json_shape_and_citation_links(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "ask", "红烧肉要炖多久？", "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert set(answer) >= {"answer", "used_llm", "grounded", "citations", "timings_ms"}
+    assert answer["used_llm"] is False and answer["grounded"] is True
+    first = answer["citations"][0]
+    assert first["n"] == 1 and first["title"].startswith("红烧肉")
+    assert "[1]" in answer["answer"] and "60 分钟" in answer["answer"]
+    assert set(answer["timings_ms"]) >= {"retrieve", "total"}
+
+
+def test_ask_text_lists_sources(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "ask", "How much disk may the journal use?")
+    assert code == 0
+    assert "Reading systemd journal logs" in out and "file://" in out
+
+
+def test_status_json(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "status", "--json")
+    assert code == 0
+    status = json.loads(out)
+    assert status["embedder"] == "use:multilingual-v3" and status["dim"] == 512
+    assert status["users"] == [{"user_id": "local", "notes": 15, "chunks": status["users"][0]["chunks"]}]
+    assert status["users"][0]["chunks"] >= 15
+    assert status["last_sync"]["ok"] is True and status["backend"] == "edge"
+
+
+def test_unknown_user_is_a_usage_error(cli_config, capsys):
+    code, _, err = run(capsys, "--config", str(cli_config), "search", "x", "--user", "nobody")
+    assert code == 2 and "no notes of user 'nobody'" in err and "local" in err
+
+
+def test_empty_question_is_a_usage_error(cli_config, capsys):
+    code, _, err = run(capsys, "--config", str(cli_config), "ask", "  ")
+    assert code == 2 and "empty" in err
+
+
+def test_search_needs_a_query_or_a_file(cli_config, capsys):
+    code, _, err = run(capsys, "--config", str(cli_config), "search")
+    assert code == 2 and "QUERY or --queries" in err
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("source: {kind: files, path: .}\nretrieval:\n  top_kk: 3\n")
+    code, _, err = run(capsys, "--config", str(cfg), "search", "x")
+    assert code == 2
+    assert "retrieval.top_kk: unknown key (did you mean retrieval.top_k?)" in err
+    assert "Traceback" not in err
+
+
+def test_search_before_index_says_to_index(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("source: {kind: files, path: .}\nstate_dir: data\n")
+    code, _, err = run(capsys, "--config", str(cfg), "search", "x")
+    assert code == 2 and "leanote-rag index" in err
+
+
+def test_missing_source_folder_is_a_usage_error(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("source: {kind: files, path: nowhere}\nstate_dir: data\n")
+    code, _, err = run(capsys, "--config", str(cfg), "index")
+    assert code == 2 and "is not a folder of notes" in err
+
+
+def test_source_kinds_of_the_sync_issue_say_they_are_not_here_yet(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("source:\n  kind: mongodb\nstate_dir: data\n")
+    code, _, err = run(capsys, "--config", str(cfg), "index")
+    assert code == 2 and "not available yet" in err
+
+
+def test_runtime_failure_exits_1_without_traceback_unless_debug(cli_config, capsys, tmp_path):
+    # A corrupt manifest: the index cannot be used, a runtime failure.
+    data = cli_config.parent / "data" / "qdrant"
+    manifest = data / "leanote-rag.json"
+    saved = manifest.read_text()
+    manifest.write_text("{not json")
+    try:
+        code, _, err = run(capsys, "--config", str(cli_config), "search", "x")
+        assert code == 1 and "error:" in err and "Traceback" not in err
+        code, _, err = run(capsys, "--config", str(cli_config), "--debug", "search", "x")
+        assert code == 1 and "Traceback" in err
+    finally:
+        manifest.write_text(saved)
+
+
+def test_console_script_runs_in_a_real_process(cli_config):
+    exe = Path(sys.executable).with_name("leanote-rag")
+    out = subprocess.run([str(exe), "--config", str(cli_config), "search", "retry_count", "--json", "-k", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["hits"][0]["title"] == "支付接口调用的重试策略"
+
+
+def test_second_process_is_refused_while_the_index_is_open(cli_config):
+    from rag import config
+    from rag.store import EdgeStore
+
+    settings = config.load(cli_config)
+    holder = EdgeStore(settings.state_dir / "qdrant", 512)
+    try:
+        exe = Path(sys.executable).with_name("leanote-rag")
+        out = subprocess.run([str(exe), "--config", str(cli_config), "search", "x"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1
+        assert "open in another process" in out.stderr and "Traceback" not in out.stderr
+    finally:
+        holder.close()
+
+
+def test_help_lists_the_plugin_commands(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for command in ("index", "search", "ask", "status", "eval"):
+        assert command in out
+
