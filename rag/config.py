@@ -139,8 +139,8 @@ class RetrievalConfig(Section):
     candidates: int = Field(default=50, ge=1, le=1000, description="per retriever, before fusion")
     fusion: Literal["dbsf", "rrf"] = "dbsf"
     rrf_k: int = Field(default=60, ge=1)
-    dense_weight: float = Field(default=0.3, ge=0)
-    sparse_weight: float = Field(default=0.7, ge=0)
+    dense_weight: float = Field(default=0.35, ge=0)
+    sparse_weight: float = Field(default=0.65, ge=0)
     max_chunks_per_note: int = Field(default=3, ge=1)
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
     max_query_chars: int = Field(default=2000, ge=10, description="longer questions are cut")
