@@ -53,7 +53,8 @@ def child(code: str, *args: str) -> tuple[dict, float]:
 
 
 def du_mb(path: Path) -> float:
-    return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6, 1)
+    """Space used on disk (blocks, like du: Qdrant's WAL files are sparse)."""
+    return round(sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file()) / 1e6, 1)
 
 
 INDEX = """
@@ -214,7 +215,7 @@ def main() -> None:
         "chunks_per_s": round(chunks / seconds, 1),
         "peak_rss_mb": summary["peak_rss_mb"],
         "qdrant_mb": du_mb(work / "data" / "qdrant"),
-        "state_db_mb": du_mb(work / "data") - du_mb(work / "data" / "qdrant"),
+        "state_db_mb": round(du_mb(work / "data") - du_mb(work / "data" / "qdrant"), 1),
     }
     alone, _ = child(EMBED_ALONE, str(config))
     results["embedder_alone"] = {"chunks": alone["chunks"], "seconds": round(alone["seconds"], 1),
