@@ -15,6 +15,9 @@ from .retrieve import search
 REFUSAL = "我笔记里没有相关内容"
 EXCERPT_CHARS = 500
 MAX_PASSAGES = 3
+# Passages from notes scoring below this share of the best hit's score are left out:
+# they are what the search found next, not what answers the question.
+MIN_RELATIVE_SCORE = 0.7
 
 
 @dataclass
@@ -101,8 +104,10 @@ def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:
 def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES) -> Answer:
     """The best passages, one per note, with numbered citations."""
     by_note: dict[str, list[Hit]] = {}
+    floor = hits[0].score * MIN_RELATIVE_SCORE if hits else 0.0
     for hit in hits:
-        by_note.setdefault(hit.note_id, []).append(hit)
+        if hit.score >= floor:
+            by_note.setdefault(hit.note_id, []).append(hit)
     citations: list[Citation] = []
     for note_hits in by_note.values():
         # the note's chunk whose best window matches the question best

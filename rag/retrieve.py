@@ -126,6 +126,13 @@ def resolve_user(index: NoteIndex, user_id: str | None) -> str:
     return next(iter(users))
 
 
+def display_heading(title: str, path: list[str]) -> str:
+    """The heading path to show: a first heading that repeats the note title is dropped."""
+    if path and path[0].strip() == title.strip():
+        path = path[1:]
+    return HEADING_SEP.join(path)
+
+
 def search(
     index: NoteIndex,
     query: str,
@@ -163,7 +170,7 @@ def search(
                 user_id=p["user_id"],
                 title=p.get("title", ""),
                 notebook=p.get("notebook", ""),
-                heading=HEADING_SEP.join(p.get("heading_path") or []),
+                heading=display_heading(p.get("title", ""), p.get("heading_path") or []),
                 url=p.get("url", ""),
                 text=p.get("text", ""),
                 chunk_index=p.get("chunk_index", 0),

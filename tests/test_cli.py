@@ -190,3 +190,18 @@ def test_help_lists_the_plugin_commands(capsys):
     for command in ("index", "search", "ask", "status", "eval"):
         assert command in out
 
+
+
+def test_ask_leaves_out_notes_far_below_the_best(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "ask", "家里路由器自动分给设备的 IP 是从哪到哪？", "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert [c["title"] for c in answer["citations"]] == ["家庭网络与路由器设置"]
+    assert "192.168.50.100–192.168.50.199" in answer["answer"]
+
+
+def test_heading_does_not_repeat_the_title(cli_config, capsys):
+    code, out, _ = run(capsys, "--config", str(cli_config), "search", "journalctl -f follow", "--json", "-k", "1")
+    hit = json.loads(out)["hits"][0]
+    assert hit["title"] == "Reading systemd journal logs"
+    assert not hit["heading"].startswith("Reading systemd journal logs")
