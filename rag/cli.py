@@ -87,30 +87,6 @@ def _print_hits(hits) -> None:
         click.echo(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
 
 
-def _read_queries(path: Path) -> list[dict]:
-    """Validate a whole JSONL file of queries before running any."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"cannot read {path}: {err}") from None
-    queries, problems = [], []
-    for no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            problems.append(f"{path}:{no}: not JSON ({err.msg})")
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) or not obj["question"].strip():
-            problems.append(f"{path}:{no}: needs a non-empty \"question\" string")
-            continue
-        queries.append(obj)
-    if problems:
-        raise UserError("\n".join(problems[:20]) + (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else ""))
-    return queries
-
-
 @cli.command()
 @click.argument("query", required=False)
 @click.option("--queries", "queries_file", type=click.Path(path_type=Path), help="JSONL file: {id, question, user_id} per line")
@@ -123,7 +99,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     """Find the chunks of your notes that best match QUERY."""
     if bool(query) == bool(queries_file):
         raise click.UsageError("give either QUERY or --queries FILE")
-    batch = _read_queries(queries_file) if queries_file else None
+    batch = load_questions(queries_file, required=("question",)) if queries_file else None
     with app.open_index() as index:
         if batch is None:
             user = resolve_user(index, user_id)

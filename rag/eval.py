@@ -34,7 +34,9 @@ def normalise(text: str) -> str:
     return _MARKS.sub("", text).lower()
 
 
-def load_questions(path: Path) -> list[dict]:
+def load_questions(path: Path, required: tuple[str, ...] = ("question", "user_id")) -> list[dict]:
+    """Read a JSONL question file, checking every line before any work is done.
+    Every problem is reported with its line number."""
     questions, problems = [], []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -48,12 +50,14 @@ def load_questions(path: Path) -> list[dict]:
         except json.JSONDecodeError as err:
             problems.append(f"{path}:{no}: not JSON ({err.msg})")
             continue
-        if not isinstance(q, dict) or not q.get("question") or not q.get("user_id"):
-            problems.append(f"{path}:{no}: needs \"question\" and \"user_id\"")
+        missing = [k for k in required if not (isinstance(q, dict) and isinstance(q.get(k), str) and q[k].strip())]
+        if missing:
+            problems.append(f"{path}:{no}: needs a non-empty {' and '.join(repr(k) for k in missing)} string")
             continue
         questions.append(q)
     if problems:
-        raise UserError("\n".join(problems[:20]))
+        more = f"\n... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise UserError("\n".join(problems[:20]) + more)
     return questions
 
 

@@ -70,7 +70,7 @@ def test_batch_search_rejects_a_bad_file_before_any_work(cli_config, capsys, tmp
     queries.write_text('{"id": 1, "question": "ok"}\n{not json}\n{"id": 3}\n', encoding="utf-8")
     code, out, err = run(capsys, "--config", str(cli_config), "search", "--queries", str(queries), "--json")
     assert code == 2 and out == ""
-    assert f"{queries}:2: not JSON" in err and f"{queries}:3: needs a non-empty \"question\"" in err
+    assert f"{queries}:2: not JSON" in err and f"{queries}:3: needs a non-empty 'question' string" in err
 
 
 def test_ask_json_shape_and_citation_links(cli_config, capsys):
