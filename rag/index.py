@@ -22,7 +22,7 @@ from . import embed as embed_mod
 from .chunk import chunk_text
 from .clean import clean
 from .config import Settings
-from .errors import IndexMismatch, NoteError, UserError
+from .errors import IndexMismatch, NoteError
 from .lexical import SparseVector, document_vector, search_text
 from .model import HEADING_SEP, Chunk, Note
 from .store import SCHEMA_VERSION, PointData, Store, open_store, point_id
@@ -215,10 +215,4 @@ def _fail_fast_on_mismatch(settings: Settings) -> None:
         return
     if manifest.get("embedder") != expected:
         _check(manifest, expected, manifest.get("dim"), str(path.parent))
-
-
-def require_index(settings: Settings) -> None:
-    """Fail with the fix when an edge index does not exist yet."""
-    if settings.qdrant.kind == "edge" and not (Path(settings.state_dir) / "qdrant" / "segments").exists():
-        raise UserError(f"no index in {settings.state_dir} yet: run `leanote-rag index` first")
 

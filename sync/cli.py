@@ -9,6 +9,7 @@ import click
 from tqdm import tqdm
 
 from rag.cli import App, pass_app
+from rag.errors import UserError
 from rag.store import open_store
 
 from .indexer import Indexer
@@ -69,13 +70,17 @@ def status(app: App, as_json: bool) -> None:
         last_ok = state.last_run(ok_only=True)
     finally:
         state.close()
-    store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
     try:
-        chunks = store.count_by_user()
-        manifest = store.manifest() or {}
-        location = store.location
-    finally:
-        store.close()
+        store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
+    except UserError:  # nothing indexed yet
+        chunks, manifest, location = {}, {}, f"{settings.state_dir} (no index yet: run `leanote-rag index`)"
+    else:
+        try:
+            chunks = store.count_by_user()
+            manifest = store.manifest() or {}
+            location = store.location
+        finally:
+            store.close()
     users = sorted(set(notes) | set(chunks))
     report = {
         "index": location,

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Union
 import numpy as np
 
 from rag.errors import NoteError
-from rag.index import NoteIndex, PreparedNote, note_meta
+from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
 from rag.model import Note
 
 from .sources import Skipped
@@ -43,6 +43,7 @@ class Summary:
     not_indexed: int = 0  # trashed or deleted at the source, never indexed
     empty: int = 0
     skipped: list[dict] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)  # indexed, but only their first MAX_NOTE_CHARS
     chunks_embedded: int = 0
     chunks_cached: int = 0
     chunks_written: int = 0
@@ -62,6 +63,8 @@ class Summary:
             parts.append(f"{self.empty} empty")
         if self.skipped:
             parts.append(f"{len(self.skipped)} skipped")
+        if self.truncated:
+            parts.append(f"{len(self.truncated)} truncated")
         return (
             f"notes: {', '.join(parts)}; chunks: {self.chunks_embedded} embedded, "
             f"{self.chunks_cached} from cache; {self.seconds:.2f} s"
@@ -170,7 +173,8 @@ class Indexer:
             self._skip(note.origin or note.id, f"{type(err).__name__}: {err}")
             return
         if prepared.truncated:
-            self._skip(note.origin or note.id, "note over 2,000,000 characters: only its beginning is indexed")
+            log.warning("%s is over %d characters: only its beginning is indexed", note.origin or note.id, MAX_NOTE_CHARS)
+            self.summary.truncated.append(note.origin or note.id)
         self._batch.append((prepared, rec))
         self._batch_chunks += len(prepared.chunks)
         if self._batch_chunks >= BATCH_CHUNKS:

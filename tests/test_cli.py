@@ -205,3 +205,11 @@ def test_heading_does_not_repeat_the_title(cli_config, capsys):
     hit = json.loads(out)["hits"][0]
     assert hit["title"] == "Reading systemd journal logs"
     assert not hit["heading"].startswith("Reading systemd journal logs")
+
+
+def test_status_before_any_index_says_what_to_do(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("source: {kind: files, path: .}\nstate_dir: data\n")
+    code, out, _ = run(capsys, "--config", str(cfg), "status")
+    assert code == 0
+    assert "no index yet: run `leanote-rag index`" in out and "last sync: never" in out

@@ -201,3 +201,19 @@ def test_deleting_the_index_by_hand_is_noticed(indexed, use_embedder):
     summary = run_index(settings, use_embedder)
     assert summary.added == 15  # state rows for the lost index were dropped, notes indexed anew
 
+
+
+def test_a_multi_megabyte_note_is_cut_and_reported(shared_index, use_embedder):
+    from rag.index import MAX_NOTE_CHARS
+    from rag.model import Note
+
+    settings, _, _ = shared_index
+    body = ("## 第{}节\n\n" + "这是一段很长的日志记录，用来检查超大笔记的处理。" * 40 + "\n\n") * 2200
+    note = Note(id="f" * 24, user_id="local", title="超大笔记", content=body.format(*range(2200)))
+    assert len(note.content) > MAX_NOTE_CHARS
+    with NoteIndex.open(settings, embedder=use_embedder) as index:
+        prepared = index.prepare(note)
+    assert prepared.truncated
+    assert len(prepared.chunks) > 2000
+    assert not any("第2199节" in pc.chunk.text for pc in prepared.chunks)  # past the cut
+    assert prepared.chunks[0].chunk.heading_path == ("第0节",)
