@@ -49,38 +49,40 @@ class Answer:
         return asdict(self)
 
 
+_SENTENCE = re.compile(r"[。！？!?；;\n]+|\.(?=\s)|$")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
 
 
-def _excerpt_terms(query: str) -> set[str]:
-    """Latin terms, plus CJK characters and character pairs: jieba may glue a verb to a
-    particle ("要炖") that the note never writes together."""
-    terms = {t for t in tokenize(query) if not _CJK_RUN.search(t)}
+def _excerpt_terms(query: str) -> dict[str, float]:
+    """Terms to look for, with weights: Latin words, CJK character pairs, and (weakly)
+    single CJK characters, since jieba may glue a verb to a particle ("要炖") that the
+    note never writes together."""
+    terms = {t: 1.0 for t in tokenize(query) if not _CJK_RUN.search(t)}
     for run in _CJK_RUN.findall(query):
-        terms.update(ch for ch in run if ch not in _FILLER)
-        terms.update(run[i : i + 2] for i in range(len(run) - 1))
+        for ch in run:
+            if ch not in _FILLER:
+                terms.setdefault(ch, 0.3)
+        for i in range(len(run) - 1):
+            terms[run[i : i + 2]] = 1.0
     return terms
 
 
 def _window(text: str, query: str, width: int) -> tuple[float, int]:
-    """(score, start) of the ``width``-char window holding the most informative query terms."""
+    """(score, start) of the sentence that best matches the query. A term's weight falls
+    with how often the text repeats it, so a question's rare words choose the sentence,
+    not the topic word that is everywhere."""
     lowered = text.lower()
-    # A term's weight falls with how often the text repeats it, so the rare words of a
-    # question pick the window, not the topic word that is everywhere.
-    found: list[tuple[int, str]] = []
-    for term in _excerpt_terms(query):
-        found.extend((m.start(), term) for m in re.finditer(re.escape(term), lowered))
-    found.sort()
-    counts: dict[str, int] = {}
-    for _, term in found:
-        counts[term] = counts.get(term, 0) + 1
+    weights = _excerpt_terms(query)
+    counts = {t: lowered.count(t) for t in weights}
     best, best_score = 0, 0.0
-    for i, (start, _) in enumerate(found):
-        terms = {t for p, t in found[i:] if p < start + width}
-        score = sum(1.0 / counts[t] for t in terms)
+    pos = 0
+    for m in _SENTENCE.finditer(lowered):
+        sentence = lowered[pos : m.end()]
+        score = sum(w / counts[t] for t, w in weights.items() if counts[t] and t in sentence)
         if score > best_score:
-            best, best_score = start, score
+            best, best_score = pos, score
+        pos = m.end()
     return best_score, best
 
 

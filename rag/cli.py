@@ -22,6 +22,7 @@ import click
 
 from . import config as config_mod
 from .answer import ask as ask_question
+from .answer import excerpt
 from .errors import LeanoteRagError, UserError
 from .eval import evaluate, load_questions, report_json
 from .index import NoteIndex
@@ -76,15 +77,14 @@ def _print_json(obj) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False))
 
 
-def _print_hits(hits) -> None:
+def _print_hits(hits, query: str) -> None:
     if not hits:
         click.echo("no matching notes")
     for i, h in enumerate(hits, start=1):
         where = " › ".join(p for p in (h.notebook, h.heading) if p)
         click.echo(click.style(f"{i}. {h.title}", bold=True) + (f"  ({where})" if where else "") + f"  score {h.score:.4f}")
         click.echo(f"   {h.url}")
-        snippet = " ".join(h.text.split())
-        click.echo(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+        click.echo(f"   {' '.join(excerpt(h.text, query, 200).split())}")
 
 
 @cli.command()
@@ -107,7 +107,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
             if as_json:
                 _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
             else:
-                _print_hits(hits)
+                _print_hits(hits, query)
             return
         failed = 0
         for q in batch:
@@ -122,7 +122,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
                 _print_json(out)
             else:
                 click.echo(click.style(f"# {q.get('id')}: {q['question']}", bold=True))
-                _print_hits(hits) if "hits" in out else click.echo(f"error: {out['error']}")
+                _print_hits(hits, q["question"]) if "hits" in out else click.echo(f"error: {out['error']}")
         if failed:
             raise click.exceptions.Exit(1)
 

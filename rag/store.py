@@ -27,7 +27,7 @@ from typing import Any, Iterable, Protocol
 import numpy as np
 
 from .config import QdrantConfig, secret
-from .errors import StoreLocked, Unavailable, UserError
+from .errors import IndexMismatch, StoreLocked, Unavailable, UserError
 from .lexical import SparseVector
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,10 @@ class EdgeStore:
             return json.loads(self._manifest_path.read_text())
         except FileNotFoundError:
             return None
+        except (OSError, ValueError) as err:
+            raise IndexMismatch(
+                f"{self._manifest_path} is unreadable ({err}): run `leanote-rag index --rebuild`"
+            ) from None
 
     def write_manifest(self, manifest: dict) -> None:
         tmp = self._manifest_path.with_suffix(".tmp")
@@ -268,6 +272,7 @@ class EdgeStore:
 
     def close(self) -> None:
         if getattr(self, "_shard", None) is not None:
+            self._shard.flush()
             self._shard.close()
             self._shard = None
         self._lock.release()

@@ -146,17 +146,27 @@ def test_source_kinds_of_the_sync_issue_say_they_are_not_here_yet(tmp_path, caps
     assert code == 2 and "not available yet" in err
 
 
-def test_runtime_failure_exits_1_without_traceback_unless_debug(cli_config, capsys, tmp_path):
-    # A corrupt manifest: the index cannot be used, a runtime failure.
-    data = cli_config.parent / "data" / "qdrant"
-    manifest = data / "leanote-rag.json"
+def test_runtime_failure_exits_1_without_traceback_unless_debug(cli_config, capsys):
+    from rag import config
+    from rag.store import EdgeStore
+
+    holder = EdgeStore(config.load(cli_config).state_dir / "qdrant", 512)  # the index is busy
+    try:
+        code, _, err = run(capsys, "--config", str(cli_config), "search", "x")
+        assert code == 1 and "open in another process" in err and "Traceback" not in err
+        code, _, err = run(capsys, "--config", str(cli_config), "--debug", "search", "x")
+        assert code == 1 and "Traceback" in err
+    finally:
+        holder.close()
+
+
+def test_unreadable_manifest_asks_for_a_rebuild(cli_config, capsys):
+    manifest = cli_config.parent / "data" / "qdrant" / "leanote-rag.json"
     saved = manifest.read_text()
     manifest.write_text("{not json")
     try:
         code, _, err = run(capsys, "--config", str(cli_config), "search", "x")
-        assert code == 1 and "error:" in err and "Traceback" not in err
-        code, _, err = run(capsys, "--config", str(cli_config), "--debug", "search", "x")
-        assert code == 1 and "Traceback" in err
+        assert code == 2 and "index --rebuild" in err
     finally:
         manifest.write_text(saved)
 

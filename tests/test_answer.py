@@ -1,0 +1,42 @@
+from rag.answer import REFUSAL, excerpt, extractive
+from rag.model import Hit
+
+from conftest import EXAMPLES
+
+RETRY = (EXAMPLES / "编程" / "Python" / "支付接口重试.md").read_text(encoding="utf-8")
+
+
+def hit(note_id, title, text, score, url=None):
+    return Hit(point_id=f"p-{note_id}-{score}", note_id=note_id, user_id="u", title=title, notebook="笔记本",
+               heading="H", url=url or f"http://leanote/note/{note_id}", text=text, chunk_index=0,
+               char_start=0, char_end=len(text), score=score)
+
+
+def test_excerpt_finds_the_sentence_with_the_questions_rare_words():
+    out = excerpt(RETRY, "付款失败后第一次重试前要等多久", width=200)
+    assert "第一次等待 200 毫秒" in out
+    assert out.startswith("…") and len(out) <= 202
+
+
+def test_excerpt_of_a_short_text_is_the_text():
+    assert excerpt("  短文本。 ", "任何问题") == "短文本。"
+
+
+def test_extractive_answer_numbers_passages_one_per_note_with_links():
+    hits = [
+        hit("n1", "重试", "背景。第一次等待 200 毫秒，之后翻倍。", 0.95),
+        hit("n1", "重试", "另一段关于重试的内容。", 0.90),
+        hit("n2", "退避", "退避上限 7 秒。", 0.80),
+        hit("n3", "无关", "完全无关的菜谱。", 0.30),  # far below the best: left out
+    ]
+    answer = extractive("第一次重试等多久", hits)
+    assert answer.grounded and not answer.used_llm
+    assert [(c.n, c.note_id) for c in answer.citations] == [(1, "n1"), (2, "n2")]
+    assert answer.citations[0].url == "http://leanote/note/n1"
+    assert answer.answer.startswith("[1] ") and "\n\n[2] 退避上限 7 秒。" in answer.answer
+    assert "200 毫秒" in answer.citations[0].excerpt
+
+
+def test_no_hits_is_the_plain_refusal():
+    answer = extractive("什么都没有", [])
+    assert answer.answer == REFUSAL and not answer.grounded and answer.citations == []
