@@ -97,12 +97,13 @@ def _print_hits(hits, query: str) -> None:
 @pass_app
 def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> None:
     """Find the chunks of your notes that best match QUERY."""
-    if bool(query) == bool(queries_file):
+    if (query is None) == (queries_file is None):
         raise click.UsageError("give either QUERY or --queries FILE")
     batch = load_questions(queries_file, required=("question",)) if queries_file else None
     with app.open_index() as index:
+        users = index.store.count_by_user()
         if batch is None:
-            user = resolve_user(index, user_id)
+            user = resolve_user(users, user_id)
             hits = search_hits(index, query, user, k, retriever=retriever)
             if as_json:
                 _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
@@ -112,7 +113,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
         failed = 0
         for q in batch:
             try:
-                user = resolve_user(index, q.get("user_id") or user_id)
+                user = resolve_user(users, q.get("user_id") or user_id)
                 hits = search_hits(index, q["question"], user, k, retriever=retriever)
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
             except UserError as err:
@@ -135,7 +136,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 def ask(app: App, question: str, as_json: bool, user_id: str | None) -> None:
     """Answer QUESTION from your notes, citing them."""
     with app.open_index() as index:
-        answer = ask_question(index, question, resolve_user(index, user_id))
+        answer = ask_question(index, question, resolve_user(index.store.count_by_user(), user_id))
     if as_json:
         _print_json(answer.as_json())
         return

@@ -129,9 +129,11 @@ class OllamaEmbedder(_Batched):
     DEFAULT = "bge-m3"
 
     def __init__(self, cfg: EmbedderConfig):
+        import httpx
         import ollama
 
         self._ollama = ollama
+        self._httpx = httpx
         self.model = cfg.model or self.DEFAULT
         self.host = cfg.host
         self._client = ollama.Client(host=cfg.host, timeout=cfg.timeout)
@@ -147,12 +149,10 @@ class OllamaEmbedder(_Batched):
             if err.status_code == 404:
                 raise UserError(f"Ollama has no model {self.model!r}: run `ollama pull {self.model}`") from None
             raise Unavailable(f"Ollama at {self.host} failed to embed: {err.error}") from None
-        except (ConnectionError, OSError) as err:
+        except (ConnectionError, OSError) as err:  # the client's own error for a refused connection
             raise Unavailable(f"cannot reach Ollama at {self.host}: {err}") from None
-        except Exception as err:  # httpx timeouts and transport errors
-            if type(err).__module__.startswith("httpx"):
-                raise Unavailable(f"Ollama at {self.host} did not answer: {err}") from None
-            raise
+        except self._httpx.HTTPError as err:  # timeouts and other transport errors
+            raise Unavailable(f"Ollama at {self.host} did not answer: {err}") from None
         return np.asarray(response["embeddings"], dtype=np.float32)
 
 

@@ -111,9 +111,9 @@ def normalise_query(query: str, cfg: RetrievalConfig) -> str:
     return query[: cfg.max_query_chars]
 
 
-def resolve_user(index: NoteIndex, user_id: str | None) -> str:
-    """The user whose notes to search: given, or the only one in the index."""
-    users = index.store.count_by_user()
+def resolve_user(users: dict[str, int], user_id: str | None) -> str:
+    """The user whose notes to search: given, or the only one in the index.
+    ``users`` is ``store.count_by_user()``."""
     if user_id:
         if user_id not in users:
             known = ", ".join(sorted(users)) or "none"

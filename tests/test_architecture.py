@@ -14,6 +14,7 @@ PROTOCOL_LIBS = {
     "pymongo": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/embed.py", "rag/llm.py"},
+    "httpx": {"rag/embed.py", "rag/llm.py"},
     "telegram": {"bot/telegram.py"},
     "discord": {"bot/discord.py"},
     "qdrant_client": {"rag/store.py"},

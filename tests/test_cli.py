@@ -109,6 +109,8 @@ def test_unknown_user_is_a_usage_error(cli_config, capsys):
 def test_empty_question_is_a_usage_error(cli_config, capsys):
     code, _, err = run(capsys, "--config", str(cli_config), "ask", "  ")
     assert code == 2 and "empty" in err
+    code, _, err = run(capsys, "--config", str(cli_config), "search", "")
+    assert code == 2 and "the question is empty" in err
 
 
 def test_search_needs_a_query_or_a_file(cli_config, capsys):

@@ -101,3 +101,15 @@ def test_ollama_unreachable_is_unavailable():
     s.close()  # nothing listens there now
     with pytest.raises(Unavailable, match="cannot reach Ollama"):
         embed.load(EmbedderConfig(kind="ollama", host=f"http://127.0.0.1:{port}", timeout=5))
+
+
+def test_ollama_that_never_answers_times_out_as_unavailable():
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts connections, never answers
+    try:
+        port = silent.getsockname()[1]
+        with pytest.raises(Unavailable, match="did not answer"):
+            embed.load(EmbedderConfig(kind="ollama", host=f"http://127.0.0.1:{port}", timeout=0.5))
+    finally:
+        silent.close()
