@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -54,6 +55,16 @@ class SourceConfig(Section):
         description="files source: the user the notes belong to (search --user takes it)",
     )
     accounts: list[Account] = []
+    api_url: str | None = Field(
+        default=None, description="leanote_api: where to call the API, if not leanote.base_url"
+    )
+    url_env: str | None = Field(
+        default=None, description="mongodb: environment variable holding the mongodb:// URL"
+    )
+    database: str | None = Field(default=None, description="mongodb: database name (default: from the URL, else leanote)")
+    users: list[str] = Field(
+        default=[], description="mongodb: only these user ids or emails (default: every user)"
+    )
 
     @model_validator(mode="after")
     def _needs(self) -> "SourceConfig":
@@ -61,7 +72,48 @@ class SourceConfig(Section):
             raise ValueError(f"source.path is required for kind {self.kind!r}")
         if self.kind == "leanote_api" and not self.accounts:
             raise ValueError("source.accounts needs at least one account for kind 'leanote_api'")
+        if self.kind == "mongodb" and not self.url_env:
+            raise ValueError("source.url_env is required for kind 'mongodb' (the variable holding mongodb://...)")
+        if self.api_url is not None and not self.api_url.startswith(("http://", "https://")):
+            raise ValueError("source.api_url must start with http:// or https://")
         return self
+
+    @property
+    def incremental(self) -> bool:
+        return self.kind in ("leanote_api", "mongodb")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def seconds(value: Any) -> float:
+    """A duration: a number of seconds, or "30s", "5m", "1h", "500ms"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a duration (examples: 30s, 5m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+Duration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]
+
+
+class ExcludeConfig(Section):
+    notebooks: list[str] = Field(default=[], description="notebook titles or ids; their sub-notebooks too")
+    tags: list[str] = Field(default=[], description="notes with any of these tags")
+
+
+class SyncConfig(Section):
+    interval: Duration = 300.0
+    reconcile_at: str = Field(default="03:30", pattern=r"^([01]?\d|2[0-3]):[0-5]\d$")
+    page_size: int = Field(default=100, ge=1, le=10_000, description="notes per getSyncNotes page")
+    fetch_concurrency: int = Field(default=4, ge=1, le=32, description="note bodies fetched at once")
+    http_timeout: Duration = 30.0
+    backoff_min: Duration = 30.0
+    backoff_max: Duration = 1800.0
+    trigger_debounce: Duration = 10.0
 
 
 class EmbedderConfig(Section):
@@ -155,6 +207,8 @@ class Settings(Section):
     chunking: ChunkingConfig = ChunkingConfig()
     bm25: Bm25Config = Bm25Config()
     retrieval: RetrievalConfig = RetrievalConfig()
+    exclude: ExcludeConfig = ExcludeConfig()
+    sync: SyncConfig = SyncConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     # Where the file was read from; relative paths were resolved against its folder.

@@ -4,6 +4,8 @@
   the CLI prints the message without a traceback and exits 2.
 - ``Unavailable``: a service or resource is down or busy; retrying later may work.
   The CLI exits 1.
+- ``AuthFailed``: a source refused the credentials; that account's sync stops
+  until they are fixed. The CLI exits 1.
 - ``NoteError``: one note could not be processed; an index run skips it and
   reports it in the summary.
 
@@ -33,6 +35,10 @@ class Unavailable(LeanoteRagError):
 
 class StoreLocked(Unavailable):
     """Another process holds the embedded index open."""
+
+
+class AuthFailed(LeanoteRagError):
+    """A source refused our credentials: retrying will not help until they are fixed."""
 
 
 class NoteError(LeanoteRagError):

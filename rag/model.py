@@ -30,6 +30,7 @@ class Note:
     is_markdown: bool = True
     notebook_id: str = ""
     notebook_path: str = ""  # "父 / 子", resolved by the source from its notebooks
+    notebook_ids: tuple[str, ...] = ()  # the notebook and its ancestors, root first
     tags: tuple[str, ...] = ()
     is_trash: bool = False
     is_deleted: bool = False
@@ -42,6 +43,15 @@ class Note:
     def searchable(self) -> bool:
         """Trashed and deleted notes are never answered from."""
         return not (self.is_trash or self.is_deleted)
+
+    def excluded_by(self, notebooks: frozenset[str], tags: frozenset[str]) -> bool:
+        """Whether a privacy rule keeps this note out: its notebook or an ancestor is named
+        (by title or id) in ``notebooks``, or it carries one of ``tags``."""
+        if notebooks:
+            titles = self.notebook_path.split(NOTEBOOK_SEP) if self.notebook_path else []
+            if notebooks.intersection(titles) or notebooks.intersection(self.notebook_ids):
+                return True
+        return bool(tags and tags.intersection(self.tags))
 
     def content_hash(self) -> str:
         """Changes when anything that shapes the chunks or their embeddings changes."""

@@ -1,12 +1,14 @@
-"""Apply a source's snapshot to the index, doing work only for what changed.
+"""Apply notes to the index, doing work only for what changed.
 
-fetch -> (unchanged? skip) -> (metadata only? set payload) -> clean -> chunk ->
-embed the chunks the cache lacks -> upsert -> delete stale points -> record.
+For each note: (unchanged? skip) -> (trashed, deleted or private? take it out) ->
+(metadata only? set payload) -> clean -> chunk -> embed the chunks the cache lacks
+-> upsert -> delete stale points. State rows are buffered and written by
+``commit()`` in one transaction, after the store writes, together with the
+cursor that covers them (incremental sources). A crash before the commit leaves
+notes that are processed again; deterministic point ids make that idempotent.
 
-The store is written first and the state row after it, so a crash between the
-two leaves a note that is simply processed again (deterministic point ids make
-that idempotent). Notes the snapshot no longer holds, and trashed or deleted
-notes, leave the index.
+``run()`` applies a whole snapshot (files, mongodump): notes it lacks leave.
+``sync.incremental`` drives ``apply``/``commit`` page by page for live sources.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
 from rag.model import Note
 
 from .sources import Skipped
-from .state import NoteRecord, State
+from .state import INDEXED, AccountRecord, NoteRecord, State
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,9 @@ class Summary:
     added: int = 0
     updated: int = 0
     moved: int = 0  # metadata only (notebook, tags, time): no re-embedding
-    deleted: int = 0
+    deleted: int = 0  # left the index: gone, trashed, deleted or made private
     unchanged: int = 0
-    not_indexed: int = 0  # trashed or deleted at the source, never indexed
+    not_indexed: int = 0  # trashed, deleted or private, and not in the index before either
     empty: int = 0
     skipped: list[dict] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)  # indexed, but only their first MAX_NOTE_CHARS
@@ -73,6 +75,17 @@ class Summary:
     def as_json(self) -> dict:
         return asdict(self)
 
+    def add(self, other: "Summary") -> None:
+        for name, value in asdict(other).items():
+            if isinstance(value, list):
+                getattr(self, name).extend(value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
+    @property
+    def changed(self) -> int:
+        return self.added + self.updated + self.moved + self.deleted
+
 
 def pipeline_id(index: NoteIndex) -> str:
     """Everything besides the note itself that decides what a note's points hold."""
@@ -91,22 +104,29 @@ Progress = Callable[[int, int], None]  # (notes seen, chunks embedded so far)
 
 
 class Indexer:
-    def __init__(self, index: NoteIndex, state: State, source_name: str):
+    def __init__(self, index: NoteIndex, state: State, source_name: str, account: str = ""):
         self.index = index
         self.state = state
         self.source_name = source_name
+        self.account = account
         self.pipeline = pipeline_id(index)
-        self.base_url = index.settings.leanote.base_url
+        settings = index.settings
+        self.base_url = settings.leanote.base_url
+        self.private_books = frozenset(settings.exclude.notebooks)
+        self.private_tags = frozenset(settings.exclude.tags)
         self.summary = Summary()
         self._batch: list[tuple[PreparedNote, NoteRecord | None]] = []
         self._batch_chunks = 0
+        self._pending: dict[str, NoteRecord | None] = {}  # note id -> row to write, or None to delete
         self.progress: Progress = lambda seen, embedded: None
+        if self.state.bind_index(self.index.index_id):
+            log.info("the state described another index; every note will be indexed anew")
+
+    # --- a snapshot -----------------------------------------------------------------------
 
     def run(self, items: Iterable[Union[Note, Skipped]], *, remove_missing: bool = True) -> Summary:
         """Index a full snapshot. With remove_missing, notes it lacks leave the index."""
         started = time.monotonic()
-        if self.state.bind_index(self.index.index_id):
-            log.info("state did not match this index; every note will be indexed anew")
         seen: set[str] = set()
         for n, item in enumerate(items, start=1):
             if isinstance(item, Skipped):
@@ -115,19 +135,25 @@ class Indexer:
                 self._skip(item.origin or item.id, f"duplicate note id {item.id}")
             else:
                 seen.add(item.id)
-                self._apply(item)
+                self.apply(item)
+            if self._batch_chunks >= BATCH_CHUNKS:
+                self.commit()
             self.progress(n, self.summary.chunks_embedded)
-        self._flush()
         if remove_missing:
             for note_id in sorted(self.state.note_ids() - seen):
-                self._remove(note_id)
+                self.remove(note_id)
+        self.commit()
+        self.finish()
+        self.summary.seconds = round(time.monotonic() - started, 3)
+        return self.summary
+
+    def finish(self) -> None:
+        """After a run: build the HNSW index if much was written, drop unused cached vectors."""
         if self.summary.chunks_written >= self.index.settings.qdrant.optimize_after:
             t = time.monotonic()
             self.index.store.optimize()
             self.summary.optimize_seconds = round(time.monotonic() - t, 3)
         self.state.prune_cache()
-        self.summary.seconds = round(time.monotonic() - started, 3)
-        return self.summary
 
     # --- one note -------------------------------------------------------------------------
 
@@ -135,33 +161,74 @@ class Indexer:
         log.warning("skipped %s: %s", origin, reason)
         self.summary.skipped.append({"note": origin, "reason": reason})
 
-    def _remove(self, note_id: str) -> None:
-        rec = self.state.note(note_id)
+    def record(self, note_id: str) -> NoteRecord | None:
+        """The note's row as this run leaves it (pending writes first)."""
+        if note_id in self._pending:
+            return self._pending[note_id]
+        return self.state.note(note_id)
+
+    def status_of(self, note: Note) -> str:
+        if note.is_deleted:
+            return "deleted"
+        if note.is_trash:
+            return "trash"
+        if note.excluded_by(self.private_books, self.private_tags):
+            return "excluded"
+        return INDEXED
+
+    def remove(self, note_id: str) -> None:
+        """The note is gone from the source: out of the index, row dropped."""
+        rec = self.record(note_id)
         if rec is None:
             return
-        self.index.delete(rec.point_ids)
-        self.state.delete_note(note_id)
-        self.summary.deleted += 1
+        if rec.status == INDEXED:
+            self.index.delete(rec.point_ids)
+            self.summary.deleted += 1
+        self._pending[note_id] = None
 
-    def _apply(self, note: Note) -> None:
-        rec = self.state.note(note.id)
-        if not note.searchable:
-            if rec is not None:
-                self._remove(note.id)
+    def _row(self, note: Note, status: str, content_hash: str = "", point_ids=(), chunk_keys=()) -> NoteRecord:
+        return NoteRecord(
+            note_id=note.id,
+            source=self.source_name,
+            user_id=note.user_id,
+            title=note.title,
+            notebook=note.notebook_path,
+            content_hash=content_hash,
+            meta_hash=meta_hash(note, self.base_url),
+            pipeline=self.pipeline,
+            point_ids=list(point_ids),
+            chunk_keys=list(chunk_keys),
+            usn=note.usn,
+            account=self.account,
+            status=status,
+            notebook_id=note.notebook_id,
+            tags=list(note.tags),
+        )
+
+    def apply(self, note: Note) -> None:
+        """Bring one note (with its body) into the index, or take it out."""
+        rec = self.record(note.id)
+        status = self.status_of(note)
+        if status != INDEXED:
+            if rec is not None and rec.status == INDEXED:
+                self.index.delete(rec.point_ids)
+                self.summary.deleted += 1
             else:
                 self.summary.not_indexed += 1
+            # a trashed or private note keeps its cached vectors: restoring it embeds nothing
+            keep = rec.chunk_keys if rec is not None and status != "deleted" else []
+            self._pending[note.id] = self._row(note, status, chunk_keys=keep)
             return
         content_hash = note.content_hash()
-        if rec is not None and rec.content_hash == content_hash and rec.pipeline == self.pipeline:
-            mhash = meta_hash(note, self.base_url)
-            if rec.meta_hash == mhash:
+        if rec is not None and rec.status == INDEXED and rec.content_hash == content_hash and rec.pipeline == self.pipeline:
+            row = self._row(note, INDEXED, content_hash, rec.point_ids, rec.chunk_keys)
+            if rec.meta_hash == row.meta_hash:
                 self.summary.unchanged += 1
-                return
-            self.index.update_meta(note, rec.point_ids)
-            rec.meta_hash, rec.notebook, rec.usn = mhash, note.notebook_path, note.usn
-            rec.user_id = note.user_id
-            self.state.put_note(rec)
-            self.summary.moved += 1
+            else:
+                self.index.update_meta(note, rec.point_ids)
+                self.summary.moved += 1
+            if row != rec:
+                self._pending[note.id] = row
             return
         try:
             prepared = self.index.prepare(note)
@@ -180,9 +247,10 @@ class Indexer:
         if self._batch_chunks >= BATCH_CHUNKS:
             self._flush()
 
-    # --- a batch of notes -----------------------------------------------------------------
+    # --- writing --------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Embed what the cache lacks and write the batch's points to the store."""
         if not self._batch:
             return
         batch, self._batch, self._batch_chunks = self._batch, [], 0
@@ -202,32 +270,37 @@ class Indexer:
             vectors.update(new)
             self.summary.chunks_embedded += len(todo)
         for prepared, rec in batch:
-            note = prepared.note
             rows = [vectors[pc.text_hash] for pc in prepared.chunks]
             matrix = np.stack(rows) if rows else np.zeros((0, self.index.embedder.dim), dtype=np.float32)
-            self.index.write(prepared, matrix, stale_ids=rec.point_ids if rec else [])
+            stale = rec.point_ids if rec is not None and rec.status == INDEXED else []
+            self.index.write(prepared, matrix, stale_ids=stale)
             self.summary.chunks_written += len(prepared.chunks)
             if not prepared.chunks:
                 self.summary.empty += 1
-            elif rec is None:
+            elif rec is None or rec.status != INDEXED:
                 self.summary.added += 1
             else:
                 self.summary.updated += 1
+            self._pending[prepared.note.id] = self._row(
+                prepared.note,
+                INDEXED,
+                prepared.content_hash,
+                [pc.point_id for pc in prepared.chunks],
+                [pc.text_hash for pc in prepared.chunks],
+            )
+
+    def commit(self, account: AccountRecord | None = None) -> None:
+        """Write everything applied so far: points first, then the rows (and the
+        account's cursors) in one transaction."""
+        self._flush()
+        if not self._pending and account is None:
+            return
+        pending, self._pending = self._pending, {}
         with self.state.transaction():
-            for prepared, _ in batch:
-                note = prepared.note
-                self.state.put_note(
-                    NoteRecord(
-                        note_id=note.id,
-                        source=self.source_name,
-                        user_id=note.user_id,
-                        title=note.title,
-                        notebook=note.notebook_path,
-                        content_hash=prepared.content_hash,
-                        meta_hash=meta_hash(note, self.base_url),
-                        pipeline=self.pipeline,
-                        point_ids=[pc.point_id for pc in prepared.chunks],
-                        chunk_keys=[pc.text_hash for pc in prepared.chunks],
-                        usn=note.usn,
-                    )
-                )
+            for note_id, rec in pending.items():
+                if rec is None:
+                    self.state.delete_note(note_id)
+                else:
+                    self.state.put_note(rec)
+            if account is not None:
+                self.state.put_account(account)

@@ -1,14 +1,18 @@
 """Sync state in SQLite under ``state_dir``: what is in the index, and why.
 
-- ``notes``: one row per indexed note: its content hash, the hash of its metadata,
-  the pipeline that prepared it, and the ids of its points in the store.
-- ``embeddings``: a cache of dense vectors keyed by (embedder, embedded text) hash,
-  so an edited note re-embeds only the chunks whose text changed.
+- ``notes``: one row per note seen: its status (indexed, or why not), Usn, content
+  hash, metadata hash, the pipeline that prepared it, its point ids in the store.
+- ``accounts``: per (source, account): the USN cursors (notebooks, notes), the
+  server's USN when last asked, last success, last error, next run.
+- ``notebooks``: the notebook tree of incremental sources, to resolve paths and
+  privacy rules without asking the server.
+- ``embeddings``: dense vectors keyed by (embedder, embedded text) hash, so an
+  edited note re-embeds only the chunks whose text changed.
 - ``runs``: sync history. ``meta``: which index these rows describe.
 
-A note's row is written only after its points are in the store, so a crash
-leaves at worst a note that is processed again; deterministic point ids make
-that harmless.
+A note's row and the cursor that covers it are written in one transaction, after
+its points are in the store: a crash leaves at worst notes that are processed
+again, and deterministic point ids make that harmless.
 """
 
 from __future__ import annotations
@@ -16,39 +20,79 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS notes (
-    note_id TEXT PRIMARY KEY,
-    source TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    title TEXT NOT NULL,
-    notebook TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    meta_hash TEXT NOT NULL,
-    pipeline TEXT NOT NULL,
-    point_ids TEXT NOT NULL,
-    chunk_keys TEXT NOT NULL,
-    usn INTEGER NOT NULL DEFAULT 0,
-    indexed_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS notes_source ON notes(source);
-CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    source TEXT NOT NULL,
-    started REAL NOT NULL,
-    finished REAL,
-    summary TEXT,
-    error TEXT
-);
-"""
+from rag.model import Notebook
+
+# Each step takes the schema from version i to i + 1 (PRAGMA user_version).
+MIGRATIONS = [
+    """
+    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS notes (
+        note_id TEXT PRIMARY KEY,
+        source TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        notebook TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        meta_hash TEXT NOT NULL,
+        pipeline TEXT NOT NULL,
+        point_ids TEXT NOT NULL,
+        chunk_keys TEXT NOT NULL,
+        usn INTEGER NOT NULL DEFAULT 0,
+        indexed_at REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS notes_source ON notes(source);
+    CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
+    CREATE TABLE IF NOT EXISTS runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        source TEXT NOT NULL,
+        started REAL NOT NULL,
+        finished REAL,
+        summary TEXT,
+        error TEXT
+    );
+    """,
+    """
+    ALTER TABLE notes ADD COLUMN account TEXT NOT NULL DEFAULT '';
+    ALTER TABLE notes ADD COLUMN status TEXT NOT NULL DEFAULT 'indexed';
+    ALTER TABLE notes ADD COLUMN notebook_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE notes ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+    CREATE INDEX IF NOT EXISTS notes_notebook ON notes(notebook_id);
+    CREATE TABLE accounts (
+        source TEXT NOT NULL,
+        account TEXT NOT NULL,
+        user_id TEXT NOT NULL DEFAULT '',
+        notebooks_usn INTEGER NOT NULL DEFAULT 0,
+        notes_usn INTEGER NOT NULL DEFAULT 0,
+        server_usn INTEGER,
+        last_attempt REAL,
+        last_success REAL,
+        last_error TEXT,
+        failing_since REAL,
+        next_run REAL,
+        PRIMARY KEY (source, account)
+    );
+    CREATE TABLE notebooks (
+        source TEXT NOT NULL,
+        notebook_id TEXT NOT NULL,
+        account TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        parent_id TEXT NOT NULL,
+        deleted INTEGER NOT NULL,
+        usn INTEGER NOT NULL,
+        PRIMARY KEY (source, notebook_id)
+    );
+    """,
+]
+
+INDEXED = "indexed"
+NOT_INDEXED = ("trash", "deleted", "excluded")
 
 
 @dataclass
@@ -64,6 +108,42 @@ class NoteRecord:
     point_ids: list[str]
     chunk_keys: list[str]
     usn: int
+    account: str = ""
+    status: str = INDEXED  # or "trash", "deleted", "excluded": known, not in the index
+    notebook_id: str = ""
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AccountRecord:
+    source: str
+    account: str
+    user_id: str = ""
+    notebooks_usn: int = 0
+    notes_usn: int = 0
+    server_usn: int | None = None
+    last_attempt: float | None = None
+    last_success: float | None = None
+    last_error: str | None = None
+    failing_since: float | None = None
+    next_run: float | None = None
+
+    @property
+    def cursor(self) -> int:
+        """The highest USN received (notebooks and notes share the user's counter)."""
+        return max(self.notebooks_usn, self.notes_usn)
+
+
+_NOTE_COLUMNS = (
+    "note_id, source, user_id, title, notebook, content_hash, meta_hash, pipeline, point_ids, chunk_keys, "
+    "usn, account, status, notebook_id, tags"
+)
+
+
+def _note(row) -> NoteRecord:
+    return NoteRecord(
+        *row[:8], json.loads(row[8]), json.loads(row[9]), row[10], row[11], row[12], row[13], json.loads(row[14])
+    )
 
 
 class State:
@@ -71,10 +151,19 @@ class State:
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / "state.db"
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        for i in range(version, len(MIGRATIONS)):
+            with self.transaction():
+                for statement in MIGRATIONS[i].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {i + 1}")
 
     def close(self) -> None:
         self.db.close()
@@ -92,27 +181,38 @@ class State:
         self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
     def bind_index(self, index_id: str) -> bool:
-        """Tie the note rows to one index. Returns True when rows were for another index
-        (a rebuild, or an index deleted by hand) and were dropped."""
+        """Tie the rows to one index. When they describe another one (a rebuild, an index
+        deleted by hand) they are dropped, cursors included, so everything is pulled anew.
+        Returns True when rows were dropped."""
         if self.get_meta("index_id") == index_id:
             return False
         had_rows = self.db.execute("SELECT 1 FROM notes LIMIT 1").fetchone() is not None
         with self.transaction():
             self.db.execute("DELETE FROM notes")
+            self.db.execute("UPDATE accounts SET notebooks_usn = 0, notes_usn = 0")
+            self.db.execute("DELETE FROM notebooks")
             self.set_meta("index_id", index_id)
         return had_rows
 
     # --- notes ----------------------------------------------------------------------------
 
     def note(self, note_id: str) -> NoteRecord | None:
-        row = self.db.execute(
-            "SELECT note_id, source, user_id, title, notebook, content_hash, meta_hash, pipeline, "
-            "point_ids, chunk_keys, usn FROM notes WHERE note_id = ?",
-            (note_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        return NoteRecord(*row[:8], json.loads(row[8]), json.loads(row[9]), row[10])
+        row = self.db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE note_id = ?", (note_id,)).fetchone()
+        return _note(row) if row else None
+
+    def notes_in(self, notebook_ids: Iterable[str]) -> list[NoteRecord]:
+        ids = list(notebook_ids)
+        out: list[NoteRecord] = []
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            marks = ",".join("?" * len(part))
+            rows = self.db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE notebook_id IN ({marks})", part)
+            out.extend(_note(r) for r in rows)
+        return out
+
+    def notes_of(self, source: str, account: str) -> list[NoteRecord]:
+        rows = self.db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE source = ? AND account = ?", (source, account))
+        return [_note(r) for r in rows]
 
     def note_ids(self, source: str | None = None) -> set[str]:
         if source is None:
@@ -123,8 +223,7 @@ class State:
 
     def put_note(self, rec: NoteRecord) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO notes(note_id, source, user_id, title, notebook, content_hash, meta_hash, "
-            "pipeline, point_ids, chunk_keys, usn, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR REPLACE INTO notes({_NOTE_COLUMNS}, indexed_at) VALUES ({','.join('?' * 16)})",
             (
                 rec.note_id,
                 rec.source,
@@ -137,6 +236,10 @@ class State:
                 json.dumps(rec.point_ids),
                 json.dumps(rec.chunk_keys),
                 rec.usn,
+                rec.account,
+                rec.status,
+                rec.notebook_id,
+                json.dumps(rec.tags, ensure_ascii=False),
                 time.time(),
             ),
         )
@@ -145,7 +248,66 @@ class State:
         self.db.execute("DELETE FROM notes WHERE note_id = ?", (note_id,))
 
     def counts_by_user(self) -> dict[str, int]:
-        return dict(self.db.execute("SELECT user_id, COUNT(*) FROM notes GROUP BY user_id"))
+        """Indexed notes per user."""
+        return dict(self.db.execute("SELECT user_id, COUNT(*) FROM notes WHERE status = ? GROUP BY user_id", (INDEXED,)))
+
+    def indexed_count(self, source: str, account: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM notes WHERE source = ? AND account = ? AND status = ?", (source, account, INDEXED)
+        ).fetchone()
+        return row[0]
+
+    # --- accounts and notebooks ------------------------------------------------------------
+
+    def account(self, source: str, account: str) -> AccountRecord:
+        row = self.db.execute(
+            "SELECT source, account, user_id, notebooks_usn, notes_usn, server_usn, last_attempt, last_success, "
+            "last_error, failing_since, next_run FROM accounts WHERE source = ? AND account = ?",
+            (source, account),
+        ).fetchone()
+        return AccountRecord(*row) if row else AccountRecord(source, account)
+
+    def accounts(self) -> list[AccountRecord]:
+        rows = self.db.execute(
+            "SELECT source, account, user_id, notebooks_usn, notes_usn, server_usn, last_attempt, last_success, "
+            "last_error, failing_since, next_run FROM accounts ORDER BY source, account"
+        )
+        return [AccountRecord(*r) for r in rows]
+
+    def put_account(self, rec: AccountRecord) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO accounts(source, account, user_id, notebooks_usn, notes_usn, server_usn, "
+            "last_attempt, last_success, last_error, failing_since, next_run) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                rec.source,
+                rec.account,
+                rec.user_id,
+                rec.notebooks_usn,
+                rec.notes_usn,
+                rec.server_usn,
+                rec.last_attempt,
+                rec.last_success,
+                rec.last_error,
+                rec.failing_since,
+                rec.next_run,
+            ),
+        )
+
+    def notebooks(self, source: str) -> dict[str, Notebook]:
+        rows = self.db.execute(
+            "SELECT notebook_id, user_id, title, parent_id, deleted FROM notebooks WHERE source = ?", (source,)
+        )
+        return {r[0]: Notebook(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows}
+
+    def put_notebook(self, source: str, account: str, book: Notebook, usn: int) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO notebooks(source, notebook_id, account, user_id, title, parent_id, deleted, usn) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (source, book.id, account, book.user_id, book.title, book.parent_id, int(book.is_deleted), usn),
+        )
+
+    def delete_notebook(self, source: str, notebook_id: str) -> None:
+        self.db.execute("DELETE FROM notebooks WHERE source = ? AND notebook_id = ?", (source, notebook_id))
 
     # --- embedding cache ------------------------------------------------------------------
 
@@ -204,13 +366,19 @@ class State:
 
 
 class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception. Nested use joins the outer one."""
+
     def __init__(self, db: sqlite3.Connection):
         self.db = db
+        self.outer = False
 
     def __enter__(self):
-        self.db.execute("BEGIN IMMEDIATE")
+        self.outer = not self.db.in_transaction
+        if self.outer:
+            self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
     def __exit__(self, exc_type, exc, tb):
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if self.outer:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
         return False

@@ -141,11 +141,15 @@ def test_missing_source_folder_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and "is not a folder of notes" in err
 
 
-def test_source_kinds_of_the_sync_issue_say_they_are_not_here_yet(tmp_path, capsys):
+def test_mongodb_source_needs_the_url_variable(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("source:\n  kind: mongodb\nstate_dir: data\n")
     code, _, err = run(capsys, "--config", str(cfg), "index")
-    assert code == 2 and "not available yet" in err
+    assert code == 2 and "source.url_env is required" in err
+    cfg.write_text("source:\n  kind: mongodb\n  url_env: LR_TEST_MONGO\nstate_dir: data\n")
+    monkeypatch.delenv("LR_TEST_MONGO", raising=False)
+    code, _, err = run(capsys, "--config", str(cfg), "index")
+    assert code == 2 and "LR_TEST_MONGO (named by source.url_env) is not set" in err
 
 
 def test_runtime_failure_exits_1_without_traceback_unless_debug(cli_config, capsys):

@@ -83,7 +83,7 @@ def test_reads_notes_with_real_field_types(tmp_path):
     assert not skipped and len(notes) == 6
     n1 = notes[str(oid(1))]
     assert n1.user_id == str(U1) and n1.notebook_id == str(CHILD)
-    assert n1.notebook_path == "Java / 并发编程"
+    assert n1.notebook_path == "Java / 并发编程" and n1.notebook_ids == (str(ROOT), str(CHILD))
     assert n1.tags == ("java",)  # "" dropped
     assert n1.usn == 4 and n1.updated_at == T and n1.is_markdown and n1.searchable
     assert "动态调整" in n1.content
@@ -135,7 +135,8 @@ def test_notebook_paths_survive_missing_parents_and_cycles():
         "c": Notebook("c", "u", "C", parent_id="gone"),  # parent hard-deleted
     }
     paths = notebook_paths(books)
-    assert paths["a"] == "B / A" and paths["b"] == "A / B" and paths["c"] == "C"
+    assert paths["a"].path == "B / A" and paths["b"].path == "A / B" and paths["c"].path == "C"
+    assert paths["a"].ids == ("b", "a") and paths["c"].ids == ("c",)
 
 
 def test_shared_corpus_backup(shared, tmp_path):

@@ -1,10 +1,14 @@
-"""Where notes come from. Each source yields every current note (a full snapshot);
-the indexer compares it with the state and writes only what changed.
+"""Where notes come from. Two kinds of source:
 
-A source yields ``Note`` objects (trashed and deleted ones too, flagged, so the
-indexer can take them out) and ``Skipped`` records for notes it could not read.
-It raises ``UserError``/``Unavailable`` when the source as a whole cannot be read:
-then nothing is deleted from the index.
+- snapshot sources (``files``, ``mongodump``) yield every current note; the
+  indexer compares them with the state and writes only what changed. They yield
+  ``Note`` objects (trashed and deleted ones too, flagged, so the indexer can take
+  them out) and ``Skipped`` records for notes they could not read.
+- incremental sources (``leanote_api``, ``mongodb``) open one ``AccountSession`` per
+  Leanote user, which answers "what changed after USN n" (``sync.incremental``).
+
+Either raises ``UserError``/``Unavailable``/``AuthFailed`` when it cannot be read as
+a whole: then nothing is deleted from the index.
 """
 
 from __future__ import annotations
@@ -23,17 +27,24 @@ class Skipped:
     reason: str
 
 
-def notebook_paths(notebooks: dict[str, Notebook]) -> dict[str, str]:
-    """Each notebook's path from its root ("父 / 子"). A parent that is missing or
-    part of a cycle ends the path where it is."""
-    paths: dict[str, str] = {}
+@dataclass(frozen=True)
+class BookPath:
+    path: str  # "父 / 子"
+    ids: tuple[str, ...]  # root first, the notebook itself last
+
+
+def notebook_paths(notebooks: dict[str, Notebook]) -> dict[str, BookPath]:
+    """Each notebook's path from its root. A parent that is missing or part of a
+    cycle ends the path where it is."""
+    paths: dict[str, BookPath] = {}
     for book_id in notebooks:
-        titles, seen, current = [], set(), notebooks.get(book_id)
+        chain, seen, current = [], set(), notebooks.get(book_id)
         while current is not None and current.id not in seen:
             seen.add(current.id)
-            titles.append(current.title)
+            chain.append(current)
             current = notebooks.get(current.parent_id) if current.parent_id else None
-        paths[book_id] = NOTEBOOK_SEP.join(reversed(titles))
+        chain.reverse()
+        paths[book_id] = BookPath(NOTEBOOK_SEP.join(b.title for b in chain), tuple(b.id for b in chain))
     return paths
 
 
@@ -45,6 +56,36 @@ class NoteSource(Protocol):
         ...
 
     def notes(self) -> Iterator[Union[Note, Skipped]]: ...
+
+
+@dataclass
+class Page:
+    """Notes changed after a USN, in USN order (metadata only), and the USN up to which
+    every change has now been seen."""
+
+    notes: list[Note]
+    covered: int
+
+
+class AccountSession(Protocol):
+    account: str  # state key: the login email, or the user id
+    user_id: str
+
+    def server_usn(self) -> int: ...
+    def notebooks_since(self, usn: int) -> list[tuple[Notebook, int]]: ...
+    def notes_since(self, usn: int) -> Iterator[Page]: ...
+    def contents(self, note_ids: list[str]) -> dict[str, "str | None | Exception"]: ...
+    def notes_by_id(self, note_ids: list[str]) -> list[Note]: ...
+    def all_notebooks(self) -> list[Notebook]: ...
+    def all_notes(self) -> list[Note]: ...
+    def close(self) -> None: ...
+
+
+class IncrementalSource(Protocol):
+    name: str
+
+    def accounts(self) -> list[str]: ...
+    def session(self, account: str) -> AccountSession: ...
 
 
 def _files(settings: Settings) -> NoteSource:
@@ -59,18 +100,30 @@ def _mongodump(settings: Settings) -> NoteSource:
     return MongodumpSource(settings.source.path, settings.state_dir)
 
 
-SOURCES: dict[str, Callable[[Settings], NoteSource]] = {
+def _leanote_api(settings: Settings) -> IncrementalSource:
+    from .leanote_api import ApiSource
+
+    return ApiSource(settings)
+
+
+def _mongodb(settings: Settings) -> IncrementalSource:
+    from .mongodb import MongoSource
+
+    return MongoSource(settings)
+
+
+SOURCES: dict[str, Callable[[Settings], NoteSource | IncrementalSource]] = {
     "files": _files,
     "mongodump": _mongodump,
+    "leanote_api": _leanote_api,
+    "mongodb": _mongodb,
 }
 
 
-def open_source(settings: Settings) -> NoteSource:
+def open_source(settings: Settings) -> NoteSource | IncrementalSource:
     kind = settings.source.kind
     try:
         factory = SOURCES[kind]
     except KeyError:
-        raise ConfigError(
-            f"source.kind {kind!r} is not available yet in this version; use one of {', '.join(SOURCES)}"
-        ) from None
+        raise ConfigError(f"source.kind {kind!r} is unknown; use one of {', '.join(SOURCES)}") from None
     return factory(settings)

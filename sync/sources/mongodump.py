@@ -25,7 +25,7 @@ from bson.codec_options import CodecOptions
 from rag.errors import UserError
 from rag.model import Note, Notebook
 
-from . import Skipped, notebook_paths
+from . import BookPath, Skipped, notebook_paths
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +147,9 @@ class MongodumpSource:
             self.close()
 
 
-def _note(d: dict, content: str, paths: dict[str, str]) -> Note:
+def _note(d: dict, content: str, paths: dict[str, BookPath]) -> Note:
     notebook_id = _id(d.get("NotebookId"))
+    book = paths.get(notebook_id)
     return Note(
         id=_id(d["_id"]),
         user_id=_id(d.get("UserId")),
@@ -156,7 +157,8 @@ def _note(d: dict, content: str, paths: dict[str, str]) -> Note:
         content=content if isinstance(content, str) else "",
         is_markdown=bool(d.get("IsMarkdown", False)),
         notebook_id=notebook_id,
-        notebook_path=paths.get(notebook_id, ""),
+        notebook_path=book.path if book else "",
+        notebook_ids=book.ids if book else ((notebook_id,) if notebook_id else ()),
         tags=tuple(t for t in (d.get("Tags") or []) if isinstance(t, str) and t.strip()),
         is_trash=bool(d.get("IsTrash", False)),
         is_deleted=bool(d.get("IsDeleted", False)),

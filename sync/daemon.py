@@ -1,0 +1,192 @@
+"""``leanote-rag serve``: one asyncio process that keeps the index a mirror of Leanote.
+
+APScheduler (``AsyncIOScheduler``) runs the incremental sync every ``sync.interval``
+(``max_instances=1``, ``coalesce=True``: a slow sync is never run twice at once)
+and the reconcile daily at ``sync.reconcile_at``. Syncs run in a worker thread,
+so the event loop stays free for the bots' questions, which are answered from the
+existing index while Leanote is down. An account that fails is retried on its
+backoff schedule, sooner than the interval when that is shorter.
+
+One process, because the embedded index allows one opener; ``trigger()`` (the bots'
+``/sync``) runs a sync now, debounced. SIGTERM/SIGINT stop cleanly: the scheduler
+stops, a running pass finishes its current page (state and index stay consistent),
+the index is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from datetime import datetime, timedelta
+from typing import Awaitable, Callable
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from rag.config import Settings
+from rag.index import NoteIndex
+
+from .service import PassResult, SyncService
+from .state import State
+
+log = logging.getLogger(__name__)
+
+# Extra long-running parts (the chat bots) plug in here: called with the daemon,
+# they run until cancelled.
+Service = Callable[["Daemon"], Awaitable[None]]
+
+
+class Daemon:
+    def __init__(self, settings: Settings, services: list[Service] | None = None, clock=time.time):
+        self.settings = settings
+        self.services = services or []
+        self.clock = clock
+        self.index: NoteIndex | None = None
+        self.state: State | None = None
+        self.sync: SyncService | None = None
+        self.scheduler: AsyncIOScheduler | None = None
+        self.stopping = asyncio.Event()
+        self.passes = 0
+        self.last_pass: PassResult | None = None
+        self.pass_done = asyncio.Condition()
+        self._last_trigger = 0.0
+        self._rerun = False  # a trigger came while a pass was running
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self.state = State(self.settings.state_dir)
+        self.index = NoteIndex.open(self.settings, create=True)
+        self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock)
+
+    def close(self) -> None:
+        if self.sync:
+            self.sync.close()
+        if self.index:
+            self.index.close()
+        if self.state:
+            self.state.close()
+
+    async def run(self) -> None:
+        """Serve until SIGTERM/SIGINT (or ``stop()``)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+                pass
+        self.open()
+        tasks: list[asyncio.Task] = []
+        try:
+            self.scheduler = AsyncIOScheduler()
+            cfg = self.settings.sync
+            hour, minute = (int(x) for x in cfg.reconcile_at.split(":"))
+            self.scheduler.add_job(
+                self._pass, IntervalTrigger(seconds=cfg.interval), id="sync", name="incremental sync",
+                max_instances=1, coalesce=True, next_run_time=datetime.now(),
+            )
+            self.scheduler.add_job(
+                self._pass, CronTrigger(hour=hour, minute=minute), id="reconcile", name="daily reconcile",
+                kwargs={"reconcile": True}, max_instances=1, coalesce=True,
+            )
+            self.scheduler.start()
+            log.info("serving: sync every %.0f s, reconcile daily at %s, index in %s",
+                     cfg.interval, cfg.reconcile_at, self.index.store.location)
+            tasks = [asyncio.create_task(self._supervise(service)) for service in self.services]
+            await self.stopping.wait()
+        finally:
+            log.info("stopping")
+            if self.scheduler and self.scheduler.running:
+                self.scheduler.shutdown(wait=False)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # a pass in its worker thread finishes its page; wait for it before closing
+            await asyncio.to_thread(self.sync.lock.acquire) if self.sync else None
+            self.close()
+            log.info("stopped")
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    async def _supervise(self, service: Service) -> None:
+        """Run a service; if it fails (bad token, network down), retry with backoff
+        without stopping the sync or the other services."""
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                await service(self)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                failures += 1
+                delay = self.sync.backoff(failures) if self.sync else 30.0
+                log.warning("%s failed (%s); restarting in %.0f s", getattr(service, "__name__", service), err, delay)
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+                except asyncio.TimeoutError:
+                    pass
+
+    # --- syncing --------------------------------------------------------------------------
+
+    async def _pass(self, reconcile: bool = False, force: bool = False) -> PassResult:
+        result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
+        self.last_pass = result
+        self.passes += 1
+        summary = result.summary
+        if summary.changed or summary.skipped:
+            log.info("synced: %s", summary.line())
+        self._schedule_retry()
+        if self._rerun:
+            self._rerun = False
+            self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
+        self._record_next_run()
+        async with self.pass_done:
+            self.pass_done.notify_all()
+        return result
+
+    def _schedule_retry(self) -> None:
+        """An account in backoff may be due before the next interval run: run then."""
+        due = self.sync.next_due()
+        job = self.scheduler.get_job("sync") if self.scheduler else None
+        if due is None or job is None or job.next_run_time is None:
+            return
+        when = datetime.fromtimestamp(due, tz=job.next_run_time.tzinfo)
+        if when < job.next_run_time:
+            self.scheduler.modify_job("sync", next_run_time=when)
+
+    def _record_next_run(self) -> None:
+        job = self.scheduler.get_job("sync") if self.scheduler else None
+        if job is None or job.next_run_time is None:
+            return
+        nxt = job.next_run_time.timestamp()
+        with self.state.transaction():
+            for acc in self.state.accounts():
+                if acc.next_run is None or not acc.last_error:
+                    acc.next_run = nxt
+                    self.state.put_account(acc)
+
+    def trigger(self) -> bool:
+        """Run a sync now (e.g. the bots' /sync). Debounced: returns False when a
+        trigger came less than ``sync.trigger_debounce`` ago."""
+        now = self.clock()
+        if now - self._last_trigger < self.settings.sync.trigger_debounce:
+            return False
+        self._last_trigger = now
+        if self.scheduler is None:
+            return False
+        if self.sync.lock.locked():  # the running pass may have missed the change: once more after it
+            self._rerun = True
+        else:
+            self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
+        return True
+
+    async def wait_for_pass(self, after: int) -> PassResult:
+        """Wait until more than ``after`` passes have completed."""
+        async with self.pass_done:
+            await self.pass_done.wait_for(lambda: self.passes > after)
+        return self.last_pass

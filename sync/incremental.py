@@ -1,0 +1,201 @@
+"""Incremental sync of one Leanote account: only what changed since its USN cursor.
+
+    getSyncState == cursor  ->  nothing to do (one call)
+    notebooks after cursor  ->  notebook rows; notes whose path or privacy changed
+                                get their payload updated (no re-embedding), are
+                                taken out, or fetched and indexed
+    notes after cursor      ->  page by page: trashed/deleted/private notes out;
+                                new or re-stamped ones fetched (bounded) and
+                                indexed; each page's rows and cursor committed
+                                together, after its points are in the store
+
+Cursors are the highest USN actually received (notebooks and notes apart, since
+they are pulled apart); a page that may end inside a group of equal USNs covers
+only the USNs below it (``Page.covered``).
+
+``reconcile()`` compares everything the source holds with the state and the
+index and repairs what the stream of changes cannot show: notebooks hard-deleted
+through the API, notes removed from MongoDB by hand, privacy rules changed in the
+config, points with no note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+from rag.index import NoteIndex
+from rag.model import Note, Notebook
+
+from .indexer import Indexer, Summary
+from .sources import AccountSession, BookPath, notebook_paths
+from .state import INDEXED, NoteRecord, State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AccountResult:
+    account: str
+    user_id: str
+    server_usn: int
+    cursor: int
+    summary: Summary
+    idle: bool = False
+
+
+def with_path(note: Note, paths: dict[str, BookPath]) -> Note:
+    book = paths.get(note.notebook_id)
+    if book is None:
+        return dataclasses.replace(note, notebook_path="", notebook_ids=(note.notebook_id,) if note.notebook_id else ())
+    return dataclasses.replace(note, notebook_path=book.path, notebook_ids=book.ids)
+
+
+class AccountSync:
+    def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time):
+        self.index = index
+        self.state = state
+        self.source = source_name
+        self.session = session
+        self.clock = clock
+        self.indexer = Indexer(index, state, source_name, account=session.account)
+        self.summary = self.indexer.summary
+
+    # --- the incremental pass -------------------------------------------------------------
+
+    def run(self) -> AccountResult:
+        started = time.monotonic()
+        acc = self.state.account(self.source, self.session.account)
+        server = self.session.server_usn()
+        acc.user_id = self.session.user_id
+        acc.server_usn = server
+        acc.last_attempt = self.clock()
+        if server <= acc.cursor:
+            acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
+            with self.state.transaction():
+                self.state.put_account(acc)
+            return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary, idle=True)
+
+        books = self.session.notebooks_since(acc.notebooks_usn)
+        if books:
+            self._notebooks_changed(books)
+            acc.notebooks_usn = max([acc.notebooks_usn, *(usn for _, usn in books)])
+            self.indexer.commit(acc)
+
+        paths = notebook_paths(self.state.notebooks(self.source))
+        for page in self.session.notes_since(acc.notes_usn):
+            fetch: list[Note] = []
+            for meta in page.notes:
+                meta = with_path(meta, paths)
+                rec = self.indexer.record(meta.id)
+                if rec is not None and rec.usn == meta.usn and rec.user_id == meta.user_id:
+                    self.summary.unchanged += 1  # seen before (an overlapping page, a rerun)
+                elif self.indexer.status_of(meta) != INDEXED:
+                    self.indexer.apply(meta)  # out of the index; no body needed
+                else:
+                    fetch.append(meta)
+            self._fetch_and_apply(fetch)
+            acc.notes_usn = max(acc.notes_usn, page.covered)
+            self.indexer.commit(acc)
+
+        acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
+        self.indexer.commit(acc)
+        self.indexer.finish()
+        self.summary.seconds = round(time.monotonic() - started, 3)
+        return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
+
+    def _fetch_and_apply(self, metas: list[Note]) -> None:
+        if not metas:
+            return
+        bodies = self.session.contents([m.id for m in metas])
+        for meta in metas:
+            body = bodies.get(meta.id)
+            if isinstance(body, Exception):
+                self.indexer._skip(meta.origin or meta.id, str(body))
+            elif body is None:  # gone between the listing and the fetch
+                self.indexer.remove(meta.id)
+            else:
+                self.indexer.apply(dataclasses.replace(meta, content=body))
+
+    # --- notebooks ------------------------------------------------------------------------
+
+    def _notebooks_changed(self, changed: list[tuple[Notebook, int]], replace_all: bool = False) -> None:
+        """Record notebook changes; fix the notes whose path or privacy they change."""
+        old = self.state.notebooks(self.source)
+        new = {} if replace_all else dict(old)
+        for book, _ in changed:
+            new[book.id] = book
+        if replace_all:  # notebooks of other accounts stay as they are
+            new.update({k: b for k, b in old.items() if b.user_id != self.session.user_id})
+        old_paths, new_paths = notebook_paths(old), notebook_paths(new)
+        moved = [book_id for book_id in set(old_paths) | set(new_paths) if old_paths.get(book_id) != new_paths.get(book_id)]
+        with self.state.transaction():
+            for book, usn in changed:
+                self.state.put_notebook(self.source, self.session.account, book, usn)
+            for book_id in set(old) - set(new):
+                self.state.delete_notebook(self.source, book_id)
+        if moved:
+            self._reevaluate(self.state.notes_in(moved), new_paths)
+
+    def _reevaluate(self, rows: list[NoteRecord], paths: dict[str, BookPath]) -> None:
+        """Notes whose notebook path changed: new path in the payload (no re-embedding),
+        out of the index if now private, back in if no longer private."""
+        fetch: list[str] = []
+        for row in rows:
+            if row.account != self.session.account:
+                continue
+            note = with_path(
+                Note(id=row.note_id, user_id=row.user_id, title=row.title, content="", notebook_id=row.notebook_id,
+                     tags=tuple(row.tags), usn=row.usn),
+                paths,
+            )
+            private = note.excluded_by(self.indexer.private_books, self.indexer.private_tags)
+            if row.status == INDEXED and private:
+                self.index.delete(row.point_ids)
+                self.summary.deleted += 1
+                self.indexer._pending[row.note_id] = dataclasses.replace(row, status="excluded", point_ids=[])
+            elif row.status == INDEXED and row.notebook != note.notebook_path:
+                self.index.store.set_payload(row.point_ids, {"notebook": note.notebook_path})
+                self.summary.moved += 1
+                # meta_hash "" makes the next full apply of the note refresh every payload field
+                self.indexer._pending[row.note_id] = dataclasses.replace(row, notebook=note.notebook_path, meta_hash="")
+            elif row.status == "excluded" and not private:
+                fetch.append(row.note_id)
+        if fetch:
+            for note in self.session.notes_by_id(fetch):
+                self.indexer.apply(with_path(note, paths))
+
+    # --- the daily reconcile --------------------------------------------------------------
+
+    def reconcile(self) -> AccountResult:
+        """Compare the whole source with the state and the index; repair the differences."""
+        started = time.monotonic()
+        acc = self.state.account(self.source, self.session.account)
+        acc.user_id = self.session.user_id
+        self._notebooks_changed([(b, 0) for b in self.session.all_notebooks()], replace_all=True)
+        paths = notebook_paths(self.state.notebooks(self.source))
+        metas = {n.id: with_path(n, paths) for n in self.session.all_notes()}
+        for row in self.state.notes_of(self.source, self.session.account):
+            if row.note_id not in metas:
+                self.indexer.remove(row.note_id)
+        fetch = []
+        for meta in metas.values():
+            rec = self.indexer.record(meta.id)
+            status = self.indexer.status_of(meta)
+            if status != INDEXED:
+                if rec is None or rec.status != status or rec.usn != meta.usn:
+                    self.indexer.apply(meta)
+            elif rec is None or rec.status != INDEXED or rec.usn != meta.usn or rec.notebook != meta.notebook_path:
+                fetch.append(meta)
+        self._fetch_and_apply(fetch)
+        self.indexer.commit(acc)
+        indexed = {r.note_id for r in self.state.notes_of(self.source, self.session.account) if r.status == INDEXED}
+        for orphan in sorted(self.index.store.note_ids(acc.user_id) - indexed):
+            log.info("reconcile: removing points of note %s, which no state row knows", orphan)
+            self.index.delete_note(orphan)
+            self.summary.deleted += 1
+        self.indexer.finish()
+        self.summary.seconds = round(time.monotonic() - started, 3)
+        return AccountResult(acc.account, acc.user_id, acc.server_usn or 0, acc.cursor, self.summary)

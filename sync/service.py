@@ -1,0 +1,193 @@
+"""One sync pass over the configured source, with per-account failure handling.
+
+- snapshot sources (files, mongodump): one ``Indexer.run`` of the whole snapshot;
+- incremental sources (leanote_api, mongodb): ``AccountSync`` per account.
+
+Failures are classified once, here: ``Unavailable`` (down, timing out, HTTP 500)
+backs that account off exponentially with jitter, ``backoff_min`` doubling up to
+``backoff_max``, logged once when failing starts and once on recovery;
+``AuthFailed`` stops that account's sync until the process restarts (the fix is a
+new password in the environment) and says so. Other accounts carry on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from rag.config import Settings
+from rag.errors import AuthFailed, Unavailable
+from rag.index import NoteIndex
+
+from .incremental import AccountResult, AccountSync
+from .indexer import Indexer, Summary
+from .sources import open_source
+from .state import State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    """What one pass did, per account (the account key is the source name for snapshots)."""
+
+    results: dict[str, AccountResult] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # backing off, or stopped on auth
+    seconds: float = 0.0
+
+    @property
+    def summary(self) -> Summary:
+        total = Summary()
+        for r in self.results.values():
+            total.add(r.summary)
+        total.seconds = self.seconds
+        return total
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+class SyncService:
+    def __init__(self, settings: Settings, index: NoteIndex, state: State, clock=time.time, rng=random.random):
+        self.settings = settings
+        self.index = index
+        self.state = state
+        self.source = open_source(settings)
+        self.clock = clock
+        self.rng = rng
+        self.lock = threading.Lock()  # one pass at a time
+        self._failures: dict[str, int] = {}
+        self._auth_failed: dict[str, str] = {}
+        self.progress = lambda seen, embedded: None  # snapshot sources: (notes seen, chunks embedded)
+
+    @property
+    def incremental(self) -> bool:
+        return self.settings.source.incremental
+
+    def accounts(self) -> list[str]:
+        return self.source.accounts() if self.incremental else [self.source.name]
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after the n-th failure in a row: doubling, capped, ±20 % jitter."""
+        cfg = self.settings.sync
+        base = min(cfg.backoff_max, cfg.backoff_min * 2 ** (failures - 1))
+        return min(cfg.backoff_max, base * (0.8 + 0.4 * self.rng()))
+
+    def next_due(self) -> float | None:
+        """The earliest time an account in backoff may run again."""
+        dues = [a.next_run for a in self.state.accounts() if a.next_run and a.last_error]
+        return min(dues) if dues else None
+
+    def run_pass(self, reconcile: bool = False, force: bool = False) -> PassResult:
+        """Sync every account once. ``force`` ignores backoff (a manual run)."""
+        with self.lock:
+            run_id = self.state.start_run(self.source.name)
+            try:
+                result = self._run_pass(reconcile, force)
+            except BaseException as err:
+                self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
+                raise
+            error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
+            summary = result.summary.as_json()
+            summary["reconcile"] = reconcile
+            self.state.finish_run(run_id, summary, error=error)
+            return result
+
+    def _run_pass(self, reconcile: bool, force: bool) -> PassResult:
+        started = time.monotonic()
+        result = PassResult()
+        if self._exclusions_changed():
+            log.info("privacy rules changed: reconciling every account")
+            reconcile = True
+        try:
+            accounts = self.accounts()
+        except (Unavailable, OSError) as err:
+            result.failures["*"] = str(err)
+            result.seconds = round(time.monotonic() - started, 3)
+            return result
+        for account in accounts:
+            if account in self._auth_failed:
+                result.skipped[account] = f"stopped: {self._auth_failed[account]}"
+                continue
+            acc = self.state.account(self.source.name, account)
+            now = self.clock()
+            if not force and acc.last_error and acc.next_run and acc.next_run > now:
+                result.skipped[account] = f"backing off until {time.strftime('%H:%M:%S', time.localtime(acc.next_run))}"
+                continue
+            try:
+                result.results[account] = self._sync_account(account, reconcile)
+            except AuthFailed as err:
+                self._auth_failed[account] = str(err)
+                log.error("sync of %s stopped: %s", account, err)
+                self._record_failure(account, f"auth: {err}", next_run=None)
+                result.failures[account] = str(err)
+            except (Unavailable, OSError) as err:
+                n = self._failures.get(account, 0) + 1
+                self._failures[account] = n
+                delay = self.backoff(n)
+                if n == 1:
+                    log.warning("sync of %s failing: %s (retrying in %.0f s, backing off)", account, err, delay)
+                else:
+                    log.debug("sync of %s failed again (%d): %s; next try in %.0f s", account, n, err, delay)
+                self._record_failure(account, str(err), next_run=self.clock() + delay)
+                result.failures[account] = str(err)
+            else:
+                if self._failures.pop(account, 0):
+                    log.info("sync of %s recovered", account)
+        result.seconds = round(time.monotonic() - started, 3)
+        self._remember_exclusions()
+        return result
+
+    def _sync_account(self, account: str, reconcile: bool) -> AccountResult:
+        if not self.incremental:
+            indexer = Indexer(self.index, self.state, self.source.name)
+            indexer.progress = self.progress
+            summary = indexer.run(self.source.notes())
+            acc = self.state.account(self.source.name, account)
+            acc.last_attempt = acc.last_success = self.clock()
+            acc.last_error = acc.failing_since = acc.next_run = None
+            with self.state.transaction():
+                self.state.put_account(acc)
+            return AccountResult(account, "", 0, 0, summary)
+        session = self.source.session(account)
+        try:
+            job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock)
+            result = job.reconcile() if reconcile else job.run()
+            if reconcile:  # a reconcile also catches up with the stream of changes
+                more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock).run()
+                more.summary.add(result.summary)
+                result = more
+            return result
+        finally:
+            session.close()
+
+    def _record_failure(self, account: str, error: str, next_run: float | None) -> None:
+        acc = self.state.account(self.source.name, account)
+        acc.last_attempt = self.clock()
+        acc.last_error = error
+        acc.failing_since = acc.failing_since or self.clock()
+        acc.next_run = next_run
+        with self.state.transaction():
+            self.state.put_account(acc)
+
+    def _exclusion_key(self) -> str:
+        return json.dumps(self.settings.exclude.model_dump(), sort_keys=True, ensure_ascii=False)
+
+    def _exclusions_changed(self) -> bool:
+        seen = self.state.get_meta(f"exclude:{self.source.name}")
+        return seen is not None and seen != self._exclusion_key()
+
+    def _remember_exclusions(self) -> None:
+        with self.state.transaction():
+            self.state.set_meta(f"exclude:{self.source.name}", self._exclusion_key())
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
+        if close:
+            close()
