@@ -11,7 +11,9 @@
 
 Cursors are the highest USN actually received (notebooks and notes apart, since
 they are pulled apart); a page that may end inside a group of equal USNs covers
-only the USNs below it (``Page.covered``).
+only the USNs below it (``Page.covered``). The server's USN read *before* a pass
+is kept as ``synced_usn``, only to tell "nothing changed since" when the user's
+USN is above anything we can receive (tag edits bump it too).
 
 ``reconcile()`` compares everything the source holds with the state and the
 index and repairs what the stream of changes cannot show: notebooks hard-deleted
@@ -72,7 +74,7 @@ class AccountSync:
         acc.user_id = self.session.user_id
         acc.server_usn = server
         acc.last_attempt = self.clock()
-        if server <= acc.cursor:
+        if server <= max(acc.cursor, acc.synced_usn if acc.synced_usn is not None else -1):
             acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
             with self.state.transaction():
                 self.state.put_account(acc)
@@ -101,6 +103,7 @@ class AccountSync:
             self.indexer.commit(acc)
 
         acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
+        acc.synced_usn = server
         self.indexer.commit(acc)
         self.indexer.finish()
         self.summary.seconds = round(time.monotonic() - started, 3)

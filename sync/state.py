@@ -89,6 +89,9 @@ MIGRATIONS = [
         PRIMARY KEY (source, notebook_id)
     );
     """,
+    """
+    ALTER TABLE accounts ADD COLUMN synced_usn INTEGER;
+    """,
 ]
 
 INDEXED = "indexed"
@@ -127,6 +130,9 @@ class AccountRecord:
     last_error: str | None = None
     failing_since: float | None = None
     next_run: float | None = None
+    # The server's USN read before the last complete pass: everything up to it was
+    # seen then. Only the idle check uses it; cursors stay "highest USN received".
+    synced_usn: int | None = None
 
     @property
     def cursor(self) -> int:
@@ -134,6 +140,10 @@ class AccountRecord:
         return max(self.notebooks_usn, self.notes_usn)
 
 
+_ACCOUNT_COLUMNS = (
+    "source, account, user_id, notebooks_usn, notes_usn, server_usn, last_attempt, last_success, "
+    "last_error, failing_since, next_run, synced_usn"
+)
 _NOTE_COLUMNS = (
     "note_id, source, user_id, title, notebook, content_hash, meta_hash, pipeline, point_ids, chunk_keys, "
     "usn, account, status, notebook_id, tags"
@@ -189,7 +199,7 @@ class State:
         had_rows = self.db.execute("SELECT 1 FROM notes LIMIT 1").fetchone() is not None
         with self.transaction():
             self.db.execute("DELETE FROM notes")
-            self.db.execute("UPDATE accounts SET notebooks_usn = 0, notes_usn = 0")
+            self.db.execute("UPDATE accounts SET notebooks_usn = 0, notes_usn = 0, synced_usn = NULL")
             self.db.execute("DELETE FROM notebooks")
             self.set_meta("index_id", index_id)
         return had_rows
@@ -261,23 +271,20 @@ class State:
 
     def account(self, source: str, account: str) -> AccountRecord:
         row = self.db.execute(
-            "SELECT source, account, user_id, notebooks_usn, notes_usn, server_usn, last_attempt, last_success, "
-            "last_error, failing_since, next_run FROM accounts WHERE source = ? AND account = ?",
+            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE source = ? AND account = ?",
             (source, account),
         ).fetchone()
         return AccountRecord(*row) if row else AccountRecord(source, account)
 
     def accounts(self) -> list[AccountRecord]:
         rows = self.db.execute(
-            "SELECT source, account, user_id, notebooks_usn, notes_usn, server_usn, last_attempt, last_success, "
-            "last_error, failing_since, next_run FROM accounts ORDER BY source, account"
+            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts ORDER BY source, account"
         )
         return [AccountRecord(*r) for r in rows]
 
     def put_account(self, rec: AccountRecord) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO accounts(source, account, user_id, notebooks_usn, notes_usn, server_usn, "
-            "last_attempt, last_success, last_error, failing_since, next_run) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR REPLACE INTO accounts({_ACCOUNT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 rec.source,
                 rec.account,
@@ -290,6 +297,7 @@ class State:
                 rec.last_error,
                 rec.failing_since,
                 rec.next_run,
+                rec.synced_usn,
             ),
         )
 

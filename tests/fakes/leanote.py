@@ -143,8 +143,9 @@ class FakeLeanote:
             self.notes[note["NoteId"]] = note
             return note
 
-    def load_corpus(self, corpus: Path, passwords=("one-secret", "two-secret")) -> None:
-        """The shared corpus: two users, their notebooks and notes with their own USNs."""
+    def load_corpus(self, corpus: Path, passwords=("one-secret", "two-secret"), keep=lambda note: True) -> None:
+        """The shared corpus: two users, their notebooks and notes with their own USNs
+        (only the notes ``keep`` accepts)."""
         facts = json.loads((corpus / "facts.json").read_text(encoding="utf-8"))
         self.add_user(facts["users"]["user_one"], "one@example.com", passwords[0])
         self.add_user(facts["users"]["user_two"], "two@example.com", passwords[1])
@@ -154,7 +155,8 @@ class FakeLeanote:
             for line in f:
                 note = json.loads(line)
                 note.pop("Source", None)
-                self.put_note(note, usn=note["Usn"])
+                if keep(note):
+                    self.put_note(note, usn=note["Usn"])
 
     def apply_change(self, change: dict) -> None:
         """One ``changes.jsonl`` line: the note after the change, USN included."""

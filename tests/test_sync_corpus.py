@@ -1,0 +1,214 @@
+"""The shared corpus through the HTTP sync (skipped without ../shared): the change batch
+lands exactly, only changed chunks are embedded, and a sync killed at any point and run
+again gives the index an uninterrupted sync gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rag.index import NoteIndex
+from rag.retrieve import search
+from sync.service import SyncService
+from sync.state import State
+
+from conftest import SHARED, make_settings
+from fakes.leanote import FakeLeanote
+from fakes.ollama import FakeOllama
+
+CORPUS = SHARED / "corpus"
+pytestmark = pytest.mark.skipif(not (CORPUS / "notes.jsonl").exists(), reason=f"shared corpus not found at {CORPUS}")
+USER_ONE = "5dbed2987db161bc2a85b919"
+
+
+def api_settings(tmp: Path, leanote_url: str, ollama_url: str):
+    return make_settings(
+        tmp,
+        leanote={"base_url": leanote_url},
+        source={"kind": "leanote_api", "path": None, "accounts": [
+            {"email": "one@example.com", "password_env": "LR_PW_ONE"},
+            {"email": "two@example.com", "password_env": "LR_PW_TWO"}]},
+        embedder={"kind": "ollama", "host": ollama_url},
+    )
+
+
+@pytest.fixture
+def servers(monkeypatch):
+    monkeypatch.setenv("LR_PW_ONE", "one-secret")
+    monkeypatch.setenv("LR_PW_TWO", "two-secret")
+    with FakeLeanote() as leanote, FakeOllama() as ollama:
+        yield leanote, ollama
+
+
+def embedded_inputs(ollama) -> int:
+    return sum(len(body["input"]) for path, body in ollama.requests if path == "/api/embed")
+
+
+def test_change_batch_lands_and_only_changed_chunks_are_embedded(servers, tmp_path):
+    leanote, ollama = servers
+    leanote.load_corpus(CORPUS)
+    settings = api_settings(tmp_path, leanote.url, ollama.url)
+    state = State(settings.state_dir)
+    index = NoteIndex.open(settings, create=True)
+    service = SyncService(settings, index, state)
+    try:
+        assert service.run_pass().ok
+        before = {k for (keys,) in state.db.execute("SELECT chunk_keys FROM notes") for k in json.loads(keys)}
+        changes = [json.loads(line) for line in open(CORPUS / "changes.jsonl", encoding="utf-8")]
+        for change in changes:
+            leanote.apply_change(change)
+        calls_before = embedded_inputs(ollama)
+        result = service.run_pass()
+        assert result.ok
+        after = {k for (keys,) in state.db.execute("SELECT chunk_keys FROM notes WHERE status = 'indexed'")
+                 for k in json.loads(keys)}
+        new_texts = len(after - before)
+        embedded = embedded_inputs(ollama) - calls_before
+        assert 0 < embedded <= 1.2 * new_texts
+        assert result.summary.chunks_embedded == embedded
+
+        facts = json.loads((CORPUS / "facts.json").read_text(encoding="utf-8"))["changes"]
+        for fact in facts:
+            user = fact["UserId"]
+            if "new_fact" in fact:
+                probe = fact["new_fact"].replace("> ", "")[:40]
+                # BM25 alone: the fake embedder's vectors are not meant to rank
+                hits = search(index, probe, user, k=5, retriever="sparse")
+                assert hits[0].note_id == fact["NoteId"], fact["kind"]
+                assert hits[0].title == fact["Title"]
+                text = " ".join(h.text for h in hits if h.note_id == fact["NoteId"])
+                # new_fact paraphrases created notes; its identifiers and numbers are verbatim
+                marks = re.findall(r"[A-Za-z0-9][A-Za-z0-9_.\-]{3,}", fact["new_fact"])
+                assert any(m in text for m in marks), (fact["kind"], marks)
+            if "removed_text" in fact:
+                gone = fact["removed_text"].splitlines()[0][:30]
+                assert all(gone not in h.text for h in search(index, gone, user, k=20))
+            if fact["op"] in ("trash", "delete"):
+                probe = fact.get("keyword") or fact["Title"]
+                assert all(h.note_id != fact["NoteId"] for h in search(index, probe, user, k=20))
+            if fact["op"] == "move":
+                hits = [h for h in search(index, fact["Title"], user, k=20) if h.note_id == fact["NoteId"]]
+                want = fact["to_notebook"].replace(" (root)", "").replace("/", " / ")
+                assert hits and all(h.notebook == want for h in hits)
+        again = service.run_pass()
+        assert all(r.idle for r in again.results.values())
+    finally:
+        index.close()
+        state.close()
+
+
+def snapshot(settings) -> tuple[dict, dict, dict]:
+    """Everything a sync leaves: points (payload + vectors), note rows, cursors."""
+    import qdrant_edge as qe
+
+    shard = qe.EdgeShard.load(str(settings.state_dir / "qdrant"))
+    points, offset = {}, None
+    while True:
+        req = qe.ScrollRequest(limit=1000, offset=offset, with_payload=True, with_vector=True) if offset else \
+            qe.ScrollRequest(limit=1000, with_payload=True, with_vector=True)
+        recs, offset = shard.scroll(req)
+        for r in recs:
+            p = dict(r.payload)
+            sparse = r.vector["bm25"]
+            points[str(r.id)] = (json.dumps(p, sort_keys=True, ensure_ascii=False),
+                                 tuple(np.round(r.vector["dense"], 5)), tuple(sparse.indices))
+        if offset is None:
+            break
+    shard.close()
+    db = sqlite3.connect(settings.state_dir / "state.db")
+    rows = {r[0]: r[1:] for r in db.execute(
+        "SELECT note_id, status, usn, content_hash, point_ids, chunk_keys, notebook FROM notes")}
+    cursors = {r[0]: r[1:] for r in db.execute("SELECT account, notebooks_usn, notes_usn, synced_usn FROM accounts")}
+    db.close()
+    return points, rows, cursors
+
+
+def run_cli(config: Path, env: dict) -> subprocess.Popen:
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+    return subprocess.Popen([exe, "--config", str(config), "index"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_killed_sync_resumes_to_the_same_index(servers, tmp_path):
+    leanote, ollama = servers
+    # a slice keeps this test short: user two's notes and 120 of user one's
+    seen = {"n": 0}
+
+    def keep(note):
+        if note["UserId"] != USER_ONE:
+            return True
+        seen["n"] += 1
+        return seen["n"] <= 120
+
+    leanote.load_corpus(CORPUS, keep=keep)
+    changes = [json.loads(line) for line in open(CORPUS / "changes.jsonl", encoding="utf-8")]
+    env = {**os.environ, "LR_PW_ONE": "one-secret", "LR_PW_TWO": "two-secret"}
+
+    def config(name: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        path = folder / "config.yaml"
+        path.write_text(
+            f"leanote: {{base_url: '{leanote.url}'}}\nstate_dir: data\n"
+            f"source:\n  kind: leanote_api\n  accounts:\n"
+            f"    - {{email: one@example.com, password_env: LR_PW_ONE}}\n"
+            f"    - {{email: two@example.com, password_env: LR_PW_TWO}}\n"
+            f"embedder: {{kind: ollama, host: '{ollama.url}'}}\nsync: {{page_size: 20}}\n"
+        )
+        return path
+
+    reference, crashed = config("reference"), config("crashed")
+    out = subprocess.run([str(Path(sys.executable).with_name("leanote-rag")), "--config", str(reference), "index"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    total = sqlite3.connect(reference.parent / "data" / "state.db").execute("SELECT COUNT(*) FROM notes").fetchone()[0]
+
+    kills = 0
+    for fraction in (0.15, 0.45, 0.8):
+        proc = run_cli(crashed, env)
+        db_path = crashed.parent / "data" / "state.db"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                n = sqlite3.connect(db_path, timeout=1).execute("SELECT COUNT(*) FROM notes").fetchone()[0]
+            except sqlite3.Error:
+                n = 0
+            if n >= fraction * total:
+                time.sleep(0.05 * kills)  # not always right after a commit
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+                break
+            time.sleep(0.02)
+        proc.wait(timeout=60)
+    assert kills >= 2  # the sync really was interrupted
+    out = subprocess.run([str(Path(sys.executable).with_name("leanote-rag")), "--config", str(crashed), "index"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+
+    # then the change batch, applied to both, with one more kill in the middle
+    for change in changes:
+        if change["note"]["UserId"] != USER_ONE or leanote.notes.get(change["note"]["NoteId"]) or change["op"] == "create":
+            leanote.apply_change(change)
+    for cfg in (reference, crashed):
+        out = subprocess.run([str(Path(sys.executable).with_name("leanote-rag")), "--config", str(cfg), "index"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+
+    from rag import config as config_mod
+
+    ref = snapshot(config_mod.load(reference))
+    got = snapshot(config_mod.load(crashed))
+    assert got[2] == ref[2]  # cursors
+    assert got[1] == ref[1]  # note rows: status, usn, hashes, point ids
+    assert got[0].keys() == ref[0].keys()  # no point lost, none duplicated, none stale
+    assert got[0] == ref[0]
