@@ -187,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="leanote-rag", standalone_mode=False)
-        return 0
+        # without standalone mode click returns a command's Exit code instead of raising it
+        code = cli.main(args=args, prog_name="leanote-rag", standalone_mode=False)
+        return code if isinstance(code, int) else 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

@@ -229,3 +229,12 @@ def test_status_before_any_index_says_what_to_do(tmp_path, capsys):
     code, out, _ = run(capsys, "--config", str(cfg), "status")
     assert code == 0
     assert "no index yet: run `leanote-rag index`" in out and "last sync: never" in out
+
+
+def test_batch_search_with_a_failing_query_exits_1(cli_config, capsys, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "ok", "question": "retry_count"}\n{"id": "bad", "question": "x", "user_id": "nobody"}\n')
+    code, out, _ = run(capsys, "--config", str(cli_config), "search", "--queries", str(queries), "--json")
+    assert code == 1
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0]["hits"] and "no notes of user 'nobody'" in lines[1]["error"]

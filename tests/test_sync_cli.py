@@ -1,0 +1,87 @@
+"""index, status and doctor on a live (fake) Leanote, as a user runs them."""
+
+import json
+import socket
+
+import pytest
+
+from rag.cli import main
+
+from fakes.leanote import FakeLeanote
+
+ALICE = "5dbed2987db161bc2a85b919"
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("LR_PW_ALICE", "alice-pw")
+    with FakeLeanote() as fake:
+        fake.add_user(ALICE, "alice@example.com", "alice-pw")
+        fake.put_notebook({"NotebookId": "5e16ca22f6ffdbad5b4ba501", "UserId": ALICE, "Title": "工作"})
+        fake.put_note({"NoteId": "6" + "0" * 23, "UserId": ALICE, "NotebookId": "5e16ca22f6ffdbad5b4ba501",
+                       "Title": "周报", "Content": "本周完成了 CLI-SYNC-1"})
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(
+            f"leanote: {{base_url: '{fake.url}'}}\nstate_dir: data\n"
+            f"source:\n  kind: leanote_api\n  accounts:\n    - {{email: alice@example.com, password_env: LR_PW_ALICE}}\n"
+        )
+        yield fake, cfg
+
+
+def test_index_then_status_shows_cursor_and_lag(setup, capsys):
+    fake, cfg = setup
+    code, out, _ = run(capsys, "--config", str(cfg), "index", "--json")
+    assert code == 0 and json.loads(out)["added"] == 1
+    fake.put_note({"NoteId": "6" + "0" * 22 + "9", "UserId": ALICE, "NotebookId": "", "Title": "新", "Content": "x"})
+    code, out, _ = run(capsys, "--config", str(cfg), "status", "--json")
+    assert code == 0
+    acc = json.loads(out)["accounts"][0]
+    assert acc["account"] == "alice@example.com" and acc["user_id"] == ALICE
+    assert acc["lag"] == 0 and acc["notes_indexed"] == 1 and acc["last_error"] is None
+    code, out, _ = run(capsys, "--config", str(cfg), "status")
+    assert "account alice@example.com: cursor" in out and "lag 0" in out
+    code, out, _ = run(capsys, "--config", str(cfg), "search", "CLI-SYNC-1", "--json")
+    assert json.loads(out)["hits"][0]["url"] == f"{fake.url}/note/{'6' + '0' * 23}"
+
+
+def test_index_reports_a_wrong_password_and_exits_1(setup, capsys, monkeypatch):
+    _, cfg = setup
+    monkeypatch.setenv("LR_PW_ALICE", "wrong")
+    code, _, err = run(capsys, "--config", str(cfg), "index")
+    assert code == 1 and "refused the login of alice@example.com" in err
+
+
+def test_doctor_all_good(setup, capsys):
+    _, cfg = setup
+    run(capsys, "--config", str(cfg), "index")
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert code == 0, out
+    assert "ok   leanote_api account alice@example.com: logged in as user" in out
+    assert "ok   embedder (use)" in out
+
+
+def test_doctor_says_how_to_fix_each_failure(setup, capsys, monkeypatch, tmp_path):
+    _, cfg = setup
+    monkeypatch.setenv("LR_PW_ALICE", "wrong")
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert code == 1
+    assert "FAIL leanote_api account alice@example.com" in out and "fix: put the right password" in out
+    assert "FAIL index (edge)" in out and "fix: run `leanote-rag index`" in out
+    # Leanote unreachable
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    down = tmp_path / "down.yaml"
+    down.write_text(cfg.read_text().replace(cfg.read_text().split("'")[1], f"http://127.0.0.1:{port}"))
+    code, out, _ = run(capsys, "--config", str(down), "doctor")
+    assert code == 1 and "cannot reach Leanote" in out and "fix: check leanote.base_url" in out
+    monkeypatch.delenv("LR_PW_ALICE")
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert "LR_PW_ALICE (named by the password_env of account alice@example.com) is not set" in out
