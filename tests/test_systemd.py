@@ -11,12 +11,18 @@ from conftest import REPO
 UNITS = sorted((REPO / "systemd").glob("*.service")) + sorted((REPO / "systemd").glob("*.timer"))
 
 
-def test_units_exist_and_run_the_installed_command():
-    service = (REPO / "systemd" / "leanote-rag-index.service").read_text()
-    assert re.search(r"^ExecStart=/opt/leanote-rag/\.venv/bin/leanote-rag index$", service, re.M)
+@pytest.mark.parametrize("unit, command", [("leanote-rag.service", "serve"), ("leanote-rag-index.service", "index")])
+def test_units_run_the_installed_command_hardened(unit, command):
+    service = (REPO / "systemd" / unit).read_text()
+    assert re.search(rf"^ExecStart=/opt/leanote-rag/\.venv/bin/leanote-rag {command}$", service, re.M)
     for hardening in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=", "PrivateTmp=yes",
-                      "StateDirectory=leanote-rag", "EnvironmentFile=-/etc/leanote-rag/env"):
+                      "StateDirectory=leanote-rag", "EnvironmentFile=", "DynamicUser=yes"):
         assert hardening in service
+
+
+def test_the_daemon_restarts_on_failure():
+    service = (REPO / "systemd" / "leanote-rag.service").read_text()
+    assert "Restart=on-failure" in service
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -35,4 +41,4 @@ def test_example_config_is_valid():
     from rag import config
 
     settings = config.load(REPO / "systemd" / "config.example.yaml")
-    assert settings.source.kind == "mongodump"
+    assert settings.source.kind == "leanote_api" and settings.exclude.tags == ["private"]

@@ -46,6 +46,11 @@ class FakeLeanote:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            # one buffered write per response (flushed after each request), no Nagle delay:
+            # as a Go server answers, without a 40 ms delayed-ACK stall per call
+            wbufsize = 1 << 16
+            disable_nagle_algorithm = True
+
             def log_message(self, *args):
                 pass
 

@@ -35,6 +35,11 @@ class FakeOllama:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # one buffered write per response (flushed after each request), no Nagle delay:
+            # as a Go server answers, without a 40 ms delayed-ACK stall per call
+            wbufsize = 1 << 16
+            disable_nagle_algorithm = True
+
             def log_message(self, *args):
                 pass
 
