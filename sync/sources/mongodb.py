@@ -142,7 +142,10 @@ class MongoSession:
         return self._guard(read)
 
     def all_notebooks(self) -> list[Notebook]:
-        return [b for b, _ in self.notebooks_since(-(2**31))]
+        def read():
+            return [notebook_from_doc(d) for d in self.db.notebooks.find({"UserId": self._uid})]
+
+        return self._guard(read)
 
     def all_notes(self) -> list[Note]:
         def read():

@@ -11,6 +11,7 @@ is never held in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tarfile
@@ -26,6 +27,7 @@ from rag.errors import UserError
 from rag.model import Note, Notebook
 
 from . import BookPath, Skipped, notebook_paths
+from .mongodb import note_from_doc, notebook_from_doc
 
 log = logging.getLogger(__name__)
 
@@ -112,17 +114,8 @@ class MongodumpSource:
             self._tmp = None
 
     def notebooks(self) -> dict[str, Notebook]:
-        books = {}
-        for d in _docs(self.db / "notebooks.bson"):
-            parent = d.get("ParentNotebookId")
-            books[_id(d["_id"])] = Notebook(
-                id=_id(d["_id"]),
-                user_id=_id(d.get("UserId")),
-                title=str(d.get("Title") or ""),
-                parent_id=_id(parent) if parent else "",  # absent, "" and null all mean root
-                is_deleted=bool(d.get("IsDeleted", False)),
-            )
-        return books
+        books = (notebook_from_doc(d) for d in _docs(self.db / "notebooks.bson"))
+        return {b.id: b for b in books}
 
     def notes(self) -> Iterator[Union[Note, Skipped]]:
         try:
@@ -148,24 +141,11 @@ class MongodumpSource:
 
 
 def _note(d: dict, content: str, paths: dict[str, BookPath]) -> Note:
-    notebook_id = _id(d.get("NotebookId"))
-    book = paths.get(notebook_id)
-    return Note(
-        id=_id(d["_id"]),
-        user_id=_id(d.get("UserId")),
-        title=str(d.get("Title") or "").strip() or "(untitled)",
-        content=content if isinstance(content, str) else "",
-        is_markdown=bool(d.get("IsMarkdown", False)),
-        notebook_id=notebook_id,
-        notebook_path=book.path if book else "",
-        notebook_ids=book.ids if book else ((notebook_id,) if notebook_id else ()),
-        tags=tuple(t for t in (d.get("Tags") or []) if isinstance(t, str) and t.strip()),
-        is_trash=bool(d.get("IsTrash", False)),
-        is_deleted=bool(d.get("IsDeleted", False)),
-        usn=int(d.get("Usn") or 0),
-        updated_at=d.get("UpdatedTime"),
-        origin=f"note {_id(d['_id'])}",
-    )
+    note = note_from_doc(d, content)
+    book = paths.get(note.notebook_id)
+    if book is None:
+        return dataclasses.replace(note, notebook_ids=(note.notebook_id,) if note.notebook_id else ())
+    return dataclasses.replace(note, notebook_path=book.path, notebook_ids=book.ids)
 
 
 def _tmp_dir(state_dir: Path) -> Path:
