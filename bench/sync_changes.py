@@ -29,6 +29,7 @@ CORPUS = SHARED / "corpus"
 from fakes.leanote import FakeLeanote  # noqa: E402
 
 from rag import config  # noqa: E402
+from rag.eval import evaluate, load_questions, report_json  # noqa: E402
 from rag.index import NoteIndex  # noqa: E402
 from sync.service import SyncService  # noqa: E402
 from sync.state import State  # noqa: E402
@@ -101,6 +102,15 @@ def main() -> None:
             "share_of_full_sync": round(batch_s / full_s, 4),
             "http_calls": dict(leanote.calls),
         }
+        # retrieval once the change batch is synced: after_changes questions count now
+        dev = SHARED / "eval" / "dev.jsonl"
+        if dev.exists():
+            reports, _ = evaluate(index, load_questions(dev), with_changes=True)
+            metrics = report_json(reports, 0)["retrievers"]
+            results["eval_with_changes"] = {
+                name: {k: m[k] for k in ("questions", "recall@5", "recall@20", "hit@5", "mrr@10", "trap_leaks")}
+                for name, m in metrics.items()
+            }
         index.close()
         state.close()
     shutil.rmtree(work, ignore_errors=True)

@@ -144,7 +144,9 @@ class Daemon:
         if self._rerun:
             self._rerun = False
             self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
-        self._record_next_run()
+        job = self.scheduler.get_job("sync")
+        if job is not None and job.next_run_time is not None:
+            await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
         async with self.pass_done:
             self.pass_done.notify_all()
         return result
@@ -159,15 +161,13 @@ class Daemon:
         if when < job.next_run_time:
             self.scheduler.modify_job("sync", next_run_time=when)
 
-    def _record_next_run(self) -> None:
-        job = self.scheduler.get_job("sync") if self.scheduler else None
-        if job is None or job.next_run_time is None:
-            return
-        nxt = job.next_run_time.timestamp()
-        with self.state.transaction():
+    def _record_next_run(self, when: float) -> None:
+        """For `status`: when healthy accounts sync next. Under the sync lock: the state's
+        connection is used by one thread at a time."""
+        with self.sync.lock, self.state.transaction():
             for acc in self.state.accounts():
-                if acc.next_run is None or not acc.last_error:
-                    acc.next_run = nxt
+                if not acc.last_error:
+                    acc.next_run = when
                     self.state.put_account(acc)
 
     def trigger(self) -> bool:
