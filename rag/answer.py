@@ -1,23 +1,44 @@
-"""Answers from hits. For now extractive: the best passages, numbered, each cited
-with a link back to its note. (The LLM answer builds on this.)"""
+"""Question in, grounded answer out.
+
+    follow-up? -> rewrite into a standalone question (LLM; skipped without history or LLM)
+    -> hybrid retrieval (top ``rerank.candidates``) -> rerank (time-budgeted) -> top-k
+    -> too weak to answer from? refusal phrase + closest notes, no LLM call
+    -> evidence blocks -> the LLM, streamed -> citations parsed, bad markers removed
+    -> Ollama down, timing out, model missing? the best passages, cited, with a notice
+
+The core returns an ``Answer`` (text, citations with links, timings, a trace of
+why); the CLI and the bots only render it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
+from typing import Awaitable, Callable
 
+from . import llm as llm_mod
+from . import rerank as rerank_mod
+from .config import Settings
+from .errors import LeanoteRagError, ModelMissing, Unavailable, UserError
+from .evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, messages
+from .excerpt import EXCERPT_CHARS, excerpt, _window
 from .index import NoteIndex
-from .lexical import tokenize
+from .lexical import search_text, tokenize
 from .model import HEADING_SEP, Hit
 from .retrieve import search
 
+log = logging.getLogger(__name__)
+
 REFUSAL = "我笔记里没有相关内容"
-EXCERPT_CHARS = 500
 MAX_PASSAGES = 3
-# Passages from notes scoring below this share of the best hit's score are left out:
-# they are what the search found next, not what answers the question.
+# Extractive passages from notes scoring below this share of the best hit's score are
+# left out: they are what the search found next, not what answers the question.
 MIN_RELATIVE_SCORE = 0.7
+_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 @dataclass
@@ -37,74 +58,68 @@ class Citation:
 
 
 @dataclass
+class Candidate:
+    """One retrieved chunk, and what each stage thought of it (for ``--trace``, ``/why``)."""
+
+    point_id: str
+    note_id: str
+    title: str
+    heading: str
+    dense_rank: int | None
+    dense_score: float | None
+    sparse_rank: int | None
+    sparse_score: float | None
+    fused: float
+    rerank: float | None = None
+    evidence: int | None = None  # the evidence block it went into
+
+
+@dataclass
+class Trace:
+    question: str
+    standalone: str
+    candidates: list[Candidate] = field(default_factory=list)
+    rerank: str = ""
+    decision: str = ""  # why the answer is what it is
+    evidence_to_citation: dict[int, int] = field(default_factory=dict)
+    llm_error: str | None = None
+
+
+@dataclass
 class Answer:
     question: str
     answer: str
     used_llm: bool
     grounded: bool
     citations: list[Citation] = field(default_factory=list)
+    closest: list[Citation] = field(default_factory=list)  # with a refusal: the nearest notes
+    notice: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    trace: Trace | None = None
 
-    def as_json(self) -> dict:
-        return asdict(self)
-
-
-_SENTENCE = re.compile(r"[。！？!?；;\n]+|\.(?=\s)|$")
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
-
-
-def _excerpt_terms(query: str) -> dict[str, float]:
-    """Terms to look for, with weights: Latin words, CJK character pairs, and (weakly)
-    single CJK characters, since jieba may glue a verb to a particle ("要炖") that the
-    note never writes together."""
-    terms = {t: 1.0 for t in tokenize(query) if not _CJK_RUN.search(t)}
-    for run in _CJK_RUN.findall(query):
-        for ch in run:
-            if ch not in _FILLER:
-                terms.setdefault(ch, 0.3)
-        for i in range(len(run) - 1):
-            terms[run[i : i + 2]] = 1.0
-    return terms
+    def as_json(self, with_trace: bool = False) -> dict:
+        out = asdict(self)
+        if not with_trace:
+            out.pop("trace")
+        return out
 
 
-def _window(text: str, query: str, width: int) -> tuple[float, int]:
-    """(score, start) of the sentence that best matches the query. A term's weight falls
-    with how often the text repeats it, so a question's rare words choose the sentence,
-    not the topic word that is everywhere."""
-    lowered = text.lower()
-    weights = _excerpt_terms(query)
-    counts = {t: lowered.count(t) for t in weights}
-    best, best_score = 0, 0.0
-    pos = 0
-    for m in _SENTENCE.finditer(lowered):
-        sentence = lowered[pos : m.end()]
-        score = sum(w / counts[t] for t, w in weights.items() if counts[t] and t in sentence)
-        if score > best_score:
-            best, best_score = pos, score
-        pos = m.end()
-    return best_score, best
+def _citation(n: int, hit_or_block, question: str) -> Citation:
+    text = hit_or_block.text
+    return Citation(
+        n=n,
+        note_id=hit_or_block.note_id,
+        title=hit_or_block.title,
+        notebook=hit_or_block.notebook,
+        heading=hit_or_block.heading,
+        url=hit_or_block.url,
+        excerpt=excerpt(text, question),
+        score=round(hit_or_block.score, 6),
+    )
 
 
-def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:
-    """The window of ``text`` (about ``width`` chars) that best matches the query."""
-    text = text.strip()
-    if len(text) <= width:
-        return text
-    _, best = _window(text, query, width)
-    start = max(0, min(best - width // 5, len(text) - width))
-    # begin on a line or sentence boundary where one is near
-    for sep in ("\n", "。", ". "):
-        cut = text.rfind(sep, max(0, start - 60), start + 1)
-        if cut != -1:
-            start = cut + len(sep)
-            break
-    snippet = text[start : start + width].strip()
-    return ("…" if start > 0 else "") + snippet + ("…" if start + width < len(text) else "")
-
-
-def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES) -> Answer:
-    """The best passages, one per note, with numbered citations."""
+def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES, refusal: str = REFUSAL) -> Answer:
+    """The best passage of each of the best notes, numbered, with citations."""
     by_note: dict[str, list[Hit]] = {}
     floor = hits[0].score * MIN_RELATIVE_SCORE if hits else 0.0
     for hit in hits:
@@ -114,33 +129,251 @@ def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES)
     for note_hits in by_note.values():
         # the note's chunk whose best window matches the question best
         hit = max(note_hits, key=lambda h: _window(h.text, question, EXCERPT_CHARS)[0])
-        citations.append(
-            Citation(
-                n=len(citations) + 1,
-                note_id=hit.note_id,
-                title=hit.title,
-                notebook=hit.notebook,
-                heading=hit.heading,
-                url=hit.url,
-                excerpt=excerpt(hit.text, question),
-                score=round(hit.score, 6),
-            )
-        )
+        citations.append(_citation(len(citations) + 1, hit, question))
         if len(citations) >= max_passages:
             break
     if not citations:
-        return Answer(question, REFUSAL, used_llm=False, grounded=False)
+        return Answer(question, refusal, used_llm=False, grounded=False)
     body = "\n\n".join(f"[{c.n}] {c.excerpt}" for c in citations)
     return Answer(question, body, used_llm=False, grounded=True, citations=citations)
 
 
-def ask(index: NoteIndex, question: str, user_id: str) -> Answer:
-    started = time.perf_counter()
-    hits = search(index, question, user_id)
-    retrieved = time.perf_counter()
-    answer = extractive(question, hits)
-    answer.timings_ms = {
-        "retrieve": round((retrieved - started) * 1000, 1),
-        "total": round((time.perf_counter() - started) * 1000, 1),
-    }
-    return answer
+class Conversations:
+    """Recent turns per conversation id, within a character budget; forgotten after an idle time."""
+
+    def __init__(self, max_chars: int, idle_reset: float, clock: Callable[[], float] = time.monotonic):
+        self.max_chars = max_chars
+        self.idle_reset = idle_reset
+        self.clock = clock
+        self._turns: dict[str, deque[tuple[str, str]]] = {}
+        self._seen: dict[str, float] = {}
+
+    def history(self, conversation: str | None) -> list[tuple[str, str]]:
+        if conversation is None or conversation not in self._turns:
+            return []
+        if self.clock() - self._seen[conversation] > self.idle_reset:
+            self.reset(conversation)
+            return []
+        return list(self._turns[conversation])
+
+    def add(self, conversation: str | None, question: str, answer: str) -> None:
+        if conversation is None or self.max_chars == 0:
+            return
+        turns = self._turns.setdefault(conversation, deque())
+        turns.append((question, answer))
+        while turns and sum(len(q) + len(a) for q, a in turns) > self.max_chars:
+            turns.popleft()
+        self._seen[conversation] = self.clock()
+
+    def reset(self, conversation: str) -> None:
+        self._turns.pop(conversation, None)
+        self._seen.pop(conversation, None)
+
+
+def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
+    """Two signals that the notes may hold an answer, both comparable across corpora
+    of any size: the best dense similarity among the candidates, and the largest share
+    of the question's terms found in one of the top five chunks."""
+    dense = max((h.dense_score for h in hits if h.dense_score is not None), default=0.0)
+    terms = set(tokenize(question))
+    cover = 0.0
+    if terms:
+        for h in hits[:5]:
+            found = terms & set(tokenize(f"{h.title}\n{h.heading}\n{search_text(h.text)}"))
+            cover = max(cover, len(found) / len(terms))
+    return dense, cover
+
+
+def _language_notice(question: str, zh: str, en: str) -> str:
+    return zh if _CJK.search(question) else en
+
+
+OnToken = Callable[[str], "Awaitable[None] | None"]
+
+
+class AnswerService:
+    """The one answer pipeline, shared by the CLI and both bots."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        index: NoteIndex,
+        chat: llm_mod.ChatModel | None = None,
+        reranker: rerank_mod.Reranker | None = None,
+        rerank_unavailable: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self.index = index
+        self.chat = chat
+        self.reranker = rerank_mod.BudgetedReranker(reranker, settings.rerank.budget) if reranker else None
+        self.rerank_unavailable = rerank_unavailable
+        self.conversations = Conversations(settings.answer.history_chars, settings.answer.idle_reset, clock)
+        self.last_trace: dict[str, Trace] = {}  # conversation id -> trace of its last answer
+
+    @classmethod
+    def from_settings(cls, settings: Settings, index: NoteIndex) -> "AnswerService":
+        """Load the configured reranker and LLM. A reranker that cannot be loaded is
+        reported once and answering goes on without it."""
+        reranker, why = None, ""
+        try:
+            reranker = rerank_mod.load(settings.rerank)
+        except UserError as err:
+            why = str(err)
+            log.warning("answering without a reranker: %s", err)
+        return cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why)
+
+    def close(self) -> None:
+        if self.reranker:
+            self.reranker.close()
+
+    # --- the pipeline ---------------------------------------------------------------------
+
+    async def ask(
+        self,
+        question: str,
+        user_id: str,
+        conversation: str | None = None,
+        on_token: OnToken | None = None,
+    ) -> Answer:
+        cfg = self.settings.answer
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
+
+        def mark(name: str) -> None:
+            timings[name] = round((time.perf_counter() - started) * 1000, 1)
+
+        question = " ".join((question or "").split())
+        if not question:
+            raise UserError("the question is empty")
+        history = self.conversations.history(conversation)
+        standalone = question
+        if history and self.chat is not None:
+            try:
+                standalone = (await self.chat.complete(condense_messages(history, question))).strip() or question
+            except LeanoteRagError as err:
+                log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
+            mark("rewrite")
+        trace = Trace(question, standalone)
+
+        k = max(self.settings.rerank.candidates, cfg.top_k)
+        hits = await asyncio.to_thread(search, self.index, standalone, user_id, k)
+        mark("retrieve")
+        trace.candidates = [
+            Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,
+                      h.sparse_score, round(h.score, 6))
+            for h in hits
+        ]
+        rerank_scores: dict[str, float] = {}
+        if self.reranker and hits:
+            outcome = await asyncio.to_thread(self.reranker.rerank, standalone, hits)
+            hits, rerank_scores, trace.rerank = outcome.hits, outcome.scores, outcome.note
+            for c in trace.candidates:
+                c.rerank = rerank_scores.get(c.point_id)
+            mark("rerank")
+        else:
+            trace.rerank = self.rerank_unavailable or "no reranker configured"
+        top = hits[: cfg.top_k]
+
+        weak = self._too_weak(standalone, hits, rerank_scores)
+        if weak:
+            trace.decision = weak
+            answer = self._refusal(question, top)
+            return self._finish(answer, conversation, trace, timings, started)
+
+        blocks = build_evidence(top, cfg)
+        by_point = {pid: b.n for b in blocks for pid in b.point_ids}
+        for c in trace.candidates:
+            c.evidence = by_point.get(c.point_id)
+        if self.chat is None:
+            trace.decision = "no LLM configured (ollama.enabled: false): extractive answer"
+            answer = extractive(question, top, refusal=cfg.refusal)
+            return self._finish(answer, conversation, trace, timings, started)
+
+        valid = {b.n for b in blocks}
+        filt = CitationFilter(valid)
+        parts: list[str] = []
+        try:
+            async for piece in self.chat.stream(messages(standalone, blocks, cfg.refusal)):
+                if "first_token" not in timings:
+                    mark("first_token")
+                out = filt.feed(piece)
+                if out:
+                    parts.append(out)
+                    await _call(on_token, out)
+            tail = filt.flush()
+            if tail:
+                parts.append(tail)
+                await _call(on_token, tail)
+        except (Unavailable, ModelMissing) as err:
+            trace.llm_error = str(err)
+            trace.decision = "the LLM failed: extractive answer"
+            answer = extractive(question, top, refusal=cfg.refusal)
+            answer.notice = _language_notice(
+                question,
+                f"（LLM 不可用：{err}。以下是笔记里最相关的段落。）",
+                f"(The LLM is unavailable: {err}. Here are the most relevant passages of your notes.)",
+            )
+            return self._finish(answer, conversation, trace, timings, started)
+        text = "".join(parts).strip()
+        answer = self._grounded(question, text, blocks)
+        trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
+        trace.evidence_to_citation = {c.n: c.n for c in answer.citations}
+        return self._finish(answer, conversation, trace, timings, started)
+
+    # --- pieces ---------------------------------------------------------------------------
+
+    def _too_weak(self, question: str, hits: list[Hit], rerank_scores: dict[str, float]) -> str:
+        """Why the evidence is too weak to ask the LLM, or "" when it is worth a try."""
+        cfg = self.settings.answer
+        if not hits:
+            return "nothing matched"
+        if rerank_scores and cfg.min_rerank is not None:
+            best = max(rerank_scores.values())
+            if best < cfg.min_rerank:
+                return f"best rerank score {best:.3f} < answer.min_rerank {cfg.min_rerank}"
+            return ""
+        dense, cover = relevance(question, hits)
+        if dense < cfg.min_dense and cover < cfg.min_coverage:
+            return (f"best dense score {dense:.3f} < answer.min_dense {cfg.min_dense} and best term coverage "
+                    f"{cover:.2f} < answer.min_coverage {cfg.min_coverage}")
+        return ""
+
+    def _refusal(self, question: str, top: list[Hit]) -> Answer:
+        closest, seen = [], set()
+        for hit in top:
+            if hit.note_id not in seen and len(closest) < self.settings.answer.closest_notes:
+                seen.add(hit.note_id)
+                closest.append(_citation(len(closest) + 1, hit, question))
+        return Answer(question, self.settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
+
+    def _grounded(self, question: str, text: str, blocks: list[Evidence]) -> Answer:
+        refusal = self.settings.answer.refusal
+        _, order = cited(text, {b.n for b in blocks})
+        if not text or text.startswith(refusal):
+            answer = self._refusal(question, [])
+            answer.answer, answer.used_llm = refusal, True
+            answer.closest = [_citation(b.n, b, question) for b in blocks[: self.settings.answer.closest_notes]]
+            return answer
+        by_n = {b.n: b for b in blocks}
+        citations = [_citation(n, by_n[n], question) for n in order]
+        return Answer(question, text, used_llm=True, grounded=bool(citations), citations=citations)
+
+    def _finish(self, answer: Answer, conversation, trace: Trace, timings: dict, started: float) -> Answer:
+        timings["total"] = round((time.perf_counter() - started) * 1000, 1)
+        answer.timings_ms = timings
+        answer.trace = trace
+        if conversation is not None:
+            self.last_trace[conversation] = trace
+            if answer.grounded:
+                self.conversations.add(conversation, trace.standalone, answer.answer)
+        return answer
+
+
+async def _call(fn: OnToken | None, text: str) -> None:
+    if fn is None:
+        return
+    result = fn(text)
+    if asyncio.iscoroutine(result):
+        await result
+

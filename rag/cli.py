@@ -10,6 +10,7 @@ entry point group, so this package never imports them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -21,8 +22,8 @@ from pathlib import Path
 import click
 
 from . import config as config_mod
-from .answer import ask as ask_question
-from .answer import excerpt
+from .answer import AnswerService
+from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
 from .eval import evaluate, load_questions, report_json
 from .index import NoteIndex
@@ -132,19 +133,61 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 @click.argument("question")
 @click.option("--json", "as_json", is_flag=True, help="JSON output")
 @click.option("--user", "user_id", metavar="USER_ID", help="whose notes to ask (needed when the index holds several users)")
+@click.option("--trace", "show_trace", is_flag=True, help="show why: the rewritten question, candidates and scores, evidence")
 @pass_app
-def ask(app: App, question: str, as_json: bool, user_id: str | None) -> None:
+def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace: bool) -> None:
     """Answer QUESTION from your notes, citing them."""
+    stream = not as_json and sys.stdout.isatty()
+
+    def printer(text: str) -> None:
+        click.echo(text, nl=False)
+
     with app.open_index() as index:
-        answer = ask_question(index, question, resolve_user(index.store.count_by_user(), user_id))
+        user = resolve_user(index.store.count_by_user(), user_id)
+        service = AnswerService.from_settings(app.settings, index)
+        try:
+            answer = asyncio.run(service.ask(question, user, on_token=printer if stream else None))
+        finally:
+            service.close()
     if as_json:
-        _print_json(answer.as_json())
+        _print_json(answer.as_json(with_trace=show_trace))
         return
-    click.echo(answer.answer)
+    if stream and answer.used_llm:
+        click.echo()
+    else:
+        click.echo(answer.answer)
+    if answer.notice:
+        click.echo(click.style(answer.notice, dim=True))
     if answer.citations:
         click.echo("\n" + click.style("来源 / Sources:", bold=True))
         for c in answer.citations:
             click.echo(f"[{c.n}] {c.label}  {c.url}")
+    if answer.closest:
+        click.echo("\n" + click.style("最接近的笔记 / Closest notes:", bold=True))
+        for c in answer.closest:
+            click.echo(f"- {c.label}  {c.url}")
+    if show_trace:
+        _print_trace(answer)
+
+
+def _print_trace(answer) -> None:
+    t = answer.trace
+    click.echo("\n" + click.style("trace", bold=True))
+    click.echo(f"  question:   {t.question}")
+    if t.standalone != t.question:
+        click.echo(f"  rewritten:  {t.standalone}")
+    click.echo(f"  rerank:     {t.rerank}")
+    click.echo(f"  decision:   {t.decision}")
+    if t.llm_error:
+        click.echo(f"  llm error:  {t.llm_error}")
+    click.echo(f"  timings ms: {answer.timings_ms}")
+    click.echo("  candidates: dense rank/score · sparse rank/score · fused · rerank · evidence block")
+    for c in t.candidates[:20]:
+        dense = f"{c.dense_rank}/{c.dense_score:.3f}" if c.dense_rank else "-"
+        sparse = f"{c.sparse_rank}/{c.sparse_score:.1f}" if c.sparse_rank else "-"
+        rr = f"{c.rerank:.3f}" if c.rerank is not None else "-"
+        ev = f"[{c.evidence}]" if c.evidence else ""
+        click.echo(f"    {dense:>11} {sparse:>10} {c.fused:7.4f} {rr:>6} {ev:>4}  {c.title} › {c.heading}")
 
 
 @cli.command(name="eval")

@@ -100,6 +100,44 @@ def seconds(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]
 
 
+class RerankConfig(Section):
+    kind: Literal["flagembedding", "sentence-transformers", "none"] = "flagembedding"
+    model: str | None = Field(default=None, description="default: BAAI/bge-reranker-v2-m3; a local folder works")
+    device: str = "cpu"
+    candidates: int = Field(default=50, ge=1, le=500, description="fused hits the reranker scores")
+    budget: Duration = Field(default=5.0, description="past this, keep the fused order (and say so in the trace)")
+    batch_size: int = Field(default=16, ge=1)
+    max_length: int = Field(default=512, ge=16)
+
+
+class OllamaConfig(Section):
+    host: str = "http://127.0.0.1:11434"
+    model: str = "qwen2.5:7b-instruct"
+    enabled: bool = Field(default=True, description="false: extractive answers only, no LLM")
+    temperature: float = Field(default=0.1, ge=0, le=2)
+    num_ctx: int = Field(default=8192, ge=512)
+    keep_alive: str = "30m"
+    timeout: Duration = Field(default=120.0, description="a whole answer")
+    stall_timeout: Duration = Field(default=30.0, description="no token for this long: give up")
+    connect_retries: int = Field(default=2, ge=0, le=10, description="retries on connection errors only")
+
+
+class AnswerConfig(Section):
+    refusal: str = "我笔记里没有相关内容"
+    top_k: int = Field(default=6, ge=1, le=20, description="evidence blocks at most")
+    block_chars: int = Field(default=1200, ge=100, description="characters per evidence block")
+    total_chars: int = Field(default=8000, ge=500, description="characters of evidence in all")
+    # No evidence, no LLM call. Calibrated on the dev set: see README, "Refusing without an LLM".
+    min_dense: float = Field(default=0.33, description="refuse when the best dense score is below this ...")
+    min_coverage: float = Field(
+        default=0.4, ge=0, le=1, description="... and no top-5 chunk holds this share of the question's terms"
+    )
+    min_rerank: float | None = Field(default=None, description="with a reranker: refuse below this score")
+    closest_notes: int = Field(default=3, ge=0, le=10)
+    history_chars: int = Field(default=6000, ge=0, description="conversation turns kept, in characters")
+    idle_reset: Duration = Field(default=1800.0, description="a conversation is forgotten after this idle time")
+
+
 class ExcludeConfig(Section):
     notebooks: list[str] = Field(default=[], description="notebook titles or ids; their sub-notebooks too")
     tags: list[str] = Field(default=[], description="notes with any of these tags")
@@ -207,6 +245,9 @@ class Settings(Section):
     chunking: ChunkingConfig = ChunkingConfig()
     bm25: Bm25Config = Bm25Config()
     retrieval: RetrievalConfig = RetrievalConfig()
+    rerank: RerankConfig = RerankConfig()
+    ollama: OllamaConfig = OllamaConfig()
+    answer: AnswerConfig = AnswerConfig()
     exclude: ExcludeConfig = ExcludeConfig()
     sync: SyncConfig = SyncConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -33,6 +33,10 @@ class Unavailable(LeanoteRagError):
     """A service or resource cannot be used right now (down, locked, timing out)."""
 
 
+class ModelMissing(UserError):
+    """A configured model is not there (not pulled, not downloaded)."""
+
+
 class StoreLocked(Unavailable):
     """Another process holds the embedded index open."""
 

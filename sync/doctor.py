@@ -31,6 +31,8 @@ def run_checks(app) -> Iterator[Check]:
     yield from _source(settings)
     yield from _index(settings)
     yield from _embedder(settings)
+    yield from _reranker(settings)
+    yield from _ollama(settings)
 
 
 def _source(settings: Settings) -> Iterator[Check]:
@@ -117,3 +119,40 @@ def _embedder(settings: Settings) -> Iterator[Check]:
         fix = ("check embedder.host and that Ollama runs: curl {host}/api/tags".format(host=settings.embedder.host)
                if settings.embedder.kind == "ollama" else "see the README, section Install")
         yield Check(name, False, str(err), fix)
+
+
+def _reranker(settings: Settings) -> Iterator[Check]:
+    from rag import rerank
+
+    name = f"reranker ({settings.rerank.kind})"
+    if settings.rerank.kind == "none":
+        yield Check(name, True, "off: answers use the fused order")
+        return
+    try:
+        model = rerank.load(settings.rerank)
+        model.score("健康检查", ["health check"])
+        yield Check(name, True, model.model_id)
+    except LeanoteRagError as err:
+        yield Check(name, False, f"{err} (answers still work, without reranking)",
+                    "install the [models] extra and the weights (README, Install), or set rerank.kind: none")
+
+
+def _ollama(settings: Settings) -> Iterator[Check]:
+    import asyncio
+
+    from rag.errors import ModelMissing
+    from rag.llm import OllamaChat
+
+    cfg = settings.ollama
+    name = f"ollama ({cfg.host}, {cfg.model})"
+    if not cfg.enabled:
+        yield Check(name, True, "off (ollama.enabled: false): answers are extractive")
+        return
+    try:
+        detail = asyncio.run(OllamaChat(cfg).check())
+        yield Check(name, True, detail)
+    except ModelMissing as err:
+        yield Check(name, False, str(err), f"ollama pull {cfg.model}")
+    except LeanoteRagError as err:
+        yield Check(name, False, f"{err} (answers fall back to the best passages)",
+                    f"start Ollama (systemctl start ollama) or set ollama.host; check with curl {cfg.host}/api/tags")

@@ -1,4 +1,5 @@
-from rag.answer import REFUSAL, excerpt, extractive
+from rag.answer import REFUSAL, extractive
+from rag.excerpt import excerpt
 from rag.model import Hit
 
 from conftest import EXAMPLES

@@ -30,6 +30,7 @@ def setup(tmp_path, monkeypatch):
         cfg.write_text(
             f"leanote: {{base_url: '{fake.url}'}}\nstate_dir: data\n"
             f"source:\n  kind: leanote_api\n  accounts:\n    - {{email: alice@example.com, password_env: LR_PW_ALICE}}\n"
+            "rerank: {kind: none}\nollama: {enabled: false}\n"
         )
         yield fake, cfg
 

@@ -2,8 +2,13 @@
 client uses. Embeddings are deterministic bags of character bigrams, so texts that
 share words are close, as with a real model.
 
-Served: ``POST /api/embed``, ``GET /api/tags``, ``POST /api/show``; an unknown model
-gets HTTP 404 ``{"error": "model ... not found, try pulling it first"}`` as Ollama does.
+Served: ``POST /api/embed``, ``POST /api/chat`` (streamed NDJSON or one JSON object),
+``GET /api/tags``, ``POST /api/show``; an unknown model gets HTTP 404
+``{"error": "model ... not found, try pulling it first"}`` as Ollama does.
+
+Chat replies are scripted with ``reply(...)``: the text in pieces, optionally a stall
+after some pieces (the connection stays open, nothing more is sent) or an error
+line mid-stream. Unscripted chats answer "(no reply scripted)".
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -28,10 +35,20 @@ def fake_embedding(text: str, dim: int = DIM) -> list[float]:
     return (v / n if n else v).tolist()
 
 
+@dataclass
+class Reply:
+    pieces: list[str]
+    stall_after: int | None = None  # stop sending after this many pieces (and hang)
+    error_after: int | None = None  # send {"error": ...} after this many pieces
+    delay: float = 0.0  # seconds before each piece
+
+
 class FakeOllama:
-    def __init__(self, models=("bge-m3",)):
+    def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct")):
         self.models = set(models)
         self.requests: list[tuple[str, dict]] = []
+        self.replies: list[Reply] = []
+        self.release = threading.Event()  # set to end every stall
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +72,36 @@ class FakeOllama:
                 length = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(length) or b"{}")
 
+            def _line(self, obj: dict) -> None:
+                data = (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _stream(self, model: str, reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                for i, piece in enumerate(reply.pieces):
+                    if reply.stall_after is not None and i >= reply.stall_after:
+                        fake.release.wait(timeout=60)
+                        return
+                    if reply.error_after is not None and i >= reply.error_after:
+                        self._line({"error": "an error was encountered while running the model"})
+                        break
+                    if reply.delay:
+                        time.sleep(reply.delay)
+                    self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
+                                "message": {"role": "assistant", "content": piece}, "done": False})
+                else:
+                    self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
+                                "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
+                                "total_duration": 1, "eval_count": len(reply.pieces)})
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                self.close_connection = True
+
             def _missing(self, model: str) -> None:
                 self._send(404, {"error": f"model \"{model}\" not found, try pulling it first"})
 
@@ -75,6 +122,15 @@ class FakeOllama:
                     inputs = body.get("input")
                     inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
                     self._send(200, {"model": model, "embeddings": [fake_embedding(t) for t in inputs]})
+                elif self.path == "/api/chat":
+                    if model not in fake.models:
+                        return self._missing(model)
+                    reply = fake.replies.pop(0) if fake.replies else Reply(["(no reply scripted)"])
+                    if body.get("stream", True):
+                        self._stream(model, reply)
+                    else:
+                        text = "".join(reply.pieces)
+                        self._send(200, {"model": model, "message": {"role": "assistant", "content": text}, "done": True})
                 elif self.path == "/api/show":
                     if model not in fake.models:
                         return self._missing(model)
@@ -86,10 +142,18 @@ class FakeOllama:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+    def reply(self, *pieces: str, stall_after: int | None = None, error_after: int | None = None, delay: float = 0.0) -> None:
+        """Script the next chat reply."""
+        self.replies.append(Reply(list(pieces), stall_after, error_after, delay))
+
+    def chats(self) -> list[dict]:
+        return [body for path, body in self.requests if path == "/api/chat"]
+
     def __enter__(self) -> "FakeOllama":
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()

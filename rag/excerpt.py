@@ -1,0 +1,62 @@
+"""The passage of a text that best matches a question: for citations and extractive answers."""
+
+from __future__ import annotations
+
+import re
+
+from .lexical import tokenize
+
+EXCERPT_CHARS = 500
+
+_SENTENCE = re.compile(r"[。！？!?；;\n]+|\.(?=\s)|$")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
+
+
+def _excerpt_terms(query: str) -> dict[str, float]:
+    """Terms to look for, with weights: Latin words, CJK character pairs, and (weakly)
+    single CJK characters, since jieba may glue a verb to a particle ("要炖") that the
+    note never writes together."""
+    terms = {t: 1.0 for t in tokenize(query) if not _CJK_RUN.search(t)}
+    for run in _CJK_RUN.findall(query):
+        for ch in run:
+            if ch not in _FILLER:
+                terms.setdefault(ch, 0.3)
+        for i in range(len(run) - 1):
+            terms[run[i : i + 2]] = 1.0
+    return terms
+
+
+def _window(text: str, query: str, width: int) -> tuple[float, int]:
+    """(score, start) of the sentence that best matches the query. A term's weight falls
+    with how often the text repeats it, so a question's rare words choose the sentence,
+    not the topic word that is everywhere."""
+    lowered = text.lower()
+    weights = _excerpt_terms(query)
+    counts = {t: lowered.count(t) for t in weights}
+    best, best_score = 0, 0.0
+    pos = 0
+    for m in _SENTENCE.finditer(lowered):
+        sentence = lowered[pos : m.end()]
+        score = sum(w / counts[t] for t, w in weights.items() if counts[t] and t in sentence)
+        if score > best_score:
+            best, best_score = pos, score
+        pos = m.end()
+    return best_score, best
+
+
+def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:
+    """The window of ``text`` (about ``width`` chars) that best matches the query."""
+    text = text.strip()
+    if len(text) <= width:
+        return text
+    _, best = _window(text, query, width)
+    start = max(0, min(best - width // 5, len(text) - width))
+    # begin on a line or sentence boundary where one is near
+    for sep in ("\n", "。", ". "):
+        cut = text.rfind(sep, max(0, start - 60), start + 1)
+        if cut != -1:
+            start = cut + len(sep)
+            break
+    snippet = text[start : start + width].strip()
+    return ("…" if start > 0 else "") + snippet + ("…" if start + width < len(text) else "")
