@@ -121,14 +121,24 @@ class RerankOutcome:
 
 
 class BudgetedReranker:
-    """Runs a reranker in its own thread with a time budget. A call still running from
-    a budget overrun makes the next one skip reranking rather than queue behind it."""
+    """Runs a reranker in its own thread within a time budget, scoring only as many of
+    the top candidates as its measured speed allows (a cross-encoder on CPU can need
+    a second per candidate); the rest keep their fused order after them. A call that
+    still overran makes the next one skip reranking rather than queue behind it."""
+
+    FIRST_CALL = 4  # candidates scored before the speed is known
 
     def __init__(self, reranker: Reranker, budget: float):
         self.reranker = reranker
         self.budget = budget
+        self.per_candidate: float | None = None  # seconds, measured
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
         self._running = None
+
+    def how_many(self, available: int) -> int:
+        if self.per_candidate is None:
+            return min(available, self.FIRST_CALL)
+        return max(1, min(available, int(0.8 * self.budget / self.per_candidate)))
 
     def rerank(self, query: str, hits: list[Hit]) -> RerankOutcome:
         import time
@@ -137,19 +147,28 @@ class BudgetedReranker:
             return RerankOutcome(hits, {}, "nothing to rerank")
         if self._running is not None and not self._running.done():
             return RerankOutcome(hits, {}, "reranker still busy with an earlier question: fused order kept")
+        n = self.how_many(len(hits))
+        head, rest = hits[:n], hits[n:]
         started = time.perf_counter()
-        self._running = self._pool.submit(self.reranker.score, query, [h.text for h in hits])
+        self._running = self._pool.submit(self.reranker.score, query, [h.text for h in head])
         try:
             scores = self._running.result(timeout=self.budget)
         except TimeoutError:
+            # at least this slow: the next call scores fewer
+            self.per_candidate = max(self.per_candidate or 0.0, self.budget / n)
             return RerankOutcome(hits, {}, f"over the {self.budget:g} s budget: fused order kept")
         except Exception as err:  # a model failure must not lose the answer
             log.warning("reranking failed: %s", err)
             return RerankOutcome(hits, {}, f"reranker failed ({err}): fused order kept")
-        by_id = {h.point_id: s for h, s in zip(hits, scores)}
-        ordered = sorted(hits, key=lambda h: -by_id[h.point_id])
-        ms = (time.perf_counter() - started) * 1000
-        return RerankOutcome(ordered, by_id, f"reranked {len(hits)} candidates in {ms:.0f} ms")
+        elapsed = time.perf_counter() - started
+        measured = elapsed / n
+        self.per_candidate = measured if self.per_candidate is None else 0.7 * self.per_candidate + 0.3 * measured
+        by_id = {h.point_id: s for h, s in zip(head, scores)}
+        ordered = sorted(head, key=lambda h: -by_id[h.point_id]) + rest
+        note = f"reranked {n} candidates in {elapsed * 1000:.0f} ms"
+        if rest:
+            note += f" (the other {len(rest)} kept their fused order: {measured * 1000:.0f} ms per candidate)"
+        return RerankOutcome(ordered, by_id, note)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -64,6 +64,19 @@ def test_rerank_orders_by_the_models_scores(tiny_model):
     assert outcome.note.startswith("reranked 4 candidates")
 
 
+def test_rerank_scores_only_as_many_as_the_budget_allows(tiny_model):
+    model = rerank.load(RerankConfig(kind="flagembedding", model=tiny_model, max_length=64))
+    hits = [hit(i, WORDS[i % 4]) for i in range(40)]
+    budgeted = rerank.BudgetedReranker(model, budget=10)
+    first = budgeted.rerank("redis", hits)
+    assert len(first.scores) == rerank.BudgetedReranker.FIRST_CALL  # speed unknown: a few first
+    assert first.hits[4:] == hits[4:]  # the rest keep the fused order
+    budgeted.per_candidate = 1.0  # a slow model: 1 s per candidate, 10 s budget
+    second = budgeted.rerank("redis", hits)
+    assert len(second.scores) == 8 and second.hits[8:] == hits[8:]
+    assert "the other 32 kept their fused order" in second.note
+
+
 def test_over_budget_keeps_the_fused_order(tiny_model):
     model = rerank.load(RerankConfig(kind="sentence-transformers", model=tiny_model, max_length=64))
     hits = [hit(i, w * 50) for i, w in enumerate(WORDS * 5)]
@@ -98,7 +111,8 @@ def test_answer_service_reranks_and_traces(tiny_model, tmp_path, use_embedder):
         service.close()
     state.close()
     assert answer.trace.rerank.startswith("reranked")
-    assert all(c.rerank is not None for c in answer.trace.candidates)
+    scored = [c for c in answer.trace.candidates if c.rerank is not None]
+    assert len(scored) == min(len(answer.trace.candidates), rerank.BudgetedReranker.FIRST_CALL)
     assert "rerank" in answer.timings_ms
 
 
