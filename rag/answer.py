@@ -210,6 +210,13 @@ class AnswerService:
         self.rerank_unavailable = rerank_unavailable
         self.conversations = Conversations(settings.answer.history_chars, settings.answer.idle_reset, clock)
         self.last_trace: dict[str, Trace] = {}  # conversation id -> trace of its last answer
+        self._llm_slots: asyncio.Semaphore | None = None  # answers the LLM writes at once
+
+    @property
+    def llm_slots(self) -> asyncio.Semaphore:
+        if self._llm_slots is None:
+            self._llm_slots = asyncio.Semaphore(self.settings.bots.max_concurrent_llm)
+        return self._llm_slots
 
     @classmethod
     def from_settings(cls, settings: Settings, index: NoteIndex) -> "AnswerService":
@@ -250,7 +257,8 @@ class AnswerService:
         standalone = question
         if history and self.chat is not None:
             try:
-                standalone = (await self.chat.complete(condense_messages(history, question))).strip() or question
+                async with self.llm_slots:
+                    standalone = (await self.chat.complete(condense_messages(history, question))).strip() or question
             except LeanoteRagError as err:
                 log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
             mark("rewrite")
@@ -294,13 +302,14 @@ class AnswerService:
         filt = CitationFilter(valid)
         parts: list[str] = []
         try:
-            async for piece in self.chat.stream(messages(standalone, blocks, cfg.refusal)):
-                if "first_token" not in timings:
-                    mark("first_token")
-                out = filt.feed(piece)
-                if out:
-                    parts.append(out)
-                    await _call(on_token, out)
+            async with self.llm_slots:
+                async for piece in self.chat.stream(messages(standalone, blocks, cfg.refusal)):
+                    if "first_token" not in timings:
+                        mark("first_token")
+                    out = filt.feed(piece)
+                    if out:
+                        parts.append(out)
+                        await _call(on_token, out)
             tail = filt.flush()
             if tail:
                 parts.append(tail)

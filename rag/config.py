@@ -138,6 +138,45 @@ class AnswerConfig(Section):
     idle_reset: Duration = Field(default=1800.0, description="a conversation is forgotten after this idle time")
 
 
+class UserMap(Section):
+    """A person in chat, and whose notes they may query."""
+
+    leanote_user_id: str | None = None
+    leanote_email: str | None = Field(default=None, description="an account of source.accounts, instead of the id")
+    telegram_ids: list[int] = []
+    discord_ids: list[int] = []
+    admin: bool = Field(default=False, description="may run /sync")
+
+    @model_validator(mode="after")
+    def _one_user(self) -> "UserMap":
+        if bool(self.leanote_user_id) == bool(self.leanote_email):
+            raise ValueError("give exactly one of leanote_user_id and leanote_email")
+        return self
+
+
+class TelegramConfig(Section):
+    enabled: bool = False
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    base_url: str = Field(default="https://api.telegram.org/bot", description="a self-hosted Bot API server works")
+    allowed_chats: list[int] = Field(default=[], description="group chats it answers in (default: any)")
+    edit_interval: Duration = Field(default=1.5, description="streaming: at most one edit this often")
+
+
+class DiscordConfig(Section):
+    enabled: bool = False
+    token_env: str = "DISCORD_BOT_TOKEN"
+    guild_ids: list[int] = Field(default=[], description="servers: commands synced there at start-up (instant)")
+    channel_ids: list[int] = Field(default=[], description="channels it answers in (default: any)")
+    role_ids: list[int] = Field(default=[], description="only members with one of these roles (default: any)")
+    allow_dms: bool = False
+    edit_interval: Duration = 1.5
+
+
+class BotsConfig(Section):
+    rate_limit: int = Field(default=6, ge=1, description="questions per person per minute")
+    max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
+
+
 class ExcludeConfig(Section):
     notebooks: list[str] = Field(default=[], description="notebook titles or ids; their sub-notebooks too")
     tags: list[str] = Field(default=[], description="notes with any of these tags")
@@ -250,6 +289,10 @@ class Settings(Section):
     answer: AnswerConfig = AnswerConfig()
     exclude: ExcludeConfig = ExcludeConfig()
     sync: SyncConfig = SyncConfig()
+    users: list[UserMap] = []
+    telegram: TelegramConfig = TelegramConfig()
+    discord: DiscordConfig = DiscordConfig()
+    bots: BotsConfig = BotsConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     # Where the file was read from; relative paths were resolved against its folder.

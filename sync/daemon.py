@@ -20,12 +20,14 @@ import logging
 import signal
 import time
 from datetime import datetime, timedelta
+from importlib.metadata import entry_points
 from typing import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from rag.answer import AnswerService
 from rag.config import Settings
 from rag.index import NoteIndex
 
@@ -35,16 +37,28 @@ from .state import State
 log = logging.getLogger(__name__)
 
 # Extra long-running parts (the chat bots) plug in here: called with the daemon,
-# they run until cancelled.
+# they run until it stops. They are found through the ``leanote_rag.services`` entry
+# point group, so sync/ never imports bot/.
 Service = Callable[["Daemon"], Awaitable[None]]
+
+
+def discover_services() -> list[Service]:
+    services = []
+    for ep in entry_points(group="leanote_rag.services"):
+        try:
+            services.append(ep.load())
+        except Exception as err:  # a broken plugin must not stop the sync
+            log.warning("cannot load service %s (%s): %s", ep.name, ep.value, err)
+    return services
 
 
 class Daemon:
     def __init__(self, settings: Settings, services: list[Service] | None = None, clock=time.time):
         self.settings = settings
-        self.services = services or []
+        self.services = discover_services() if services is None else services
         self.clock = clock
         self.index: NoteIndex | None = None
+        self.answers: AnswerService | None = None
         self.state: State | None = None
         self.sync: SyncService | None = None
         self.scheduler: AsyncIOScheduler | None = None
@@ -61,8 +75,14 @@ class Daemon:
         self.state = State(self.settings.state_dir)
         self.index = NoteIndex.open(self.settings, create=True)
         self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock)
+        self.answers = AnswerService.from_settings(self.settings, self.index)
+        self._reader = State(self.settings.state_dir)  # the event loop's own connection, for reads
 
     def close(self) -> None:
+        if getattr(self, "answers", None):
+            self.answers.close()
+        if getattr(self, "_reader", None):
+            self._reader.close()
         if self.sync:
             self.sync.close()
         if self.index:
@@ -184,6 +204,28 @@ class Daemon:
         else:
             self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
         return True
+
+    # --- for the bots (bot.common.Host) ------------------------------------------------------
+
+    def user_for_email(self, email: str) -> str | None:
+        """The Leanote user id of an API account, once it has synced."""
+        for acc in self._reader.accounts():
+            if acc.account == email and acc.user_id:
+                return acc.user_id
+        return None
+
+    def status_text(self) -> str:
+        lines = []
+        for a in self._reader.accounts():
+            lag = f"USN {a.cursor}/{a.server_usn}" if a.server_usn is not None else ""
+            when = time.strftime("%m-%d %H:%M", time.localtime(a.last_success)) if a.last_success else "never"
+            line = f"{a.account}: {lag} last sync {when}"
+            if a.last_error:
+                line += f"; failing: {a.last_error[:200]}"
+            lines.append(line)
+        counts = self._reader.counts_by_user()
+        lines.append("notes indexed: " + (", ".join(f"{n}" for n in counts.values()) or "0"))
+        return "\n".join(lines)
 
     async def wait_for_pass(self, after: int) -> PassResult:
         """Wait until more than ``after`` passes have completed."""

@@ -1,0 +1,68 @@
+"""Who may ask, whose notes they see, and how often.
+
+People are mapped in ``users``: chat ids -> the Leanote user whose notes they may
+query (by id, or by the email of an API account), and whether they are admins
+(``/sync``). Strangers get one short refusal that shows their numeric id, so the
+owner can add them, and no note content. Each person may ask ``bots.rate_limit``
+questions a minute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from rag.config import Settings
+
+
+@dataclass(frozen=True)
+class Person:
+    leanote_user_id: str
+    admin: bool
+
+
+STRANGER = {
+    "telegram": "抱歉，你还没有权限使用这个机器人。你的 Telegram id 是 {id}，请把它发给机器人的主人。\n"
+    "Sorry, you may not use this bot yet. Your Telegram id is {id}: send it to the bot's owner.",
+    "discord": "抱歉，你还没有权限使用这个机器人。你的 Discord id 是 {id}，请把它发给机器人的主人。\n"
+    "Sorry, you may not use this bot yet. Your Discord id is {id}: send it to the bot's owner.",
+}
+UNRESOLVED = "你的账号对应的 Leanote 用户还没同步过，请稍后再试。 / Your Leanote account has not been synced yet; try again later."
+
+
+class Access:
+    def __init__(self, settings: Settings, user_for_email: Callable[[str], str | None], clock=time.monotonic):
+        self.settings = settings
+        self.user_for_email = user_for_email
+        self.clock = clock
+        self._asked: dict[tuple[str, int], deque[float]] = {}
+
+    def person(self, platform: str, chat_user_id: int) -> Person | None | str:
+        """The mapped person, None for a stranger, or a message when the mapping cannot
+        be resolved yet (an email whose account has not synced)."""
+        for entry in self.settings.users:
+            ids = entry.telegram_ids if platform == "telegram" else entry.discord_ids
+            if chat_user_id in ids:
+                user_id = entry.leanote_user_id or self.user_for_email(entry.leanote_email.strip().lower())
+                return Person(user_id, entry.admin) if user_id else UNRESOLVED
+        return None
+
+    def stranger(self, platform: str, chat_user_id: int) -> str:
+        return STRANGER[platform].format(id=chat_user_id)
+
+    def rate(self, platform: str, chat_user_id: int) -> float:
+        """0 when this person may ask now (and counts the question), else seconds to wait."""
+        now = self.clock()
+        window = self._asked.setdefault((platform, chat_user_id), deque())
+        while window and now - window[0] >= 60:
+            window.popleft()
+        if len(window) >= self.settings.bots.rate_limit:
+            return 60 - (now - window[0])
+        window.append(now)
+        return 0.0
+
+    def slow_down(self, wait: float) -> str:
+        n = self.settings.bots.rate_limit
+        return f"慢一点 🙂 每分钟最多 {n} 个问题，{wait:.0f} 秒后再问吧。 / Easy there: {n} questions a minute; try again in {wait:.0f} s."

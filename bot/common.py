@@ -1,0 +1,131 @@
+"""What both bots share: the host they run in, streaming edits at a steady pace, and
+the texts of their commands. The answer pipeline itself is ``rag.answer.AnswerService``,
+one instance for both bots."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable, Protocol
+
+from rag.answer import AnswerService, Trace
+from rag.config import Settings
+from rag.index import NoteIndex
+
+
+class Host(Protocol):
+    """What a bot needs from the process it runs in (``leanote-rag serve``)."""
+
+    settings: Settings
+    index: NoteIndex
+    answers: AnswerService
+    stopping: asyncio.Event
+
+    def trigger(self) -> bool: ...
+    def status_text(self) -> str: ...
+    def user_for_email(self, email: str) -> str | None: ...
+
+
+class Wait(Exception):
+    """The platform asked us to slow down for this many seconds."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"retry in {seconds:g} s")
+        self.seconds = seconds
+
+
+class Pacer:
+    """Streams an answer into one message: collects text as it arrives and edits the
+    message at most once per ``interval``, honouring the platform's wait requests."""
+
+    CURSOR = " ▌"
+
+    def __init__(self, edit: Callable[[str], Awaitable[None]], interval: float,
+                 clock: Callable[[], float] = time.monotonic, sleep=asyncio.sleep):
+        self.edit = edit
+        self.interval = interval
+        self.clock = clock
+        self.sleep = sleep
+        self.text = ""
+        self.sent = ""
+        self.edits: list[float] = []  # when each edit went out (for tests and the benchmark)
+        self._done = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def feed(self, piece: str) -> None:
+        self.text += piece
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        while not self._done.is_set():
+            await self.sleep(self.interval)
+            if self._done.is_set():
+                return
+            if self.text and self.text != self.sent:
+                snapshot = self.text
+                try:
+                    await self.edit(snapshot + self.CURSOR)
+                    self.sent = snapshot
+                    self.edits.append(self.clock())
+                except Wait as wait:
+                    await self.sleep(wait.seconds)
+                except Exception:  # a failed intermediate edit is not worth an answer
+                    pass
+
+    async def stop(self) -> None:
+        self._done.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I answer from your Leanote notes, with links to them.
+
+/ask 问题 — 提问（私聊里直接发问题就行）ask (in a private chat just send the question)
+/search 关键词 — 只列出相关笔记 search: matching notes only
+/reset — 忘掉这段对话 forget this conversation
+/why — 上一个回答是怎么来的 why the last answer
+/status — 同步状态 sync status
+/sync — 立即同步（管理员）sync now (admins)"""
+
+COMMANDS = [
+    ("ask", "提问 / ask a question"),
+    ("search", "搜索笔记 / search your notes"),
+    ("reset", "重新开始对话 / forget this conversation"),
+    ("why", "上一个回答的依据 / why the last answer"),
+    ("status", "同步状态 / sync status"),
+    ("sync", "立即同步（管理员）/ sync now (admins)"),
+    ("help", "帮助 / help"),
+]
+
+
+def trace_text(trace: Trace | None) -> str:
+    if trace is None:
+        return "这段对话还没有回答过问题。 / No answer in this conversation yet."
+    lines = [f"问题 question: {trace.question}"]
+    if trace.standalone != trace.question:
+        lines.append(f"改写为 rewritten: {trace.standalone}")
+    lines.append(f"重排 rerank: {trace.rerank}")
+    lines.append(f"结论 decision: {trace.decision}")
+    if trace.llm_error:
+        lines.append(f"LLM: {trace.llm_error}")
+    lines.append("候选 candidates (dense · sparse · fused · rerank → evidence):")
+    for c in trace.candidates[:10]:
+        dense = f"{c.dense_rank}/{c.dense_score:.2f}" if c.dense_rank else "-"
+        sparse = f"{c.sparse_rank}/{c.sparse_score:.1f}" if c.sparse_rank else "-"
+        rr = f"{c.rerank:.2f}" if c.rerank is not None else "-"
+        ev = f" → [{c.evidence}]" if c.evidence else ""
+        lines.append(f"• {c.title} › {c.heading}: {dense} · {sparse} · {c.fused:.3f} · {rr}{ev}")
+    return "\n".join(lines)
+
+
+def hits_text(hits) -> str:
+    if not hits:
+        return "没有找到相关笔记。 / No matching notes."
+    return "\n".join(f"{i}. {h.title}" + (f" › {h.heading}" if h.heading else "") + f"  {h.url}"
+                     for i, h in enumerate(hits, start=1))

@@ -1,0 +1,246 @@
+"""Discord front end (discord.py 2, application commands).
+
+Slash commands ``/ask question [private]``, ``/search``, ``/reset``, ``/status``,
+``/sync`` (admins), ``/why``; synced to the configured guilds at start-up (instant)
+or globally. ``/ask`` defers at once (Discord's 3-second rule), streams into the
+original response (edits at least ``discord.edit_interval`` apart), then shows the
+answer as embed(s) within Discord's limits, sources as lines with ``<url>`` links;
+longer answers continue in follow-ups. Errors and private answers are ephemeral.
+Access: guild, channel, user and role ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import discord
+from discord import app_commands
+
+from rag.config import secret
+from rag.errors import LeanoteRagError
+from rag.retrieve import search
+
+from .access import Access, Person
+from .common import HELP, Host, Pacer, Wait, hits_text, trace_text
+from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_sources
+
+log = logging.getLogger(__name__)
+COLOR = 0x2E7D32
+
+
+class DiscordBot:
+    def __init__(self, host: Host):
+        self.host = host
+        self.cfg = host.settings.discord
+        self.access = Access(host.settings, host.user_for_email)
+        self.client = discord.Client(intents=discord.Intents.default())
+        self.tree = app_commands.CommandTree(self.client)
+        self.pacers: list[Pacer] = []
+        self._register()
+        self.client.setup_hook = self._setup
+
+    # --- commands -------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        bot = self
+
+        @self.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
+        @app_commands.describe(question="问题 / the question", private="只有你能看到回答 / only you see the answer")
+        async def ask(interaction: discord.Interaction, question: str, private: bool = False) -> None:
+            await bot.ask(interaction, question, private)
+
+        @self.tree.command(name="search", description="搜索笔记 / search your notes")
+        async def search_(interaction: discord.Interaction, query: str) -> None:
+            await bot.search(interaction, query)
+
+        @self.tree.command(name="reset", description="重新开始对话 / forget this conversation")
+        async def reset(interaction: discord.Interaction) -> None:
+            await bot.reset(interaction)
+
+        @self.tree.command(name="status", description="同步状态 / sync status")
+        async def status(interaction: discord.Interaction) -> None:
+            await bot.status(interaction)
+
+        @self.tree.command(name="sync", description="立即同步（管理员）/ sync now (admins)")
+        async def sync(interaction: discord.Interaction) -> None:
+            await bot.sync(interaction)
+
+        @self.tree.command(name="why", description="上一个回答的依据 / why the last answer")
+        async def why(interaction: discord.Interaction) -> None:
+            await bot.why(interaction)
+
+        @self.tree.command(name="help", description="帮助 / help")
+        async def help_(interaction: discord.Interaction) -> None:
+            await interaction.response.send_message(HELP, ephemeral=True)
+
+    async def _setup(self) -> None:
+        if self.cfg.guild_ids:
+            for gid in self.cfg.guild_ids:
+                guild = discord.Object(id=gid)
+                self.tree.copy_global_to(guild=guild)
+                await self.tree.sync(guild=guild)
+        else:
+            await self.tree.sync()
+
+    async def run(self, token: str) -> None:
+        """Connect until the host stops; a connection failure propagates to the host's
+        supervisor, which retries with backoff."""
+        runner = asyncio.create_task(self.client.start(token))
+        stop = asyncio.create_task(self.host.stopping.wait())
+        try:
+            done, _ = await asyncio.wait({runner, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if runner in done:
+                runner.result()  # raises what made it stop
+        finally:
+            stop.cancel()
+            await self.client.close()
+            if not runner.done():
+                runner.cancel()
+
+    # --- access -----------------------------------------------------------------------------
+
+    def _denied(self, interaction: discord.Interaction) -> str | None:
+        """Why this interaction may not be answered, or None. Instant: no I/O."""
+        if interaction.guild_id is None:
+            if not self.cfg.allow_dms:
+                return "这里不接受私信提问。 / Questions in direct messages are off."
+        else:
+            if self.cfg.guild_ids and interaction.guild_id not in self.cfg.guild_ids:
+                return "这个服务器没有开通。 / Not enabled on this server."
+            if self.cfg.channel_ids and interaction.channel_id not in self.cfg.channel_ids:
+                return "请到指定的频道提问。 / Please ask in the bot's channel."
+            if self.cfg.role_ids:
+                roles = {r.id for r in getattr(interaction.user, "roles", [])}
+                if not roles.intersection(self.cfg.role_ids):
+                    return self.access.stranger("discord", interaction.user.id)
+        return None
+
+    async def _person(self, interaction: discord.Interaction) -> Person | None:
+        """The asking person, or None after an ephemeral refusal (before any work)."""
+        why = self._denied(interaction)
+        person = None if why else self.access.person("discord", interaction.user.id)
+        if why is None and person is None:
+            why = self.access.stranger("discord", interaction.user.id)
+        if why is None and isinstance(person, str):
+            why = person
+        if why is not None:
+            await interaction.response.send_message(why, ephemeral=True)
+            return None
+        return person
+
+    @staticmethod
+    def conversation(interaction: discord.Interaction) -> str:
+        return f"discord:{interaction.channel_id or interaction.user.id}"
+
+    # --- handlers ---------------------------------------------------------------------------
+
+    async def ask(self, interaction: discord.Interaction, question: str, private: bool = False) -> None:
+        person = await self._person(interaction)
+        if person is None:
+            return
+        wait = self.access.rate("discord", interaction.user.id)
+        if wait:
+            await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
+            return
+        await interaction.response.defer(thinking=True, ephemeral=private)
+
+        async def edit(text: str) -> None:
+            try:
+                await interaction.edit_original_response(content=text[-DISCORD_CONTENT:])
+            except discord.HTTPException as err:
+                if err.status == 429:
+                    raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
+                raise
+
+        pacer = Pacer(edit, self.cfg.edit_interval)
+        self.pacers.append(pacer)
+        pacer.start()
+        try:
+            answer = await self.host.answers.ask(question, person.leanote_user_id,
+                                                 conversation=self.conversation(interaction), on_token=pacer.feed)
+        except LeanoteRagError as err:
+            await pacer.stop()
+            await interaction.edit_original_response(content=f"出错了 error: {err}")
+            return
+        await pacer.stop()
+        await self._deliver(interaction, answer, private)
+
+    async def _deliver(self, interaction: discord.Interaction, answer, private: bool) -> None:
+        if answer.citations:
+            sources = discord_sources(answer.citations, "来源 Sources")
+        else:
+            sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
+        body = answer.answer + (f"\n\n*{answer.notice}*" if answer.notice else "")
+        embeds = embeds_for(body, sources)
+        first, rest = embeds[0], embeds[1:]
+        await interaction.edit_original_response(content=None, embed=first)
+        for embed in rest:
+            await interaction.followup.send(embed=embed, ephemeral=private)
+
+    async def search(self, interaction: discord.Interaction, query: str) -> None:
+        person = await self._person(interaction)
+        if person is None:
+            return
+        await interaction.response.defer(thinking=True, ephemeral=True)
+        try:
+            hits = await asyncio.to_thread(search, self.host.index, query, person.leanote_user_id, 8)
+            text = hits_text(hits)
+        except LeanoteRagError as err:
+            text = f"出错了 error: {err}"
+        await interaction.followup.send(text[:DISCORD_CONTENT], ephemeral=True)
+
+    async def reset(self, interaction: discord.Interaction) -> None:
+        if await self._person(interaction) is None:
+            return
+        self.host.answers.conversations.reset(self.conversation(interaction))
+        await interaction.response.send_message("好的，重新开始。 / Fresh start.", ephemeral=True)
+
+    async def status(self, interaction: discord.Interaction) -> None:
+        if await self._person(interaction) is None:
+            return
+        await interaction.response.send_message(self.host.status_text()[:DISCORD_CONTENT], ephemeral=True)
+
+    async def sync(self, interaction: discord.Interaction) -> None:
+        person = await self._person(interaction)
+        if person is None:
+            return
+        if not person.admin:
+            await interaction.response.send_message("只有管理员可以 /sync。 / Only admins may /sync.", ephemeral=True)
+            return
+        started = self.host.trigger()
+        await interaction.response.send_message(
+            "开始同步。 / Syncing now." if started else "刚刚同步过，稍等再试。 / A sync just ran; try again shortly.",
+            ephemeral=True,
+        )
+
+    async def why(self, interaction: discord.Interaction) -> None:
+        if await self._person(interaction) is None:
+            return
+        trace = self.host.answers.last_trace.get(self.conversation(interaction))
+        await interaction.response.send_message(trace_text(trace)[:DISCORD_CONTENT], ephemeral=True)
+
+
+def embeds_for(body: str, sources: str) -> list[discord.Embed]:
+    """The answer as embeds: each description ≤ 4,096 characters and each message's
+    embeds ≤ 6,000 in total; the sources go into the last one (or one of their own)."""
+    pages = discord_pages(body, DISCORD_DESCRIPTION - 96)
+    if sources and len(pages[-1]) + 2 + len(sources) <= DISCORD_DESCRIPTION - 96:
+        pages[-1] = f"{pages[-1]}\n\n{sources}"
+    elif sources:
+        pages.append(sources[: DISCORD_DESCRIPTION - 96])
+    embeds = []
+    for i, page in enumerate(pages):
+        embed = discord.Embed(description=page, color=COLOR)
+        if len(pages) > 1:
+            embed.set_footer(text=f"{i + 1}/{len(pages)}")
+        embeds.append(embed)
+    return embeds
+
+
+async def service(host: Host) -> None:
+    """``leanote-rag serve`` runs this when ``discord.enabled``."""
+    if not host.settings.discord.enabled:
+        return
+    token = secret(host.settings.discord.token_env, "discord.token_env")
+    await DiscordBot(host).run(token)

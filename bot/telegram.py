@@ -1,0 +1,268 @@
+"""Telegram front end (python-telegram-bot v22, long polling).
+
+In a private chat any text is a question; in groups, ``/ask``, a mention or a reply
+to the bot. Answers stream into a placeholder message (edits at most every
+``telegram.edit_interval``, ``RetryAfter`` honoured, "message is not modified"
+ignored, ``typing`` kept alive), then the final text in HTML parse mode with
+everything from the notes escaped, split past 4,096 characters, sources as a
+numbered list of links, previews off; plain text if Telegram rejects the HTML.
+Updates are handled concurrently, so one person's question never waits for another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+from bs4 import BeautifulSoup
+from telegram import BotCommand, LinkPreviewOptions, Message, Update
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
+
+from rag.config import secret
+from rag.errors import LeanoteRagError
+from rag.retrieve import search
+
+from .access import Access, Person
+from .common import COMMANDS, HELP, Host, Pacer, Wait, hits_text, trace_text
+from .render import telegram_messages, telegram_sources
+
+log = logging.getLogger(__name__)
+
+NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+TYPING_EVERY = 4.0
+
+
+def _seconds(err: RetryAfter) -> float:
+    value = getattr(err, "_retry_after", None)
+    if value is not None:
+        return value.total_seconds()
+    return float(err.retry_after)
+
+
+class TelegramBot:
+    def __init__(self, host: Host, token: str):
+        self.host = host
+        self.cfg = host.settings.telegram
+        self.access = Access(host.settings, host.user_for_email)
+        self.app: Application = (
+            ApplicationBuilder().token(token).base_url(self.cfg.base_url).concurrent_updates(True).build()
+        )
+        self.pacers: list[Pacer] = []  # every answer's pacer (tests, benchmark)
+        a = self.app
+        a.add_handler(CommandHandler(["start", "help"], self.on_help))
+        a.add_handler(CommandHandler("ask", self.on_ask))
+        a.add_handler(CommandHandler("search", self.on_search))
+        a.add_handler(CommandHandler("reset", self.on_reset))
+        a.add_handler(CommandHandler("status", self.on_status))
+        a.add_handler(CommandHandler("sync", self.on_sync))
+        a.add_handler(CommandHandler("why", self.on_why))
+        a.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, self.on_text))
+
+    async def run(self) -> None:
+        """Connect and poll until the host stops. Connection errors propagate, so the
+        host's supervisor retries with backoff."""
+        await self.app.initialize()
+        try:
+            await self.app.bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
+            await self.app.start()
+            await self.app.updater.start_polling(allowed_updates=["message"])
+            log.info("telegram bot @%s is polling", self.app.bot.username)
+            await self.host.stopping.wait()
+        finally:
+            with suppress(Exception):
+                if self.app.updater.running:
+                    await self.app.updater.stop()
+            with suppress(Exception):
+                if self.app.running:
+                    await self.app.stop()
+            await self.app.shutdown()
+
+    # --- who is asking --------------------------------------------------------------------
+
+    async def _who(self, update: Update) -> Person | None:
+        """The asking person, or None after telling a stranger (or a group not allowed) why not."""
+        user, chat = update.effective_user, update.effective_chat
+        if chat.type != ChatType.PRIVATE and self.cfg.allowed_chats and chat.id not in self.cfg.allowed_chats:
+            return None
+        person = self.access.person("telegram", user.id)
+        if person is None:
+            await update.effective_message.reply_text(self.access.stranger("telegram", user.id))
+            return None
+        if isinstance(person, str):
+            await update.effective_message.reply_text(person)
+            return None
+        return person
+
+    @staticmethod
+    def conversation(update: Update) -> str:
+        return f"telegram:{update.effective_chat.id}"
+
+    # --- commands ---------------------------------------------------------------------------
+
+    async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await update.effective_message.reply_text(HELP, link_preview_options=NO_PREVIEW)
+
+    async def on_ask(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        question = " ".join(context.args or [])
+        if not question.strip():
+            await update.effective_message.reply_text("用法 usage: /ask 你的问题")
+            return
+        await self._answer(update, question)
+
+    async def on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        if update.effective_chat.type != ChatType.PRIVATE:
+            me = context.bot.username or ""
+            mentioned = f"@{me}".lower() in (message.text or "").lower()
+            replied = message.reply_to_message is not None and message.reply_to_message.from_user is not None \
+                and message.reply_to_message.from_user.id == context.bot.id
+            if not (mentioned or replied):
+                return
+            question = message.text.replace(f"@{me}", "").strip()
+        else:
+            question = message.text or ""
+        await self._answer(update, question)
+
+    async def on_search(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        person = await self._who(update)
+        query = " ".join(context.args or [])
+        if person is None:
+            return
+        if not query.strip():
+            await update.effective_message.reply_text("用法 usage: /search 关键词")
+            return
+        try:
+            hits = await asyncio.to_thread(search, self.host.index, query, person.leanote_user_id, 8)
+        except LeanoteRagError as err:
+            await update.effective_message.reply_text(f"出错了 error: {err}")
+            return
+        await update.effective_message.reply_text(hits_text(hits), link_preview_options=NO_PREVIEW)
+
+    async def on_reset(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if await self._who(update) is None:
+            return
+        self.host.answers.conversations.reset(self.conversation(update))
+        await update.effective_message.reply_text("好的，重新开始。 / Fresh start.")
+
+    async def on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if await self._who(update) is None:
+            return
+        await update.effective_message.reply_text(self.host.status_text(), link_preview_options=NO_PREVIEW)
+
+    async def on_sync(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        if not person.admin:
+            await update.effective_message.reply_text("只有管理员可以 /sync。 / Only admins may /sync.")
+            return
+        started = self.host.trigger()
+        await update.effective_message.reply_text(
+            "开始同步。 / Syncing now." if started else "刚刚同步过，稍等再试。 / A sync just ran; try again shortly."
+        )
+
+    async def on_why(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if await self._who(update) is None:
+            return
+        trace = self.host.answers.last_trace.get(self.conversation(update))
+        for part in _chunks(trace_text(trace), 4000):
+            await update.effective_message.reply_text(part, link_preview_options=NO_PREVIEW)
+
+    # --- answering --------------------------------------------------------------------------
+
+    async def _answer(self, update: Update, question: str) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        user = update.effective_user
+        wait = self.access.rate("telegram", user.id)
+        if wait:
+            await update.effective_message.reply_text(self.access.slow_down(wait))
+            return
+        chat = update.effective_chat
+        placeholder = await self._retrying(lambda: update.effective_message.reply_text("…"))
+
+        async def edit(text: str) -> None:
+            try:
+                await placeholder.edit_text(text, link_preview_options=NO_PREVIEW)
+            except RetryAfter as err:
+                raise Wait(_seconds(err)) from None
+            except BadRequest as err:
+                if "not modified" not in str(err).lower():
+                    raise
+
+        pacer = Pacer(edit, self.cfg.edit_interval)
+        self.pacers.append(pacer)
+        typing = asyncio.create_task(self._typing(chat.id))
+        pacer.start()
+        try:
+            answer = await self.host.answers.ask(
+                question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed
+            )
+        except LeanoteRagError as err:
+            await pacer.stop()
+            typing.cancel()
+            await self._final(placeholder, [f"出错了 error: {err}"], html=False)
+            return
+        await pacer.stop()
+        typing.cancel()
+        body = answer.answer + (f"\n\n*{answer.notice}*" if answer.notice else "")
+        if answer.citations:
+            sources = telegram_sources(answer.citations, "来源 Sources")
+        else:
+            sources = telegram_sources(answer.closest, "最接近的笔记 Closest notes")
+        await self._final(placeholder, telegram_messages(body, sources), html=True)
+
+    async def _typing(self, chat_id: int) -> None:
+        with suppress(asyncio.CancelledError, TelegramError):
+            while True:
+                await self.app.bot.send_chat_action(chat_id, ChatAction.TYPING)
+                await asyncio.sleep(TYPING_EVERY)
+
+    async def _retrying(self, call, attempts: int = 6):
+        """Make a call, waiting out RetryAfter: the final answer is never dropped."""
+        for attempt in range(attempts):
+            try:
+                return await call()
+            except RetryAfter as err:
+                if attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(_seconds(err))
+
+    async def _final(self, placeholder: Message, parts: list[str], html: bool) -> None:
+        for i, part in enumerate(parts):
+            mode = ParseMode.HTML if html else None
+
+            async def send(text=part, mode=mode, first=(i == 0)):
+                if first:
+                    return await placeholder.edit_text(text, parse_mode=mode, link_preview_options=NO_PREVIEW)
+                return await placeholder.chat.send_message(text, parse_mode=mode, link_preview_options=NO_PREVIEW)
+
+            try:
+                await self._retrying(send)
+            except BadRequest as err:
+                message = str(err).lower()
+                if "not modified" in message:
+                    continue
+                if not html:
+                    raise
+                log.info("Telegram rejected the HTML (%s); sending plain text", err)
+                plain = BeautifulSoup(part, "html.parser").get_text()
+                await self._retrying(lambda text=plain, first=(i == 0): (
+                    placeholder.edit_text(text, link_preview_options=NO_PREVIEW) if first
+                    else placeholder.chat.send_message(text, link_preview_options=NO_PREVIEW)))
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+async def service(host: Host) -> None:
+    """``leanote-rag serve`` runs this when ``telegram.enabled``."""
+    if not host.settings.telegram.enabled:
+        return
+    token = secret(host.settings.telegram.token_env, "telegram.token_env")
+    await TelegramBot(host, token).run()

@@ -1,0 +1,247 @@
+"""The Telegram bot: the real python-telegram-bot Application inside the real daemon,
+talking to a local fake Bot API (via ``base_url``), answering from the sample notes
+with a fake Ollama."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+
+import pytest
+
+from bot.render import telegram_html, telegram_messages, telegram_sources
+from bot.telegram import service
+from rag.answer import Citation
+from sync.daemon import Daemon
+
+from conftest import make_settings
+from fakes.ollama import FakeOllama
+from fakes.telegram import FakeTelegram, html_error
+
+OWNER, FRIEND, STRANGER, GROUP = 111, 222, 999, -100500
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    monkeypatch.setenv("LR_TG_TOKEN", "123:TEST")
+    with FakeTelegram() as tg, FakeOllama() as ollama:
+        settings = make_settings(
+            tmp_path,
+            telegram={"enabled": True, "token_env": "LR_TG_TOKEN", "base_url": tg.base_url, "edit_interval": 0.3},
+            users=[{"leanote_user_id": "local", "telegram_ids": [OWNER], "admin": True},
+                   {"leanote_user_id": "local", "telegram_ids": [FRIEND]}],
+            ollama={"host": ollama.url}, rerank={"kind": "none"}, sync={"interval": "1h", "trigger_debounce": "0.1s"},
+            bots={"rate_limit": 3},
+        )
+        yield settings, tg, ollama
+
+
+async def until(check, timeout=30.0):
+    for _ in range(int(timeout / 0.05)):
+        value = check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def run(settings, tg, scenario):
+    async def main():
+        daemon = Daemon(settings, services=[service])
+        task = asyncio.create_task(daemon.run())
+        try:
+            await daemon.wait_for_pass(0)
+            await until(lambda: tg.method_calls("getUpdates"))
+            await scenario(daemon)
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())
+
+
+def final(tg, chat, containing):
+    return [m for m in tg.sent_to(chat) if containing in m["text"]]
+
+
+def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        ollama.reply("先把鸡蛋炒好盛出", "，再下番茄", "，最后加一小勺糖压酸味", "[1]。", delay=0.25)
+        tg.say(OWNER, "番茄炒蛋怎么做才不酸？")
+        done = await until(lambda: final(tg, OWNER, "来源"))
+        message = done[0]
+        assert message["parse_mode"] == "HTML" and message["preview_off"]
+        assert message["text"].startswith("先把鸡蛋炒好盛出，再下番茄，最后加一小勺糖压酸味[1]。")
+        assert "[1] 番茄炒蛋" in message["text"]
+        assert html_error(message["text"]) is None
+        streamed = [text for _, text in message["edits"][:-1]]
+        assert streamed and all(t.endswith("▌") for t in streamed)  # edits while the answer streamed
+        times = [t for t, _ in message["edits"]]
+        assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))  # paced
+        assert tg.method_calls("sendChatAction")  # typing…
+        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "status", "sync", "help"]
+
+    run(settings, tg, scenario)
+
+
+def test_a_stranger_gets_one_refusal_with_their_id_and_nothing_else(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        tg.say(STRANGER, "番茄炒蛋怎么做？")
+        await until(lambda: tg.sent_to(STRANGER))
+        await asyncio.sleep(0.5)
+        sent = tg.sent_to(STRANGER)
+        assert len(sent) == 1 and str(STRANGER) in sent[0]["text"] and "番茄" not in sent[0]["text"]
+        assert ollama.chats() == []
+
+    run(settings, tg, scenario)
+
+
+def test_429_while_streaming_still_delivers_the_final_answer(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        ollama.reply("家里 DHCP 地址池是 ", "192.168.50.100–192.168.50.199", "[1]。", delay=0.3)
+        tg.throttle_next("editMessageText", times=3, retry_after=1)
+        tg.say(OWNER, "家里路由器的 DHCP 范围是多少？")
+        done = await until(lambda: final(tg, OWNER, "来源"), timeout=40)
+        assert "192.168.50.100–192.168.50.199[1]。" in done[0]["text"]
+
+    run(settings, tg, scenario)
+
+
+def test_note_text_is_escaped_and_long_answers_are_split(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        risky = "比较 a < b && c > d：\n\n```python\nif x < 3 and y & 1:\n    print('<b>')\n```\n\n"
+        long_tail = "\n\n".join(f"第{i}段说明了一个细节，内容比较长。" * 12 for i in range(30))
+        ollama.reply(risky + long_tail + "[1]")
+        tg.say(OWNER, "番茄炒蛋怎么做才不酸？")
+        await until(lambda: final(tg, OWNER, "来源"), timeout=40)
+        sent = tg.sent_to(OWNER)
+        assert len(sent) >= 2
+        for m in sent:
+            assert len(m["text"]) <= 4096 and m["parse_mode"] == "HTML" and html_error(m["text"]) is None
+        first = sent[0]["text"]
+        assert "a &lt; b &amp;&amp; c &gt; d" in first
+        assert "<pre><code class=\"language-python\">if x &lt; 3 and y &amp; 1:\n    print('&lt;b&gt;')</code></pre>" in first
+
+    run(settings, tg, scenario)
+
+
+def test_groups_need_a_mention_or_a_reply_and_commands_work(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        tg.say(FRIEND, "番茄炒蛋怎么做？", chat_id=GROUP, chat_type="supergroup")
+        await asyncio.sleep(1.0)
+        assert tg.sent_to(GROUP) == []  # not addressed to the bot
+        ollama.reply("先炒蛋[1]。")
+        tg.say(FRIEND, "@notes_bot 番茄炒蛋怎么做？", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, GROUP, "来源"))
+        ollama.reply("番茄炒蛋怎么做才不酸？")  # the follow-up, rewritten
+        ollama.reply("加一小勺糖[1]。")
+        tg.say(FRIEND, "那怎么不酸？", chat_id=GROUP, chat_type="supergroup", reply_to_bot=True)
+        await until(lambda: final(tg, GROUP, "加一小勺糖"))
+        tg.say(FRIEND, "/why", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, GROUP, "候选 candidates"))
+        tg.say(FRIEND, "/sync", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, GROUP, "Only admins"))
+        passes = daemon.passes
+        tg.say(OWNER, "/sync")
+        await until(lambda: final(tg, OWNER, "Syncing now"))
+        await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=30)
+        tg.say(OWNER, "/search 红烧肉")
+        await until(lambda: final(tg, OWNER, "红烧肉（妈妈的做法）"))
+        tg.say(OWNER, "/status")
+        await until(lambda: final(tg, OWNER, "last sync"))
+        tg.say(OWNER, "/reset")
+        await until(lambda: final(tg, OWNER, "Fresh start"))
+
+    run(settings, tg, scenario)
+
+
+def test_the_rate_limit_answers_kindly(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        for i in range(4):  # rate_limit is 3 a minute
+            ollama.reply(f"回答{i}[1]。")
+            tg.say(OWNER, f"番茄炒蛋第{i}问")
+        await until(lambda: final(tg, OWNER, "questions a minute"))
+        await until(lambda: len(final(tg, OWNER, "来源")) == 3)
+
+    run(settings, tg, scenario)
+
+
+# --- rendering, without a server ---------------------------------------------------------------
+
+
+def test_telegram_html_escapes_and_keeps_structure():
+    out = telegram_html("# 标题\n\n**粗体** 与 `a<b` 和 [链接](https://x.example/?a=1&b=2)\n\n- 一\n- 二\n\n<script>x</script>")
+    assert out.startswith("<b>标题</b>")
+    assert "<b>粗体</b>" in out and "<code>a&lt;b</code>" in out
+    assert '<a href="https://x.example/?a=1&amp;b=2">链接</a>' in out
+    assert "• 一\n• 二" in out and "<script>" not in out and "&lt;script&gt;" in out
+    assert html_error(out) is None
+
+
+def test_splitting_never_breaks_a_code_block_or_a_tag():
+    code = "```\n" + "\n".join(f"line {i} <tag> & more" for i in range(600)) + "\n```"
+    text = "前言。\n\n" + code + "\n\n" + "结尾段落。" * 300
+    parts = telegram_messages(text, limit=4096)
+    assert len(parts) >= 3
+    for part in parts:
+        assert len(part) <= 4096 and html_error(part) is None
+    joined = "".join(parts)
+    assert joined.count("line 599 &lt;tag&gt; &amp; more") == 1 and joined.count("line 0 ") == 1
+
+
+def test_sources_link_only_web_urls():
+    cites = [Citation(1, "a", "T<1>", "N", "H", "http://leanote/note/a", "", 1.0),
+             Citation(2, "b", "T2", "N", "", "file:///tmp/x.md", "", 1.0)]
+    out = telegram_sources(cites, "来源")
+    assert '[1] <a href="http://leanote/note/a">T&lt;1&gt; › H</a>' in out and "[2] T2" in out
+    assert html_error(out) is None
+
+
+def test_pacer_edits_at_most_once_per_interval_under_a_fake_clock():
+    from bot.common import Pacer, Wait
+
+    class Clock:
+        t = 0.0
+
+    clock = Clock()
+    sent = []
+    waits = {"n": 1}
+
+    async def edit(text):
+        if waits["n"]:
+            waits["n"] -= 1
+            raise Wait(3.0)  # the platform says: not now
+        sent.append((clock.t, text))
+
+    async def fake_sleep(seconds):
+        clock.t += seconds
+        await asyncio.sleep(0)
+
+    async def main():
+        pacer = Pacer(edit, 1.5, clock=lambda: clock.t, sleep=fake_sleep)
+        pacer.start()
+        for i in range(40):  # a token every 0.1 s of fake time
+            pacer.feed(f"{i} ")
+            await asyncio.sleep(0)
+        for _ in range(30):
+            await asyncio.sleep(0)
+        await pacer.stop()
+        return pacer
+
+    pacer = asyncio.run(main())
+    times = [t for t, _ in sent]
+    assert times and all(b - a >= 1.5 for a, b in zip(times, times[1:]))
+    assert times[0] >= 1.5 + 3.0  # the wait was honoured before the next edit
