@@ -139,6 +139,9 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
+        if not (question or "").strip():
+            await interaction.response.send_message("请写下问题。 / Please write a question.", ephemeral=True)
+            return
         wait = self.access.rate("discord", interaction.user.id)
         if wait:
             await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
@@ -161,10 +164,18 @@ class DiscordBot:
                                                  conversation=self.conversation(interaction), on_token=pacer.feed)
         except LeanoteRagError as err:
             await pacer.stop()
-            await interaction.edit_original_response(content=f"出错了 error: {err}")
+            await self._error(interaction, err)
             return
         await pacer.stop()
         await self._deliver(interaction, answer, private)
+
+    async def _error(self, interaction: discord.Interaction, err: Exception) -> None:
+        """Errors are for the asker only: the public "thinking…" goes, an ephemeral note comes."""
+        try:
+            await interaction.delete_original_response()
+        except discord.HTTPException:
+            pass
+        await interaction.followup.send(f"出错了 error: {err}", ephemeral=True)
 
     async def _deliver(self, interaction: discord.Interaction, answer, private: bool) -> None:
         if answer.citations:

@@ -17,6 +17,7 @@ import logging
 import re
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Awaitable, Callable
 
@@ -211,6 +212,9 @@ class AnswerService:
         self.conversations = Conversations(settings.answer.history_chars, settings.answer.idle_reset, clock)
         self.last_trace: dict[str, Trace] = {}  # conversation id -> trace of its last answer
         self._llm_slots: asyncio.Semaphore | None = None  # answers the LLM writes at once
+        # Retrieval runs off the event loop, one search at a time: searches take a few ms,
+        # and fewer threads fighting over the GIL keep the loop (the bots) responsive.
+        self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
 
     @property
     def llm_slots(self) -> asyncio.Semaphore:
@@ -233,6 +237,7 @@ class AnswerService:
     def close(self) -> None:
         if self.reranker:
             self.reranker.close()
+        self._search_pool.shutdown(wait=False)
 
     # --- the pipeline ---------------------------------------------------------------------
 
@@ -265,7 +270,8 @@ class AnswerService:
         trace = Trace(question, standalone)
 
         k = max(self.settings.rerank.candidates, cfg.top_k)
-        hits = await asyncio.to_thread(search, self.index, standalone, user_id, k)
+        loop = asyncio.get_running_loop()
+        hits = await loop.run_in_executor(self._search_pool, search, self.index, standalone, user_id, k)
         mark("retrieve")
         trace.candidates = [
             Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,

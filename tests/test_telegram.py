@@ -245,3 +245,23 @@ def test_pacer_edits_at_most_once_per_interval_under_a_fake_clock():
     times = [t for t, _ in sent]
     assert times and all(b - a >= 1.5 for a, b in zip(times, times[1:]))
     assert times[0] >= 1.5 + 3.0  # the wait was honoured before the next edit
+
+
+def test_a_bot_that_cannot_connect_is_retried_while_sync_goes_on(world, monkeypatch):
+    settings, tg, ollama = world
+    monkeypatch.setenv("LR_TG_TOKEN", "999:WRONG")  # the fake answers 401, as Telegram does
+    settings = settings.model_copy(update={"sync": settings.sync.model_copy(update={"backoff_min": 0.1, "backoff_max": 0.2})})
+
+    async def main():
+        daemon = Daemon(settings, services=[service])
+        task = asyncio.create_task(daemon.run())
+        try:
+            await daemon.wait_for_pass(0)
+            await until(lambda: tg.unauthorized >= 3)  # refused, and tried again with backoff
+            assert daemon.last_pass.ok  # the sync is unaffected
+            assert not task.done()
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())

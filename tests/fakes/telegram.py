@@ -61,6 +61,7 @@ class FakeTelegram:
         self.calls: list[tuple[str, dict, float]] = []
         self.commands: list = []
         self.throttle: dict[str, list[int]] = {}  # method -> [times, retry_after]
+        self.unauthorized = 0  # calls with a wrong token
         self._next_update = 1
         self._next_message = 100
         self.cond = threading.Condition()
@@ -80,6 +81,7 @@ class FakeTelegram:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode() if length else ""
                 if not m or m.group(1) != fake.token:
+                    fake.unauthorized += 1
                     return self._send(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
                 params = fake._params(raw, self.headers.get("Content-Type", ""))
                 status, body = fake.handle(m.group(2), params)

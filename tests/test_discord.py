@@ -1,0 +1,193 @@
+"""The Discord bot's slash commands, called through discord.py's own command tree with a
+fake Interaction (defer / edit_original_response / followup.send recorded in order),
+inside the real daemon, answering from the sample notes with a fake Ollama."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import discord
+import pytest
+
+from bot.discord import DiscordBot, embeds_for
+from sync.daemon import Daemon
+
+from conftest import make_settings
+from fakes.ollama import FakeOllama
+
+OWNER, FRIEND, STRANGER = 3001, 3002, 3999
+GUILD, CHANNEL, OTHER_CHANNEL, ROLE = 42, 4201, 4299, 77
+
+
+class FakeInteraction:
+    """Records what a command does with its interaction, in order, with times."""
+
+    def __init__(self, user_id, guild_id=GUILD, channel_id=CHANNEL, roles=(ROLE,)):
+        self.events: list[tuple[str, dict, float]] = []
+        self.user = SimpleNamespace(id=user_id, roles=[SimpleNamespace(id=r) for r in roles])
+        self.guild_id, self.channel_id = guild_id, channel_id
+        log = self.events
+
+        class Response:
+            async def defer(self, **kw):
+                log.append(("defer", kw, time.monotonic()))
+
+            async def send_message(self, content=None, **kw):
+                log.append(("send_message", {"content": content, **kw}, time.monotonic()))
+
+        class Followup:
+            async def send(self, content=None, **kw):
+                log.append(("followup", {"content": content, **kw}, time.monotonic()))
+
+        self.response, self.followup = Response(), Followup()
+
+    async def edit_original_response(self, **kw):
+        self.events.append(("edit", kw, time.monotonic()))
+
+    async def delete_original_response(self):
+        self.events.append(("delete", {}, time.monotonic()))
+
+    def names(self):
+        return [name for name, _, _ in self.events]
+
+
+@pytest.fixture
+def world(tmp_path):
+    with FakeOllama() as ollama:
+        settings = make_settings(
+            tmp_path,
+            discord={"enabled": True, "guild_ids": [GUILD], "channel_ids": [CHANNEL], "role_ids": [ROLE],
+                     "edit_interval": 0.3},
+            users=[{"leanote_user_id": "local", "discord_ids": [OWNER], "admin": True},
+                   {"leanote_user_id": "local", "discord_ids": [FRIEND]}],
+            ollama={"host": ollama.url}, rerank={"kind": "none"}, sync={"interval": "1h", "trigger_debounce": "0.1s"},
+        )
+        yield settings, ollama
+
+
+def run(settings, scenario):
+    async def main():
+        daemon = Daemon(settings, services=[])
+        task = asyncio.create_task(daemon.run())
+        try:
+            await daemon.wait_for_pass(0)
+            bot = DiscordBot(daemon)
+            await scenario(daemon, bot, lambda name: bot.tree.get_command(name).callback)
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())
+
+
+def test_ask_defers_first_streams_then_answers_in_an_embed(world):
+    settings, ollama = world
+
+    async def scenario(daemon, bot, command):
+        ollama.reply("先把鸡蛋炒好盛出", "，再下番茄", "，加一小勺糖[1]。", delay=0.3)
+        it = FakeInteraction(OWNER)
+        await command("ask")(it, question="番茄炒蛋怎么做才不酸？")
+        assert it.names()[0] == "defer" and it.events[0][1] == {"thinking": True, "ephemeral": False}
+        chat = [t for t in ollama.requests if t[0] == "/api/chat"]
+        assert chat  # the work happened after the defer
+        streamed = [kw for name, kw, _ in it.events if name == "edit" and kw.get("content")]
+        assert streamed and all(kw["content"].endswith("▌") for kw in streamed)
+        times = [t for name, _, t in it.events if name == "edit"]
+        assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))
+        final = it.events[-1][1]["embed"]
+        assert final.description.startswith("先把鸡蛋炒好盛出，再下番茄，加一小勺糖[1]。")
+        assert "[1] 番茄炒蛋 <file://" in final.description
+        assert len(final) <= 6000 and len(final.description) <= 4096
+
+    run(settings, scenario)
+
+
+def test_private_answers_and_long_answers_continue_in_ephemeral_follow_ups(world):
+    settings, ollama = world
+
+    async def scenario(daemon, bot, command):
+        ollama.reply("\n\n".join(f"第{i}段：" + "很长的说明文字。" * 60 for i in range(20)) + "[1]")
+        it = FakeInteraction(FRIEND)
+        await command("ask")(it, question="番茄炒蛋怎么做？", private=True)
+        assert it.events[0][1]["ephemeral"] is True
+        follow = [kw for name, kw, _ in it.events if name == "followup"]
+        assert follow and all(kw["ephemeral"] is True for kw in follow)
+        embeds = [it.events[-len(follow) - 1][1]["embed"]] + [kw["embed"] for kw in follow]
+        assert all(len(e.description) <= 4096 and len(e) <= 6000 for e in embeds)
+
+    run(settings, scenario)
+
+
+def test_strangers_and_the_wrong_place_get_ephemeral_refusals_before_any_work(world):
+    settings, ollama = world
+
+    async def scenario(daemon, bot, command):
+        cases = [
+            (FakeInteraction(STRANGER), str(STRANGER)),
+            (FakeInteraction(OWNER, channel_id=OTHER_CHANNEL), "channel"),
+            (FakeInteraction(OWNER, guild_id=999), "server"),
+            (FakeInteraction(OWNER, roles=()), str(OWNER)),
+            (FakeInteraction(OWNER, guild_id=None, channel_id=None), "direct messages"),
+        ]
+        for it, expected in cases:
+            await command("ask")(it, question="番茄炒蛋怎么做？")
+            assert it.names() == ["send_message"], expected
+            kw = it.events[0][1]
+            assert kw["ephemeral"] is True and expected in kw["content"] and "番茄" not in kw["content"]
+        assert ollama.chats() == []
+
+    run(settings, scenario)
+
+
+def test_errors_are_ephemeral_and_commands_work(world):
+    settings, ollama = world
+
+    async def scenario(daemon, bot, command):
+        it = FakeInteraction(OWNER)
+        await command("ask")(it, question="   ")
+        assert it.names() == ["send_message"] and it.events[0][1]["ephemeral"] is True
+        it = FakeInteraction(FRIEND)
+        await command("sync")(it)
+        assert "Only admins" in it.events[0][1]["content"] and it.events[0][1]["ephemeral"]
+        passes = daemon.passes
+        it = FakeInteraction(OWNER)
+        await command("sync")(it)
+        assert "Syncing now" in it.events[0][1]["content"]
+        await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=30)
+        it = FakeInteraction(OWNER)
+        await command("search")(it, query="红烧肉")
+        assert it.names() == ["defer", "followup"] and "红烧肉（妈妈的做法）" in it.events[1][1]["content"]
+        ollama.reply("先炒蛋[1]。")
+        await command("ask")(FakeInteraction(OWNER), question="番茄炒蛋怎么做？")
+        it = FakeInteraction(OWNER)
+        await command("why")(it)
+        assert "候选 candidates" in it.events[0][1]["content"] and it.events[0][1]["ephemeral"]
+        it = FakeInteraction(OWNER)
+        await command("reset")(it)
+        assert "Fresh start" in it.events[0][1]["content"]
+        it = FakeInteraction(OWNER)
+        await command("status")(it)
+        assert "last sync" in it.events[0][1]["content"]
+
+    run(settings, scenario)
+
+
+def test_commands_are_registered_for_the_tree():
+    names = {"ask", "search", "reset", "status", "sync", "why", "help"}
+    settings = make_settings(__import__("pathlib").Path("/tmp"))
+    host = SimpleNamespace(settings=settings, user_for_email=lambda e: None)
+    bot = DiscordBot(host)
+    assert {c.name for c in bot.tree.get_commands()} == names
+    ask = bot.tree.get_command("ask")
+    assert [p.name for p in ask.parameters] == ["question", "private"]
+
+
+def test_embeds_stay_within_discord_limits():
+    body = "\n\n".join("段落" * 900 for _ in range(6))
+    sources = "\n".join(f"[{i}] 标题 <http://leanote/note/{i:024x}>" for i in range(6))
+    embeds = embeds_for(body, sources)
+    assert len(embeds) >= 3
+    assert all(isinstance(e, discord.Embed) and len(e.description) <= 4096 and len(e) <= 6000 for e in embeds)
+    assert "[5] 标题" in embeds[-1].description
