@@ -116,11 +116,8 @@ def trace_text(trace: Trace | None) -> str:
         lines.append(f"LLM: {trace.llm_error}")
     lines.append("候选 candidates (dense · sparse · fused · rerank → evidence):")
     for c in trace.candidates[:10]:
-        dense = f"{c.dense_rank}/{c.dense_score:.2f}" if c.dense_rank else "-"
-        sparse = f"{c.sparse_rank}/{c.sparse_score:.1f}" if c.sparse_rank else "-"
-        rr = f"{c.rerank:.2f}" if c.rerank is not None else "-"
-        ev = f" → [{c.evidence}]" if c.evidence else ""
-        lines.append(f"• {c.title} › {c.heading}: {dense} · {sparse} · {c.fused:.3f} · {rr}{ev}")
+        dense, sparse, fused, rr, ev = c.cells()
+        lines.append(f"• {c.title} › {c.heading}: {dense} · {sparse} · {fused} · {rr}" + (f" → {ev}" if ev else ""))
     return "\n".join(lines)
 
 

@@ -19,8 +19,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from markdown_it import MarkdownIt
 
 TELEGRAM_LIMIT = 4096
-DISCORD_DESCRIPTION = 4096
-DISCORD_TOTAL = 6000
+DISCORD_DESCRIPTION = 4096  # an embed's description; a message's embeds stay under 6,000 in all
 DISCORD_CONTENT = 2000
 
 _INLINE = {"b": "b", "strong": "b", "i": "i", "em": "i", "s": "s", "del": "s", "u": "u", "code": "code"}
@@ -192,11 +191,6 @@ def telegram_sources(citations, title: str = "来源") -> str:
         else:
             lines.append(f"[{c.n}] {label}")
     return f"<b>{title}</b>\n" + "\n".join(lines) if lines else ""
-
-
-def plain_text(markdown: str) -> str:
-    """The fallback when Telegram rejects the HTML: the Markdown as plain text."""
-    return markdown
 
 
 def discord_sources(citations, title: str = "来源") -> str:

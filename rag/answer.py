@@ -74,6 +74,16 @@ class Candidate:
     rerank: float | None = None
     evidence: int | None = None  # the evidence block it went into
 
+    def cells(self) -> tuple[str, str, str, str, str]:
+        """dense rank/score, sparse rank/score, fused, rerank, evidence block: as text, for display."""
+        return (
+            f"{self.dense_rank}/{self.dense_score:.3f}" if self.dense_rank else "-",
+            f"{self.sparse_rank}/{self.sparse_score:.1f}" if self.sparse_rank else "-",
+            f"{self.fused:.4f}",
+            f"{self.rerank:.3f}" if self.rerank is not None else "-",
+            f"[{self.evidence}]" if self.evidence else "",
+        )
+
 
 @dataclass
 class Trace:
@@ -82,8 +92,8 @@ class Trace:
     candidates: list[Candidate] = field(default_factory=list)
     rerank: str = ""
     decision: str = ""  # why the answer is what it is
-    evidence_to_citation: dict[int, int] = field(default_factory=dict)
     llm_error: str | None = None
+    # A citation [n] is evidence block n; each candidate names the block it went into.
 
 
 @dataclass
@@ -333,7 +343,6 @@ class AnswerService:
         text = "".join(parts).strip()
         answer = self._grounded(question, text, blocks)
         trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
-        trace.evidence_to_citation = {c.n: c.n for c in answer.citations}
         return self._finish(answer, conversation, trace, timings, started)
 
     # --- pieces ---------------------------------------------------------------------------

@@ -183,11 +183,8 @@ def _print_trace(answer) -> None:
     click.echo(f"  timings ms: {answer.timings_ms}")
     click.echo("  candidates: dense rank/score · sparse rank/score · fused · rerank · evidence block")
     for c in t.candidates[:20]:
-        dense = f"{c.dense_rank}/{c.dense_score:.3f}" if c.dense_rank else "-"
-        sparse = f"{c.sparse_rank}/{c.sparse_score:.1f}" if c.sparse_rank else "-"
-        rr = f"{c.rerank:.3f}" if c.rerank is not None else "-"
-        ev = f"[{c.evidence}]" if c.evidence else ""
-        click.echo(f"    {dense:>11} {sparse:>10} {c.fused:7.4f} {rr:>6} {ev:>4}  {c.title} › {c.heading}")
+        dense, sparse, fused, rr, ev = c.cells()
+        click.echo(f"    {dense:>11} {sparse:>10} {fused:>7} {rr:>6} {ev:>4}  {c.title} › {c.heading}")
 
 
 @cli.command(name="eval")

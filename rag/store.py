@@ -22,7 +22,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -81,10 +81,6 @@ class Store(Protocol):
         """Delete every point and the manifest: an empty index of this dimension."""
         ...
     def close(self) -> None: ...
-
-
-def _manifest(dim: int, model_id: str) -> dict:
-    return {"schema": SCHEMA_VERSION, "embedder": model_id, "dim": dim}
 
 
 class ProcessLock:
@@ -429,7 +425,3 @@ def open_store(cfg: QdrantConfig, state_dir: Path, dim: int, *, create: bool = T
         return EdgeStore(Path(state_dir) / "qdrant", dim, create=create)
     return ServerStore(cfg, dim, create=create)
 
-
-def iter_batches(items: list, size: int) -> Iterable[list]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

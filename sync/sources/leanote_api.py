@@ -31,9 +31,6 @@ from . import Page
 
 log = logging.getLogger(__name__)
 
-ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
 def parse_time(value: Any) -> datetime | None:
     """RFC 3339 with 0-9 fractional digits; Go's zero time is None."""
     if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
@@ -122,13 +119,11 @@ class LeanoteApi:
         self.http = requests.Session()
         self.token: str | None = None
         self.user_id: str = ""
-        self.calls = 0  # HTTP requests made, for tests and the idle-sync benchmark
 
     # --- transport ------------------------------------------------------------------------
 
     def _request(self, action: str, params: dict) -> _Answer:
         url = f"{self.base_url}/api/{action}"
-        self.calls += 1
         try:
             r = self.http.post(url, data=params, timeout=self.timeout)
         except requests.Timeout:
