@@ -5,6 +5,7 @@ one instance for both bots."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Awaitable, Callable, Protocol
 
@@ -24,6 +25,30 @@ class Host(Protocol):
     def trigger(self) -> bool: ...
     def status_text(self) -> str: ...
     def user_for_email(self, email: str) -> str | None: ...
+
+
+class Redact(logging.Filter):
+    """Keeps secrets (bot tokens) out of every log line, whoever logs it (httpx logs
+    request URLs, and Telegram's carry the token)."""
+
+    def __init__(self, *secrets: str):
+        super().__init__()
+        self.secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if any(secret in message for secret in self.secrets):
+            for secret in self.secrets:
+                message = message.replace(secret, "***")
+            record.msg, record.args = message, ()
+        return True
+
+
+def redact_in_logs(secret: str) -> None:
+    """Install the redaction on every handler of the root logger (and on it)."""
+    root = logging.getLogger()
+    for target in [root, *root.handlers]:
+        target.addFilter(Redact(secret))
 
 
 class Wait(Exception):

@@ -22,7 +22,7 @@ from rag.errors import LeanoteRagError
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import HELP, Host, Pacer, Wait, hits_text, trace_text
+from .common import HELP, Host, Pacer, Wait, hits_text, redact_in_logs, trace_text
 from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_sources
 
 log = logging.getLogger(__name__)
@@ -254,4 +254,5 @@ async def service(host: Host) -> None:
     if not host.settings.discord.enabled:
         return
     token = secret(host.settings.discord.token_env, "discord.token_env")
+    redact_in_logs(token)
     await DiscordBot(host).run(token)

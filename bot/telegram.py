@@ -26,7 +26,7 @@ from rag.errors import LeanoteRagError
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import COMMANDS, HELP, Host, Pacer, Wait, hits_text, trace_text
+from .common import COMMANDS, HELP, Host, Pacer, Wait, hits_text, redact_in_logs, trace_text
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -265,4 +265,5 @@ async def service(host: Host) -> None:
     if not host.settings.telegram.enabled:
         return
     token = secret(host.settings.telegram.token_env, "telegram.token_env")
+    redact_in_logs(token)
     await TelegramBot(host, token).run()

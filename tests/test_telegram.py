@@ -265,3 +265,23 @@ def test_a_bot_that_cannot_connect_is_retried_while_sync_goes_on(world, monkeypa
             await asyncio.wait_for(task, timeout=30)
 
     asyncio.run(main())
+
+
+def test_tokens_never_reach_the_logs(world, caplog):
+    import logging
+
+    settings, tg, ollama = world
+    caplog.set_level("DEBUG")
+    for noisy in ("httpx", "telegram", "httpcore"):
+        logging.getLogger(noisy).setLevel("DEBUG")  # even with the chattiest logging
+
+    async def scenario(daemon):
+        ollama.reply("先炒蛋[1]。")
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        await until(lambda: final(tg, OWNER, "来源"))
+        logging.getLogger("anything").warning("a message mentioning 123:TEST by accident")
+
+    run(settings, tg, scenario)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "bot123:TEST" not in text and "123:TEST" not in text
+    assert "***" in text
