@@ -1,1 +1,28 @@
 """Local stand-ins for services that cannot run here, speaking their real wire protocols."""
+
+from __future__ import annotations
+
+import threading
+from http.server import ThreadingHTTPServer
+
+
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1: started on ``with``, stopped after it."""
+
+    def _listen(self, handler) -> str:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.before_stop()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def before_stop(self) -> None:
+        """Release anything that would keep a request open."""

@@ -20,9 +20,11 @@ import secrets
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
+
+from . import LocalServer
 
 HEX24 = re.compile(r"^[0-9a-f]{24}$")
 NOTE_KEYS = ["NoteId", "NotebookId", "UserId", "Title", "Desc", "Tags", "Abstract", "Content", "IsMarkdown",
@@ -31,7 +33,7 @@ NOTEBOOK_KEYS = ["NotebookId", "UserId", "ParentNotebookId", "Seq", "Title", "Ur
                  "UpdatedTime", "Usn", "IsDeleted"]
 
 
-class FakeLeanote:
+class FakeLeanote(LocalServer):
     def __init__(self):
         self.users: dict[str, dict] = {}  # user id -> {Email, Username, password, Usn}
         self.notebooks: dict[str, dict] = {}
@@ -89,18 +91,7 @@ class FakeLeanote:
             do_GET = _handle
             do_POST = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "FakeLeanote":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.url = self._listen(Handler)
 
     # --- controls ---------------------------------------------------------------------------
 

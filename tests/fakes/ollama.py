@@ -18,9 +18,11 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
+
+from . import LocalServer
 
 DIM = 64
 
@@ -43,7 +45,7 @@ class Reply:
     delay: float = 0.0  # seconds before each piece
 
 
-class FakeOllama:
+class FakeOllama(LocalServer):
     def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct")):
         self.models = set(models)
         self.requests: list[tuple[str, dict]] = []
@@ -138,9 +140,7 @@ class FakeOllama:
                 else:
                     self._send(404, {"error": "not found"})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.url = self._listen(Handler)
 
     def reply(self, *pieces: str, stall_after: int | None = None, error_after: int | None = None, delay: float = 0.0) -> None:
         """Script the next chat reply."""
@@ -149,11 +149,5 @@ class FakeOllama:
     def chats(self) -> list[dict]:
         return [body for path, body in self.requests if path == "/api/chat"]
 
-    def __enter__(self) -> "FakeOllama":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+    def before_stop(self) -> None:
+        self.release.set()  # end every stalled reply

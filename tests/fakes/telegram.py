@@ -15,8 +15,10 @@ import re
 import threading
 import time
 from html.parser import HTMLParser
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
+
+from . import LocalServer
 
 BOT = {"id": 7000001, "is_bot": True, "first_name": "Notes", "username": "notes_bot", "can_join_groups": True,
        "can_read_all_group_messages": False, "supports_inline_queries": False}
@@ -53,7 +55,7 @@ def html_error(text: str) -> str | None:
     return checker.error
 
 
-class FakeTelegram:
+class FakeTelegram(LocalServer):
     def __init__(self, token: str = "123:TEST"):
         self.token = token
         self.updates: list[dict] = []
@@ -97,18 +99,7 @@ class FakeTelegram:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/bot"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "FakeTelegram":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.base_url = self._listen(Handler) + "/bot"
 
     # --- controls ----------------------------------------------------------------------------
 
