@@ -152,3 +152,40 @@ def test_server_local_mode_second_opener_is_locked(tmp_path):
             ServerStore(QdrantConfig(local_path=tmp_path / "local"), DIM)
     finally:
         s.close()
+
+
+def test_edge_index_serves_searches_while_a_sync_writes(tmp_path):
+    """serve answers from the index while a sync writes to it, from other threads."""
+    import threading
+    import time
+
+    store = EdgeStore(tmp_path / "qdrant", DIM)
+    stop, errors, searches = threading.Event(), [], []
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            try:
+                store.upsert([point(f"n{i % 50}", j, "u1", f"redis 快照 {i}", unit(1, j)) for j in range(5)])
+                store.delete([point_id(f"n{(i + 7) % 50}", 3)])
+            except Exception as err:  # pragma: no cover - the failure being tested for
+                errors.append(err)
+            i += 1
+
+    def reader():
+        while not stop.is_set():
+            try:
+                dense, sparse = store.search(unit(1, 0), query_vector("redis 快照"), "u1", 20)
+                searches.append(len(dense) + len(sparse))
+            except Exception as err:  # pragma: no cover
+                errors.append(err)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    store.close()
+    assert errors == [] and len(searches) > 50 and max(searches) > 0
