@@ -108,9 +108,14 @@ class SyncService:
         try:
             accounts = self.accounts()
         except (Unavailable, OSError) as err:
+            if not self._failures.get("*"):
+                log.warning("cannot list the source's accounts: %s", err)
+            self._failures["*"] = self._failures.get("*", 0) + 1
             result.failures["*"] = str(err)
             result.seconds = round(time.monotonic() - started, 3)
             return result
+        if self._failures.pop("*", 0):
+            log.info("the source answers again")
         for account in accounts:
             if account in self._auth_failed:
                 result.skipped[account] = f"stopped: {self._auth_failed[account]}"
