@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import threading
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """Request handler settings every fake shares: keep-alive, and one buffered write per
+    response with no Nagle delay (as real servers answer: no 40 ms delayed-ACK stall per
+    call), and no access log on stderr."""
+
+    protocol_version = "HTTP/1.1"
+    wbufsize = 1 << 16
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
 
 
 class LocalServer:

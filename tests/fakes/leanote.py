@@ -1,4 +1,4 @@
-"""A fake Leanote server on 127.0.0.1 following ``../shared/leanote-api.md``.
+"""A fake Leanote server on 127.0.0.1 following the shared ``leanote-api.md`` (the team's notes on the real API).
 
 Implemented: ``/api/auth/login`` (email or username), ``/api/user/getSyncState``,
 ``/api/notebook/getSyncNotebooks``, ``/api/note/getSyncNotes`` (``afterUsn``/``maxEntry``,
@@ -20,11 +20,10 @@ import secrets
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from . import LocalServer
+from . import LocalServer, QuietHandler
 
 HEX24 = re.compile(r"^[0-9a-f]{24}$")
 NOTE_KEYS = ["NoteId", "NotebookId", "UserId", "Title", "Desc", "Tags", "Abstract", "Content", "IsMarkdown",
@@ -45,17 +44,7 @@ class FakeLeanote(LocalServer):
         self.lock = threading.RLock()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            # one buffered write per response (flushed after each request), no Nagle delay:
-            # as a Go server answers, without a 40 ms delayed-ACK stall per call
-            wbufsize = 1 << 16
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _params(self) -> dict:
                 url = urlparse(self.path)
                 params = {k: v[-1] for k, v in parse_qs(url.query).items()}

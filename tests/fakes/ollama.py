@@ -18,11 +18,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 
-from . import LocalServer
+from . import LocalServer, QuietHandler
 
 DIM = 64
 
@@ -53,14 +52,8 @@ class FakeOllama(LocalServer):
         self.release = threading.Event()  # set to end every stall
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            # one buffered write per response (flushed after each request), no Nagle delay:
-            # as a Go server answers, without a 40 ms delayed-ACK stall per call
-            wbufsize = 1 << 16
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
+        class Handler(QuietHandler):
+            protocol_version = "HTTP/1.0"
 
             def _send(self, status: int, body: dict) -> None:
                 data = json.dumps(body).encode()

@@ -15,10 +15,9 @@ import re
 import threading
 import time
 from html.parser import HTMLParser
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from . import LocalServer
+from . import LocalServer, QuietHandler
 
 BOT = {"id": 7000001, "is_bot": True, "first_name": "Notes", "username": "notes_bot", "can_join_groups": True,
        "can_read_all_group_messages": False, "supports_inline_queries": False}
@@ -69,14 +68,7 @@ class FakeTelegram(LocalServer):
         self.cond = threading.Condition()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            wbufsize = 1 << 16
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 path = urlparse(self.path).path
                 m = re.match(r"^/bot([^/]+)/(\w+)$", path)
