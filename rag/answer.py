@@ -23,7 +23,7 @@ from typing import Awaitable, Callable
 
 from . import llm as llm_mod
 from . import rerank as rerank_mod
-from .config import Settings
+from .config import AnswerConfig, Settings
 from .errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from .evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, messages
 from .excerpt import EXCERPT_CHARS, excerpt, _window
@@ -34,7 +34,7 @@ from .retrieve import search
 
 log = logging.getLogger(__name__)
 
-REFUSAL = "我笔记里没有相关内容"
+REFUSAL = AnswerConfig().refusal
 MAX_PASSAGES = 3
 # Extractive passages from notes scoring below this share of the best hit's score are
 # left out: they are what the search found next, not what answers the question.
@@ -375,10 +375,8 @@ class AnswerService:
         refusal = self.settings.answer.refusal
         _, order = cited(text, {b.n for b in blocks})
         if not text or text.startswith(refusal):
-            answer = self._refusal(question, [])
-            answer.answer, answer.used_llm = refusal, True
-            answer.closest = [_citation(b.n, b, question) for b in blocks[: self.settings.answer.closest_notes]]
-            return answer
+            closest = [_citation(b.n, b, question) for b in blocks[: self.settings.answer.closest_notes]]
+            return Answer(question, refusal, used_llm=True, grounded=False, closest=closest)
         by_n = {b.n: b for b in blocks}
         citations = [_citation(n, by_n[n], question) for n in order]
         return Answer(question, text, used_llm=True, grounded=bool(citations), citations=citations)

@@ -25,7 +25,7 @@ from .config import Settings
 from .errors import IndexMismatch, NoteError
 from .lexical import SparseVector, document_vector, search_text
 from .model import HEADING_SEP, Chunk, Note
-from .store import SCHEMA_VERSION, PointData, Store, open_store, point_id
+from .store import MANIFEST, SCHEMA_VERSION, PointData, Store, open_store, point_id
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ def _fail_fast_on_mismatch(settings: Settings) -> None:
     expected = embed_mod.expected_model_id(settings.embedder)
     if settings.qdrant.kind != "edge" or expected is None:
         return
-    path = Path(settings.state_dir) / "qdrant" / "leanote-rag.json"
+    path = Path(settings.state_dir) / "qdrant" / MANIFEST
     try:
         manifest = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):

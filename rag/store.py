@@ -36,6 +36,7 @@ SCHEMA_VERSION = 1
 DENSE = "dense"
 SPARSE = "bm25"
 KEYWORD_FIELDS = ("user_id", "note_id", "notebook_id", "tags")
+MANIFEST = "leanote-rag.json"  # next to an edge shard: embedder id, dimension, schema
 _ID_NAMESPACE = uuid.UUID("6f9c3f43-6a53-4f7e-9f5c-2f1d2a7f6c11")
 
 
@@ -162,7 +163,7 @@ class EdgeStore:
     # manifest lives next to the shard
     @property
     def _manifest_path(self) -> Path:
-        return self.path / "leanote-rag.json"
+        return self.path / MANIFEST
 
     def manifest(self) -> dict | None:
         try:

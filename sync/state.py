@@ -94,8 +94,7 @@ MIGRATIONS = [
     """,
 ]
 
-INDEXED = "indexed"
-NOT_INDEXED = ("trash", "deleted", "excluded")
+INDEXED = "indexed"  # other statuses: "trash", "deleted", "excluded" (known, not in the index)
 
 
 @dataclass
