@@ -33,6 +33,9 @@ class DiscordBot:
     def __init__(self, host: Host):
         self.host = host
         self.cfg = host.settings.discord
+        # discord.py keeps the REST base (gateway discovery, interaction callbacks,
+        # webhooks) in one class attribute; one client runs per process.
+        discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
         self.access = Access(host.settings, host.user_for_email)
         self.client = discord.Client(intents=discord.Intents.default())
         self.tree = app_commands.CommandTree(self.client)

@@ -165,6 +165,7 @@ class TelegramConfig(Section):
 class DiscordConfig(Section):
     enabled: bool = False
     token_env: str = "DISCORD_BOT_TOKEN"
+    api_base: str = Field(default="https://discord.com/api/v10", description="Discord's REST API (a proxy or a test server)")
     guild_ids: list[int] = Field(default=[], description="servers: commands synced there at start-up (instant)")
     channel_ids: list[int] = Field(default=[], description="channels it answers in (default: any)")
     role_ids: list[int] = Field(default=[], description="only members with one of these roles (default: any)")
