@@ -3,8 +3,9 @@
 People are mapped in ``users``: chat ids -> the Leanote user whose notes they may
 query (by id, or by the email of an API account), and whether they are admins
 (``/sync``). Strangers get one short refusal that shows their numeric id, so the
-owner can add them, and no note content. Each person may ask ``bots.rate_limit``
-questions a minute.
+owner can add them, and no note content; a stranger who keeps writing is refused
+at most once every ``NOTICE_EVERY`` seconds. Each person may ask ``bots.rate_limit``
+questions a minute, wherever they ask.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ STRANGER = {
     "discord": "抱歉，你还没有权限使用这个机器人。你的 Discord id 是 {id}，请把它发给机器人的主人。\n"
     "Sorry, you may not use this bot yet. Your Discord id is {id}: send it to the bot's owner.",
 }
+NOTICE_EVERY = 600.0  # seconds between two refusals (or hints) to the same person
 UNRESOLVED = "你的账号对应的 Leanote 用户还没同步过，请稍后再试。 / Your Leanote account has not been synced yet; try again later."
 
 
@@ -38,6 +40,7 @@ class Access:
         self.user_for_email = user_for_email
         self.clock = clock
         self._asked: dict[tuple[str, int], deque[float]] = {}
+        self._noticed: dict[tuple, float] = {}
 
     def person(self, platform: str, chat_user_id: int) -> Person | None | str:
         """The mapped person, None for a stranger, or a message when the mapping cannot
@@ -49,8 +52,22 @@ class Access:
                 return Person(user_id, entry.admin) if user_id else UNRESOLVED
         return None
 
-    def stranger(self, platform: str, chat_user_id: int) -> str:
+    def stranger(self, platform: str, chat_user_id: int) -> str | None:
+        """The refusal for a stranger, or None when they were refused a short while ago."""
+        if not self.once_in_a_while(("stranger", platform, chat_user_id)):
+            return None
         return STRANGER[platform].format(id=chat_user_id)
+
+    def once_in_a_while(self, key: tuple) -> bool:
+        """True at most once every NOTICE_EVERY seconds per key (for refusals and hints)."""
+        now = self.clock()
+        last = self._noticed.get(key)
+        if last is not None and now - last < NOTICE_EVERY:
+            return False
+        self._noticed[key] = now
+        if len(self._noticed) > 10_000:  # many strangers: forget the old ones
+            self._noticed = {k: t for k, t in self._noticed.items() if now - t < NOTICE_EVERY}
+        return True
 
     def rate(self, platform: str, chat_user_id: int) -> float:
         """0 when this person may ask now (and counts the question), else seconds to wait."""
@@ -61,6 +78,8 @@ class Access:
         if len(window) >= self.settings.bots.rate_limit:
             return 60 - (now - window[0])
         window.append(now)
+        if len(self._asked) > 10_000:
+            self._asked = {k: w for k, w in self._asked.items() if w and now - w[-1] < 60}
         return 0.0
 
     def slow_down(self, wait: float) -> str:

@@ -23,7 +23,10 @@ class Host(Protocol):
     stopping: asyncio.Event
 
     def trigger(self) -> bool: ...
-    def status_text(self) -> str: ...
+    def status_text(self, user_id: str | None = None) -> str:
+        """Sync status: every account for an admin (None), else only ``user_id``'s."""
+        ...
+
     def user_for_email(self, email: str) -> str | None: ...
 
 
@@ -109,6 +112,15 @@ class Pacer:
                 pass
 
 
+def conversation_key(platform: str, place: int | str, person: int | str) -> str:
+    """One person's conversation in one chat: history, the last trace and /reset are
+    never shared with others in a group or channel."""
+    return f"{platform}:{place}:{person}"
+
+
+# What a person sees when something unexpected goes wrong; the details go to the log.
+SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
+
 HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I answer from your Leanote notes, with links to them.
 
 /ask 问题 — 提问（私聊里直接发问题就行）ask (in a private chat just send the question)
@@ -137,8 +149,8 @@ def trace_text(trace: Trace | None) -> str:
         lines.append(f"改写为 rewritten: {trace.standalone}")
     lines.append(f"重排 rerank: {trace.rerank}")
     lines.append(f"结论 decision: {trace.decision}")
-    if trace.llm_error:
-        lines.append(f"LLM: {trace.llm_error}")
+    if trace.llm_error:  # the details (host, model) are in the service's log
+        lines.append("LLM: 不可用，用了笔记原文 unavailable: answered with passages")
     lines.append("候选 candidates (dense · sparse · fused · rerank → evidence):")
     for c in trace.candidates[:10]:
         dense, sparse, fused, rr, ev = c.cells()

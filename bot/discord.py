@@ -5,8 +5,13 @@ Slash commands ``/ask question [private]``, ``/search``, ``/reset``, ``/status``
 or globally. ``/ask`` defers at once (Discord's 3-second rule), streams into the
 original response (edits at least ``discord.edit_interval`` apart), then shows the
 answer as embed(s) within Discord's limits, sources as lines with ``<url>`` links;
-longer answers continue in follow-ups. Errors and private answers are ephemeral.
-Access: guild, channel, user and role ids.
+longer answers continue in follow-ups.
+
+A channel is a shared room: answers are private (ephemeral, only the asker sees
+them) unless ``discord.public_answers`` is on or the asker passes ``private:false``.
+Everything else (``/why``, ``/status``, ``/search``, errors, refusals) is always
+ephemeral, each person's conversation is their own, and no message may mention
+anyone. Access: guild, channel, user and role ids.
 """
 
 from __future__ import annotations
@@ -18,12 +23,11 @@ import discord
 from discord import app_commands
 
 from rag.config import secret
-from rag.errors import LeanoteRagError
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import HELP, Host, Pacer, Wait, hits_text, redact_in_logs, trace_text
-from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_sources
+from .common import HELP, SORRY, Host, Pacer, Wait, conversation_key, hits_text, redact_in_logs, trace_text
+from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_plain_links, discord_sources
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
@@ -37,7 +41,8 @@ class DiscordBot:
         # webhooks) in one class attribute; one client runs per process.
         discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
         self.access = Access(host.settings, host.user_for_email)
-        self.client = discord.Client(intents=discord.Intents.default())
+        # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
+        self.client = discord.Client(intents=discord.Intents.default(), allowed_mentions=discord.AllowedMentions.none())
         self.tree = app_commands.CommandTree(self.client)
         self.pacers: list[Pacer] = []
         self._register()
@@ -49,8 +54,9 @@ class DiscordBot:
         bot = self
 
         @self.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
-        @app_commands.describe(question="问题 / the question", private="只有你能看到回答 / only you see the answer")
-        async def ask(interaction: discord.Interaction, question: str, private: bool = False) -> None:
+        @app_commands.describe(question="问题 / the question",
+                               private="只有你能看到回答（默认是）/ only you see the answer (the default)")
+        async def ask(interaction: discord.Interaction, question: str, private: bool | None = None) -> None:
             await bot.ask(interaction, question, private)
 
         @self.tree.command(name="search", description="搜索笔记 / search your notes")
@@ -125,6 +131,8 @@ class DiscordBot:
         person = None if why else self.access.person("discord", interaction.user.id)
         if why is None and person is None:
             why = self.access.stranger("discord", interaction.user.id)
+            if why is None:  # refused a short while ago; an interaction still needs an answer
+                why = "你没有权限。 / Not allowed."
         if why is None and isinstance(person, str):
             why = person
         if why is not None:
@@ -134,11 +142,11 @@ class DiscordBot:
 
     @staticmethod
     def conversation(interaction: discord.Interaction) -> str:
-        return f"discord:{interaction.channel_id or interaction.user.id}"
+        return conversation_key("discord", interaction.channel_id or "dm", interaction.user.id)
 
     # --- handlers ---------------------------------------------------------------------------
 
-    async def ask(self, interaction: discord.Interaction, question: str, private: bool = False) -> None:
+    async def ask(self, interaction: discord.Interaction, question: str, private: bool | None = None) -> None:
         person = await self._person(interaction)
         if person is None:
             return
@@ -149,11 +157,13 @@ class DiscordBot:
         if wait:
             await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
             return
+        if private is None:
+            private = not self.cfg.public_answers
         await interaction.response.defer(thinking=True, ephemeral=private)
 
         async def edit(text: str) -> None:
             try:
-                await interaction.edit_original_response(content=text[-DISCORD_CONTENT:])
+                await interaction.edit_original_response(content=discord_plain_links(text)[-DISCORD_CONTENT:])
             except discord.HTTPException as err:
                 if err.status == 429:
                     raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
@@ -165,27 +175,30 @@ class DiscordBot:
         try:
             answer = await self.host.answers.ask(question, person.leanote_user_id,
                                                  conversation=self.conversation(interaction), on_token=pacer.feed)
-        except LeanoteRagError as err:
+        except Exception:
+            log.exception("answering a Discord question failed")
+            answer = None
+        finally:  # whatever happened, the streaming edits end here
             await pacer.stop()
-            await self._error(interaction, err)
+        if answer is None:
+            await self._error(interaction)
             return
-        await pacer.stop()
         await self._deliver(interaction, answer, private)
 
-    async def _error(self, interaction: discord.Interaction, err: Exception) -> None:
-        """Errors are for the asker only: the public "thinking…" goes, an ephemeral note comes."""
+    async def _error(self, interaction: discord.Interaction) -> None:
+        """Errors are for the asker only: the "thinking…" goes, an ephemeral note comes."""
         try:
             await interaction.delete_original_response()
         except discord.HTTPException:
             pass
-        await interaction.followup.send(f"出错了 error: {err}", ephemeral=True)
+        await interaction.followup.send(SORRY, ephemeral=True)
 
     async def _deliver(self, interaction: discord.Interaction, answer, private: bool) -> None:
         if answer.citations:
             sources = discord_sources(answer.citations, "来源 Sources")
         else:
             sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
-        body = answer.answer + (f"\n\n*{answer.notice}*" if answer.notice else "")
+        body = discord_plain_links(answer.answer) + (f"\n\n*{answer.notice}*" if answer.notice else "")
         embeds = embeds_for(body, sources)
         first, rest = embeds[0], embeds[1:]
         await interaction.edit_original_response(content=None, embed=first)
@@ -200,20 +213,24 @@ class DiscordBot:
         try:
             hits = await asyncio.to_thread(search, self.host.index, query, person.leanote_user_id, 8)
             text = hits_text(hits)
-        except LeanoteRagError as err:
-            text = f"出错了 error: {err}"
+        except Exception:
+            log.exception("discord /search failed")
+            text = SORRY
         await interaction.followup.send(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def reset(self, interaction: discord.Interaction) -> None:
-        if await self._person(interaction) is None:
+        person = await self._person(interaction)
+        if person is None:
             return
-        self.host.answers.conversations.reset(self.conversation(interaction))
+        self.host.answers.conversations.reset(person.leanote_user_id, self.conversation(interaction))
         await interaction.response.send_message("好的，重新开始。 / Fresh start.", ephemeral=True)
 
     async def status(self, interaction: discord.Interaction) -> None:
-        if await self._person(interaction) is None:
+        person = await self._person(interaction)
+        if person is None:
             return
-        await interaction.response.send_message(self.host.status_text()[:DISCORD_CONTENT], ephemeral=True)
+        text = self.host.status_text(None if person.admin else person.leanote_user_id)
+        await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def sync(self, interaction: discord.Interaction) -> None:
         person = await self._person(interaction)
@@ -229,9 +246,10 @@ class DiscordBot:
         )
 
     async def why(self, interaction: discord.Interaction) -> None:
-        if await self._person(interaction) is None:
+        person = await self._person(interaction)
+        if person is None:
             return
-        trace = self.host.answers.last_trace.get(self.conversation(interaction))
+        trace = self.host.answers.conversations.trace(person.leanote_user_id, self.conversation(interaction))
         await interaction.response.send_message(trace_text(trace)[:DISCORD_CONTENT], ephemeral=True)
 
 

@@ -7,6 +7,11 @@ accepts; messages over 4,096 characters are split between Markdown blocks, a cod
 block that alone is too long between its lines, so no tag or fence is ever broken.
 Discord: Markdown as it is, sources as lines with ``<url>`` (no embeds of links),
 embeds kept within Discord's limits.
+
+Only the links the answer service made (the sources) are clickable. A link in the
+answer's text came from the LLM, which may have copied it from a note or made it
+up: it is shown as plain text with its address visible, never as a link whose
+target hides behind its words.
 """
 
 from __future__ import annotations
@@ -31,6 +36,21 @@ def _md() -> MarkdownIt:
 
 
 _CONTAINERS = {"ul", "ol", "table", "thead", "tbody", "tr", "blockquote", "[document]"}
+_URL = re.compile(r"(?:https?|ftp)://[^\s<>\"'`）)\]】，。]+", re.I)
+
+
+def _escaped_text(text: str, in_code: bool) -> str:
+    """Text escaped for Telegram HTML; web addresses in code style, which Telegram does
+    not turn into links."""
+    if in_code:
+        return html.escape(text, quote=False)
+    out, last = [], 0
+    for m in _URL.finditer(text):
+        out.append(html.escape(text[last : m.start()], quote=False))
+        out.append(f"<code>{html.escape(m.group(0), quote=False)}</code>")
+        last = m.end()
+    out.append(html.escape(text[last:], quote=False))
+    return "".join(out)
 
 
 def _tg(node, out: list[str]) -> None:
@@ -38,7 +58,7 @@ def _tg(node, out: list[str]) -> None:
         if isinstance(child, NavigableString):
             if node.name in _CONTAINERS and not str(child).strip():
                 continue  # the renderer's newlines between blocks
-            out.append(html.escape(str(child), quote=False))
+            out.append(_escaped_text(str(child), in_code=node.name == "code"))
             continue
         if not isinstance(child, Tag):
             continue
@@ -56,14 +76,14 @@ def _tg(node, out: list[str]) -> None:
             inner: list[str] = []
             _tg(child, inner)
             out.append(f"<{tag}>{''.join(inner)}</{tag}>")
-        elif name == "a":
-            inner = []
-            _tg(child, inner)
+        elif name == "a":  # never clickable: the words, then the address in plain sight
+            words = child.get_text()
             href = child.get("href", "")
-            if href.startswith(("http://", "https://")):
-                out.append(f'<a href="{html.escape(href)}">{"".join(inner)}</a>')
+            if not href or words.strip() == href:
+                out.append(_escaped_text(href or words, in_code=False) if _URL.fullmatch(href or words)
+                           else html.escape(href or words, quote=False))
             else:
-                out.append("".join(inner))
+                out.append(f"{html.escape(words, quote=False)} (<code>{html.escape(href, quote=False)}</code>)")
         elif name in ("h1", "h2", "h3", "h4", "h5", "h6"):
             inner = []
             _tg(child, inner)
@@ -208,3 +228,28 @@ def discord_escape(text: str) -> str:
 
 def discord_pages(markdown: str, limit: int = DISCORD_DESCRIPTION) -> list[str]:
     return split_markdown(markdown, limit)
+
+
+_CODE_SPANS = re.compile(r"(```[\s\S]*?(?:```|$)|`[^`\n]*`)")
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'(][^)\n]*)?\)")
+_AUTOLINK = re.compile(r"<((?:https?|ftp)://[^>\s]+)>", re.I)
+
+
+def discord_plain_links(markdown: str) -> str:
+    """The answer's Markdown for Discord with no clickable link: ``[words](url)`` becomes
+    "words (`url`)", autolinks and bare addresses become `url` (code is not linked).
+    Code spans and blocks are left as they are."""
+    parts = _CODE_SPANS.split(markdown)
+    for i in range(0, len(parts), 2):  # the even parts are outside code
+        text = parts[i]
+        text = _MD_LINK.sub(lambda m: f"{m.group(1)} ({_TICK}{m.group(2)}{_TICK})" if m.group(1).strip()
+                            and m.group(1).strip() != m.group(2) else f"{_TICK}{m.group(2)}{_TICK}", text)
+        text = _AUTOLINK.sub(lambda m: f"{_TICK}{m.group(1)}{_TICK}", text)
+        pieces = re.split(r"(`[^`\n]*`)", text)  # the addresses just put in code stay as they are
+        for j in range(0, len(pieces), 2):
+            pieces[j] = _URL.sub(lambda m: f"{_TICK}{m.group(0)}{_TICK}", pieces[j])
+        parts[i] = "".join(pieces)
+    return "".join(parts)
+
+
+_TICK = "`"

@@ -1,7 +1,11 @@
 """Telegram front end (python-telegram-bot v22, long polling).
 
-In a private chat any text is a question; in groups, ``/ask``, a mention or a reply
-to the bot. Answers stream into a placeholder message (edits at most every
+In a private chat any text is a question. Groups are shared rooms and opt-in: the
+bot answers only in groups listed in ``telegram.allowed_chats``, to ``/ask``, a
+mention or a reply to the bot, and everyone there sees the question and the answer
+with its sources. Each person's conversation (follow-ups, ``/why``, ``/reset``) is
+their own, also in a group; ``/why`` and ``/status`` asked in a group are answered in
+the person's private chat with the bot. Answers stream into a placeholder message (edits at most every
 ``telegram.edit_interval``, ``RetryAfter`` honoured, "message is not modified"
 ignored, ``typing`` kept alive), then the final text in HTML parse mode with
 everything from the notes escaped, split past 4,096 characters, sources as a
@@ -18,15 +22,14 @@ from contextlib import suppress
 from bs4 import BeautifulSoup
 from telegram import BotCommand, LinkPreviewOptions, Message, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
 from rag.config import secret
-from rag.errors import LeanoteRagError
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import COMMANDS, HELP, Host, Pacer, Wait, hits_text, redact_in_logs, trace_text
+from .common import COMMANDS, HELP, SORRY, Host, Pacer, Wait, conversation_key, hits_text, redact_in_logs, trace_text
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -83,22 +86,48 @@ class TelegramBot:
     # --- who is asking --------------------------------------------------------------------
 
     async def _who(self, update: Update) -> Person | None:
-        """The asking person, or None after telling a stranger (or a group not allowed) why not."""
-        user, chat = update.effective_user, update.effective_chat
-        if chat.type != ChatType.PRIVATE and self.cfg.allowed_chats and chat.id not in self.cfg.allowed_chats:
+        """The asking person, or None after telling a stranger (or a mapped person in a
+        group that is not enabled) why not. Groups not listed get no answer at all."""
+        user, chat, message = update.effective_user, update.effective_chat, update.effective_message
+        if user is None:
             return None
         person = self.access.person("telegram", user.id)
+        if chat.type != ChatType.PRIVATE and chat.id not in self.cfg.allowed_chats:
+            if isinstance(person, Person) and self.access.once_in_a_while(("group", chat.id)):
+                await message.reply_text(
+                    f"这个群还没有开通：请把群 id {chat.id} 加到 telegram.allowed_chats。\n"
+                    f"Not enabled in this group: add its id {chat.id} to telegram.allowed_chats."
+                )
+            return None
         if person is None:
-            await update.effective_message.reply_text(self.access.stranger("telegram", user.id))
+            refusal = self.access.stranger("telegram", user.id)
+            if refusal:
+                await message.reply_text(refusal)
             return None
         if isinstance(person, str):
-            await update.effective_message.reply_text(person)
+            await message.reply_text(person)
             return None
         return person
 
     @staticmethod
     def conversation(update: Update) -> str:
-        return f"telegram:{update.effective_chat.id}"
+        return conversation_key("telegram", update.effective_chat.id, update.effective_user.id)
+
+    async def _privately(self, update: Update, text: str) -> None:
+        """Answer in the person's private chat: a group sees nothing of it."""
+        message = update.effective_message
+        if update.effective_chat.type == ChatType.PRIVATE:
+            for part in _chunks(text, 4000):
+                await message.reply_text(part, link_preview_options=NO_PREVIEW)
+            return
+        try:
+            for part in _chunks(text, 4000):
+                await self.app.bot.send_message(update.effective_user.id, part, link_preview_options=NO_PREVIEW)
+        except Forbidden:  # the person never opened a private chat with the bot
+            await message.reply_text(f"请先私聊我（@{self.app.bot.username}），再发这个命令。 / "
+                                     f"Open a private chat with @{self.app.bot.username} and send the command there.")
+            return
+        await message.reply_text("已私信给你。 / Sent to you privately.")
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -136,21 +165,25 @@ class TelegramBot:
             return
         try:
             hits = await asyncio.to_thread(search, self.host.index, query, person.leanote_user_id, 8)
-        except LeanoteRagError as err:
-            await update.effective_message.reply_text(f"出错了 error: {err}")
+        except Exception:
+            log.exception("telegram /search failed")
+            await update.effective_message.reply_text(SORRY)
             return
         await update.effective_message.reply_text(hits_text(hits), link_preview_options=NO_PREVIEW)
 
     async def on_reset(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        if await self._who(update) is None:
+        person = await self._who(update)
+        if person is None:
             return
-        self.host.answers.conversations.reset(self.conversation(update))
+        self.host.answers.conversations.reset(person.leanote_user_id, self.conversation(update))
         await update.effective_message.reply_text("好的，重新开始。 / Fresh start.")
 
     async def on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        if await self._who(update) is None:
+        person = await self._who(update)
+        if person is None:
             return
-        await update.effective_message.reply_text(self.host.status_text(), link_preview_options=NO_PREVIEW)
+        text = self.host.status_text(None if person.admin else person.leanote_user_id)
+        await self._privately(update, text)
 
     async def on_sync(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         person = await self._who(update)
@@ -165,11 +198,11 @@ class TelegramBot:
         )
 
     async def on_why(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        if await self._who(update) is None:
+        person = await self._who(update)
+        if person is None:
             return
-        trace = self.host.answers.last_trace.get(self.conversation(update))
-        for part in _chunks(trace_text(trace), 4000):
-            await update.effective_message.reply_text(part, link_preview_options=NO_PREVIEW)
+        trace = self.host.answers.conversations.trace(person.leanote_user_id, self.conversation(update))
+        await self._privately(update, trace_text(trace))
 
     # --- answering --------------------------------------------------------------------------
 
@@ -202,13 +235,15 @@ class TelegramBot:
             answer = await self.host.answers.ask(
                 question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed
             )
-        except LeanoteRagError as err:
+        except Exception:
+            log.exception("answering a Telegram question failed")
+            answer = None
+        finally:  # whatever happened, the "typing…" and the streaming edits end here
             await pacer.stop()
             typing.cancel()
-            await self._final(placeholder, [f"出错了 error: {err}"], html=False)
+        if answer is None:
+            await self._final(placeholder, [SORRY], html=False)
             return
-        await pacer.stop()
-        typing.cancel()
         body = answer.answer + (f"\n\n*{answer.notice}*" if answer.notice else "")
         if answer.citations:
             sources = telegram_sources(answer.citations, "来源 Sources")

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 REFUSAL = AnswerConfig().refusal
 MAX_PASSAGES = 3
+LLM_DOWN_ZH = "（语言模型暂时不可用，以下是笔记里最相关的段落。）"
+LLM_DOWN_EN = "(The language model is unavailable right now; here are the most relevant passages of your notes.)"
 # Extractive passages from notes scoring below this share of the best hit's score are
 # left out: they are what the search found next, not what answers the question.
 MIN_RELATIVE_SCORE = 0.7
@@ -150,35 +152,68 @@ def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES,
 
 
 class Conversations:
-    """Recent turns per conversation id, within a character budget; forgotten after an idle time."""
+    """What the service remembers of each conversation: recent turns within a character
+    budget and the trace of the last answer, forgotten together after an idle time.
+
+    A conversation is keyed by the Leanote user *and* the caller's conversation id (the
+    bots make that id per person: platform, chat and chat user), so one person's turns
+    and traces can never reach another person's follow-up or ``/why``."""
 
     def __init__(self, max_chars: int, idle_reset: float, clock: Callable[[], float] = time.monotonic):
         self.max_chars = max_chars
         self.idle_reset = idle_reset
         self.clock = clock
-        self._turns: dict[str, deque[tuple[str, str]]] = {}
-        self._seen: dict[str, float] = {}
+        self._turns: dict[tuple[str, str], deque[tuple[str, str]]] = {}
+        self._traces: dict[tuple[str, str], Trace] = {}
+        self._seen: dict[tuple[str, str], float] = {}
 
-    def history(self, conversation: str | None) -> list[tuple[str, str]]:
-        if conversation is None or conversation not in self._turns:
-            return []
-        if self.clock() - self._seen[conversation] > self.idle_reset:
-            self.reset(conversation)
-            return []
-        return list(self._turns[conversation])
+    def _live(self, key: tuple[str, str]) -> bool:
+        seen = self._seen.get(key)
+        if seen is None:
+            return False
+        if self.clock() - seen > self.idle_reset:
+            self._forget(key)
+            return False
+        return True
 
-    def add(self, conversation: str | None, question: str, answer: str) -> None:
-        if conversation is None or self.max_chars == 0:
+    def history(self, user_id: str, conversation: str | None) -> list[tuple[str, str]]:
+        key = (user_id, conversation or "")
+        if conversation is None or not self._live(key):
+            return []
+        return list(self._turns.get(key, ()))
+
+    def trace(self, user_id: str, conversation: str) -> Trace | None:
+        key = (user_id, conversation)
+        return self._traces.get(key) if self._live(key) else None
+
+    def record(self, user_id: str, conversation: str | None, trace: Trace, answer: str | None) -> None:
+        """Keep the last trace, and the turn when ``answer`` is given (grounded answers)."""
+        if conversation is None:
             return
-        turns = self._turns.setdefault(conversation, deque())
-        turns.append((question, answer))
-        while turns and sum(len(q) + len(a) for q, a in turns) > self.max_chars:
-            turns.popleft()
-        self._seen[conversation] = self.clock()
+        key = (user_id, conversation)
+        self._live(key)  # an idle conversation starts afresh
+        self._traces[key] = trace
+        self._seen[key] = self.clock()
+        if answer is not None and self.max_chars:
+            turns = self._turns.setdefault(key, deque())
+            turns.append((trace.standalone, answer))
+            while turns and sum(len(q) + len(a) for q, a in turns) > self.max_chars:
+                turns.popleft()
+        self._prune()
 
-    def reset(self, conversation: str) -> None:
-        self._turns.pop(conversation, None)
-        self._seen.pop(conversation, None)
+    def reset(self, user_id: str, conversation: str) -> None:
+        self._forget((user_id, conversation))
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._turns.pop(key, None)
+        self._traces.pop(key, None)
+        self._seen.pop(key, None)
+
+    def _prune(self) -> None:
+        """Idle conversations go, so memory does not grow with every person ever seen."""
+        if len(self._seen) > 256:
+            for key in [k for k, seen in self._seen.items() if self.clock() - seen > self.idle_reset]:
+                self._forget(key)
 
 
 def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
@@ -220,7 +255,7 @@ class AnswerService:
         self.reranker = rerank_mod.BudgetedReranker(reranker, settings.rerank.budget) if reranker else None
         self.rerank_unavailable = rerank_unavailable
         self.conversations = Conversations(settings.answer.history_chars, settings.answer.idle_reset, clock)
-        self.last_trace: dict[str, Trace] = {}  # conversation id -> trace of its last answer
+        self._llm_failing = False
         self._llm_slots: asyncio.Semaphore | None = None  # answers the LLM writes at once
         # Retrieval runs off the event loop, one search at a time: searches take a few ms,
         # and fewer threads fighting over the GIL keep the loop (the bots) responsive.
@@ -268,7 +303,7 @@ class AnswerService:
         question = " ".join((question or "").split())
         if not question:
             raise UserError("the question is empty")
-        history = self.conversations.history(conversation)
+        history = self.conversations.history(user_id, conversation)
         standalone = question
         if history and self.chat is not None:
             try:
@@ -303,7 +338,7 @@ class AnswerService:
         if weak:
             trace.decision = weak
             answer = self._refusal(question, top)
-            return self._finish(answer, conversation, trace, timings, started)
+            return self._finish(answer, user_id, conversation, trace, timings, started)
 
         blocks = build_evidence(top, cfg)
         by_point = {pid: b.n for b in blocks for pid in b.point_ids}
@@ -312,7 +347,7 @@ class AnswerService:
         if self.chat is None:
             trace.decision = "no LLM configured (ollama.enabled: false): extractive answer"
             answer = extractive(question, top, refusal=cfg.refusal)
-            return self._finish(answer, conversation, trace, timings, started)
+            return self._finish(answer, user_id, conversation, trace, timings, started)
 
         valid = {b.n for b in blocks}
         filt = CitationFilter(valid)
@@ -331,21 +366,32 @@ class AnswerService:
                 parts.append(tail)
                 await _call(on_token, tail)
         except (Unavailable, ModelMissing) as err:
+            # The details (host, model, what failed) are for the operator: the log, the
+            # trace of `ask --trace`, doctor. Whoever asked in chat gets a plain notice.
+            self._llm_failed(err)
             trace.llm_error = str(err)
             trace.decision = "the LLM failed: extractive answer"
             answer = extractive(question, top, refusal=cfg.refusal)
-            answer.notice = _language_notice(
-                question,
-                f"（LLM 不可用：{err}。以下是笔记里最相关的段落。）",
-                f"(The LLM is unavailable: {err}. Here are the most relevant passages of your notes.)",
-            )
-            return self._finish(answer, conversation, trace, timings, started)
+            answer.notice = _language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
+            return self._finish(answer, user_id, conversation, trace, timings, started)
+        self._llm_ok()
         text = "".join(parts).strip()
         answer = self._grounded(question, text, blocks)
         trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
-        return self._finish(answer, conversation, trace, timings, started)
+        return self._finish(answer, user_id, conversation, trace, timings, started)
 
     # --- pieces ---------------------------------------------------------------------------
+
+    def _llm_failed(self, err: Exception) -> None:
+        """Logged once when the LLM starts failing (and once when it recovers), not per question."""
+        if not self._llm_failing:
+            log.warning("answering without the LLM: %s", err)
+        self._llm_failing = True
+
+    def _llm_ok(self) -> None:
+        if self._llm_failing:
+            log.info("the LLM answers again")
+        self._llm_failing = False
 
     def _too_weak(self, question: str, hits: list[Hit], rerank_scores: dict[str, float]) -> str:
         """Why the evidence is too weak to ask the LLM, or "" when it is worth a try."""
@@ -381,14 +427,12 @@ class AnswerService:
         citations = [_citation(n, by_n[n], question) for n in order]
         return Answer(question, text, used_llm=True, grounded=bool(citations), citations=citations)
 
-    def _finish(self, answer: Answer, conversation, trace: Trace, timings: dict, started: float) -> Answer:
+    def _finish(self, answer: Answer, user_id: str, conversation: str | None, trace: Trace, timings: dict,
+                started: float) -> Answer:
         timings["total"] = round((time.perf_counter() - started) * 1000, 1)
         answer.timings_ms = timings
         answer.trace = trace
-        if conversation is not None:
-            self.last_trace[conversation] = trace
-            if answer.grounded:
-                self.conversations.add(conversation, trace.standalone, answer.answer)
+        self.conversations.record(user_id, conversation, trace, answer.answer if answer.grounded else None)
         return answer
 
 

@@ -158,7 +158,9 @@ class TelegramConfig(Section):
     enabled: bool = False
     token_env: str = "TELEGRAM_BOT_TOKEN"
     base_url: str = Field(default="https://api.telegram.org/bot", description="a self-hosted Bot API server works")
-    allowed_chats: list[int] = Field(default=[], description="group chats it answers in (default: any)")
+    allowed_chats: list[int] = Field(
+        default=[], description="group chats it answers in; none by default (private chats always work)"
+    )
     edit_interval: Duration = Field(default=1.5, description="streaming: at most one edit this often")
 
 
@@ -170,6 +172,9 @@ class DiscordConfig(Section):
     channel_ids: list[int] = Field(default=[], description="channels it answers in (default: any)")
     role_ids: list[int] = Field(default=[], description="only members with one of these roles (default: any)")
     allow_dms: bool = False
+    public_answers: bool = Field(
+        default=False, description="answers visible to the whole channel (default: only the asker sees them)"
+    )
     edit_interval: Duration = 1.5
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rag import config as config_mod
-from rag.answer import AnswerService
+from rag.answer import LLM_DOWN_EN, LLM_DOWN_ZH, AnswerService
 from rag.evidence import CitationFilter, build_evidence, cited, messages
 from rag.index import NoteIndex
 from rag.llm import OllamaChat
@@ -120,13 +120,13 @@ def test_stall_mid_stream_falls_back_to_passages(answering, ollama):
     answer, _ = ask(answering, "番茄炒蛋怎么做才不酸？")
     assert time.monotonic() - started < 6  # stall_timeout is 1 s
     assert not answer.used_llm and answer.grounded and answer.citations
-    assert "stalled" in answer.trace.llm_error and answer.notice.startswith("（LLM 不可用")
+    assert "stalled" in answer.trace.llm_error and answer.notice == LLM_DOWN_ZH
 
 
 def test_an_error_line_mid_stream_falls_back(answering, ollama):
     ollama.reply("a", "b", error_after=1)
     answer, _ = ask(answering, "How do I follow a service's logs live?")
-    assert not answer.used_llm and answer.notice.startswith("(The LLM is unavailable")
+    assert not answer.used_llm and answer.notice == LLM_DOWN_EN
 
 
 def test_connection_refused_falls_back_within_the_timeout(indexed, use_embedder):
@@ -150,7 +150,9 @@ def test_a_missing_model_says_to_pull_it(indexed, use_embedder):
         service, index = service_for(indexed, use_embedder, empty.url)
         try:
             answer, _ = ask(service, "番茄炒蛋怎么做？")
-            assert not answer.used_llm and "ollama pull qwen2.5:7b-instruct" in answer.notice
+            # the person asking is told plainly; the fix is for the operator (trace, log, doctor)
+            assert not answer.used_llm and answer.notice == LLM_DOWN_ZH and empty.url not in answer.notice
+            assert "ollama pull qwen2.5:7b-instruct" in answer.trace.llm_error
         finally:
             index.close()
         with pytest.raises(Exception, match="ollama pull"):
@@ -180,9 +182,9 @@ def test_a_follow_up_is_rewritten_into_a_standalone_question(indexed, use_embedd
         ask(service, "restic 备份保留多少份快照？", conversation="chat-2")
         assert rewrites() == 1
         # reset on request
-        assert service.conversations.history("chat-2")
-        service.conversations.reset("chat-2")
-        assert service.conversations.history("chat-2") == []
+        assert service.conversations.history("local", "chat-2")
+        service.conversations.reset("local", "chat-2")
+        assert service.conversations.history("local", "chat-2") == []
         # an idle conversation is forgotten: no rewrite after 30 idle minutes
         clock.t += 31 * 60
         ollama.reply("答案[1]。")
@@ -203,13 +205,15 @@ def test_without_an_llm_the_answer_is_extractive(indexed, use_embedder):
 
 
 def test_history_keeps_within_its_character_budget():
-    from rag.answer import Conversations
+    from rag.answer import Conversations, Trace
 
     c = Conversations(max_chars=30, idle_reset=60, clock=lambda: 0.0)
     for i in range(5):
-        c.add("x", f"问题{i}" * 2, f"答案{i}" * 2)
-    turns = c.history("x")
+        c.record("u", "x", Trace(f"问题{i}" * 2, f"问题{i}" * 2), f"答案{i}" * 2)
+    turns = c.history("u", "x")
     assert sum(len(q) + len(a) for q, a in turns) <= 30 and turns[-1][0] == "问题4问题4"
+    assert c.history("other user", "x") == [] and c.trace("other user", "x") is None
+    assert c.trace("u", "x").question == "问题4问题4"
 
 
 def hit(note, idx, start, end, text, score=1.0):

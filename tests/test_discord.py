@@ -88,7 +88,7 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
     async def scenario(daemon, bot, command):
         ollama.reply("先把鸡蛋炒好盛出", "，再下番茄", "，加一小勺糖[1]。", delay=0.3)
         it = FakeInteraction(OWNER)
-        await command("ask")(it, question="番茄炒蛋怎么做才不酸？")
+        await command("ask")(it, question="番茄炒蛋怎么做才不酸？", private=False)  # the asker shares it
         assert it.names()[0] == "defer" and it.events[0][1] == {"thinking": True, "ephemeral": False}
         chat = [t for t in ollama.requests if t[0] == "/api/chat"]
         assert chat  # the work happened after the defer
@@ -98,6 +98,12 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))
         final = it.events[-1][1]["embed"]
         assert final.description.startswith("先把鸡蛋炒好盛出，再下番茄，加一小勺糖[1]。")
+        # a link in the LLM's words is shown with its address, not clickable
+        ollama.reply("先登录 [Leanote](https://phish.example/login) 再炒蛋[1]。")
+        it2 = FakeInteraction(FRIEND)  # another person: no history, no follow-up rewrite
+        await command("ask")(it2, question="番茄炒蛋怎么做才不酸？")
+        shown = it2.events[-1][1]["embed"].description
+        assert "Leanote (`https://phish.example/login`)" in shown and "](https://phish" not in shown
         assert "[1] 番茄炒蛋 <file://" in final.description
         assert len(final) <= 6000 and len(final.description) <= 4096
 
@@ -110,7 +116,7 @@ def test_private_answers_and_long_answers_continue_in_ephemeral_follow_ups(world
     async def scenario(daemon, bot, command):
         ollama.reply("\n\n".join(f"第{i}段：" + "很长的说明文字。" * 60 for i in range(20)) + "[1]")
         it = FakeInteraction(FRIEND)
-        await command("ask")(it, question="番茄炒蛋怎么做？", private=True)
+        await command("ask")(it, question="番茄炒蛋怎么做？")  # private unless asked otherwise
         assert it.events[0][1]["ephemeral"] is True
         follow = [kw for name, kw, _ in it.events if name == "followup"]
         assert follow and all(kw["ephemeral"] is True for kw in follow)

@@ -34,6 +34,7 @@ def world(tmp_path, monkeypatch):
             ollama={"host": ollama.url}, rerank={"kind": "none"}, sync={"interval": "1h", "trigger_debounce": "0.1s"},
             bots={"rate_limit": 3},
         )
+        settings = settings.model_copy(update={"telegram": settings.telegram.model_copy(update={"allowed_chats": [GROUP]})})
         yield settings, tg, ollama
 
 
@@ -149,7 +150,9 @@ def test_groups_need_a_mention_or_a_reply_and_commands_work(world):
         tg.say(FRIEND, "那怎么不酸？", chat_id=GROUP, chat_type="supergroup", reply_to_bot=True)
         await until(lambda: final(tg, GROUP, "加一小勺糖"))
         tg.say(FRIEND, "/why", chat_id=GROUP, chat_type="supergroup")
-        await until(lambda: final(tg, GROUP, "候选 candidates"))
+        await until(lambda: final(tg, FRIEND, "候选 candidates"))  # in the person's private chat
+        await until(lambda: final(tg, GROUP, "privately"))
+        assert not final(tg, GROUP, "候选 candidates")
         tg.say(FRIEND, "/sync", chat_id=GROUP, chat_type="supergroup")
         await until(lambda: final(tg, GROUP, "Only admins"))
         passes = daemon.passes
@@ -162,6 +165,119 @@ def test_groups_need_a_mention_or_a_reply_and_commands_work(world):
         await until(lambda: final(tg, OWNER, "last sync"))
         tg.say(OWNER, "/reset")
         await until(lambda: final(tg, OWNER, "Fresh start"))
+
+    run(settings, tg, scenario)
+
+
+def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
+    """ONE and TWO (both mapped) and a stranger in one listed group: nothing of ONE's
+    question, answer, trace or notes reaches TWO's /why, /status, follow-up prompt or replies."""
+    settings, tg, ollama = world
+    ONE, TWO = OWNER, FRIEND
+    secret_question = "家里路由器的 DHCP 地址池是多少，我急用？"
+    secret_answer = "ONE 专属的回答：地址池从 .100 到 .199"
+
+    async def scenario(daemon):
+        ollama.reply(secret_answer + "[1]。")
+        tg.say(ONE, "@notes_bot " + secret_question, chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, GROUP, secret_answer))
+        one_trace = daemon.answers.conversations.trace("local", f"telegram:{GROUP}:{ONE}")
+        one_titles = {c.title for c in one_trace.candidates}
+        assert one_titles
+
+        before = len(tg.sent_to(TWO))
+        tg.say(TWO, "/why", chat_id=GROUP, chat_type="supergroup")
+        why = await until(lambda: tg.sent_to(TWO)[before:])
+        assert "No answer in this conversation yet" in why[0]["text"]
+
+        # TWO's follow-up, replying to the bot's answer to ONE: TWO has no history, so no
+        # rewrite with ONE's turn; nothing of ONE's reaches any prompt made for TWO
+        chats_before = len(ollama.chats())
+        ollama.reply("我笔记里没有相关内容")
+        tg.say(TWO, "那密码呢？", chat_id=GROUP, chat_type="supergroup", reply_to_bot=True)
+        await until(lambda: len(ollama.chats()) > chats_before or final(tg, GROUP, "没有相关内容"))
+        await until(lambda: final(tg, GROUP, "没有相关内容"))
+        assert len(ollama.chats()) == chats_before + 1  # TWO has no history: no rewrite
+        for chat in ollama.chats()[chats_before:]:
+            prompt = "\n".join(m["content"] for m in chat["messages"])
+            assert secret_question not in prompt and "ONE 专属" not in prompt
+
+        tg.say(TWO, "/status", chat_id=GROUP, chat_type="supergroup")  # not an admin: own account only
+        status = await until(lambda: final(tg, TWO, "your notes indexed"))
+        assert "files:" not in status[0]["text"]
+
+        tg.say(TWO, "/reset", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, GROUP, "Fresh start"))
+        tg.say(ONE, "/why", chat_id=GROUP, chat_type="supergroup")  # ONE's memory survives TWO's reset
+        mine = await until(lambda: final(tg, ONE, secret_question))
+        assert "候选 candidates" in mine[0]["text"]
+
+        # nothing sent to TWO, in private or in the group after ONE's answer, names ONE's question
+        for m in tg.sent_to(TWO):
+            assert secret_question not in m["text"] and "ONE 专属" not in m["text"]
+            assert not one_titles & set(re.findall(r"• (.+?) ›", m["text"]))
+
+        # a stranger in the group: one refusal, then silence (refusals are rate-limited too)
+        tg.say(STRANGER, "@notes_bot 路由器密码是什么？", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, GROUP, str(STRANGER)))
+        tg.say(STRANGER, "@notes_bot 路由器密码是什么？？", chat_id=GROUP, chat_type="supergroup")
+        await asyncio.sleep(1.0)
+        assert len(final(tg, GROUP, str(STRANGER))) == 1
+
+    run(settings, tg, scenario)
+
+
+def test_an_unlisted_group_gets_no_answers(world):
+    settings, tg, ollama = world
+    OTHER_GROUP = -100777
+
+    async def scenario(daemon):
+        tg.say(OWNER, "@notes_bot 番茄炒蛋怎么做？", chat_id=OTHER_GROUP, chat_type="group")
+        hint = await until(lambda: tg.sent_to(OTHER_GROUP))
+        assert "allowed_chats" in hint[0]["text"] and str(OTHER_GROUP) in hint[0]["text"]
+        tg.say(STRANGER, "@notes_bot 番茄炒蛋怎么做？", chat_id=OTHER_GROUP, chat_type="group")
+        tg.say(OWNER, "/why", chat_id=OTHER_GROUP, chat_type="group")
+        await asyncio.sleep(1.0)
+        assert len(tg.sent_to(OTHER_GROUP)) == 1 and ollama.chats() == []
+        assert tg.sent_to(OWNER) == []
+
+    run(settings, tg, scenario)
+
+
+def test_why_in_a_group_asks_for_a_private_chat_when_there_is_none(world):
+    settings, tg, ollama = world
+    tg.no_private_chat.add(FRIEND)
+
+    async def scenario(daemon):
+        tg.say(FRIEND, "/why", chat_id=GROUP, chat_type="supergroup")
+        hint = await until(lambda: final(tg, GROUP, "private chat"))
+        assert "@notes_bot" in hint[0]["text"] and "candidates" not in hint[0]["text"]
+
+    run(settings, tg, scenario)
+
+
+def test_an_error_while_answering_never_leaves_the_chat_hanging(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        store = daemon.index.store
+
+        def broken(*args, **kwargs):  # the index fails in the middle of a search
+            raise RuntimeError("segment file vanished")
+
+        store.search = broken
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        sorry = await until(lambda: final(tg, OWNER, "Sorry, something went wrong"))
+        assert "vanished" not in sorry[0]["text"] and "…" not in sorry[0]["text"]
+        tg.say(OWNER, "/search 番茄")
+        await until(lambda: len(final(tg, OWNER, "Sorry, something went wrong")) == 2)
+        typing = len(tg.method_calls("sendChatAction"))
+        await asyncio.sleep(5)  # the typing loop (every 4 s) has stopped
+        assert len(tg.method_calls("sendChatAction")) == typing
+        del store.search  # the index works again: so does the next question
+        ollama.reply("先炒蛋[1]。")
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        await until(lambda: final(tg, OWNER, "来源"))
 
     run(settings, tg, scenario)
 
@@ -186,7 +302,8 @@ def test_telegram_html_escapes_and_keeps_structure():
     out = telegram_html("# 标题\n\n**粗体** 与 `a<b` 和 [链接](https://x.example/?a=1&b=2)\n\n- 一\n- 二\n\n<script>x</script>")
     assert out.startswith("<b>标题</b>")
     assert "<b>粗体</b>" in out and "<code>a&lt;b</code>" in out
-    assert '<a href="https://x.example/?a=1&amp;b=2">链接</a>' in out
+    # a link in the answer's text is never clickable: its address is shown, in code style
+    assert "链接 (<code>https://x.example/?a=1&amp;b=2</code>)" in out and "<a " not in out
     assert "• 一\n• 二" in out and "<script>" not in out and "&lt;script&gt;" in out
     assert html_error(out) is None
 
@@ -285,3 +402,17 @@ def test_tokens_never_reach_the_logs(world, caplog):
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "bot123:TEST" not in text and "123:TEST" not in text
     assert "***" in text
+
+
+def test_a_link_in_the_llms_reply_is_shown_not_clickable(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        ollama.reply("先确认账号：[点这里登录 Leanote](https://phish.example/login)，再炒蛋[1]。")
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        done = await until(lambda: final(tg, OWNER, "来源"))
+        text = done[0]["text"]
+        assert "https://phish.example/login" in text  # in plain sight ...
+        assert not re.search(r'<a href="[^"]*phish', text)  # ... and not behind words
+
+    run(settings, tg, scenario)

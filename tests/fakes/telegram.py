@@ -63,6 +63,7 @@ class FakeTelegram(LocalServer):
         self.commands: list = []
         self.throttle: dict[str, list[int]] = {}  # method -> [times, retry_after]
         self.unauthorized = 0  # calls with a wrong token
+        self.no_private_chat: set[int] = set()  # users who never opened a private chat with the bot
         self._next_update = 1
         self._next_message = 100
         self.cond = threading.Condition()
@@ -175,6 +176,9 @@ class FakeTelegram(LocalServer):
             if len(text) > 4096:
                 return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message is too long"}
             with self.cond:
+                if method == "sendMessage" and int(p["chat_id"]) in self.no_private_chat:
+                    return 403, {"ok": False, "error_code": 403,
+                                 "description": "Forbidden: bot can't initiate conversation with a user"}
                 if method == "sendMessage":
                     mid = self._next_message
                     self._next_message += 1
