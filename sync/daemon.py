@@ -214,17 +214,30 @@ class Daemon:
                 return acc.user_id
         return None
 
-    def status_text(self) -> str:
+    def status_text(self, user_id: str | None = None) -> str:
+        """Sync status for chat: an admin (``user_id`` None) sees every account with its
+        last error; anyone else sees only their own account, without error details."""
         lines = []
         for a in self._reader.accounts():
-            lag = f"USN {a.cursor}/{a.server_usn}" if a.server_usn is not None else ""
+            mine = a.user_id == user_id or (not self.settings.source.incremental and user_id is not None)
+            if user_id is not None and not mine:
+                continue
             when = time.strftime("%m-%d %H:%M", time.localtime(a.last_success)) if a.last_success else "never"
-            line = f"{a.account}: {lag} last sync {when}"
-            if a.last_error:
-                line += f"; failing: {a.last_error[:200]}"
+            if user_id is None:
+                lag = f"USN {a.cursor}/{a.server_usn} " if a.server_usn is not None else ""
+                line = f"{a.account}: {lag}last sync {when}"
+                if a.last_error:
+                    line += f"; failing: {a.last_error[:200]}"
+            else:
+                line = f"last sync {when}"
+                if a.last_error:
+                    line += "; the last sync failed (the admin can see why)"
             lines.append(line)
         counts = self._reader.counts_by_user()
-        lines.append("notes indexed: " + (", ".join(f"{n}" for n in counts.values()) or "0"))
+        if user_id is None:
+            lines.append("notes indexed: " + (", ".join(f"{u}: {n}" for u, n in counts.items()) or "0"))
+        else:
+            lines.append(f"your notes indexed: {counts.get(user_id, 0)}")
         return "\n".join(lines)
 
     async def wait_for_pass(self, after: int) -> PassResult:
