@@ -23,10 +23,11 @@ import discord
 from discord import app_commands
 
 from rag.config import secret
+from rag.redact import redact_in_logs
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import HELP, SORRY, Host, Pacer, Wait, conversation_key, hits_text, redact_in_logs, trace_text
+from .common import HELP, SORRY, Host, Pacer, Wait, conversation_key, hits_text, trace_text
 from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_plain_links, discord_sources
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,8 @@ class DiscordBot:
     def __init__(self, host: Host):
         self.host = host
         self.cfg = host.settings.discord
-        # discord.py keeps the REST base (gateway discovery, interaction callbacks,
-        # webhooks) in one class attribute; one client runs per process.
+        # discord.py keeps the REST base (login, command sync, interaction callbacks and
+        # follow-ups) in one class attribute; one client runs per process.
         discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
         self.access = Access(host.settings, host.user_for_email)
         # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
