@@ -5,12 +5,12 @@ one instance for both bots."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Iterator, Protocol
 
 from rag.answer import AnswerService, Trace
-from rag.config import Settings
+from rag.config import Settings, secret
+from rag.errors import UserError
 from rag.index import NoteIndex
 
 
@@ -28,30 +28,6 @@ class Host(Protocol):
         ...
 
     def user_for_email(self, email: str) -> str | None: ...
-
-
-class Redact(logging.Filter):
-    """Keeps secrets (bot tokens) out of every log line, whoever logs it (httpx logs
-    request URLs, and Telegram's carry the token)."""
-
-    def __init__(self, *secrets: str):
-        super().__init__()
-        self.secrets = [s for s in secrets if s]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if any(secret in message for secret in self.secrets):
-            for secret in self.secrets:
-                message = message.replace(secret, "***")
-            record.msg, record.args = message, ()
-        return True
-
-
-def redact_in_logs(secret: str) -> None:
-    """Install the redaction on every handler of the root logger (and on it)."""
-    root = logging.getLogger()
-    for target in [root, *root.handlers]:
-        target.addFilter(Redact(secret))
 
 
 class Wait(Exception):
@@ -110,6 +86,29 @@ class Pacer:
                 await self._task
             except asyncio.CancelledError:
                 pass
+
+
+# --- doctor ----------------------------------------------------------------------------------
+# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (entry points
+# ``leanote_rag.checks``), which yields (name, ok, detail, fix). Tokens never appear.
+CheckResult = tuple[str, bool, str, str]
+CHECK_TIMEOUT = 15.0
+
+
+def token_or_problem(token_env: str, what: str, name: str) -> tuple[str | None, CheckResult | None]:
+    try:
+        return secret(token_env, what), None
+    except UserError as err:
+        return None, (name, False, str(err), f"put {token_env}=... in the service's environment file "
+                      f"(/etc/leanote-rag/env), then restart")
+
+
+def nobody_mapped(settings: Settings, platform: str) -> Iterator[CheckResult]:
+    ids = [i for u in settings.users for i in (u.telegram_ids if platform == "telegram" else u.discord_ids)]
+    if not ids:
+        yield (f"{platform} users", False, f"nobody is mapped to a Leanote user for {platform}: the bot refuses "
+               f"everyone", f"add to users: {{leanote_user_id: ..., {platform}_ids: [your id]}} (the bot tells "
+               f"a stranger their id)")
 
 
 def conversation_key(platform: str, place: int | str, person: int | str) -> str:

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Iterator
 
 import discord
 from discord import app_commands
 
 from rag.config import secret
-from rag.redact import redact_in_logs
+from rag.errors import ConfigError
+from rag.redact import redact_in_logs, safe_url
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import HELP, SORRY, Host, Pacer, Wait, conversation_key, hits_text, trace_text
+from .common import (CHECK_TIMEOUT, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key, hits_text,
+                     nobody_mapped, token_or_problem, trace_text)
 from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_plain_links, discord_sources
 
 log = logging.getLogger(__name__)
@@ -275,6 +278,50 @@ async def service(host: Host) -> None:
     """``leanote-rag serve`` runs this when ``discord.enabled``."""
     if not host.settings.discord.enabled:
         return
-    token = secret(host.settings.discord.token_env, "discord.token_env")
+    token_env = host.settings.discord.token_env
+    token = secret(token_env, "discord.token_env")
     redact_in_logs(token)
-    await DiscordBot(host).run(token)
+    try:
+        await DiscordBot(host).run(token)
+    except discord.LoginFailure:
+        raise ConfigError(f"Discord refused the token in {token_env}: copy the bot's token from the Discord "
+                          f"developer portal there, then restart") from None
+
+
+service.label = "Discord bot"
+
+
+def check(settings) -> Iterator[CheckResult]:
+    """``doctor``: the token is set and Discord accepts it (a login, no gateway); someone may ask."""
+    cfg = settings.discord
+    if not cfg.enabled:
+        return
+    name = "discord bot"
+    token, problem = token_or_problem(cfg.token_env, "discord.token_env", name)
+    if problem:
+        yield problem
+        return
+    discord.http.Route.BASE = cfg.api_base.rstrip("/")
+
+    async def login():
+        client = discord.Client(intents=discord.Intents.none())
+        try:
+            await client.login(token)
+            return client.user
+        finally:
+            await client.close()
+
+    try:
+        me = asyncio.run(asyncio.wait_for(login(), CHECK_TIMEOUT))
+    except discord.LoginFailure:
+        yield name, False, f"Discord refused the token in {cfg.token_env}", \
+            f"copy the bot's token from the Discord developer portal into {cfg.token_env}"
+        return
+    except (discord.HTTPException, OSError, asyncio.TimeoutError) as err:
+        yield name, False, f"cannot reach Discord at {safe_url(cfg.api_base)}: {type(err).__name__}", \
+            "check the network, or discord.api_base"
+        return
+    where = f"guilds {', '.join(map(str, cfg.guild_ids))}" if cfg.guild_ids else "every guild it is in"
+    answers = "public" if cfg.public_answers else "private (only the asker sees them)"
+    yield name, True, f"logged in as {me}; commands in {where}; answers {answers}", ""
+    yield from nobody_mapped(settings, "discord")

@@ -18,18 +18,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
+from typing import Iterator
 
 from bs4 import BeautifulSoup
-from telegram import BotCommand, LinkPreviewOptions, Message, Update
+from telegram import Bot, BotCommand, LinkPreviewOptions, Message, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
+from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
 from rag.config import secret
+from rag.errors import ConfigError
+from rag.redact import redact_in_logs, safe_url
 from rag.retrieve import search
 
 from .access import Access, Person
-from .common import COMMANDS, HELP, SORRY, Host, Pacer, Wait, conversation_key, hits_text, redact_in_logs, trace_text
+from .common import (CHECK_TIMEOUT, COMMANDS, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key,
+                     hits_text, nobody_mapped, token_or_problem, trace_text)
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -299,6 +303,44 @@ async def service(host: Host) -> None:
     """``leanote-rag serve`` runs this when ``telegram.enabled``."""
     if not host.settings.telegram.enabled:
         return
-    token = secret(host.settings.telegram.token_env, "telegram.token_env")
+    token_env = host.settings.telegram.token_env
+    token = secret(token_env, "telegram.token_env")
     redact_in_logs(token)
-    await TelegramBot(host, token).run()
+    try:
+        await TelegramBot(host, token).run()
+    except InvalidToken:
+        raise ConfigError(f"Telegram refused the token in {token_env}: get the token from @BotFather and put it "
+                          f"there, then restart") from None
+
+
+service.label = "Telegram bot"
+
+
+def check(settings) -> Iterator[CheckResult]:
+    """``doctor``: the token is set and Telegram accepts it (``getMe``); someone may ask."""
+    cfg = settings.telegram
+    if not cfg.enabled:
+        return
+    name = "telegram bot"
+    token, problem = token_or_problem(cfg.token_env, "telegram.token_env", name)
+    if problem:
+        yield problem
+        return
+
+    async def get_me():
+        async with Bot(token, base_url=cfg.base_url) as bot:  # initialize() calls getMe
+            return bot.bot
+
+    try:
+        me = asyncio.run(asyncio.wait_for(get_me(), CHECK_TIMEOUT))
+    except InvalidToken:
+        yield name, False, f"Telegram refused the token in {cfg.token_env}", \
+            f"get the token from @BotFather and put it in {cfg.token_env}"
+        return
+    except (TelegramError, OSError, asyncio.TimeoutError) as err:
+        yield name, False, f"cannot reach the Bot API at {safe_url(cfg.base_url)}: {type(err).__name__}", \
+            "check the network, or telegram.base_url"
+        return
+    groups = f"answers in {len(cfg.allowed_chats)} listed group(s)" if cfg.allowed_chats else "private chats only"
+    yield name, True, f"@{me.username} accepts the token; {groups}", ""
+    yield from nobody_mapped(settings, "telegram")

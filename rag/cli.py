@@ -27,6 +27,7 @@ from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
 from .eval import evaluate, load_questions, report_json
 from .index import NoteIndex
+from .redact import redact_in_logs, safe_url
 from .retrieve import RETRIEVERS, resolve_user, search as search_hits
 
 log = logging.getLogger("leanote_rag")
@@ -61,6 +62,7 @@ def _setup_logging(debug: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=fmt, stream=sys.stderr)
     for noisy in ("httpx", "httpcore", "urllib3", "jieba"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    redact_in_logs()  # no user:password@ of a configured URL in any log line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -242,17 +244,17 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(safe_url(f"error: {exc}"), err=True)
         return 2
     except LeanoteRagError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(safe_url(f"error: {exc}"), err=True)
         return 1
     except Exception as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        click.echo(safe_url(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)"), err=True)
         return 1
 
 

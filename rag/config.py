@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
+from .errors import ConfigError, UserError
 
 CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
@@ -101,7 +101,9 @@ Duration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]
 
 
 class RerankConfig(Section):
-    kind: Literal["flagembedding", "sentence-transformers", "none"] = "flagembedding"
+    kind: Literal["auto", "flagembedding", "sentence-transformers", "none"] = Field(
+        default="auto", description="auto: flagembedding when the [models] extra and the weights are here, else none"
+    )
     model: str | None = Field(default=None, description="default: BAAI/bge-reranker-v2-m3; a local folder works")
     device: str = "cpu"
     candidates: int = Field(default=50, ge=1, le=500, description="fused hits the reranker scores")
@@ -193,7 +195,7 @@ class SyncConfig(Section):
     reconcile_at: str = Field(default="03:30", pattern=r"^([01]?\d|2[0-3]):[0-5]\d$")
     page_size: int = Field(default=100, ge=1, le=10_000, description="notes per getSyncNotes page")
     fetch_concurrency: int = Field(default=4, ge=1, le=32, description="note bodies fetched at once")
-    http_timeout: Duration = 30.0
+    http_timeout: Duration = Field(default=30.0, description="the whole of each Leanote call, each MongoDB wait")
     backoff_min: Duration = 30.0
     backoff_max: Duration = 1800.0
     trigger_debounce: Duration = 10.0
@@ -404,6 +406,25 @@ def _describe(error: dict) -> str:
         return f"{path}: required"
     msg = error["msg"].removeprefix("Value error, ")
     return f"{path}: {msg}"
+
+
+def prepare_state_dir(path: Path) -> Path:
+    """The state directory, created private to this user (0700) if missing; a clear error
+    when it cannot be created or written."""
+    path = Path(path)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot create the state directory {path}: {err.strerror or err}. Create it and make it writable "
+            f"by this user (mkdir -p {path}; chown \"$USER\" {path}), or set state_dir in the config"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(
+            f"cannot write the state directory {path}: permission denied. Make it writable by this user "
+            f"(sudo chown -R \"$USER\" {path}), or set state_dir in the config"
+        )
+    return path
 
 
 def secret(env_name: str, what: str) -> str:

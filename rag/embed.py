@@ -21,6 +21,7 @@ import numpy as np
 
 from .config import EmbedderConfig
 from .errors import ConfigError, Unavailable, UserError
+from .redact import safe_url
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class OllamaEmbedder(_Batched):
         self._ollama = ollama
         self._httpx = httpx
         self.model = cfg.model or self.DEFAULT
-        self.host = cfg.host
+        self.host = safe_url(cfg.host)  # for messages
         self._client = ollama.Client(host=cfg.host, timeout=cfg.timeout)
         self.model_id = f"ollama:{self.model}"
         self.batch_size = cfg.batch_size

@@ -33,6 +33,10 @@ class Unavailable(LeanoteRagError):
     """A service or resource cannot be used right now (down, locked, timing out)."""
 
 
+class BrokenState(UserError):
+    """A file we keep (the sync state, the index) exists but cannot be read."""
+
+
 class ModelMissing(UserError):
     """A configured model is not there (not pulled, not downloaded)."""
 

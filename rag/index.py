@@ -98,7 +98,7 @@ class NoteIndex:
         if not create and not rebuild:
             _fail_fast_on_mismatch(settings)
         embedder = embedder or embed_mod.load(settings.embedder)
-        store = open_store(settings.qdrant, settings.state_dir, embedder.dim, create=create or rebuild)
+        store = open_store(settings.qdrant, settings.state_dir, embedder.dim, create=create or rebuild, fresh=rebuild)
         try:
             if rebuild:
                 store.drop(embedder.dim)

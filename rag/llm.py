@@ -18,6 +18,7 @@ from typing import AsyncIterator, Protocol
 
 from .config import OllamaConfig
 from .errors import ModelMissing, Unavailable
+from .redact import safe_url
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class OllamaChat:
 
         self.cfg = cfg
         self.model_id = f"ollama:{cfg.model}"
+        self.where = safe_url(cfg.host)  # for messages: never the user:password@ of the URL
         self._ollama = ollama
         self._httpx = httpx
         self._client = ollama.AsyncClient(host=cfg.host, timeout=httpx.Timeout(cfg.timeout, connect=10.0))
@@ -52,12 +54,15 @@ class OllamaChat:
 
     def _error(self, err: Exception) -> Exception:
         if isinstance(err, self._ollama.ResponseError):
+            if err.status_code == 404 and _is_missing_model(str(err.error)):
+                return ModelMissing(f"Ollama at {self.where} has no model {self.cfg.model!r}: run `ollama pull {self.cfg.model}`")
             if err.status_code == 404:
-                return ModelMissing(f"Ollama at {self.cfg.host} has no model {self.cfg.model!r}: run `ollama pull {self.cfg.model}`")
+                return NotOllama(f"{self.where} answered HTTP 404 to Ollama's API: it is not an Ollama server "
+                                 f"(check ollama.host)")
             return Unavailable(f"Ollama failed: {err.error}")
         if isinstance(err, (self._httpx.TimeoutException, asyncio.TimeoutError)):
-            return Unavailable(f"Ollama at {self.cfg.host} did not answer in time")
-        return Unavailable(f"cannot reach Ollama at {self.cfg.host}: {err}")
+            return Unavailable(f"Ollama at {self.where} did not answer in time")
+        return Unavailable(safe_url(f"cannot reach Ollama at {self.where}: {err}"))
 
     def _refused(self, err: Exception) -> bool:
         return isinstance(err, (ConnectionError, self._httpx.ConnectError))
@@ -103,6 +108,18 @@ class OllamaChat:
         return "".join([part async for part in self.stream(messages)])
 
     async def check(self) -> str:
+        """Is it Ollama (``GET /api/version``), and is the model there (``/api/show``)?"""
+        try:
+            async with self._httpx.AsyncClient(timeout=10.0) as http:
+                reply = await http.get(f"{self.cfg.host.rstrip('/')}/api/version")
+            version = reply.json().get("version") if reply.status_code == 200 else None
+        except ValueError:
+            version = None
+        except Exception as err:
+            raise self._error(err) from None
+        if not version:
+            raise NotOllama(f"{self.where} is not an Ollama server (GET /api/version gave HTTP "
+                            f"{reply.status_code}): check ollama.host")
         try:
             info = await self._client.show(self.cfg.model)
         except Exception as err:
@@ -110,6 +127,16 @@ class OllamaChat:
         details = getattr(info, "details", None)
         size = getattr(details, "parameter_size", None) if details else None
         return f"{self.cfg.model} is pulled" + (f" ({size})" if size else "")
+
+
+class NotOllama(Unavailable):
+    """Something answers at ollama.host, but not Ollama's API."""
+
+
+def _is_missing_model(error: str) -> bool:
+    """Ollama's own words for a model that is not pulled (not any server's 404 page)."""
+    error = error.lower()
+    return "model" in error and "not found" in error
 
 
 def load(cfg: OllamaConfig) -> ChatModel | None:

@@ -10,6 +10,11 @@ HEADING_SEP = " › "
 NOTEBOOK_SEP = " / "
 
 
+def rule_key(name: str) -> str:
+    """How privacy rules compare notebook titles and tags: case and outer spaces ignored."""
+    return name.strip().casefold()
+
+
 @dataclass(frozen=True)
 class Notebook:
     id: str
@@ -29,8 +34,9 @@ class Note:
     content: str
     is_markdown: bool = True
     notebook_id: str = ""
-    notebook_path: str = ""  # "父 / 子", resolved by the source from its notebooks
+    notebook_path: str = ""  # "父 / 子", resolved by the source from its notebooks, for display
     notebook_ids: tuple[str, ...] = ()  # the notebook and its ancestors, root first
+    notebook_titles: tuple[str, ...] = ()  # their titles, in the same order (a title may hold " / ")
     tags: tuple[str, ...] = ()
     is_trash: bool = False
     is_deleted: bool = False
@@ -46,12 +52,15 @@ class Note:
 
     def excluded_by(self, notebooks: frozenset[str], tags: frozenset[str]) -> bool:
         """Whether a privacy rule keeps this note out: its notebook or an ancestor is named
-        (by title or id) in ``notebooks``, or it carries one of ``tags``."""
+        by id or by title in ``notebooks``, or it carries one of ``tags``. Titles and tags
+        are compared without regard to case or surrounding spaces; the rules must be given
+        in that form (``rule_key``)."""
         if notebooks:
-            titles = self.notebook_path.split(NOTEBOOK_SEP) if self.notebook_path else []
-            if notebooks.intersection(titles) or notebooks.intersection(self.notebook_ids):
+            if notebooks.intersection(self.notebook_ids):
                 return True
-        return bool(tags and tags.intersection(self.tags))
+            if notebooks.intersection(rule_key(t) for t in self.notebook_titles):
+                return True
+        return bool(tags and tags.intersection(rule_key(t) for t in self.tags))
 
     def content_hash(self) -> str:
         """Changes when anything that shapes the chunks or their embeddings changes."""

@@ -3,7 +3,10 @@ question with each candidate and scores the pair.
 
 - ``flagembedding``: FlagEmbedding's ``FlagReranker`` (default ``BAAI/bge-reranker-v2-m3``);
 - ``sentence-transformers``: ``CrossEncoder``;
-- ``none``: keep the fused order.
+- ``none``: keep the fused order;
+- ``auto`` (the default): ``flagembedding`` when the ``[models]`` extra is installed
+  and the weights are on this machine, else ``none`` — a plain install answers
+  without a reranker and without a warning.
 
 Both real ones need the ``[models]`` extra and their weights on disk. When they
 cannot be loaded (not installed, weights not downloaded) the answer service runs
@@ -14,6 +17,7 @@ order stands (and the trace says so).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor, TimeoutError
@@ -37,15 +41,32 @@ class Reranker(Protocol):
         ...
 
 
-def _require_local(name: str) -> None:
-    """Fail at once, not after the hub client's retries, when weights are not on disk."""
+def _on_disk(name: str) -> bool | None:
+    """Whether a model's weights are here (a folder, or the hub cache); None: cannot tell."""
     if os.path.isdir(name):
-        return
+        return True
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
-        return
-    if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return None
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
+def resolve(cfg: RerankConfig) -> tuple[str, str]:
+    """The reranker kind to run, and why (for ``auto``)."""
+    if cfg.kind != "auto":
+        return cfg.kind, ""
+    name = cfg.model or DEFAULT_MODEL
+    if importlib.util.find_spec("FlagEmbedding") is None:
+        return "none", "auto: the [models] extra is not installed, so answers keep the fused order"
+    if not _on_disk(name):
+        return "none", f"auto: no weights for {name} on this machine, so answers keep the fused order"
+    return "flagembedding", f"auto: {name}"
+
+
+def _require_local(name: str) -> None:
+    """Fail at once, not after the hub client's retries, when weights are not on disk."""
+    if _on_disk(name) is False:
         raise ModelMissing(
             f"reranker weights for {name!r} are not on this machine: download them where there is network "
             f"(huggingface-cli download {name}) and copy the cache, or set rerank.model to a local folder"
@@ -103,10 +124,11 @@ RERANKERS: dict[str, Callable[[RerankConfig], Reranker]] = {
 def load(cfg: RerankConfig) -> Reranker | None:
     """The configured reranker, or None for ``kind: none``. Raises UserError (with the fix)
     when it cannot be loaded."""
-    if cfg.kind == "none":
+    kind, _ = resolve(cfg)
+    if kind == "none":
         return None
     try:
-        return RERANKERS[cfg.kind](cfg)
+        return RERANKERS[kind](cfg)
     except (UserError, ModelMissing):
         raise
     except OSError as err:

@@ -26,9 +26,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import QdrantConfig, secret
-from .errors import IndexMismatch, StoreLocked, Unavailable, UserError
+from .config import QdrantConfig, prepare_state_dir, secret
+from .errors import BrokenState, IndexMismatch, StoreLocked, Unavailable, UserError
 from .lexical import SparseVector
+from .redact import safe_url
 
 log = logging.getLogger(__name__)
 
@@ -120,17 +121,24 @@ class ProcessLock:
 
 
 class EdgeStore:
-    """Qdrant Edge: the Qdrant engine in-process, one shard under a folder."""
+    """Qdrant Edge: the Qdrant engine in-process, one shard under a folder. With ``fresh``
+    (``index --rebuild``) whatever is in the folder is deleted first, readable or not."""
 
-    def __init__(self, path: Path, dim: int, *, create: bool = True):
+    def __init__(self, path: Path, dim: int, *, create: bool = True, fresh: bool = False):
         import qdrant_edge as qe
 
         self._qe = qe
         self.path = Path(path)
         self.location = str(self.path)
+        if create or fresh:
+            prepare_state_dir(self.path.parent)
+        elif not self.path.exists():
+            raise UserError(f"no index at {self.path} yet: run `leanote-rag index` first")
         self._lock = ProcessLock(self.path.parent / (self.path.name + ".lock"), f"the index in {self.path}")
         self._lock.acquire()
         try:
+            if fresh and self.path.exists():
+                shutil.rmtree(self.path)
             self._shard = self._open(dim, create)
         except BaseException:
             self._lock.release()
@@ -158,7 +166,12 @@ class EdgeStore:
         except Exception as err:  # the binding raises plain Exception
             if "WouldBlock" in str(err):
                 raise StoreLocked(f"the index in {self.path} is open in another process") from None
-            raise Unavailable(f"cannot open the index in {self.path}: {err}") from None
+            if exists:
+                raise BrokenState(
+                    f"the index in {self.path} cannot be read ({err}). Run `leanote-rag index --rebuild` "
+                    f"(it deletes the index and builds it again from the source)"
+                ) from None
+            raise Unavailable(f"cannot create the index in {self.path}: {err}") from None
 
     # manifest lives next to the shard
     @property
@@ -292,7 +305,7 @@ class ServerStore:
                 self.location = f"{cfg.local_path} (qdrant-client local mode)"
                 self._client = QdrantClient(path=str(cfg.local_path))
             else:
-                self.location = f"{cfg.url} collection {cfg.collection}"
+                self.location = f"{safe_url(cfg.url)} collection {cfg.collection}"
                 api_key = secret(cfg.api_key_env, "qdrant.api_key_env") if cfg.api_key_env else None
                 self._client = QdrantClient(url=cfg.url, api_key=api_key, timeout=30)
         except RuntimeError as err:
@@ -310,7 +323,7 @@ class ServerStore:
         except Exception as err:
             name = type(err).__name__
             if name in ("ResponseHandlingException", "UnexpectedResponse", "ConnectError", "ConnectTimeout") or isinstance(err, OSError):
-                raise Unavailable(f"Qdrant at {self.location} failed: {err}") from None
+                raise Unavailable(safe_url(f"Qdrant at {self.location} failed: {err}")) from None
             raise
 
     def _ensure_collection(self, dim: int, create: bool) -> None:
@@ -421,8 +434,10 @@ class ServerStore:
         self._client.close()
 
 
-def open_store(cfg: QdrantConfig, state_dir: Path, dim: int, *, create: bool = True) -> Store:
+def open_store(cfg: QdrantConfig, state_dir: Path, dim: int, *, create: bool = True, fresh: bool = False) -> Store:
+    """The configured store; ``fresh`` starts the embedded one anew (a server's
+    collection is emptied by ``drop`` instead)."""
     if cfg.kind == "edge":
-        return EdgeStore(Path(state_dir) / "qdrant", dim, create=create)
+        return EdgeStore(Path(state_dir) / "qdrant", dim, create=create or fresh, fresh=fresh)
     return ServerStore(cfg, dim, create=create)
 

@@ -25,7 +25,7 @@ from .state import State
 def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
     """One sync pass from the configured source: only what changed since the last one."""
     settings = app.settings
-    state = State(settings.state_dir)
+    state = State(settings.state_dir, replace_broken=rebuild)
     try:
         with app.open_index(create=True, rebuild=rebuild) as nindex:
             service = SyncService(settings, nindex, state)
@@ -80,6 +80,7 @@ def status(app: App, as_json: bool) -> None:
     try:
         notes = state.counts_by_user()
         last = state.last_run()
+        skipped = [{**s, "at": _when(s["at"])} for s in state.skipped()]
         accounts = [
             {
                 "source": a.source,
@@ -119,6 +120,7 @@ def status(app: App, as_json: bool) -> None:
         "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in users],
         "accounts": accounts,
         "last_sync": last and {**last, "ok": last["error"] is None},
+        "skipped": skipped,
     }
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
@@ -143,6 +145,12 @@ def status(app: App, as_json: bool) -> None:
         click.echo(f"last sync: {_when(last['finished'])} {outcome}{counts}")
     else:
         click.echo("last sync: never")
+    if skipped:
+        click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")
+        for s in skipped[:10]:
+            click.echo(f"  {s['origin']}: {s['reason']}")
+        if len(skipped) > 10:
+            click.echo(f"  ... and {len(skipped) - 10} more (status --json lists them all)")
 
 
 @click.command()

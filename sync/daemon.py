@@ -8,9 +8,10 @@ existing index while Leanote is down. An account that fails is retried on its
 backoff schedule, sooner than the interval when that is shorter.
 
 One process, because the embedded index allows one opener; ``trigger()`` (the bots'
-``/sync``) runs a sync now, debounced. SIGTERM/SIGINT stop cleanly: the scheduler
-stops, a running pass finishes its current page (state and index stay consistent),
-the index is closed.
+``/sync``) runs a sync now, debounced. SIGTERM/SIGINT stop within seconds: the
+scheduler and the bots stop, a running pass is asked to stop (it ends at its next
+note, page or embedding batch, HTTP calls in flight are cut; what it committed
+stays, and the next start carries on), the index is closed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from rag.answer import AnswerService
 from rag.config import Settings
+from rag.errors import UserError
 from rag.index import NoteIndex
+from rag.redact import safe_url
 
 from .service import PassResult, SyncService
 from .state import State
@@ -121,10 +124,12 @@ class Daemon:
             log.info("stopping")
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
+            if self.sync:
+                self.sync.request_stop()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            # a pass in its worker thread finishes its page; wait for it before closing
+            # a pass in its worker thread stops at its next safe point; wait for it before closing
             await asyncio.to_thread(self.sync.lock.acquire) if self.sync else None
             self.close()
             log.info("stopped")
@@ -133,8 +138,10 @@ class Daemon:
         self.stopping.set()
 
     async def _supervise(self, service: Service) -> None:
-        """Run a service; if it fails (bad token, network down), retry with backoff
-        without stopping the sync or the other services."""
+        """Run a service; if it fails (network down), retry with backoff without stopping
+        the sync or the other services. A service whose configuration is wrong (a token
+        missing or refused) stops with one clear error: retrying cannot fix it."""
+        name = getattr(service, "label", None) or f"{service.__module__}.{getattr(service, '__name__', service)}"
         failures = 0
         while not self.stopping.is_set():
             try:
@@ -142,10 +149,13 @@ class Daemon:
                 return
             except asyncio.CancelledError:
                 raise
+            except UserError as err:
+                log.error("%s stopped: %s", name, err)
+                return
             except Exception as err:
                 failures += 1
                 delay = self.sync.backoff(failures) if self.sync else 30.0
-                log.warning("%s failed (%s); restarting in %.0f s", getattr(service, "__name__", service), err, delay)
+                log.warning("%s failed (%s); restarting in %.0f s", name, safe_url(str(err)) or type(err).__name__, delay)
                 try:
                     await asyncio.wait_for(self.stopping.wait(), timeout=delay)
                 except asyncio.TimeoutError:
@@ -153,8 +163,15 @@ class Daemon:
 
     # --- syncing --------------------------------------------------------------------------
 
-    async def _pass(self, reconcile: bool = False, force: bool = False) -> PassResult:
-        result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
+    async def _pass(self, reconcile: bool = False, force: bool = False) -> PassResult | None:
+        try:
+            result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
+        except asyncio.CancelledError:
+            if self.stopping.is_set():  # the scheduler's shutdown: run() waits for the pass
+                return None
+            raise
+        if result.stopped:
+            return result
         self.last_pass = result
         self.passes += 1
         summary = result.summary
@@ -236,6 +253,10 @@ class Daemon:
         counts = self._reader.counts_by_user()
         if user_id is None:
             lines.append("notes indexed: " + (", ".join(f"{u}: {n}" for u, n in counts.items()) or "0"))
+            skipped = self._reader.skipped()
+            if skipped:
+                lines.append(f"not indexed: {len(skipped)} unreadable note(s), e.g. {skipped[0]['origin']}: "
+                             f"{skipped[0]['reason'][:150]}")
         else:
             lines.append(f"your notes indexed: {counts.get(user_id, 0)}")
         return "\n".join(lines)

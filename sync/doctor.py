@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import stat
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Iterator
 
 from rag import embed as embed_mod
 from rag.config import Settings
-from rag.errors import AuthFailed, LeanoteRagError, StoreLocked, UserError
+from rag.errors import AuthFailed, BrokenState, LeanoteRagError, StoreLocked, UserError
+from rag.model import NOTEBOOK_SEP, rule_key
+from rag.redact import safe_url
 from rag.store import open_store
 
 from .sources import open_source
+from .state import State
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,10 +39,100 @@ def run_checks(app) -> Iterator[Check]:
         return
     yield Check("config", True, f"{settings.config_path or 'defaults'} is valid")
     yield from _source(settings)
+    yield from _state(settings)
     yield from _index(settings)
     yield from _embedder(settings)
     yield from _reranker(settings)
     yield from _ollama(settings)
+    yield from _plugins(settings)
+
+
+def _plugins(settings: Settings) -> Iterator[Check]:
+    """Checks of the parts found through entry points (the chat bots)."""
+    for ep in entry_points(group="leanote_rag.checks"):
+        try:
+            for name, ok, detail, fix in ep.load()(settings):
+                yield Check(name, ok, detail, fix)
+        except Exception as err:  # a broken check must not hide the others
+            log.debug("check %s failed", ep.name, exc_info=True)
+            yield Check(ep.name, False, f"the check itself failed: {type(err).__name__}: {err}", "run with --debug")
+
+
+def _state(settings: Settings) -> Iterator[Check]:
+    """The state directory (private? writable?), state.db (readable?), privacy rules (match?)."""
+    folder = settings.state_dir
+    if folder.exists():
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if mode & 0o077:
+            yield Check("state directory", False, f"{folder} is readable by other users (mode {mode:o}): it holds "
+                        "your notes' text and the sync state", f"chmod 700 {folder}")
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            yield Check("state directory", False, f"{folder} is not writable by this user",
+                        f"sudo chown -R \"$USER\" {folder}, or set state_dir")
+    if not (folder / "state.db").exists():
+        yield Check("sync state", True, f"none yet in {folder}: the first `leanote-rag index` or `serve` makes it")
+        return
+    try:
+        state = State(folder)
+    except BrokenState as err:
+        yield Check("sync state", False, str(err), "leanote-rag index --rebuild")
+        return
+    except LeanoteRagError as err:
+        yield Check("sync state", False, str(err), f"make {folder} readable and writable by this user")
+        return
+    try:
+        verdict = state.check()
+        if verdict != "ok":
+            yield Check("sync state", False, f"{state.path}: {verdict}", "leanote-rag index --rebuild, or restore "
+                        "state.db from a backup")
+            return
+        skipped = state.skipped()
+        detail = f"{state.path} is consistent"
+        if skipped:
+            latest = skipped[0]
+            detail += f"; {len(skipped)} note(s) could not be indexed, e.g. {latest['origin']}: {latest['reason']}"
+        yield Check("sync state", True, detail)
+        yield from _privacy(settings, state)
+    finally:
+        state.close()
+
+
+def _privacy(settings: Settings, state: State) -> Iterator[Check]:
+    """Each exclude entry should match a notebook or tag the synced notes have: a typo in a
+    privacy rule silently protects nothing."""
+    rules = settings.exclude
+    if not (rules.notebooks or rules.tags):
+        return
+    books: set[str] = set()
+    tags: set[str] = set()
+    for source in {r.source for r in state.accounts()}:
+        for book in state.notebooks(source).values():
+            books.update((book.id, rule_key(book.title)))
+    for notebook_id, path, row_tags in state.db.execute("SELECT notebook_id, notebook, tags FROM notes"):
+        books.add(notebook_id)
+        parts = path.split(NOTEBOOK_SEP) if path else []
+        # a title may itself hold " / ": every run of path parts may be one title
+        books.update(rule_key(NOTEBOOK_SEP.join(parts[i:j])) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
+        tags.update(rule_key(t) for t in json_list(row_tags))
+    if not books and not tags:
+        return  # nothing synced yet
+    unknown = [f"notebook {n!r}" for n in rules.notebooks if n.strip() not in books and rule_key(n) not in books]
+    unknown += [f"tag {t!r}" for t in rules.tags if rule_key(t) not in tags]
+    if unknown:
+        yield Check("privacy rules", False, f"exclude names {', '.join(unknown)}, which no synced note has: "
+                    "a typo protects nothing", "check the spelling against your notebooks and tags in Leanote "
+                    "(titles and tags match without regard to case)")
+    else:
+        yield Check("privacy rules", True, f"{len(rules.notebooks)} notebook and {len(rules.tags)} tag rule(s), each "
+                    "matching synced notes")
+
+
+def json_list(text: str) -> list[str]:
+    try:
+        value = json.loads(text or "[]")
+    except ValueError:
+        return []
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _source(settings: Settings) -> Iterator[Check]:
@@ -75,7 +175,7 @@ def _source(settings: Settings) -> Iterator[Check]:
 
 def _reach_fix(settings: Settings) -> str:
     if settings.source.kind == "leanote_api":
-        url = settings.source.api_url or settings.leanote.base_url
+        url = safe_url(settings.source.api_url or settings.leanote.base_url)
         return f"check leanote.base_url (or source.api_url) and that Leanote is running: curl {url}/api/user/info"
     return "check the mongodb:// URL in the variable named by source.url_env and that MongoDB is running"
 
@@ -116,7 +216,7 @@ def _embedder(settings: Settings) -> Iterator[Check]:
     except UserError as err:
         yield Check(name, False, str(err), "see the README, section Install")
     except LeanoteRagError as err:
-        fix = ("check embedder.host and that Ollama runs: curl {host}/api/tags".format(host=settings.embedder.host)
+        fix = ("check embedder.host and that Ollama runs: curl {host}/api/tags".format(host=safe_url(settings.embedder.host))
                if settings.embedder.kind == "ollama" else "see the README, section Install")
         yield Check(name, False, str(err), fix)
 
@@ -124,9 +224,10 @@ def _embedder(settings: Settings) -> Iterator[Check]:
 def _reranker(settings: Settings) -> Iterator[Check]:
     from rag import rerank
 
+    kind, why = rerank.resolve(settings.rerank)
     name = f"reranker ({settings.rerank.kind})"
-    if settings.rerank.kind == "none":
-        yield Check(name, True, "off: answers use the fused order")
+    if kind == "none":
+        yield Check(name, True, why or "off: answers use the fused order")
         return
     try:
         model = rerank.load(settings.rerank)
@@ -141,10 +242,10 @@ def _ollama(settings: Settings) -> Iterator[Check]:
     import asyncio
 
     from rag.errors import ModelMissing
-    from rag.llm import OllamaChat
+    from rag.llm import NotOllama, OllamaChat
 
     cfg = settings.ollama
-    name = f"ollama ({cfg.host}, {cfg.model})"
+    name = f"ollama ({safe_url(cfg.host)}, {cfg.model})"
     if not cfg.enabled:
         yield Check(name, True, "off (ollama.enabled: false): answers are extractive")
         return
@@ -153,6 +254,9 @@ def _ollama(settings: Settings) -> Iterator[Check]:
         yield Check(name, True, detail)
     except ModelMissing as err:
         yield Check(name, False, str(err), f"ollama pull {cfg.model}")
+    except NotOllama as err:
+        yield Check(name, False, str(err), "set ollama.host to your Ollama server's address (its port is 11434 by "
+                    "default)")
     except LeanoteRagError as err:
         yield Check(name, False, f"{err} (answers fall back to the best passages)",
-                    f"start Ollama (systemctl start ollama) or set ollama.host; check with curl {cfg.host}/api/tags")
+                    f"start Ollama (systemctl start ollama) or set ollama.host; check with curl {safe_url(cfg.host)}/api/tags")

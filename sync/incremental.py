@@ -12,8 +12,8 @@
 Cursors are the highest USN actually received (notebooks and notes apart, since
 they are pulled apart); a page that may end inside a group of equal USNs covers
 only the USNs below it (``Page.covered``). The server's USN read *before* a pass
-is kept as ``synced_usn``, only to tell "nothing changed since" when the user's
-USN is above anything we can receive (tag edits bump it too).
+is kept as ``synced_usn``: "nothing changed since" means the server's USN is still
+that one (the user's USN can be above anything we can receive: tag edits bump it).
 
 ``reconcile()`` compares everything the source holds with the state and the
 index and repairs what the stream of changes cannot show: notebooks hard-deleted
@@ -32,7 +32,7 @@ from rag.index import NoteIndex
 from rag.model import Note, Notebook
 
 from .indexer import Indexer, Summary
-from .sources import AccountSession, BookPath, notebook_paths
+from .sources import AccountSession, BookPath, Skipped, notebook_paths
 from .state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
@@ -51,18 +51,20 @@ class AccountResult:
 def with_path(note: Note, paths: dict[str, BookPath]) -> Note:
     book = paths.get(note.notebook_id)
     if book is None:
-        return dataclasses.replace(note, notebook_path="", notebook_ids=(note.notebook_id,) if note.notebook_id else ())
-    return dataclasses.replace(note, notebook_path=book.path, notebook_ids=book.ids)
+        return dataclasses.replace(note, notebook_path="", notebook_ids=(note.notebook_id,) if note.notebook_id else (),
+                                   notebook_titles=())
+    return dataclasses.replace(note, notebook_path=book.path, notebook_ids=book.ids, notebook_titles=book.titles)
 
 
 class AccountSync:
-    def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time):
+    def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time,
+                 should_stop=lambda: False):
         self.index = index
         self.state = state
         self.source = source_name
         self.session = session
         self.clock = clock
-        self.indexer = Indexer(index, state, source_name, account=session.account)
+        self.indexer = Indexer(index, state, source_name, account=session.account, should_stop=should_stop)
         self.summary = self.indexer.summary
 
     # --- the incremental pass -------------------------------------------------------------
@@ -74,7 +76,10 @@ class AccountSync:
         acc.user_id = self.session.user_id
         acc.server_usn = server
         acc.last_attempt = self.clock()
-        if server <= max(acc.cursor, acc.synced_usn if acc.synced_usn is not None else -1):
+        # Idle only when a complete pass already saw this USN. Not by the cursors: notebooks
+        # and notes are pulled apart, so after a pass cut short (stopped, killed) the notebook
+        # cursor can be at the server's USN while notes below it are still to be read.
+        if acc.synced_usn is not None and server <= acc.synced_usn:
             acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
             with self.state.transaction():
                 self.state.put_account(acc)
@@ -88,6 +93,9 @@ class AccountSync:
 
         paths = notebook_paths(self.state.notebooks(self.source))
         for page in self.session.notes_since(acc.notes_usn):
+            self.indexer.check_stop()  # between pages: what is committed stays
+            for bad in page.skipped:  # retried when the note changes again (or by the reconcile)
+                self.indexer.skip(bad.origin, bad.reason, bad.note_id)
             fetch: list[Note] = []
             for meta in page.notes:
                 meta = with_path(meta, paths)
@@ -116,7 +124,7 @@ class AccountSync:
         for meta in metas:
             body = bodies.get(meta.id)
             if isinstance(body, Exception):
-                self.indexer._skip(meta.origin or meta.id, str(body))
+                self.indexer.skip(meta.origin or meta.id, str(body), meta.id)
             elif body is None:  # gone between the listing and the fetch
                 self.indexer.remove(meta.id)
             else:
@@ -168,7 +176,10 @@ class AccountSync:
                 fetch.append(row.note_id)
         if fetch:
             for note in self.session.notes_by_id(fetch):
-                self.indexer.apply(with_path(note, paths))
+                if isinstance(note, Skipped):
+                    self.indexer.skip(note.origin, note.reason, note.note_id)
+                else:
+                    self.indexer.apply(with_path(note, paths))
 
     # --- the daily reconcile --------------------------------------------------------------
 
@@ -179,9 +190,15 @@ class AccountSync:
         acc.user_id = self.session.user_id
         self._notebooks_changed([(b, 0) for b in self.session.all_notebooks()], replace_all=True)
         paths = notebook_paths(self.state.notebooks(self.source))
-        metas = {n.id: with_path(n, paths) for n in self.session.all_notes()}
+        metas, unreadable = {}, set()
+        for n in self.session.all_notes():
+            if isinstance(n, Skipped):  # there, but unreadable: its last good version stays
+                self.indexer.skip(n.origin, n.reason, n.note_id)
+                unreadable.add(n.note_id)
+            else:
+                metas[n.id] = with_path(n, paths)
         for row in self.state.notes_of(self.source, self.session.account):
-            if row.note_id not in metas:
+            if row.note_id not in metas and row.note_id not in unreadable:
                 self.indexer.remove(row.note_id)
         fetch = []
         for meta in metas.values():

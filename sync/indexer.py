@@ -22,9 +22,10 @@ from typing import Callable, Iterable, Union
 
 import numpy as np
 
+from rag.config import ExcludeConfig
 from rag.errors import NoteError
 from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
-from rag.model import Note
+from rag.model import Note, rule_key
 
 from .sources import Skipped
 from .state import INDEXED, AccountRecord, NoteRecord, State
@@ -103,8 +104,21 @@ def meta_hash(note: Note, base_url: str) -> str:
 Progress = Callable[[int, int], None]  # (notes seen, chunks embedded so far)
 
 
+class Stopped(Exception):
+    """The sync was asked to stop (SIGTERM). Raised between notes, pages, embedding
+    batches and accounts; what was committed stays, the rest is done on the next run."""
+
+
+def privacy_rules(exclude: ExcludeConfig) -> tuple[frozenset[str], frozenset[str]]:
+    """The rules in the form ``Note.excluded_by`` compares: notebook ids as written, notebook
+    titles and tags without regard to case."""
+    books = frozenset(n.strip() for n in exclude.notebooks) | frozenset(rule_key(n) for n in exclude.notebooks)
+    return books, frozenset(rule_key(t) for t in exclude.tags)
+
+
 class Indexer:
-    def __init__(self, index: NoteIndex, state: State, source_name: str, account: str = ""):
+    def __init__(self, index: NoteIndex, state: State, source_name: str, account: str = "",
+                 should_stop: Callable[[], bool] = lambda: False):
         self.index = index
         self.state = state
         self.source_name = source_name
@@ -112,12 +126,14 @@ class Indexer:
         self.pipeline = pipeline_id(index)
         settings = index.settings
         self.base_url = settings.leanote.base_url
-        self.private_books = frozenset(settings.exclude.notebooks)
-        self.private_tags = frozenset(settings.exclude.tags)
+        self.private_books, self.private_tags = privacy_rules(settings.exclude)
+        self.should_stop = should_stop
         self.summary = Summary()
         self._batch: list[tuple[PreparedNote, NoteRecord | None]] = []
         self._batch_chunks = 0
         self._pending: dict[str, NoteRecord | None] = {}  # note id -> row to write, or None to delete
+        self._skips: list[tuple[str, str, str]] = []  # (note id, origin, reason) to record
+        self._skips_seen: list[tuple[str, str, str]] = []  # every skip of this run
         self.progress: Progress = lambda seen, embedded: None
         if self.state.bind_index(self.index.index_id):
             log.info("the state described another index; every note will be indexed anew")
@@ -129,10 +145,13 @@ class Indexer:
         started = time.monotonic()
         seen: set[str] = set()
         for n, item in enumerate(items, start=1):
+            self.check_stop()
             if isinstance(item, Skipped):
-                self._skip(item.origin, item.reason)
+                self.skip(item.origin, item.reason, item.note_id)
+                if item.note_id:
+                    seen.add(item.note_id)  # unreadable now is not gone: its last good version stays
             elif item.id in seen:
-                self._skip(item.origin or item.id, f"duplicate note id {item.id}")
+                self.skip(item.origin or item.id, f"duplicate note id {item.id}")
             else:
                 seen.add(item.id)
                 self.apply(item)
@@ -143,6 +162,11 @@ class Indexer:
             for note_id in sorted(self.state.note_ids() - seen):
                 self.remove(note_id)
         self.commit()
+        # a complete snapshot: a note skipped before and not now was read, or is gone
+        keys = {note_id or origin for note_id, origin, _ in self._skips_seen}
+        stale = [r["note_id"] for r in self.state.skipped(self.source_name) if r["note_id"] not in keys]
+        with self.state.transaction():
+            self.state.unskip(self.source_name, stale)
         self.finish()
         self.summary.seconds = round(time.monotonic() - started, 3)
         return self.summary
@@ -157,9 +181,16 @@ class Indexer:
 
     # --- one note -------------------------------------------------------------------------
 
-    def _skip(self, origin: str, reason: str) -> None:
-        log.warning("skipped %s: %s", origin, reason)
+    def check_stop(self) -> None:
+        if self.should_stop():
+            raise Stopped()
+
+    def skip(self, origin: str, reason: str, note_id: str = "") -> None:
+        """A note that cannot be indexed: counted, recorded (``status`` lists it) and logged
+        once per reason; its last good version, if any, stays in the index."""
         self.summary.skipped.append({"note": origin, "reason": reason})
+        self._skips.append((note_id, origin, reason))
+        self._skips_seen.append((note_id, origin, reason))
 
     def record(self, note_id: str) -> NoteRecord | None:
         """The note's row as this run leaves it (pending writes first)."""
@@ -207,6 +238,7 @@ class Indexer:
 
     def apply(self, note: Note) -> None:
         """Bring one note (with its body) into the index, or take it out."""
+        self.check_stop()
         rec = self.record(note.id)
         status = self.status_of(note)
         if status != INDEXED:
@@ -233,11 +265,11 @@ class Indexer:
         try:
             prepared = self.index.prepare(note)
         except NoteError as err:
-            self._skip(note.origin or note.id, str(err))
+            self.skip(note.origin or note.id, str(err), note.id)
             return
         except Exception as err:  # one bad note never stops the run
             log.debug("preparing %s failed", note.id, exc_info=True)
-            self._skip(note.origin or note.id, f"{type(err).__name__}: {err}")
+            self.skip(note.origin or note.id, f"{type(err).__name__}: {err}", note.id)
             return
         if prepared.truncated:
             log.warning("%s is over %d characters: only its beginning is indexed", note.origin or note.id, MAX_NOTE_CHARS)
@@ -262,13 +294,15 @@ class Indexer:
             for pc in prepared.chunks:
                 if pc.text_hash not in vectors:
                     todo.setdefault(pc.text_hash, pc.embed_text)
-        if todo:
-            fresh = self.index.embed(list(todo.values()))
-            new = dict(zip(todo.keys(), fresh))
+        keys_todo, texts = list(todo), list(todo.values())
+        step = max(1, self.index.embedder.batch_size)
+        for i in range(0, len(texts), step):  # a stop request is heard between batches
+            self.check_stop()
+            new = dict(zip(keys_todo[i : i + step], self.index.embed(texts[i : i + step])))
             with self.state.transaction():
-                self.state.cache_vectors(new)
+                self.state.cache_vectors(new)  # kept even if the run stops before the batch is written
             vectors.update(new)
-            self.summary.chunks_embedded += len(todo)
+            self.summary.chunks_embedded += len(new)
         for prepared, rec in batch:
             rows = [vectors[pc.text_hash] for pc in prepared.chunks]
             matrix = np.stack(rows) if rows else np.zeros((0, self.index.embedder.dim), dtype=np.float32)
@@ -293,14 +327,22 @@ class Indexer:
         """Write everything applied so far: points first, then the rows (and the
         account's cursors) in one transaction."""
         self._flush()
-        if not self._pending and account is None:
+        if not self._pending and not self._skips and account is None:
             return
         pending, self._pending = self._pending, {}
+        skips, self._skips = self._skips, []
         with self.state.transaction():
             for note_id, rec in pending.items():
                 if rec is None:
                     self.state.delete_note(note_id)
                 else:
                     self.state.put_note(rec)
+            self.state.unskip(self.source_name, pending)  # read (or gone) at last
+            news = [s for s in skips if self.state.skip(self.source_name, self.account, *s)]
             if account is not None:
                 self.state.put_account(account)
+        for note_id, origin, reason in skips:
+            if (note_id, origin, reason) in news:
+                log.warning("skipped %s: %s", origin, reason)
+            else:
+                log.debug("skipped %s again: %s", origin, reason)

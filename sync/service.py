@@ -7,7 +7,14 @@ Failures are classified once, here: ``Unavailable`` (down, timing out, HTTP 500)
 backs that account off exponentially with jitter, ``backoff_min`` doubling up to
 ``backoff_max``, logged once when failing starts and once on recovery;
 ``AuthFailed`` stops that account's sync until the process restarts (the fix is a
-new password in the environment) and says so. Other accounts carry on.
+new password in the environment) and says so. Any other exception is a bug or bad
+data: it fails that account alone, with backoff, logged once with its traceback.
+A note that cannot be read is not a failure at all: it is skipped and named. Other
+accounts always carry on.
+
+``request_stop()`` (SIGTERM) is heard between notes, pages, embedding batches and
+accounts, and cuts HTTP calls in flight: the pass ends within seconds, keeping what
+it committed; the next one carries on from there.
 """
 
 from __future__ import annotations
@@ -20,11 +27,11 @@ import time
 from dataclasses import dataclass, field
 
 from rag.config import Settings
-from rag.errors import AuthFailed, Unavailable
+from rag.errors import AuthFailed, LeanoteRagError, Unavailable, UserError
 from rag.index import NoteIndex
 
 from .incremental import AccountResult, AccountSync
-from .indexer import Indexer, Summary
+from .indexer import Indexer, Stopped, Summary
 from .sources import open_source
 from .state import State
 
@@ -39,6 +46,7 @@ class PassResult:
     failures: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # backing off, or stopped on auth
     seconds: float = 0.0
+    stopped: bool = False  # cut short by request_stop(): the next pass carries on
 
     @property
     def summary(self) -> Summary:
@@ -62,9 +70,21 @@ class SyncService:
         self.clock = clock
         self.rng = rng
         self.lock = threading.Lock()  # one pass at a time
+        self._stop = threading.Event()
         self._failures: dict[str, int] = {}
         self._auth_failed: dict[str, str] = {}
         self.progress = lambda seen, embedded: None  # snapshot sources: (notes seen, chunks embedded)
+
+    def request_stop(self) -> None:
+        """End a running pass as soon as it can with consistent state (from any thread)."""
+        self._stop.set()
+        stop = getattr(self.source, "stop", None)
+        if stop:
+            stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     @property
     def incremental(self) -> bool:
@@ -96,6 +116,7 @@ class SyncService:
             error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
             summary = result.summary.as_json()
             summary["reconcile"] = reconcile
+            summary["stopped"] = result.stopped
             self.state.finish_run(run_id, summary, error=error)
             return result
 
@@ -107,9 +128,10 @@ class SyncService:
             reconcile = True
         try:
             accounts = self.accounts()
-        except (Unavailable, OSError) as err:
+        except Exception as err:
             if not self._failures.get("*"):
-                log.warning("cannot list the source's accounts: %s", err)
+                log.warning("cannot list the source's accounts: %s", err,
+                            exc_info=not isinstance(err, (LeanoteRagError, OSError)))
             self._failures["*"] = self._failures.get("*", 0) + 1
             result.failures["*"] = str(err)
             result.seconds = round(time.monotonic() - started, 3)
@@ -117,6 +139,9 @@ class SyncService:
         if self._failures.pop("*", 0):
             log.info("the source answers again")
         for account in accounts:
+            if self.stopping:
+                result.stopped = True
+                break
             if account in self._auth_failed:
                 result.skipped[account] = f"stopped: {self._auth_failed[account]}"
                 continue
@@ -127,31 +152,49 @@ class SyncService:
                 continue
             try:
                 result.results[account] = self._sync_account(account, reconcile)
-            except AuthFailed as err:
-                self._auth_failed[account] = str(err)
-                log.error("sync of %s stopped: %s", account, err)
-                self._record_failure(account, f"auth: {err}", next_run=None)
-                result.failures[account] = str(err)
-            except (Unavailable, OSError) as err:
-                n = self._failures.get(account, 0) + 1
-                self._failures[account] = n
-                delay = self.backoff(n)
-                if n == 1:
-                    log.warning("sync of %s failing: %s (retrying in %.0f s, backing off)", account, err, delay)
-                else:
-                    log.debug("sync of %s failed again (%d): %s; next try in %.0f s", account, n, err, delay)
-                self._record_failure(account, str(err), next_run=self.clock() + delay)
-                result.failures[account] = str(err)
+            except Stopped:
+                result.stopped = True
+                log.info("sync of %s stopped on request; the next pass carries on", account)
+                break
+            except Exception as err:
+                if self.stopping:  # a call cut off by the stop request is not a failure
+                    result.stopped = True
+                    log.info("sync of %s stopped on request; the next pass carries on", account)
+                    break
+                self._failed(account, err, result)
             else:
                 if self._failures.pop(account, 0):
                     log.info("sync of %s recovered", account)
         result.seconds = round(time.monotonic() - started, 3)
-        self._remember_exclusions()
+        if not result.stopped:
+            self._remember_exclusions()
         return result
+
+    def _failed(self, account: str, err: Exception, result: PassResult) -> None:
+        """Record an account's failure: refused credentials stop it, anything else backs
+        it off. An unexpected error is a bug or bad data: its traceback is logged, once."""
+        if isinstance(err, AuthFailed):
+            self._auth_failed[account] = str(err)
+            log.error("sync of %s stopped: %s", account, err)
+            self._record_failure(account, f"auth: {err}", next_run=None)
+            result.failures[account] = str(err)
+            return
+        n = self._failures.get(account, 0) + 1
+        self._failures[account] = n
+        delay = self.backoff(n)
+        expected = isinstance(err, (Unavailable, OSError, UserError))
+        message = str(err) if expected else f"{type(err).__name__}: {err}"
+        if n == 1:
+            log.warning("sync of %s failing: %s (retrying in %.0f s, backing off)", account, message, delay,
+                        exc_info=None if expected else err)
+        else:
+            log.debug("sync of %s failed again (%d): %s; next try in %.0f s", account, n, message, delay)
+        self._record_failure(account, message, next_run=self.clock() + delay)
+        result.failures[account] = message
 
     def _sync_account(self, account: str, reconcile: bool) -> AccountResult:
         if not self.incremental:
-            indexer = Indexer(self.index, self.state, self.source.name)
+            indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._stop.is_set)
             indexer.progress = self.progress
             summary = indexer.run(self.source.notes())
             acc = self.state.account(self.source.name, account)
@@ -162,10 +205,12 @@ class SyncService:
             return AccountResult(account, "", 0, 0, summary)
         session = self.source.session(account)
         try:
-            job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock)
+            job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
+                              should_stop=self._stop.is_set)
             result = job.reconcile() if reconcile else job.run()
             if reconcile:  # a reconcile also catches up with the stream of changes
-                more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock).run()
+                more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
+                                   should_stop=self._stop.is_set).run()
                 more.summary.add(result.summary)
                 result = more
             return result

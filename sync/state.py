@@ -9,6 +9,8 @@
 - ``embeddings``: dense vectors keyed by (embedder, embedded text) hash, so an
   edited note re-embeds only the chunks whose text changed.
 - ``runs``: sync history. ``meta``: which index these rows describe.
+- ``skipped``: notes that could not be read or indexed (a malformed field, a file that
+  is not text), and why, until they are read again successfully or go away.
 
 A note's row and the cursor that covers it are written in one transaction, after
 its points are in the store: a crash leaves at worst notes that are processed
@@ -18,6 +20,7 @@ again, and deterministic point ids make that harmless.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -26,7 +29,11 @@ from typing import Iterable
 
 import numpy as np
 
+from rag.config import prepare_state_dir
+from rag.errors import BrokenState, UserError
 from rag.model import Notebook
+
+log = logging.getLogger(__name__)
 
 # Each step takes the schema from version i to i + 1 (PRAGMA user_version).
 MIGRATIONS = [
@@ -92,6 +99,17 @@ MIGRATIONS = [
     """
     ALTER TABLE accounts ADD COLUMN synced_usn INTEGER;
     """,
+    """
+    CREATE TABLE skipped (
+        source TEXT NOT NULL,
+        note_id TEXT NOT NULL,
+        account TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (source, note_id)
+    );
+    """,
 ]
 
 INDEXED = "indexed"  # other statuses: "trash", "deleted", "excluded" (known, not in the index)
@@ -156,14 +174,43 @@ def _note(row) -> NoteRecord:
 
 
 class State:
-    def __init__(self, state_dir: Path):
-        state_dir = Path(state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.path = state_dir / "state.db"
+    def __init__(self, state_dir: Path, *, replace_broken: bool = False):
+        """Open (or create) ``state_dir/state.db``. A file that is not a readable database
+        is an error naming it and the fix; with ``replace_broken`` (``index --rebuild``) it
+        is set aside as ``state.db.broken-<time>`` and a new one is started."""
+        self.path = prepare_state_dir(state_dir) / "state.db"
+        try:
+            self._open()
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError) and "unable to open" in str(err):
+                raise UserError(f"cannot open {self.path}: {err}. Make it readable and writable by this user") from None
+            if not replace_broken:
+                raise BrokenState(
+                    f"{self.path} is not a readable sync state ({err}). Run `leanote-rag index --rebuild` "
+                    f"(it sets the file aside and reads every note again from the source), or restore the "
+                    f"file from a backup"
+                ) from None
+            aside = self.path.with_name(f"state.db.broken-{time.strftime('%Y%m%d-%H%M%S')}")
+            for suffix in ("-wal", "-shm"):
+                self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+            self.path.rename(aside)
+            log.warning("%s was not a readable database (%s): set aside as %s, starting anew", self.path, err, aside)
+            self._open()
+
+    def _open(self) -> None:
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self._migrate()
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def check(self) -> str:
+        """SQLite's own consistency check: "ok", or what is wrong."""
+        rows = self.db.execute("PRAGMA quick_check").fetchall()
+        return "; ".join(r[0] for r in rows[:5])
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -198,6 +245,7 @@ class State:
         had_rows = self.db.execute("SELECT 1 FROM notes LIMIT 1").fetchone() is not None
         with self.transaction():
             self.db.execute("DELETE FROM notes")
+            self.db.execute("DELETE FROM skipped")
             self.db.execute("UPDATE accounts SET notebooks_usn = 0, notes_usn = 0, synced_usn = NULL")
             self.db.execute("DELETE FROM notebooks")
             self.set_meta("index_id", index_id)
@@ -255,6 +303,29 @@ class State:
 
     def delete_note(self, note_id: str) -> None:
         self.db.execute("DELETE FROM notes WHERE note_id = ?", (note_id,))
+
+    # --- notes that could not be indexed ----------------------------------------------------
+
+    def skip(self, source: str, account: str, note_id: str, origin: str, reason: str) -> bool:
+        """Remember a skipped note; True when this is news (not the same reason as last time)."""
+        key = note_id or origin
+        row = self.db.execute("SELECT reason FROM skipped WHERE source = ? AND note_id = ?", (source, key)).fetchone()
+        self.db.execute(
+            "INSERT OR REPLACE INTO skipped(source, note_id, account, origin, reason, at) VALUES (?,?,?,?,?,?)",
+            (source, key, account, origin, reason, time.time()),
+        )
+        return row is None or row[0] != reason
+
+    def unskip(self, source: str, keys: Iterable[str]) -> None:
+        self.db.executemany("DELETE FROM skipped WHERE source = ? AND note_id = ?", [(source, k) for k in keys])
+
+    def skipped(self, source: str | None = None) -> list[dict]:
+        """Notes skipped and not read successfully since, newest first."""
+        where, args = ("WHERE source = ?", (source,)) if source else ("", ())
+        rows = self.db.execute(
+            f"SELECT source, account, note_id, origin, reason, at FROM skipped {where} ORDER BY at DESC", args
+        )
+        return [dict(zip(("source", "account", "note_id", "origin", "reason", "at"), r)) for r in rows]
 
     def counts_by_user(self) -> dict[str, int]:
         """Indexed notes per user."""

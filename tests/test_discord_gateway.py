@@ -417,7 +417,7 @@ def test_the_bot_resumes_after_the_gateway_asks_it_to_reconnect_and_throttling_i
     run(world.settings(), fake, scenario)
 
 
-def test_a_wrong_token_is_refused_and_retried_while_sync_goes_on(world, monkeypatch):
+def test_a_wrong_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(world, monkeypatch, caplog):
     fake = world.fake
     monkeypatch.setenv("LR_DISCORD_TOKEN", "not-the-token")
     settings = world.settings(sync={"backoff_min": "0.1s", "backoff_max": "0.2s"})
@@ -427,7 +427,9 @@ def test_a_wrong_token_is_refused_and_retried_while_sync_goes_on(world, monkeypa
         task = asyncio.create_task(daemon.run())
         try:
             await daemon.wait_for_pass(0)
-            await until(lambda: fake.unauthorized >= 3, what="repeated logins")
+            await until(lambda: fake.unauthorized >= 1, what="a login")
+            await asyncio.sleep(1.0)  # backoff is 0.1-0.2 s: a retry would have come by now
+            assert fake.unauthorized == 1  # retrying cannot fix a wrong token
             assert daemon.last_pass.ok and not task.done()
             assert fake.identifies == []  # it never got as far as the gateway
         finally:
@@ -435,3 +437,5 @@ def test_a_wrong_token_is_refused_and_retried_while_sync_goes_on(world, monkeypa
             await asyncio.wait_for(task, timeout=30)
 
     asyncio.run(main())
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "Discord bot stopped" in errors[0] and "LR_DISCORD_TOKEN" in errors[0]

@@ -212,3 +212,76 @@ def test_killed_sync_resumes_to_the_same_index(servers, tmp_path):
     assert got[1] == ref[1]  # note rows: status, usn, hashes, point ids
     assert got[0].keys() == ref[0].keys()  # no point lost, none duplicated, none stale
     assert got[0] == ref[0]
+
+
+def test_sigterm_mid_sync_stops_within_seconds_and_a_restart_finishes_it(servers, tmp_path):
+    """`serve` is stopped (SIGTERM, as systemd does) in the middle of the corpus's first
+    sync: it exits within 10 s with nothing alarming in the log, and the next start
+    finishes the sync to exactly the index an undisturbed sync gives."""
+    leanote, ollama = servers
+    seen = {"n": 0}
+
+    def keep(note):
+        if note["UserId"] != USER_ONE:
+            return True
+        seen["n"] += 1
+        return seen["n"] <= 120
+
+    leanote.load_corpus(CORPUS, keep=keep)
+    leanote.stall("note/getNoteContent", 0.01)  # a real server's pace: the stop lands mid-pass
+    env = {**os.environ, "LR_PW_ONE": "one-secret", "LR_PW_TWO": "two-secret"}
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+
+    def config(name: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        path = folder / "config.yaml"
+        path.write_text(
+            f"leanote: {{base_url: '{leanote.url}'}}\nstate_dir: data\n"
+            f"source:\n  kind: leanote_api\n  accounts:\n"
+            f"    - {{email: one@example.com, password_env: LR_PW_ONE}}\n"
+            f"    - {{email: two@example.com, password_env: LR_PW_TWO}}\n"
+            f"embedder: {{kind: ollama, host: '{ollama.url}'}}\nollama: {{enabled: false}}\n"
+            f"rerank: {{kind: none}}\nsync: {{page_size: 20, interval: 1h}}\n"
+        )
+        return path
+
+    reference, stopped = config("reference"), config("stopped")
+    out = subprocess.run([exe, "--config", str(reference), "index"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    total = sqlite3.connect(reference.parent / "data" / "state.db").execute("SELECT COUNT(*) FROM notes").fetchone()[0]
+
+    proc = subprocess.Popen([exe, "--config", str(stopped), "serve"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        db_path = stopped.parent / "data" / "state.db"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                n = sqlite3.connect(db_path, timeout=1).execute("SELECT COUNT(*) FROM notes").fetchone()[0]
+            except sqlite3.Error:
+                n = 0
+            if n >= 0.3 * total:
+                break
+            time.sleep(0.02)
+        assert n < total, "the sync finished before it could be stopped"
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, log = proc.communicate(timeout=30)
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log
+    assert took <= 10, f"serve took {took:.1f} s to stop"
+    assert "Traceback" not in log and " ERROR " not in log and "CancelledError" not in log, log
+    assert "stopped" in log
+    notes = sqlite3.connect(db_path).execute("SELECT COUNT(*) FROM notes").fetchone()[0]
+    assert notes < total  # it really stopped mid-sync
+
+    out = subprocess.run([exe, "--config", str(stopped), "index"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    from rag import config as config_mod
+
+    ref, got = snapshot(config_mod.load(reference)), snapshot(config_mod.load(stopped))
+    assert got[2] == ref[2] and got[1] == ref[1] and got[0] == ref[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 
 import pytest
 
@@ -364,7 +365,7 @@ def test_pacer_edits_at_most_once_per_interval_under_a_fake_clock():
     assert times[0] >= 1.5 + 3.0  # the wait was honoured before the next edit
 
 
-def test_a_bot_that_cannot_connect_is_retried_while_sync_goes_on(world, monkeypatch):
+def test_a_refused_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(world, monkeypatch, caplog):
     settings, tg, ollama = world
     monkeypatch.setenv("LR_TG_TOKEN", "999:WRONG")  # the fake answers 401, as Telegram does
     settings = settings.model_copy(update={"sync": settings.sync.model_copy(update={"backoff_min": 0.1, "backoff_max": 0.2})})
@@ -374,9 +375,37 @@ def test_a_bot_that_cannot_connect_is_retried_while_sync_goes_on(world, monkeypa
         task = asyncio.create_task(daemon.run())
         try:
             await daemon.wait_for_pass(0)
-            await until(lambda: tg.unauthorized >= 3)  # refused, and tried again with backoff
-            assert daemon.last_pass.ok  # the sync is unaffected
-            assert not task.done()
+            await until(lambda: tg.unauthorized >= 1)
+            await asyncio.sleep(1.0)  # backoff is 0.1-0.2 s: a retry would have come by now
+            assert tg.unauthorized == 1  # retrying cannot fix a wrong token
+            assert daemon.last_pass.ok and not task.done()  # the sync is unaffected
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "Telegram bot stopped" in errors[0] and "LR_TG_TOKEN" in errors[0]
+    assert "999:WRONG" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_an_unreachable_bot_api_is_retried_and_named_while_sync_goes_on(world, caplog):
+    settings, tg, ollama = world
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    settings = settings.model_copy(update={
+        "sync": settings.sync.model_copy(update={"backoff_min": 0.1, "backoff_max": 0.2}),
+        "telegram": settings.telegram.model_copy(update={"base_url": f"http://127.0.0.1:{port}/bot"})})
+
+    async def main():
+        daemon = Daemon(settings, services=[service])
+        task = asyncio.create_task(daemon.run())
+        try:
+            await daemon.wait_for_pass(0)
+            await until(lambda: sum("Telegram bot failed" in r.getMessage() for r in caplog.records) >= 2)
+            assert daemon.last_pass.ok and not task.done()
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)

@@ -13,7 +13,7 @@ a whole: then nothing is deleted from the index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Union
 
 from rag.config import Settings
@@ -23,14 +23,18 @@ from rag.model import NOTEBOOK_SEP, Note, Notebook
 
 @dataclass(frozen=True)
 class Skipped:
+    """A note that could not be read: where it is, why, and its id when known."""
+
     origin: str
     reason: str
+    note_id: str = ""
 
 
 @dataclass(frozen=True)
 class BookPath:
-    path: str  # "父 / 子"
+    path: str  # "父 / 子", for display
     ids: tuple[str, ...]  # root first, the notebook itself last
+    titles: tuple[str, ...] = ()  # the same, by title: privacy rules match these
 
 
 def notebook_paths(notebooks: dict[str, Notebook]) -> dict[str, BookPath]:
@@ -44,7 +48,8 @@ def notebook_paths(notebooks: dict[str, Notebook]) -> dict[str, BookPath]:
             chain.append(current)
             current = notebooks.get(current.parent_id) if current.parent_id else None
         chain.reverse()
-        paths[book_id] = BookPath(NOTEBOOK_SEP.join(b.title for b in chain), tuple(b.id for b in chain))
+        paths[book_id] = BookPath(NOTEBOOK_SEP.join(b.title for b in chain), tuple(b.id for b in chain),
+                                  tuple(b.title for b in chain))
     return paths
 
 
@@ -60,11 +65,12 @@ class NoteSource(Protocol):
 
 @dataclass
 class Page:
-    """Notes changed after a USN, in USN order (metadata only), and the USN up to which
-    every change has now been seen."""
+    """Notes changed after a USN, in USN order (metadata only), the USN up to which
+    every change has now been seen, and the notes whose fields could not be used."""
 
     notes: list[Note]
     covered: int
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 class AccountSession(Protocol):
@@ -75,9 +81,9 @@ class AccountSession(Protocol):
     def notebooks_since(self, usn: int) -> list[tuple[Notebook, int]]: ...
     def notes_since(self, usn: int) -> Iterator[Page]: ...
     def contents(self, note_ids: list[str]) -> dict[str, "str | None | Exception"]: ...
-    def notes_by_id(self, note_ids: list[str]) -> list[Note]: ...
+    def notes_by_id(self, note_ids: list[str]) -> list[Note | Skipped]: ...
     def all_notebooks(self) -> list[Notebook]: ...
-    def all_notes(self) -> list[Note]: ...
+    def all_notes(self) -> list[Note | Skipped]: ...
     def close(self) -> None: ...
 
 

@@ -136,13 +136,14 @@ class FilesSource:
             else:
                 yield self._single(path, rel, decode(data), is_markdown=suffix in MARKDOWN)
 
-    def _notebook(self, rel: str) -> tuple[str, str, tuple[str, ...]]:
-        """(id, path, ids of it and its ancestors) of the folder holding a file."""
+    def _notebook(self, rel: str) -> dict:
+        """The Note fields naming the folder holding a file (sub-folders are notebooks)."""
         parts = rel.split("/")[:-1]
         if not parts:
-            return "", "", ()
+            return {}
         ids = tuple(stable_id("notebook:" + "/".join(parts[: i + 1])) for i in range(len(parts)))
-        return ids[-1], NOTEBOOK_SEP.join(parts), ids
+        return {"notebook_id": ids[-1], "notebook_path": NOTEBOOK_SEP.join(parts), "notebook_ids": ids,
+                "notebook_titles": tuple(parts)}
 
     def _single(self, path: Path, rel: str, text: str, is_markdown: bool) -> Note:
         meta = _front_matter(text) if is_markdown else {}
@@ -153,7 +154,6 @@ class FilesSource:
         if not title and not is_markdown:
             m = _HTML_TITLE.search(text[:20000])
             title = " ".join(_TAGS.sub("", m.group(1)).split()) if m else ""
-        notebook_id, notebook, notebook_ids = self._notebook(rel)
         mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).replace(microsecond=0)
         return Note(
             id=stable_id(f"file:{rel}"),
@@ -161,9 +161,7 @@ class FilesSource:
             title=title or path.stem,
             content=text,
             is_markdown=is_markdown,
-            notebook_id=notebook_id,
-            notebook_path=notebook,
-            notebook_ids=notebook_ids,
+            **self._notebook(rel),
             tags=_tags(meta.get("tags")),
             updated_at=_parse_time(meta.get("updated")) or mtime,
             url=path.resolve().as_uri(),
@@ -181,7 +179,7 @@ class FilesSource:
         if not isinstance(notes, list):
             yield Skipped(rel, "not a .leanote export (no \"notes\" list)")
             return
-        notebook_id, notebook, notebook_ids = self._notebook(rel)
+        notebook = self._notebook(rel)
         for i, item in enumerate(notes):
             origin = f"{rel}#{i + 1}"
             if not isinstance(item, dict) or not isinstance(item.get("content", ""), str):
@@ -193,9 +191,7 @@ class FilesSource:
                 title=str(item.get("title") or "").strip() or f"{path.stem} {i + 1}",
                 content=item.get("content") or "",
                 is_markdown=bool(item.get("isMarkdown", True)),
-                notebook_id=notebook_id,
-                notebook_path=notebook,
-                notebook_ids=notebook_ids,
+                **notebook,
                 tags=_tags(item.get("tags")),
                 updated_at=_parse_time(item.get("updatedTime")),
                 url=path.resolve().as_uri(),

@@ -15,64 +15,34 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Callable, Iterator
 
 import requests
+import requests.adapters
+import urllib3
+import urllib3.connection
 
 from rag.config import Settings, secret
 from rag.errors import AuthFailed, NoteError, Unavailable
+from rag.redact import safe_url
 from rag.model import Note, Notebook
 
-from . import Page
+from . import Page, Skipped, fields
 
 log = logging.getLogger(__name__)
 
-def parse_time(value: Any) -> datetime | None:
-    """RFC 3339 with 0-9 fractional digits; Go's zero time is None."""
-    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def clean_tags(tags: Any) -> tuple[str, ...]:
-    """``Tags`` may be null or hold ""."""
-    if not isinstance(tags, list):
-        return ()
-    return tuple(t.strip() for t in tags if isinstance(t, str) and t.strip())
-
-
-def note_from_api(d: dict, content: str = "") -> Note:
-    return Note(
-        id=str(d.get("NoteId") or ""),
-        user_id=str(d.get("UserId") or ""),
-        title=str(d.get("Title") or "").strip() or "(untitled)",
-        content=content,
-        is_markdown=bool(d.get("IsMarkdown")),
-        notebook_id=str(d.get("NotebookId") or ""),
-        tags=clean_tags(d.get("Tags")),
-        is_trash=bool(d.get("IsTrash")),
-        is_deleted=bool(d.get("IsDeleted")),
-        usn=int(d.get("Usn") or 0),
-        updated_at=parse_time(d.get("UpdatedTime")),
-        origin=f"note {d.get('NoteId')}",
-    )
+def note_from_api(d: dict, content: Any = "") -> Note:
+    return fields.note(d, "NoteId", content)
 
 
 def notebook_from_api(d: dict) -> Notebook:
-    return Notebook(
-        id=str(d.get("NotebookId") or ""),
-        user_id=str(d.get("UserId") or ""),
-        title=str(d.get("Title") or ""),
-        parent_id=str(d.get("ParentNotebookId") or ""),
-        is_deleted=bool(d.get("IsDeleted")),
-    )
+    return fields.notebook(d, "NotebookId")
 
 
 def usn_pages(fetch: Callable[[int, int], list[dict]], after: int, max_entry: int, key: str) -> Iterator[tuple[list[dict], int]]:
@@ -85,17 +55,17 @@ def usn_pages(fetch: Callable[[int, int], list[dict]], after: int, max_entry: in
     seen: set[tuple[str, int]] = set()
     while True:
         page = fetch(after, max_entry)
-        fresh = [d for d in page if (str(d.get(key)), int(d.get("Usn") or 0)) not in seen]
+        fresh = [d for d in page if (str(d.get(key)), fields.usn_or_zero(d.get("Usn"))) not in seen]
         full = len(page) >= max_entry
         if full and not fresh:
             max_entry *= 2
             continue
-        seen.update((str(d.get(key)), int(d.get("Usn") or 0)) for d in fresh)
+        seen.update((str(d.get(key)), fields.usn_or_zero(d.get("Usn"))) for d in fresh)
         if not full:
-            top = max((int(d.get("Usn") or 0) for d in page), default=after)
+            top = max((fields.usn_or_zero(d.get("Usn")) for d in page), default=after)
             yield fresh, max(top, after)
             return
-        last = int(page[-1].get("Usn") or 0)
+        last = fields.usn_or_zero(page[-1].get("Usn"))
         covered = max(last - 1, after)
         yield fresh, covered
         after = covered
@@ -107,31 +77,137 @@ class _Answer:
     body: Any
 
 
+# --- HTTP with a total deadline ------------------------------------------------------------
+# requests' timeouts bound each wait for a byte, so a server that drips one byte a second
+# never times out. Each call here also gets a total deadline: when it passes (or the sync
+# is asked to stop), a watchdog shuts the call's socket down and the call fails at once.
+
+_current = threading.local()  # the call this thread is making
+
+
+class _Call:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.conn = None  # the pooled connection carrying it, once it has one
+        self.done = False
+        self.aborted = False
+
+    def abort(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.aborted = True
+            conn = self.conn
+            # a connection goes back to the pool after a call: only cut it while it is ours
+            sock = getattr(conn, "sock", None) if getattr(conn, "_call", None) is self else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def finish(self) -> None:
+        with self.lock:
+            self.done = True
+
+
+class _Tracked:
+    """A urllib3 connection that tells the call using it which connection it is."""
+
+    def request(self, *args, **kwargs):
+        call = getattr(_current, "call", None)
+        if call is not None:
+            with call.lock:
+                if call.aborted:
+                    raise OSError("the call was cut off")
+                self._call, call.conn = call, self
+        return super().request(*args, **kwargs)
+
+
+class _TrackedHTTP(_Tracked, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _TrackedHTTPS(_Tracked, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _TrackedHTTP
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _TrackedHTTPS
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
 class LeanoteApi:
-    """One account's connection: login, token, the calls the sync needs."""
+    """One account's connection: login, token, the calls the sync needs. Every call has
+    a total deadline of ``timeout`` seconds; ``stop()`` cuts the calls in flight."""
 
     def __init__(self, base_url: str, email: str, password: str, timeout: float = 30.0, concurrency: int = 4):
         self.base_url = base_url.rstrip("/")
+        self.where = safe_url(self.base_url)  # for messages
         self.email = email
         self._password = password
         self.timeout = timeout
         self.concurrency = concurrency
         self.http = requests.Session()
+        adapter = _Adapter(pool_maxsize=max(10, concurrency))
+        self.http.mount("http://", adapter)
+        self.http.mount("https://", adapter)
         self.token: str | None = None
         self.user_id: str = ""
+        self._inflight: set[_Call] = set()
+        self._inflight_lock = threading.Lock()
+        self.stopping = False
 
     # --- transport ------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """Cut every call in flight, and refuse new ones (the sync is stopping)."""
+        self.stopping = True
+        with self._inflight_lock:
+            calls = list(self._inflight)
+        for call in calls:
+            call.abort()
+
     def _request(self, action: str, params: dict) -> _Answer:
         url = f"{self.base_url}/api/{action}"
+        if self.stopping:
+            raise Unavailable("the sync is stopping")
+        call = _Call()
+        watchdog = threading.Timer(self.timeout, call.abort)
+        watchdog.daemon = True
+        with self._inflight_lock:
+            self._inflight.add(call)
+        _current.call = call
+        watchdog.start()
         try:
-            r = self.http.post(url, data=params, timeout=self.timeout)
-        except requests.Timeout:
-            raise Unavailable(f"Leanote at {self.base_url} did not answer {action} within {self.timeout:g} s") from None
+            r = self.http.post(url, data=params, timeout=(min(10.0, self.timeout), self.timeout))
+            content = r.content  # the whole body, under the same deadline
         except requests.RequestException as err:
-            raise Unavailable(f"cannot reach Leanote at {self.base_url}: {err}") from None
+            if call.aborted:
+                if self.stopping:
+                    raise Unavailable(f"{action} to Leanote at {self.where} was cut off: the sync is stopping") from None
+                raise Unavailable(f"Leanote at {self.where} did not answer {action} completely within "
+                                  f"{self.timeout:g} s") from None
+            if isinstance(err, requests.Timeout):
+                raise Unavailable(f"Leanote at {self.where} did not answer {action} within {self.timeout:g} s") from None
+            raise Unavailable(safe_url(f"cannot reach Leanote at {self.where}: {err}")) from None
+        finally:
+            watchdog.cancel()
+            call.finish()
+            _current.call = None
+            with self._inflight_lock:
+                self._inflight.discard(call)
         try:
-            body = r.json()
+            body = json.loads(content)
         except ValueError:
             body = None
         return _Answer(r.status_code, body)
@@ -140,15 +216,15 @@ class LeanoteApi:
         answer = self._request("auth/login", {"email": self.email, "pwd": self._password})
         body = answer.body
         if answer.status != 200 or not isinstance(body, dict):
-            raise Unavailable(f"Leanote at {self.base_url} answered the login with HTTP {answer.status}")
+            raise Unavailable(f"Leanote at {self.where} answered the login with HTTP {answer.status}")
         if not body.get("Ok") or not body.get("Token"):
             raise AuthFailed(
                 f"Leanote refused the login of {self.email}: {body.get('Msg') or 'wrong username or password'}. "
                 f"Check the password in the environment variable named by source.accounts"
             )
-        self.token = body["Token"]
+        self.token = str(body["Token"])
         self.user_id = str(body.get("UserId") or "")
-        log.debug("logged in to %s as %s", self.base_url, self.email)
+        log.debug("logged in to %s as %s", self.where, self.email)
 
     def call(self, action: str, **params) -> Any:
         """Call an API action with the token, logging in (again) when needed."""
@@ -163,7 +239,7 @@ class LeanoteApi:
                     raise AuthFailed(f"Leanote keeps answering NOTLOGIN to {self.email} right after a login")
                 continue
             if answer.status != 200 or body is None:
-                raise Unavailable(f"Leanote at {self.base_url} answered {action} with HTTP {answer.status}")
+                raise Unavailable(f"Leanote at {self.where} answered {action} with HTTP {answer.status}")
             if isinstance(body, dict) and body.get("Ok") is False:
                 raise Unavailable(f"Leanote refused {action}: {body.get('Msg') or 'no reason given'}")
             return body
@@ -173,14 +249,19 @@ class LeanoteApi:
 
     def server_usn(self) -> int:
         body = self.call("user/getSyncState")
-        return int(body.get("LastSyncUsn") or 0)
+        if not isinstance(body, dict):
+            raise Unavailable(f"Leanote answered getSyncState with {type(body).__name__}, not an object")
+        try:
+            return fields.usn(body.get("LastSyncUsn"), "LastSyncUsn")
+        except NoteError as err:
+            raise Unavailable(f"Leanote answered getSyncState with a bad {err}") from None
 
     def _listing(self, action: str) -> Callable[[int, int], list[dict]]:
         def fetch(after: int, max_entry: int) -> list[dict]:
             body = self.call(action, afterUsn=after, maxEntry=max_entry)
             if not isinstance(body, list):
                 raise Unavailable(f"Leanote answered {action} with {type(body).__name__}, not a list")
-            return body
+            return [d if isinstance(d, dict) else {"_malformed": d} for d in body]
 
         return fetch
 
@@ -194,7 +275,29 @@ class LeanoteApi:
             raise
         if not isinstance(body, dict) or not body.get("NoteId"):
             return None
-        return body.get("Content") or ""
+        return fields.content(body.get("Content"))
+
+
+def _notes(items: list[dict]) -> tuple[list[Note], list[Skipped]]:
+    """A listing's notes, and the ones whose fields cannot be used (skipped, named)."""
+    notes, skipped = [], []
+    for d in items:
+        try:
+            notes.append(note_from_api(d))
+        except NoteError as err:
+            note_id = str(d.get("NoteId") or "")
+            skipped.append(Skipped(f"note {note_id}" if note_id else "a note", str(err), note_id))
+    return notes, skipped
+
+
+def _notebooks(items: list[dict]) -> list[tuple[Notebook, int]]:
+    books = []
+    for d in items:
+        try:
+            books.append((notebook_from_api(d), fields.usn(d.get("Usn"))))
+        except NoteError as err:
+            log.warning("skipped a notebook: %s", err)
+    return books
 
 
 class ApiSession:
@@ -220,15 +323,18 @@ class ApiSession:
     def notebooks_since(self, usn: int) -> list[tuple[Notebook, int]]:
         books: list[tuple[Notebook, int]] = []
         for items, _ in usn_pages(self.api._listing("notebook/getSyncNotebooks"), usn, self.page_size, "NotebookId"):
-            books.extend((notebook_from_api(d), int(d.get("Usn") or 0)) for d in items)
+            books.extend(_notebooks(items))
         return books
 
     def notes_since(self, usn: int) -> Iterator[Page]:
         for items, covered in usn_pages(self.api._listing("note/getSyncNotes"), usn, self.page_size, "NoteId"):
-            yield Page([note_from_api(d) for d in items], covered)
+            notes, skipped = _notes(items)
+            yield Page(notes, covered, skipped)
 
     def contents(self, note_ids: list[str]) -> dict[str, str | None | NoteError]:
         """Bodies by id (None: gone; NoteError: this note cannot be read), a few at a time."""
+        if not note_ids:
+            return {}
 
         def one(note_id: str):
             try:
@@ -239,22 +345,25 @@ class ApiSession:
         with ThreadPoolExecutor(max_workers=self.api.concurrency) as pool:
             return dict(zip(note_ids, pool.map(one, note_ids)))
 
-    def notes_by_id(self, note_ids: list[str]) -> list[Note]:
+    def notes_by_id(self, note_ids: list[str]) -> list[Note | Skipped]:
         """Full notes (metadata and body), for notes whose USN did not change but must be
         indexed now (a notebook left a private subtree). Gone notes are left out."""
-        out = []
+        out: list[Note | Skipped] = []
         for note_id in note_ids:
             body = self.api.call("note/getNoteAndContent", noteId=note_id)
             if isinstance(body, dict) and body.get("NoteId"):
-                out.append(note_from_api(body, body.get("Content") or ""))
+                try:
+                    out.append(note_from_api(body, body.get("Content")))
+                except NoteError as err:
+                    out.append(Skipped(f"note {note_id}", str(err), note_id))
         return out
 
     def all_notebooks(self) -> list[Notebook]:
         return [b for b, _ in self.notebooks_since(0)]
 
-    def all_notes(self) -> list[Note]:
+    def all_notes(self) -> list[Note | Skipped]:
         """Every note's metadata (no bodies), for the daily reconcile."""
-        return [n for page in self.notes_since(0) for n in page.notes]
+        return [n for page in self.notes_since(0) for n in [*page.notes, *page.skipped]]
 
     def close(self) -> None:
         """The connection is the source's: it outlives a session."""
@@ -266,7 +375,7 @@ class ApiSource:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.base_url = (settings.source.api_url or settings.leanote.base_url).rstrip("/")
-        self.name = f"leanote_api:{self.base_url}"
+        self.name = f"leanote_api:{safe_url(self.base_url)}"
         self._accounts = {a.email.strip().lower(): a for a in settings.source.accounts}
         self._apis: dict[str, LeanoteApi] = {}  # kept between runs: the token stays valid
 
@@ -287,6 +396,11 @@ class ApiSource:
             )
             self._apis[account] = api
         return ApiSession(api, self.settings.sync.page_size)
+
+    def stop(self) -> None:
+        """Cut every call in flight: the sync is stopping."""
+        for api in self._apis.values():
+            api.stop()
 
     def close(self) -> None:
         for api in self._apis.values():

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import logging
 from datetime import timezone
-from typing import Iterator
-from urllib.parse import urlparse
+from typing import Any, Iterator
 
 from bson import ObjectId
 from bson.codec_options import CodecOptions
 from bson.errors import InvalidId
 
 from rag.config import Settings, secret
-from rag.errors import Unavailable, UserError
+from rag.errors import NoteError, Unavailable, UserError
 from rag.model import Note, Notebook
+from rag.redact import safe_url
 
-from . import Page
+from . import Page, Skipped, fields
 
 log = logging.getLogger(__name__)
 
@@ -43,36 +43,66 @@ def _oid(value: str):
         return value
 
 
-def note_from_doc(d: dict, content: str = "") -> Note:
-    return Note(
-        id=_id(d.get("_id")),
-        user_id=_id(d.get("UserId")),
-        title=str(d.get("Title") or "").strip() or "(untitled)",
-        content=content if isinstance(content, str) else "",
-        is_markdown=bool(d.get("IsMarkdown", False)),
-        notebook_id=_id(d.get("NotebookId")),
-        tags=tuple(t.strip() for t in (d.get("Tags") or []) if isinstance(t, str) and t.strip()),
-        is_trash=bool(d.get("IsTrash", False)),
-        is_deleted=bool(d.get("IsDeleted", False)),
-        usn=int(d.get("Usn") or 0),
-        updated_at=d.get("UpdatedTime"),
-        origin=f"note {_id(d.get('_id'))}",
-    )
+def note_from_doc(d: dict, content: Any = "") -> Note:
+    return fields.note(d, "_id", content)
 
 
 def notebook_from_doc(d: dict) -> Notebook:
-    parent = d.get("ParentNotebookId")
-    return Notebook(
-        id=_id(d.get("_id")),
-        user_id=_id(d.get("UserId")),
-        title=str(d.get("Title") or ""),
-        parent_id=_id(parent) if parent else "",  # absent, "" and null all mean root
-        is_deleted=bool(d.get("IsDeleted", False)),
-    )
+    return fields.notebook(d, "_id")
+
+
+def _read_notes(docs) -> tuple[list[Note], list[Skipped]]:
+    notes, skipped = [], []
+    for d in docs:
+        try:
+            notes.append(note_from_doc(d))
+        except NoteError as err:
+            skipped.append(Skipped(f"note {_id(d.get('_id'))}", str(err), _id(d.get("_id"))))
+    return notes, skipped
+
+
+def read_notebooks(docs) -> list[tuple[Notebook, int]]:
+    books = []
+    for d in docs:
+        try:
+            books.append((notebook_from_doc(d), fields.usn(d.get("Usn"))))
+        except NoteError as err:
+            log.warning("skipped a notebook: %s", err)
+    return books
+
+
+def parse_url(url: str) -> tuple[str, str | None]:
+    """(where, database) from a mongodb:// URL, read with pymongo's own parser: several
+    hosts (a replica set) and options are fine; credentials never reach ``where``."""
+    from pymongo import uri_parser
+    from pymongo.errors import InvalidURI
+
+    if url.startswith("mongodb+srv://"):  # resolving it would need DNS: name the service
+        rest = url[len("mongodb+srv://"):].rsplit("@", 1)[-1]
+        host, _, path = rest.partition("/")
+        return host, (path.split("?")[0] or None)
+    try:
+        parsed = uri_parser.parse_uri(url, validate=False)
+    except (InvalidURI, ValueError) as err:
+        raise UserError(f"the MongoDB URL in the variable named by source.url_env is not valid: {safe_url(str(err))}") from None
+    where = ",".join(f"{h}:{p}" for h, p in parsed["nodelist"])
+    return where, parsed.get("database")
 
 
 def _unavailable(err: Exception, where: str) -> Unavailable:
     return Unavailable(f"MongoDB at {where} failed: {err}")
+
+
+def _page(docs: list[dict], covered: int) -> Page:
+    notes, skipped = _read_notes(docs)
+    return Page(notes, covered, skipped)
+
+
+def _body(value: Any) -> "str | NoteError":
+    try:
+        return fields.content(value)
+    except NoteError as err:
+        return err
 
 
 class MongoSession:
@@ -98,12 +128,12 @@ class MongoSession:
         doc = self._guard(self.db.users.find_one, {"_id": self._uid}, {"Usn": 1})
         if doc is None:
             raise Unavailable(f"user {self.user_id} is no longer in {self.where}")
-        return int(doc.get("Usn") or 0)
+        return fields.usn(doc.get("Usn"), "users.Usn")
 
     def notebooks_since(self, usn: int) -> list[tuple[Notebook, int]]:
         def read():
             cursor = self.db.notebooks.find({"UserId": self._uid, "Usn": {"$gt": usn}}).sort("Usn", 1)
-            return [(notebook_from_doc(d), int(d.get("Usn") or 0)) for d in cursor]
+            return read_notebooks(cursor)
 
         return self._guard(read)
 
@@ -112,44 +142,54 @@ class MongoSession:
 
         try:
             cursor = self.db.notes.find({"UserId": self._uid, "Usn": {"$gt": usn}}, _NOTE_FIELDS).sort("Usn", 1)
-            page: list[Note] = []
+            page: list[dict] = []
+            top = usn
             for d in cursor:
-                page.append(note_from_doc(d))
+                page.append(d)
                 if len(page) >= self.page_size:
                     # the next document may share the last USN: cover only what is below it
-                    yield Page(page, max(page[-1].usn - 1, usn))
+                    last = fields.usn_or_zero(page[-1].get("Usn"))
+                    top = max(last - 1, top)
+                    yield _page(page, top)
                     page = []
-            yield Page(page, max((n.usn for n in page), default=usn))
+            yield _page(page, max([top, *(fields.usn_or_zero(d.get("Usn")) for d in page)]))
         except PyMongoError as err:
             raise _unavailable(err, self.where) from None
 
     def contents(self, note_ids: list[str]) -> dict[str, str | None]:
         def read():
             docs = self.db.note_contents.find({"_id": {"$in": [_oid(i) for i in note_ids]}}, {"Content": 1})
-            return {_id(d["_id"]): d.get("Content") or "" for d in docs}
+            return {_id(d["_id"]): _body(d.get("Content")) for d in docs}
 
         found = self._guard(read)
         # No note_contents document: the body is missing (tolerated as empty), unless
         # the note itself is gone; the caller decides from the note's flags.
         return {i: found.get(i, "") for i in note_ids}
 
-    def notes_by_id(self, note_ids: list[str]) -> list[Note]:
+    def notes_by_id(self, note_ids: list[str]) -> list[Note | Skipped]:
         def read():
             docs = list(self.db.notes.find({"_id": {"$in": [_oid(i) for i in note_ids]}, "UserId": self._uid}, _NOTE_FIELDS))
             bodies = self.contents([_id(d["_id"]) for d in docs])
-            return [note_from_doc(d, bodies.get(_id(d["_id"]), "")) for d in docs]
+            out: list[Note | Skipped] = []
+            for d in docs:
+                try:
+                    out.append(note_from_doc(d, bodies.get(_id(d["_id"]), "")))
+                except NoteError as err:
+                    out.append(Skipped(f"note {_id(d['_id'])}", str(err), _id(d["_id"])))
+            return out
 
         return self._guard(read)
 
     def all_notebooks(self) -> list[Notebook]:
         def read():
-            return [notebook_from_doc(d) for d in self.db.notebooks.find({"UserId": self._uid})]
+            return [b for b, _ in read_notebooks(self.db.notebooks.find({"UserId": self._uid}))]
 
         return self._guard(read)
 
-    def all_notes(self) -> list[Note]:
+    def all_notes(self) -> list[Note | Skipped]:
         def read():
-            return [note_from_doc(d) for d in self.db.notes.find({"UserId": self._uid}, _NOTE_FIELDS)]
+            notes, skipped = _read_notes(self.db.notes.find({"UserId": self._uid}, _NOTE_FIELDS))
+            return [*notes, *skipped]
 
         return self._guard(read)
 
@@ -162,14 +202,17 @@ class MongoSource:
         self.settings = settings
         cfg = settings.source
         url = secret(cfg.url_env, "source.url_env") if client is None else "mongodb://test"
-        parsed = urlparse(url)
-        self.where = f"{parsed.hostname or 'localhost'}:{parsed.port or 27017}"
+        self.where, url_db = parse_url(url)
         self.name = f"mongodb:{self.where}"
-        dbname = cfg.database or (parsed.path or "").strip("/").split("?")[0] or "leanote"
+        dbname = cfg.database or url_db or "leanote"
         if client is None:
             from pymongo import MongoClient
 
-            client = MongoClient(url, serverSelectionTimeoutMS=int(settings.sync.http_timeout * 1000), tz_aware=True)
+            # Every wait is bounded: finding a server, connecting, and each read or write
+            # on the socket (a server that accepts and then says nothing fails the pass).
+            ms = int(settings.sync.http_timeout * 1000)
+            client = MongoClient(url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms,
+                                 tz_aware=True)
         self.client = client
         self.db = client.get_database(dbname, codec_options=_CODEC)
         self.dbname = dbname

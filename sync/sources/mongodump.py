@@ -23,11 +23,12 @@ from typing import Iterator, Union
 import bson
 from bson.codec_options import CodecOptions
 
-from rag.errors import UserError
+from rag.config import prepare_state_dir
+from rag.errors import NoteError, UserError
 from rag.model import Note, Notebook
 
 from . import BookPath, Skipped, notebook_paths
-from .mongodb import note_from_doc, notebook_from_doc
+from .mongodb import read_notebooks, note_from_doc
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,7 @@ class MongodumpSource:
             self._tmp = None
 
     def notebooks(self) -> dict[str, Notebook]:
-        books = (notebook_from_doc(d) for d in _docs(self.db / "notebooks.bson"))
-        return {b.id: b for b in books}
+        return {b.id: b for b, _ in read_notebooks(_docs(self.db / "notebooks.bson"))}
 
     def notes(self) -> Iterator[Union[Note, Skipped]]:
         try:
@@ -128,27 +128,29 @@ class MongodumpSource:
                 for d in _docs(self.db / "notes.bson"):
                     note_id = _id(d.get("_id"))
                     try:
-                        content = ""
+                        content = None
                         if note_id in bodies:
                             offset, size = bodies[note_id]
                             contents.seek(offset)
-                            content = bson.decode(contents.read(size), codec_options=_CODEC).get("Content") or ""
+                            content = bson.decode(contents.read(size), codec_options=_CODEC).get("Content")
                         yield _note(d, content, paths)
+                    except NoteError as err:
+                        yield Skipped(f"note {note_id}", str(err), note_id)
                     except (bson.errors.BSONError, KeyError, TypeError, ValueError) as err:
-                        yield Skipped(f"note {note_id}", f"unreadable document: {err}")
+                        yield Skipped(f"note {note_id}", f"unreadable document: {err}", note_id)
         finally:
             self.close()
 
 
-def _note(d: dict, content: str, paths: dict[str, BookPath]) -> Note:
+def _note(d: dict, content, paths: dict[str, BookPath]) -> Note:
     note = note_from_doc(d, content)
     book = paths.get(note.notebook_id)
     if book is None:
         return dataclasses.replace(note, notebook_ids=(note.notebook_id,) if note.notebook_id else ())
-    return dataclasses.replace(note, notebook_path=book.path, notebook_ids=book.ids)
+    return dataclasses.replace(note, notebook_path=book.path, notebook_ids=book.ids, notebook_titles=book.titles)
 
 
 def _tmp_dir(state_dir: Path) -> Path:
-    path = Path(state_dir) / "tmp"
-    path.mkdir(parents=True, exist_ok=True)
+    path = prepare_state_dir(state_dir) / "tmp"
+    path.mkdir(mode=0o700, exist_ok=True)
     return path

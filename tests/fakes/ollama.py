@@ -3,7 +3,7 @@ client uses. Embeddings are deterministic bags of character bigrams, so texts th
 share words are close, as with a real model.
 
 Served: ``POST /api/embed``, ``POST /api/chat`` (streamed NDJSON or one JSON object),
-``GET /api/tags``, ``POST /api/show``; an unknown model gets HTTP 404
+``GET /api/tags``, ``GET /api/version``, ``POST /api/show``; an unknown model gets HTTP 404
 ``{"error": "model ... not found, try pulling it first"}`` as Ollama does.
 
 Chat replies are scripted with ``reply(...)``: the text in pieces, optionally a stall
@@ -104,6 +104,8 @@ class FakeOllama(LocalServer):
                 fake.requests.append((self.path, {}))
                 if self.path == "/api/tags":
                     self._send(200, {"models": [{"name": m, "model": m} for m in sorted(fake.models)]})
+                elif self.path == "/api/version":
+                    self._send(200, {"version": "0.12.0"})
                 else:
                     self._send(404, {"error": "not found"})
 
