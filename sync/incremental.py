@@ -200,6 +200,10 @@ class AccountSync:
         for row in self.state.notes_of(self.source, self.session.account):
             if row.note_id not in metas and row.note_id not in unreadable:
                 self.indexer.remove(row.note_id)
+        gone = [s["note_id"] for s in self.state.skipped(self.source)
+                if s["account"] == self.session.account and s["note_id"] not in metas and s["note_id"] not in unreadable]
+        with self.state.transaction():  # a note skipped once and deleted since: nothing left to report
+            self.state.unskip(self.source, gone)
         fetch = []
         for meta in metas.values():
             rec = self.indexer.record(meta.id)
