@@ -5,9 +5,9 @@ bot answers only in groups listed in ``telegram.allowed_chats``, to ``/ask``, a
 mention or a reply to the bot, and everyone there sees the question and the answer
 with its sources. Each person's conversation (follow-ups, ``/why``, ``/reset``) is
 their own, also in a group; ``/why`` and ``/status`` asked in a group are answered in
-the person's private chat with the bot. Answers stream into a placeholder message (edits at most every
-``telegram.edit_interval``, ``RetryAfter`` honoured, "message is not modified"
-ignored, ``typing`` kept alive), then the final text in HTML parse mode with
+the person's private chat with the bot. Answers stream into a placeholder message
+(edits at most every ``telegram.edit_interval``, ``RetryAfter`` honoured, "message is
+not modified" ignored, ``typing`` kept alive), then the final text in HTML parse mode with
 everything from the notes escaped, split past 4,096 characters, sources as a
 numbered list of links, previews off; plain text if Telegram rejects the HTML.
 Updates are handled concurrently, so one person's question never waits for another's.

@@ -152,12 +152,8 @@ class SyncService:
                 continue
             try:
                 result.results[account] = self._sync_account(account, reconcile)
-            except Stopped:
-                result.stopped = True
-                log.info("sync of %s stopped on request; the next pass carries on", account)
-                break
             except Exception as err:
-                if self.stopping:  # a call cut off by the stop request is not a failure
+                if isinstance(err, Stopped) or self.stopping:  # a call cut off by the stop is no failure
                     result.stopped = True
                     log.info("sync of %s stopped on request; the next pass carries on", account)
                     break
