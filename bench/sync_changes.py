@@ -31,6 +31,7 @@ from fakes.leanote import FakeLeanote  # noqa: E402
 from rag import config  # noqa: E402
 from rag.eval import evaluate, load_questions, report_json  # noqa: E402
 from rag.index import NoteIndex  # noqa: E402
+from rag.retrieve import search  # noqa: E402
 from sync.service import SyncService  # noqa: E402
 from sync.state import State  # noqa: E402
 
@@ -105,7 +106,8 @@ def main() -> None:
         # retrieval once the change batch is synced: after_changes questions count now
         dev = SHARED / "eval" / "dev.jsonl"
         if dev.exists():
-            reports, _ = evaluate(index, load_questions(dev), with_changes=True)
+            reports, _ = evaluate(lambda q, u, k, r: search(index, q, u, k, retriever=r), load_questions(dev),
+                                  with_changes=True)
             metrics = report_json(reports, 0)["retrievers"]
             results["eval_with_changes"] = {
                 name: {k: m[k] for k in ("questions", "recall@5", "recall@20", "hit@5", "mrr@10", "trap_leaks")}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+
 
 from rag.config import Settings
 
@@ -35,12 +35,17 @@ UNRESOLVED = "你的账号对应的 Leanote 用户还没同步过，请稍后再
 
 
 class Access:
-    def __init__(self, settings: Settings, user_for_email: Callable[[str], str | None], clock=time.monotonic):
-        self.settings = settings
-        self.user_for_email = user_for_email
+    def __init__(self, host, clock=time.monotonic):
+        """``host``: the daemon (its ``settings`` are read at each question, so a reload
+        of ``users`` or ``bots.rate_limit`` applies at once; ``user_for_email``)."""
+        self.host = host
         self.clock = clock
         self._asked: dict[tuple[str, int], deque[float]] = {}
         self._noticed: dict[tuple, float] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self.host.settings
 
     def person(self, platform: str, chat_user_id: int) -> Person | None | str:
         """The mapped person, None for a stranger, or a message when the mapping cannot
@@ -48,7 +53,7 @@ class Access:
         for entry in self.settings.users:
             ids = entry.telegram_ids if platform == "telegram" else entry.discord_ids
             if chat_user_id in ids:
-                user_id = entry.leanote_user_id or self.user_for_email(entry.leanote_email.strip().lower())
+                user_id = entry.leanote_user_id or self.host.user_for_email(entry.leanote_email.strip().lower())
                 return Person(user_id, entry.admin) if user_id else UNRESOLVED
         return None
 

@@ -12,6 +12,7 @@ from rag.answer import AnswerService, Trace
 from rag.config import Settings, secret
 from rag.errors import UserError
 from rag.index import NoteIndex
+from rag.metrics import Metrics
 
 
 class Host(Protocol):
@@ -21,6 +22,7 @@ class Host(Protocol):
     index: NoteIndex
     answers: AnswerService
     stopping: asyncio.Event
+    metrics: Metrics | None  # optional: a host without it (or None) counts nothing
 
     def trigger(self) -> bool: ...
     def status_text(self, user_id: str | None = None) -> str:
@@ -28,6 +30,13 @@ class Host(Protocol):
         ...
 
     def user_for_email(self, email: str) -> str | None: ...
+
+
+def count_error(host: Host, platform: str) -> None:
+    """An unexpected error while answering or searching, for the host's metrics if it has them."""
+    metrics = getattr(host, "metrics", None)
+    if metrics is not None:
+        metrics.bot_error(platform)
 
 
 class Wait(Exception):

@@ -26,11 +26,10 @@ from discord import app_commands
 from rag.config import secret
 from rag.errors import ConfigError
 from rag.redact import redact_in_logs, safe_url
-from rag.retrieve import search
 
 from .access import Access, Person
-from .common import (CHECK_TIMEOUT, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key, hits_text,
-                     nobody_mapped, token_or_problem, trace_text)
+from .common import (CHECK_TIMEOUT, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key, count_error,
+                     hits_text, nobody_mapped, token_or_problem, trace_text)
 from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_plain_links, discord_sources
 
 log = logging.getLogger(__name__)
@@ -40,17 +39,21 @@ COLOR = 0x2E7D32
 class DiscordBot:
     def __init__(self, host: Host):
         self.host = host
-        self.cfg = host.settings.discord
         # discord.py keeps the REST base (login, command sync, interaction callbacks and
         # follow-ups) in one class attribute; one client runs per process.
         discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
-        self.access = Access(host.settings, host.user_for_email)
+        self.access = Access(host)
         # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
         self.client = discord.Client(intents=discord.Intents.default(), allowed_mentions=discord.AllowedMentions.none())
         self.tree = app_commands.CommandTree(self.client)
         self.pacers: list[Pacer] = []
         self._register()
         self.client.setup_hook = self._setup
+
+    @property
+    def cfg(self):
+        """The bot's settings as they are now (a reload changes channels, roles, public answers)."""
+        return self.host.settings.discord
 
     # --- commands -------------------------------------------------------------------------
 
@@ -126,7 +129,8 @@ class DiscordBot:
             if self.cfg.role_ids:
                 roles = {r.id for r in getattr(interaction.user, "roles", [])}
                 if not roles.intersection(self.cfg.role_ids):
-                    return self.access.stranger("discord", interaction.user.id)
+                    return ("在这个服务器上，你需要有指定的角色才能使用这个机器人。 / On this server you need one of "
+                            "the roles allowed to use this bot.")
         return None
 
     async def _person(self, interaction: discord.Interaction) -> Person | None:
@@ -181,6 +185,7 @@ class DiscordBot:
                                                  conversation=self.conversation(interaction), on_token=pacer.feed)
         except Exception:
             log.exception("answering a Discord question failed")
+            count_error(self.host, "discord")
             answer = None
         finally:  # whatever happened, the streaming edits end here
             await pacer.stop()
@@ -215,10 +220,11 @@ class DiscordBot:
             return
         await interaction.response.defer(thinking=True, ephemeral=True)
         try:
-            hits = await asyncio.to_thread(search, self.host.index, query, person.leanote_user_id, 8)
+            hits = await self.host.answers.search(query, person.leanote_user_id, 8)
             text = hits_text(hits)
         except Exception:
             log.exception("discord /search failed")
+            count_error(self.host, "discord")
             text = SORRY
         await interaction.followup.send(text[:DISCORD_CONTENT], ephemeral=True)
 

@@ -29,11 +29,10 @@ from telegram.ext import Application, ApplicationBuilder, CommandHandler, Contex
 from rag.config import secret
 from rag.errors import ConfigError
 from rag.redact import redact_in_logs, safe_url
-from rag.retrieve import search
 
-from .access import Access, Person
+from .access import STRANGER, Access, Person
 from .common import (CHECK_TIMEOUT, COMMANDS, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key,
-                     hits_text, nobody_mapped, token_or_problem, trace_text)
+                     count_error, hits_text, nobody_mapped, token_or_problem, trace_text)
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -52,8 +51,7 @@ def _seconds(err: RetryAfter) -> float:
 class TelegramBot:
     def __init__(self, host: Host, token: str):
         self.host = host
-        self.cfg = host.settings.telegram
-        self.access = Access(host.settings, host.user_for_email)
+        self.access = Access(host)
         self.app: Application = (
             ApplicationBuilder().token(token).base_url(self.cfg.base_url).concurrent_updates(True).build()
         )
@@ -67,6 +65,11 @@ class TelegramBot:
         a.add_handler(CommandHandler("sync", self.on_sync))
         a.add_handler(CommandHandler("why", self.on_why))
         a.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, self.on_text))
+
+    @property
+    def cfg(self):
+        """The bot's settings as they are now (a reload changes allowed_chats, edit_interval)."""
+        return self.host.settings.telegram
 
     async def run(self) -> None:
         """Connect and poll until the host stops. Connection errors propagate, so the
@@ -136,7 +139,12 @@ class TelegramBot:
     # --- commands ---------------------------------------------------------------------------
 
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        await update.effective_message.reply_text(HELP, link_preview_options=NO_PREVIEW)
+        text = HELP
+        user = update.effective_user
+        if user is not None and update.effective_chat.type == ChatType.PRIVATE \
+                and self.access.person("telegram", user.id) is None:
+            text += "\n\n" + STRANGER["telegram"].format(id=user.id)  # /start: a newcomer learns their id
+        await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
 
     async def on_ask(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         question = " ".join(context.args or [])
@@ -168,9 +176,10 @@ class TelegramBot:
             await update.effective_message.reply_text("用法 usage: /search 关键词")
             return
         try:
-            hits = await asyncio.to_thread(search, self.host.index, query, person.leanote_user_id, 8)
+            hits = await self.host.answers.search(query, person.leanote_user_id, 8)
         except Exception:
             log.exception("telegram /search failed")
+            count_error(self.host, "telegram")
             await update.effective_message.reply_text(SORRY)
             return
         await update.effective_message.reply_text(hits_text(hits), link_preview_options=NO_PREVIEW)
@@ -241,6 +250,7 @@ class TelegramBot:
             )
         except Exception:
             log.exception("answering a Telegram question failed")
+            count_error(self.host, "telegram")
             answer = None
         finally:  # whatever happened, the "typing…" and the streaming edits end here
             await pacer.stop()

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Awaitable, Callable
 
 from . import llm as llm_mod
@@ -42,6 +43,10 @@ LLM_DOWN_EN = "(The language model is unavailable right now; here are the most r
 # left out: they are what the search found next, not what answers the question.
 MIN_RELATIVE_SCORE = 0.7
 _CJK = re.compile(r"[\u3400-\u9fff]")
+# What kind of answer it was, for machines (``Trace.outcome``; metrics): a grounded LLM
+# answer, the LLM refused or cited nothing, refused without asking the LLM (no evidence),
+# the LLM failed so passages instead, no LLM configured so passages.
+OUTCOMES = ("llm", "llm_refused", "refused", "fallback", "extractive")
 
 
 @dataclass
@@ -95,6 +100,7 @@ class Trace:
     rerank: str = ""
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
+    outcome: str = ""  # one of OUTCOMES, set with the decision
     # A citation [n] is evidence block n; each candidate names the block it went into.
 
 
@@ -115,6 +121,17 @@ class Answer:
         if not with_trace:
             out.pop("trace")
         return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Answer":
+        """The answer as ``as_json(with_trace=True)`` wrote it (the daemon's API sends it so)."""
+        trace = data.get("trace")
+        if trace is not None:
+            trace = Trace(**{**trace, "candidates": [Candidate(**c) for c in trace.get("candidates", [])]})
+        return cls(
+            **{**data, "citations": [Citation(**c) for c in data.get("citations", [])],
+               "closest": [Citation(**c) for c in data.get("closest", [])], "trace": trace}
+        )
 
 
 def _citation(n: int, hit_or_block, question: str) -> Citation:
@@ -260,6 +277,8 @@ class AnswerService:
         # Retrieval runs off the event loop, one search at a time: searches take a few ms,
         # and fewer threads fighting over the GIL keep the loop (the bots) responsive.
         self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
+        # Called with every finished answer (metrics); an observer that raises is logged, never felt.
+        self.observers: list[Callable[[Answer], None]] = []
 
     @property
     def llm_slots(self) -> asyncio.Semaphore:
@@ -285,6 +304,14 @@ class AnswerService:
         self._search_pool.shutdown(wait=False)
 
     # --- the pipeline ---------------------------------------------------------------------
+
+    async def in_search_thread(self, fn, *args):
+        """Run index work (a search, a count) on the one search thread, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._search_pool, partial(fn, *args))
+
+    async def search(self, query: str, user_id: str, k: int | None = None, retriever: str = "hybrid") -> list[Hit]:
+        """Hits only (``/search``), on the same thread the answers search on."""
+        return await self.in_search_thread(partial(search, self.index, query, user_id, k, retriever=retriever))
 
     async def ask(
         self,
@@ -315,8 +342,7 @@ class AnswerService:
         trace = Trace(question, standalone)
 
         k = max(self.settings.rerank.candidates, cfg.top_k)
-        loop = asyncio.get_running_loop()
-        hits = await loop.run_in_executor(self._search_pool, search, self.index, standalone, user_id, k)
+        hits = await self.in_search_thread(search, self.index, standalone, user_id, k)
         mark("retrieve")
         trace.candidates = [
             Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,
@@ -336,7 +362,7 @@ class AnswerService:
 
         weak = self._too_weak(standalone, hits, rerank_scores)
         if weak:
-            trace.decision = weak
+            trace.decision, trace.outcome = weak, "refused"
             answer = self._refusal(question, top)
             return self._finish(answer, user_id, conversation, trace, timings, started)
 
@@ -346,6 +372,7 @@ class AnswerService:
             c.evidence = by_point.get(c.point_id)
         if self.chat is None:
             trace.decision = "no LLM configured (ollama.enabled: false): extractive answer"
+            trace.outcome = "extractive"
             answer = extractive(question, top, refusal=cfg.refusal)
             return self._finish(answer, user_id, conversation, trace, timings, started)
 
@@ -370,7 +397,7 @@ class AnswerService:
             # trace of `ask --trace`, doctor. Whoever asked in chat gets a plain notice.
             self._llm_failed(err)
             trace.llm_error = str(err)
-            trace.decision = "the LLM failed: extractive answer"
+            trace.decision, trace.outcome = "the LLM failed: extractive answer", "fallback"
             answer = extractive(question, top, refusal=cfg.refusal)
             answer.notice = _language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
             return self._finish(answer, user_id, conversation, trace, timings, started)
@@ -378,6 +405,7 @@ class AnswerService:
         text = "".join(parts).strip()
         answer = self._grounded(question, text, blocks)
         trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
+        trace.outcome = "llm" if answer.grounded else "llm_refused"
         return self._finish(answer, user_id, conversation, trace, timings, started)
 
     # --- pieces ---------------------------------------------------------------------------
@@ -433,6 +461,11 @@ class AnswerService:
         answer.timings_ms = timings
         answer.trace = trace
         self.conversations.record(user_id, conversation, trace, answer.answer if answer.grounded else None)
+        for observe in self.observers:
+            try:
+                observe(answer)
+            except Exception:
+                log.exception("an answer observer failed (the answer is not affected)")
         return answer
 
 

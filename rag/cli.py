@@ -10,7 +10,6 @@ entry point group, so this package never imports them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -22,13 +21,13 @@ from pathlib import Path
 import click
 
 from . import config as config_mod
-from .answer import AnswerService
+from .door import Door, open_door
 from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
 from .eval import evaluate, load_questions, report_json
 from .index import NoteIndex
 from .redact import redact_in_logs, safe_url
-from .retrieve import RETRIEVERS, resolve_user, search as search_hits
+from .retrieve import RETRIEVERS, resolve_user
 
 log = logging.getLogger("leanote_rag")
 
@@ -52,6 +51,10 @@ class App:
     def open_index(self, **kwargs) -> NoteIndex:
         return NoteIndex.open(self.settings, **kwargs)
 
+    def door(self) -> Door:
+        """The notes, through the running daemon if there is one, else opened here."""
+        return open_door(self.settings)
+
 
 pass_app = click.make_pass_decorator(App)
 
@@ -60,13 +63,15 @@ def _setup_logging(debug: bool) -> None:
     # Under systemd (JOURNAL_STREAM set) journald adds timestamps; a terminal gets them.
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=fmt, stream=sys.stderr)
-    for noisy in ("httpx", "httpcore", "urllib3", "jieba"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Libraries that narrate every request, job or connection: their warnings only, unless --debug.
+    for noisy in ("httpx", "httpcore", "urllib3", "jieba", "apscheduler", "uvicorn", "pymongo", "watchfiles",
+                  "telegram.ext", "discord.gateway", "discord.client"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if debug else logging.WARNING)
     redact_in_logs()  # no user:password@ of a configured URL in any log line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml)")
+@click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml, else {config_mod.SYSTEM_CONFIG})")
 @click.option("--debug", is_flag=True, help="debug logging and tracebacks")
 @click.version_option(package_name="leanote-rag")
 @click.pass_context
@@ -103,11 +108,11 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     if (query is None) == (queries_file is None):
         raise click.UsageError("give either QUERY or --queries FILE")
     batch = load_questions(queries_file, required=("question",)) if queries_file else None
-    with app.open_index() as index:
-        users = index.store.count_by_user()
+    with app.door() as door:
+        users = door.users()
         if batch is None:
             user = resolve_user(users, user_id)
-            hits = search_hits(index, query, user, k, retriever=retriever)
+            hits = door.search(query, user, k, retriever)
             if as_json:
                 _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
             else:
@@ -117,7 +122,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
         for q in batch:
             try:
                 user = resolve_user(users, q.get("user_id") or user_id)
-                hits = search_hits(index, q["question"], user, k, retriever=retriever)
+                hits = door.search(q["question"], user, k, retriever)
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
             except UserError as err:
                 failed += 1
@@ -144,13 +149,9 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
     def printer(text: str) -> None:
         click.echo(text, nl=False)
 
-    with app.open_index() as index:
-        user = resolve_user(index.store.count_by_user(), user_id)
-        service = AnswerService.from_settings(app.settings, index)
-        try:
-            answer = asyncio.run(service.ask(question, user, on_token=printer if stream else None))
-        finally:
-            service.close()
+    with app.door() as door:
+        user = resolve_user(door.users(), user_id)
+        answer = door.ask(question, user, on_token=printer if stream else None)
     if as_json:
         _print_json(answer.as_json(with_trace=show_trace))
         return
@@ -198,8 +199,8 @@ def _print_trace(answer) -> None:
 def eval_command(app: App, questions_file: Path, as_json: bool, with_changes: bool, retrievers) -> None:
     """Retrieval metrics on a question set: recall, hit@5, MRR, trap leaks."""
     questions = load_questions(questions_file)
-    with app.open_index() as index:
-        reports, skipped = evaluate(index, questions, tuple(retrievers) or RETRIEVERS, with_changes)
+    with app.door() as door:
+        reports, skipped = evaluate(door.search, questions, tuple(retrievers) or RETRIEVERS, with_changes)
     result = report_json(reports, skipped)
     if as_json:
         _print_json(result)

@@ -23,6 +23,7 @@ from .errors import ConfigError, UserError
 
 CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
+SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 
 
 class Section(BaseModel):
@@ -180,6 +181,31 @@ class DiscordConfig(Section):
     edit_interval: Duration = 1.5
 
 
+class ApiToken(Section):
+    """A bearer token for the TCP listener, and whose notes it may query."""
+
+    token_env: str = Field(description="environment variable holding the token")
+    users: list[str] = Field(default=[], description="Leanote user ids (or emails of source.accounts) it may query")
+    admin: bool = Field(default=False, description="may start syncs and rebuilds, and sees every account's status")
+
+
+class ApiConfig(Section):
+    enabled: bool = Field(default=True, description="the daemon's local API (the CLI uses it while serve runs)")
+    socket: Path | None = Field(default=None, description="Unix socket, owner-only (default: <state_dir>/api.sock)")
+    listen: str | None = Field(default=None, description="host:port for remote use (with tokens); off by default")
+    tokens: list[ApiToken] = Field(default=[], description="bearer tokens accepted on listen")
+
+    @model_validator(mode="after")
+    def _listen_needs_tokens(self) -> "ApiConfig":
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError("api.listen must be host:port, e.g. 127.0.0.1:8765")
+            if not self.tokens:
+                raise ValueError("api.listen needs at least one entry in api.tokens (a token_env and its users)")
+        return self
+
+
 class BotsConfig(Section):
     rate_limit: int = Field(default=6, ge=1, description="questions per person per minute")
     max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
@@ -191,7 +217,7 @@ class ExcludeConfig(Section):
 
 
 class SyncConfig(Section):
-    interval: Duration = 300.0
+    interval: Duration = Field(default=60.0, description="incremental sync; an idle pass is one HTTP call per account")
     reconcile_at: str = Field(default="03:30", pattern=r"^([01]?\d|2[0-3]):[0-5]\d$")
     page_size: int = Field(default=100, ge=1, le=10_000, description="notes per getSyncNotes page")
     fetch_concurrency: int = Field(default=4, ge=1, le=32, description="note bodies fetched at once")
@@ -199,6 +225,14 @@ class SyncConfig(Section):
     backoff_min: Duration = 30.0
     backoff_max: Duration = 1800.0
     trigger_debounce: Duration = 10.0
+    watch: bool = Field(
+        default=True,
+        description="serve, files and mongodump sources: sync soon after a note file (or a new backup) "
+        "changes, besides the interval",
+    )
+    watch_debounce: Duration = Field(
+        default=1.0, description="the watcher syncs once changes have been quiet for this long"
+    )
 
 
 class EmbedderConfig(Section):
@@ -301,6 +335,7 @@ class Settings(Section):
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     bots: BotsConfig = BotsConfig()
+    api: ApiConfig = ApiConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     # Where the file was read from; relative paths were resolved against its folder.
@@ -308,11 +343,15 @@ class Settings(Section):
 
 
 def locate(explicit: str | os.PathLike | None = None) -> Path:
-    """The config file to read: explicit, else $LEANOTE_RAG_CONFIG, else ./config.yaml."""
+    """The config file to read: explicit, else $LEANOTE_RAG_CONFIG, else ./config.yaml,
+    else the systemd install's /etc/leanote-rag/config.yaml (so `sudo leanote-rag status`
+    on a server finds the service's config)."""
     if explicit:
         return Path(explicit)
     if os.environ.get(CONFIG_ENV):
         return Path(os.environ[CONFIG_ENV])
+    if not Path(DEFAULT_CONFIG).exists() and SYSTEM_CONFIG.exists():
+        return SYSTEM_CONFIG
     return Path(DEFAULT_CONFIG)
 
 
@@ -322,7 +361,7 @@ def load(explicit: str | os.PathLike | None = None) -> Settings:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
-            f"no config file at {path}: pass --config PATH, set {CONFIG_ENV}, "
+            f"no config file at {path}: pass --config PATH, set {CONFIG_ENV}, create {SYSTEM_CONFIG}, "
             f"or copy the example config.yaml from the repository"
         ) from None
     except (OSError, UnicodeDecodeError) as err:
@@ -357,11 +396,14 @@ def _resolve_paths(settings: Settings, base_dir: Path, config_path: Path | None)
 
     source = settings.source.model_copy(update={"path": absolute(settings.source.path)})
     qdrant = settings.qdrant.model_copy(update={"local_path": absolute(settings.qdrant.local_path)})
+    state_dir = absolute(settings.state_dir)
+    api = settings.api.model_copy(update={"socket": absolute(settings.api.socket) or state_dir / "api.sock"})
     return settings.model_copy(
         update={
             "source": source,
             "qdrant": qdrant,
-            "state_dir": absolute(settings.state_dir),
+            "state_dir": state_dir,
+            "api": api,
             "config_path": config_path,
         }
     )
@@ -419,12 +461,25 @@ def prepare_state_dir(path: Path) -> Path:
             f"cannot create the state directory {path}: {err.strerror or err}. Create it and make it writable "
             f"by this user (mkdir -p {path}; chown \"$USER\" {path}), or set state_dir in the config"
         ) from None
+    not_as_root(path)
     if not os.access(path, os.W_OK | os.X_OK):
         raise UserError(
             f"cannot write the state directory {path}: permission denied. Make it writable by this user "
             f"(sudo chown -R \"$USER\" {path}), or set state_dir in the config"
         )
     return path
+
+
+def not_as_root(path: Path) -> None:
+    """Root must not work in a state directory another user (the service's) owns: the files
+    it would leave there are ones the service cannot write."""
+    owner = path.stat().st_uid
+    if os.geteuid() == 0 and owner != 0:
+        raise UserError(
+            f"the state directory {path} belongs to another user (uid {owner}), the service's: run this as that "
+            f"user (sudo systemd-run --pty -p DynamicUser=yes -p User=leanote-rag -p StateDirectory=leanote-rag "
+            f"... leanote-rag ...), or start the service (while it runs, the CLI goes through it)"
+        )
 
 
 def secret(env_name: str, what: str) -> str:

@@ -22,10 +22,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, median
+from typing import Callable
 
 from .errors import UserError
-from .index import NoteIndex
-from .retrieve import RETRIEVERS, search
+from .model import Hit
+from .retrieve import RETRIEVERS
+
+# (question, user id, k, retriever) -> hits: a local index's search or the daemon's
+Searcher = Callable[[str, str, int, str], list[Hit]]
 
 _MARKS = re.compile(r"[\s*`#>|_~\\]+")
 
@@ -132,7 +136,7 @@ def _aggregate(retriever: str, outcomes: list[Outcome], times: list[float]) -> R
 
 
 def evaluate(
-    index: NoteIndex,
+    search: Searcher,
     questions: list[dict],
     retrievers: tuple[str, ...] = RETRIEVERS,
     with_changes: bool = False,
@@ -146,7 +150,7 @@ def evaluate(
         outcomes, times = [], []
         for q in active:
             t = time.perf_counter()
-            hits = search(index, q["question"], q["user_id"], k=20, retriever=retriever)
+            hits = search(q["question"], q["user_id"], 20, retriever)
             times.append(time.perf_counter() - t)
             outcomes.append(_outcome(q, hits, retriever))
         reports.append(_aggregate(retriever, outcomes, times))

@@ -104,18 +104,21 @@ class NoteIndex:
                 store.drop(embedder.dim)
             manifest = store.manifest()
             if manifest is None:
-                manifest = {
-                    "schema": SCHEMA_VERSION,
-                    "embedder": embedder.model_id,
-                    "dim": embedder.dim,
-                    "index_id": uuid.uuid4().hex,
-                }
+                manifest = _new_manifest(embedder)
                 store.write_manifest(manifest)
             _check(manifest, embedder.model_id, embedder.dim, store.location)
         except BaseException:
             store.close()
             raise
         return cls(settings, store, embedder, manifest["index_id"])
+
+    def reset(self) -> None:
+        """Empty the index in place and give it a new id (a rebuild while it stays open):
+        the sync state that described the old one is dropped by the next pass."""
+        self.store.drop(self.embedder.dim)
+        manifest = _new_manifest(self.embedder)
+        self.store.write_manifest(manifest)
+        self.index_id = manifest["index_id"]
 
     def close(self) -> None:
         self.store.close()
@@ -201,6 +204,10 @@ def _check(manifest: dict, model_id: str, dim: int, location: str) -> None:
             f"(dim {manifest.get('dim')}), but the config asks for {model_id} (dim {dim}): "
             f"run `leanote-rag index --rebuild`"
         )
+
+
+def _new_manifest(embedder: embed_mod.Embedder) -> dict:
+    return {"schema": SCHEMA_VERSION, "embedder": embedder.model_id, "dim": embedder.dim, "index_id": uuid.uuid4().hex}
 
 
 def _fail_fast_on_mismatch(settings: Settings) -> None:

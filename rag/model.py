@@ -44,6 +44,7 @@ class Note:
     updated_at: datetime | None = None
     url: str = ""  # where a citation links to; sources with real Leanote ids leave it to the index
     origin: str = ""  # where the note came from (file path, source name), for messages
+    fingerprint: str = ""  # snapshot sources: what it was read from (size, mtime); unchanged, not read again
 
     @property
     def searchable(self) -> bool:

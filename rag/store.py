@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import QdrantConfig, prepare_state_dir, secret
+from .config import QdrantConfig, not_as_root, prepare_state_dir, secret
 from .errors import BrokenState, IndexMismatch, StoreLocked, Unavailable, UserError
 from .lexical import SparseVector
 from .redact import safe_url
@@ -134,6 +134,8 @@ class EdgeStore:
             prepare_state_dir(self.path.parent)
         elif not self.path.exists():
             raise UserError(f"no index at {self.path} yet: run `leanote-rag index` first")
+        else:
+            not_as_root(self.path.parent)
         self._lock = ProcessLock(self.path.parent / (self.path.name + ".lock"), f"the index in {self.path}")
         self._lock.acquire()
         try:

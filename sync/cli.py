@@ -4,17 +4,61 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime
 
 import click
 from tqdm import tqdm
 
 from rag.cli import App, pass_app
-from rag.errors import UserError
+from rag.client import find_daemon
+from rag.errors import Unavailable, UserError
 from rag.store import open_store
 
+from .report import print_pass, print_status, status_report
 from .service import SyncService
 from .state import State
+
+
+def _bar(total: int | None):
+    """A progress bar for an index pass (hidden when not on a terminal), and its feed."""
+    bar = tqdm(total=total, unit="note", desc="indexing", disable=None, leave=False)
+
+    def progress(seen: int, embedded: int, total: int | None = None) -> None:
+        if total is not None and bar.total != total:
+            bar.total = total
+        bar.n = seen
+        bar.set_postfix(embedded=embedded, refresh=False)
+        bar.refresh()
+
+    return bar, progress
+
+
+def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
+    settings = app.settings
+    state = State(settings.state_dir, replace_broken=rebuild)
+    try:
+        with app.open_index(create=True, rebuild=rebuild) as nindex:
+            service = SyncService(settings, nindex, state)
+            try:
+                bar, progress = _bar(None if settings.source.incremental else len(service.source))
+                with bar:
+                    result = service.run_pass(reconcile=reconcile, force=True, progress=progress)
+            finally:
+                service.close()
+    finally:
+        state.close()
+    return result.summary.as_json(), result.failures
+
+
+def _index_through(client, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
+    """The running daemon makes the pass; its progress and summary come back here."""
+    bar, progress = _bar(None)
+    with bar:
+        for event in client.stream("/sync", {"reconcile": reconcile, "rebuild": rebuild, "wait": True}):
+            if event["event"] == "progress":
+                progress(event["seen"], event["embedded"], event.get("total"))
+            elif event["event"] == "result":
+                return event["summary"], event["failures"]
+    raise Unavailable("the daemon ended the sync before it reported its result")
 
 
 @click.command()
@@ -23,37 +67,16 @@ from .state import State
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 @pass_app
 def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
-    """One sync pass from the configured source: only what changed since the last one."""
-    settings = app.settings
-    state = State(settings.state_dir, replace_broken=rebuild)
-    try:
-        with app.open_index(create=True, rebuild=rebuild) as nindex:
-            service = SyncService(settings, nindex, state)
-            try:
-                total = None if settings.source.incremental else len(service.source)
-                with tqdm(total=total, unit="note", desc="indexing", disable=None, leave=False) as bar:
-
-                    def progress(seen: int, embedded: int) -> None:
-                        bar.n = seen
-                        bar.set_postfix(embedded=embedded, refresh=False)
-                        bar.refresh()
-
-                    service.progress = progress
-                    result = service.run_pass(reconcile=reconcile, force=True)
-            finally:
-                service.close()
-    finally:
-        state.close()
-    summary = result.summary
-    if as_json:
-        click.echo(json.dumps({**summary.as_json(), "failures": result.failures}, ensure_ascii=False))
+    """One sync pass from the configured source: only what changed since the last one.
+    While `serve` runs, the daemon makes the pass (now, waiting for it)."""
+    client = find_daemon(app.settings)
+    if client is not None:
+        with client:
+            summary, failures = _index_through(client, rebuild, reconcile)
     else:
-        for item in summary.skipped:
-            click.echo(f"skipped {item['note']}: {item['reason']}", err=True)
-        click.echo(summary.line())
-    for account, error in result.failures.items():
-        click.echo(f"error: {account}: {error}", err=True)
-    if result.failures:
+        summary, failures = _index_here(app, rebuild, reconcile)
+    print_pass(summary, failures, as_json)
+    if failures:
         raise click.exceptions.Exit(1)
 
 
@@ -66,8 +89,20 @@ def serve(app: App) -> None:
     asyncio.run(Daemon(app.settings).run())
 
 
-def _when(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts).isoformat(timespec="seconds") if ts else None
+def _status_here(settings) -> dict:
+    state = State(settings.state_dir)
+    try:
+        try:
+            store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
+        except UserError:  # nothing indexed yet
+            store = None
+        try:
+            return status_report(settings, state, store)
+        finally:
+            if store is not None:
+                store.close()
+    finally:
+        state.close()
 
 
 @click.command()
@@ -75,82 +110,16 @@ def _when(ts: float | None) -> str | None:
 @pass_app
 def status(app: App, as_json: bool) -> None:
     """Per source and account: cursor vs server USN, notes indexed, last success and error, next run."""
-    settings = app.settings
-    state = State(settings.state_dir)
-    try:
-        notes = state.counts_by_user()
-        last = state.last_run()
-        skipped = [{**s, "at": _when(s["at"])} for s in state.skipped()]
-        accounts = [
-            {
-                "source": a.source,
-                "account": a.account,
-                "user_id": a.user_id,
-                "cursor_usn": a.cursor,
-                "server_usn": a.server_usn,
-                "lag": (a.server_usn - a.cursor) if a.server_usn is not None else None,
-                "notes_indexed": state.indexed_count(a.source, a.account) if settings.source.incremental else None,
-                "last_success": _when(a.last_success),
-                "last_error": a.last_error,
-                "failing_since": _when(a.failing_since),
-                "next_run": _when(a.next_run),
-            }
-            for a in state.accounts()
-        ]
-    finally:
-        state.close()
-    try:
-        store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
-    except UserError:  # nothing indexed yet
-        chunks, manifest, location = {}, {}, f"{settings.state_dir} (no index yet: run `leanote-rag index`)"
+    client = find_daemon(app.settings)
+    if client is not None:
+        with client:
+            report = client.get("/status")
     else:
-        try:
-            chunks = store.count_by_user()
-            manifest = store.manifest() or {}
-            location = store.location
-        finally:
-            store.close()
-    users = sorted(set(notes) | set(chunks))
-    report = {
-        "index": location,
-        "backend": settings.qdrant.kind,
-        "embedder": manifest.get("embedder"),
-        "dim": manifest.get("dim"),
-        "source": {"kind": settings.source.kind, "path": str(settings.source.path) if settings.source.path else None},
-        "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in users],
-        "accounts": accounts,
-        "last_sync": last and {**last, "ok": last["error"] is None},
-        "skipped": skipped,
-    }
+        report = _status_here(app.settings)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
-        return
-    click.echo(f"index:    {location} ({report['backend']})")
-    click.echo(f"embedder: {report['embedder']} (dim {report['dim']})")
-    click.echo(f"source:   {report['source']['kind']} {report['source']['path'] or ''}")
-    for u in report["users"]:
-        click.echo(f"user {u['user_id']}: {u['notes']} notes, {u['chunks']} chunks")
-    for a in accounts:
-        lag = f"cursor {a['cursor_usn']} / server {a['server_usn']} (lag {a['lag']})" if a["server_usn"] is not None else ""
-        line = f"account {a['account']}: {lag} last success {a['last_success'] or 'never'}"
-        if a["last_error"]:
-            line += f"; failing since {a['failing_since']}: {a['last_error']}"
-        if a["next_run"]:
-            line += f"; next run {a['next_run']}"
-        click.echo(line)
-    if last:
-        outcome = "ok" if last["error"] is None else f"failed: {last['error']}"
-        s = last["summary"] or {}
-        counts = f" ({s.get('added', 0)} added, {s.get('updated', 0)} updated, {s.get('deleted', 0)} deleted)" if s else ""
-        click.echo(f"last sync: {_when(last['finished'])} {outcome}{counts}")
     else:
-        click.echo("last sync: never")
-    if skipped:
-        click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")
-        for s in skipped[:10]:
-            click.echo(f"  {s['origin']}: {s['reason']}")
-        if len(skipped) > 10:
-            click.echo(f"  ... and {len(skipped) - 10} more (status --json lists them all)")
+        print_status(report)
 
 
 @click.command()

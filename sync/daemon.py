@@ -7,8 +7,12 @@ so the event loop stays free for the bots' questions, which are answered from th
 existing index while Leanote is down. An account that fails is retried on its
 backoff schedule, sooner than the interval when that is shorter.
 
-One process, because the embedded index allows one opener; ``trigger()`` (the bots'
-``/sync``) runs a sync now, debounced. SIGTERM/SIGINT stop within seconds: the
+One process, because the embedded index allows one opener: the CLI, scripts and
+monitoring reach it through its API (``sync.api``); ``trigger()`` (the bots' ``/sync``)
+runs a sync now, debounced. SIGHUP (``systemctl reload``) re-reads the config: what
+can change while running changes at once, the rest is named in the log as needing a
+restart. Under systemd (``Type=notify``) it reports READY, RELOADING, STOPPING and
+watchdog pings. SIGTERM/SIGINT stop within seconds: the
 scheduler and the bots stop, a running pass is asked to stop (it ends at its next
 note, page or embedding batch, HTTP calls in flight are cut; what it committed
 stays, and the next start carries on), the index is closed.
@@ -18,24 +22,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from datetime import datetime, timedelta
 from importlib.metadata import entry_points
 from typing import Awaitable, Callable
 
+import sdnotify
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from rag import config as config_mod
 from rag.answer import AnswerService
 from rag.config import Settings
-from rag.errors import UserError
+from rag.client import find_daemon
+from rag.errors import StoreLocked, UserError
 from rag.index import NoteIndex
+from rag.metrics import Metrics
 from rag.redact import safe_url
 
+from . import api
+from .metrics_wiring import attach_metrics
 from .service import PassResult, SyncService
 from .state import State
+from .watch import watch
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +55,39 @@ log = logging.getLogger(__name__)
 # they run until it stops. They are found through the ``leanote_rag.services`` entry
 # point group, so sync/ never imports bot/.
 Service = Callable[["Daemon"], Awaitable[None]]
+
+
+# What a reload (SIGHUP) changes in the running daemon: whole sections, and single keys
+# of others. Everything else needs a restart, and the log says which keys changed.
+LIVE_SECTIONS = ("users", "exclude", "answer", "retrieval", "bots", "log_level")
+LIVE_KEYS = {
+    "sync": ("interval", "reconcile_at", "backoff_min", "backoff_max", "trigger_debounce", "watch_debounce"),
+    "telegram": ("allowed_chats", "edit_interval"),
+    "discord": ("channel_ids", "role_ids", "allow_dms", "public_answers", "edit_interval"),
+}
+
+
+def merge_reload(old: Settings, new: Settings) -> tuple[Settings, list[str], list[str]]:
+    """The settings to run with after a reload: ``old`` with the live parts taken from
+    ``new``; and the dotted names of what changed live and of what needs a restart."""
+    update, live, restart = {}, [], []
+    for name in Settings.model_fields:
+        before, after = getattr(old, name), getattr(new, name)
+        if before == after:
+            continue
+        if name in LIVE_SECTIONS:
+            update[name] = after
+            live.append(name)
+        elif name in LIVE_KEYS and isinstance(before, config_mod.Section):
+            keys = {k for k in type(before).model_fields if getattr(before, k) != getattr(after, k)}
+            now = {k: getattr(after, k) for k in keys if k in LIVE_KEYS[name]}
+            if now:
+                update[name] = before.model_copy(update=now)
+            live += [f"{name}.{k}" for k in sorted(now)]
+            restart += [f"{name}.{k}" for k in sorted(keys - set(now))]
+        elif name != "config_path":
+            restart.append(name)
+    return old.model_copy(update=update), live, restart
 
 
 def discover_services() -> list[Service]:
@@ -58,7 +103,8 @@ def discover_services() -> list[Service]:
 class Daemon:
     def __init__(self, settings: Settings, services: list[Service] | None = None, clock=time.time):
         self.settings = settings
-        self.services = discover_services() if services is None else services
+        # the bots (entry points) and the file watcher of snapshot sources
+        self.services = [*discover_services(), watch] if services is None else services
         self.clock = clock
         self.index: NoteIndex | None = None
         self.answers: AnswerService | None = None
@@ -71,39 +117,68 @@ class Daemon:
         self.pass_done = asyncio.Condition()
         self._last_trigger = 0.0
         self._rerun = False  # a trigger came while a pass was running
+        self._in_pass = False  # a scheduled pass (the job) is under way, from start to bookkeeping
+        self.not_ready: str | None = None  # why the index is not open yet (the API's health says it)
+        self.systemd = sdnotify.SystemdNotifier()  # a no-op outside systemd (no NOTIFY_SOCKET)
+        self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
+        self._reader: State | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def open(self) -> None:
-        self.state = State(self.settings.state_dir)
-        self.index = NoteIndex.open(self.settings, create=True)
-        self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock)
-        self.answers = AnswerService.from_settings(self.settings, self.index)
-        self._reader = State(self.settings.state_dir)  # the event loop's own connection, for reads
+        try:
+            self.state = State(self.settings.state_dir)
+            self._reader = State(self.settings.state_dir)  # the event loop's own connection, for reads
+            self.index = NoteIndex.open(self.settings, create=True)
+            self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
+            self.answers = AnswerService.from_settings(self.settings, self.index)
+            attach_metrics(self.metrics, self.sync, self.answers, self._reader)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _open_when_free(self) -> bool:
+        """Open the index, waiting while another process (a one-shot `leanote-rag index`)
+        holds it; the API meanwhile says why it is not ready. False when stopped first."""
+        while not self.stopping.is_set():
+            try:
+                self.open()
+                self.not_ready = None
+                return True
+            except StoreLocked as err:
+                if self.not_ready is None:
+                    log.warning("waiting for the index: %s", err)
+                self.not_ready = str(err)
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=2.0)
+            except asyncio.TimeoutError:
+                pass
+        return False
 
     def close(self) -> None:
-        if getattr(self, "answers", None):
-            self.answers.close()
-        if getattr(self, "_reader", None):
-            self._reader.close()
-        if self.sync:
-            self.sync.close()
-        if self.index:
-            self.index.close()
-        if self.state:
-            self.state.close()
+        for part in ("answers", "_reader", "sync", "index", "state"):
+            thing = getattr(self, part, None)
+            if thing is not None:
+                thing.close()
+                setattr(self, part, None)
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT (or ``stop()``)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig, handler in ((signal.SIGTERM, self.stop), (signal.SIGINT, self.stop), (signal.SIGHUP, self.reload)):
             try:
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, handler)
             except (NotImplementedError, RuntimeError):  # not the main thread (tests)
                 pass
-        self.open()
+        if find_daemon(self.settings) is not None:
+            raise UserError(f"leanote-rag serve already runs for {self.settings.state_dir} (its API answers on "
+                            f"{self.settings.api.socket}): stop it first (systemctl stop leanote-rag)")
         tasks: list[asyncio.Task] = []
         try:
+            if self.settings.api.enabled:  # first: it says "not ready" while the index is busy
+                tasks.append(asyncio.create_task(self._supervise(api.service)))
+            if not await self._open_when_free():
+                return
             self.scheduler = AsyncIOScheduler()
             cfg = self.settings.sync
             hour, minute = (int(x) for x in cfg.reconcile_at.split(":"))
@@ -118,17 +193,25 @@ class Daemon:
             self.scheduler.start()
             log.info("serving: sync every %.0f s, reconcile daily at %s, index in %s",
                      cfg.interval, cfg.reconcile_at, self.index.store.location)
-            tasks = [asyncio.create_task(self._supervise(service)) for service in self.services]
+            tasks += [asyncio.create_task(self._supervise(service)) for service in self.services]
+            tasks.append(asyncio.create_task(self._watchdog()))
+            self.systemd.notify("READY=1\nSTATUS=serving")
             await self.stopping.wait()
         finally:
             log.info("stopping")
+            self.systemd.notify("STOPPING=1")
+            self.stopping.set()
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
             if self.sync:
                 self.sync.request_stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # the services see `stopping` and end on their own (the API answers what it is
+            # answering); whatever is still running after a moment is cancelled
+            if tasks:
+                _, late = await asyncio.wait(tasks, timeout=3.0)
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
             # a pass in its worker thread stops at its next safe point; wait for it before closing
             await asyncio.to_thread(self.sync.lock.acquire) if self.sync else None
             self.close()
@@ -136,6 +219,61 @@ class Daemon:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    async def _watchdog(self) -> None:
+        """Under systemd's WatchdogSec=: a ping every half period while the event loop runs
+        (a loop that hangs stops pinging, and systemd restarts the service)."""
+        usec = os.environ.get("WATCHDOG_USEC")
+        if not usec or not usec.isdigit() or os.environ.get("WATCHDOG_PID", str(os.getpid())) != str(os.getpid()):
+            return
+        while not self.stopping.is_set():
+            self.systemd.notify("WATCHDOG=1")
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=int(usec) / 2e6)
+            except asyncio.TimeoutError:
+                pass
+
+    def reload(self) -> None:
+        """SIGHUP: read the config file again and apply what can change while running."""
+        self.systemd.notify("RELOADING=1")
+        try:
+            path = self.settings.config_path
+            if path is None:
+                log.error("reload: this daemon was not started from a config file; nothing to re-read")
+                return
+            try:
+                new = config_mod.load(path)
+            except UserError as err:
+                log.error("reload refused, the running configuration stays: %s", err)
+                return
+            merged, live, restart = merge_reload(self.settings, new)
+            self._apply(merged, live)
+            if live or restart:
+                log.info("reloaded %s: %s%s", path, ", ".join(live) or "nothing that applies while running",
+                         f"; needs a restart to apply: {', '.join(restart)}" if restart else "")
+            else:
+                log.info("reloaded %s: no change", path)
+        finally:
+            self.systemd.notify("READY=1\nSTATUS=serving")
+
+    def _apply(self, settings: Settings, live: list[str]) -> None:
+        self.settings = settings
+        for part in (self.sync, self.index, self.answers):
+            if part is not None:
+                part.settings = settings
+        if self.answers is not None:
+            self.answers.conversations.max_chars = settings.answer.history_chars
+            self.answers.conversations.idle_reset = settings.answer.idle_reset
+        if "log_level" in live:
+            logging.getLogger().setLevel(settings.log_level)
+        if self.scheduler is not None and self.scheduler.running:
+            if "sync.interval" in live:
+                self.scheduler.reschedule_job("sync", trigger=IntervalTrigger(seconds=settings.sync.interval))
+            if "sync.reconcile_at" in live:
+                hour, minute = (int(x) for x in settings.sync.reconcile_at.split(":"))
+                self.scheduler.reschedule_job("reconcile", trigger=CronTrigger(hour=hour, minute=minute))
+            if "exclude" in live:  # the next pass sees new rules and reconciles: run it now
+                self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
 
     async def _supervise(self, service: Service) -> None:
         """Run a service; if it fails (network down), retry with backoff without stopping
@@ -164,29 +302,45 @@ class Daemon:
     # --- syncing --------------------------------------------------------------------------
 
     async def _pass(self, reconcile: bool = False, force: bool = False) -> PassResult | None:
+        """A scheduled pass (the interval, the daily reconcile, a trigger); a trigger that
+        came while it ran gets one more pass right after (the first may have missed it)."""
+        self._in_pass = True
         try:
-            result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
-        except asyncio.CancelledError:
-            if self.stopping.is_set():  # the scheduler's shutdown: run() waits for the pass
-                return None
-            raise
+            while True:
+                try:
+                    result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
+                except asyncio.CancelledError:
+                    if self.stopping.is_set():  # the scheduler's shutdown: run() waits for the pass
+                        return None
+                    raise
+                await self._after_pass(result)
+                if not self._rerun or self.stopping.is_set():
+                    return result
+                self._rerun, reconcile = False, False
+        finally:
+            self._in_pass = False
+
+    async def sync_now(self, reconcile: bool = False, rebuild: bool = False, progress=None) -> PassResult:
+        """A pass now, whatever the backoff says (the API's /sync, `leanote-rag index`);
+        it waits for a pass already running."""
+        result = await asyncio.to_thread(self.sync.run_pass, reconcile, True, rebuild, progress)
+        await self._after_pass(result)
+        return result
+
+    async def _after_pass(self, result: PassResult) -> None:
         if result.stopped:
-            return result
+            return
         self.last_pass = result
         self.passes += 1
         summary = result.summary
         if summary.changed or summary.skipped:
             log.info("synced: %s", summary.line())
         self._schedule_retry()
-        if self._rerun:
-            self._rerun = False
-            self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
         job = self.scheduler.get_job("sync")
         if job is not None and job.next_run_time is not None:
             await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
         async with self.pass_done:
             self.pass_done.notify_all()
-        return result
 
     def _schedule_retry(self) -> None:
         """An account in backoff may be due before the next interval run: run then."""
@@ -207,25 +361,35 @@ class Daemon:
                     acc.next_run = when
                     self.state.put_account(acc)
 
-    def trigger(self) -> bool:
-        """Run a sync now (e.g. the bots' /sync). Debounced: returns False when a
-        trigger came less than ``sync.trigger_debounce`` ago."""
+    def trigger(self, debounce: bool = True) -> bool:
+        """Run a sync now (the bots' /sync, the file watcher). Debounced unless told not to:
+        False when a trigger came less than ``sync.trigger_debounce`` ago."""
         now = self.clock()
-        if now - self._last_trigger < self.settings.sync.trigger_debounce:
+        if debounce and now - self._last_trigger < self.settings.sync.trigger_debounce:
             return False
         self._last_trigger = now
         if self.scheduler is None:
             return False
-        if self.sync.lock.locked():  # the running pass may have missed the change: once more after it
+        if self._in_pass:  # the running pass may have missed the change: once more right after it
             self._rerun = True
-        else:
+        else:  # (a pass started through the API holds the lock: this one waits for it)
             self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
         return True
 
     # --- for the bots (bot.common.Host) ------------------------------------------------------
 
+    def state_reader(self) -> State:
+        """The event loop's own connection to the state, for reads."""
+        return self._reader
+
+    def resolve_user_name(self, name: str) -> str:
+        """A Leanote user id, given an id or the email of an API account."""
+        return (self.user_for_email(name.strip().lower()) or name) if "@" in name else name
+
     def user_for_email(self, email: str) -> str | None:
         """The Leanote user id of an API account, once it has synced."""
+        if self._reader is None:
+            return None
         for acc in self._reader.accounts():
             if acc.account == email and acc.user_id:
                 return acc.user_id

@@ -12,6 +12,7 @@ from typing import Iterator
 
 from rag import embed as embed_mod
 from rag.config import Settings
+from rag.client import find_daemon
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, StoreLocked, UserError
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
@@ -182,6 +183,27 @@ def _reach_fix(settings: Settings) -> str:
 
 def _index(settings: Settings) -> Iterator[Check]:
     name = f"index ({settings.qdrant.kind})"
+    try:
+        client = find_daemon(settings)
+    except UserError as err:
+        yield Check(name, False, str(err), "run doctor as the service's user or as root")
+        return
+    if client is not None:
+        with client:
+            try:
+                health = client.health()
+            except LeanoteRagError as err:
+                yield Check(name, False, str(err), "see journalctl -u leanote-rag")
+                return
+        if health["ready"]:
+            yield Check(name, True, f"held by the running daemon: {health['passes']} pass(es) since it started, "
+                        "the last one ok")
+        elif health["index"] != "open":
+            yield Check(name, False, f"the running daemon cannot open it: {health['index']}",
+                        "see journalctl -u leanote-rag")
+        else:
+            yield Check(name, False, "the running daemon's last sync failed", "leanote-rag status shows why")
+        return
     try:
         store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
     except StoreLocked as err:

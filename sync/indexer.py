@@ -7,7 +7,10 @@ For each note: (unchanged? skip) -> (trashed, deleted or private? take it out) -
 cursor that covers them (incremental sources). A crash before the commit leaves
 notes that are processed again; deterministic point ids make that idempotent.
 
-``run()`` applies a whole snapshot (files, mongodump): notes it lacks leave.
+``run()`` applies a whole snapshot (files, mongodump): notes it lacks leave. What
+the source did not read again (``Unchanged``: same file fingerprint, same backup)
+counts as seen and unchanged; ``known()`` tells the source what earlier passes
+recorded, and a ``Checkpoint`` is kept once the whole snapshot is through.
 ``sync.incremental`` drives ``apply``/``commit`` page by page for live sources.
 """
 
@@ -18,16 +21,16 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Union
+from typing import Callable, Iterable
 
 import numpy as np
 
 from rag.config import ExcludeConfig
-from rag.errors import NoteError
+from rag.errors import NoteError, UserError
 from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
 from rag.model import Note, rule_key
 
-from .sources import Skipped
+from .sources import Checkpoint, Known, SnapshotItem, Skipped, Unchanged
 from .state import INDEXED, AccountRecord, NoteRecord, State
 
 log = logging.getLogger(__name__)
@@ -134,19 +137,56 @@ class Indexer:
         self._pending: dict[str, NoteRecord | None] = {}  # note id -> row to write, or None to delete
         self._skips: list[tuple[str, str, str]] = []  # (note id, origin, reason) to record
         self._skips_seen: list[tuple[str, str, str]] = []  # every skip of this run
+        self._rows: dict[str, tuple[str, str, str]] | None = None  # snapshot: this source's rows before the run
         self.progress: Progress = lambda seen, embedded: None
         if self.state.bind_index(self.index.index_id):
             log.info("the state described another index; every note will be indexed anew")
 
     # --- a snapshot -----------------------------------------------------------------------
 
-    def run(self, items: Iterable[Union[Note, Skipped]], *, remove_missing: bool = True) -> Summary:
+    def known(self) -> Known:
+        """What earlier passes recorded for this source, for it to skip what did not change:
+        the fingerprints of notes this pipeline prepared, and the last complete pass's
+        checkpoint while the rows are still the ones it left."""
+        rows = self._snapshot_rows()
+        fingerprints = {note_id: fp for note_id, (fp, _, pipeline) in rows.items() if fp and pipeline == self.pipeline}
+        checkpoint = None
+        saved = self.state.get_meta(self._checkpoint_key())
+        if saved:
+            try:
+                saved = json.loads(saved)
+                if saved["context"] == self._context() and saved["notes"] == len(rows):
+                    checkpoint = saved["mark"]
+            except (ValueError, KeyError, TypeError):
+                checkpoint = None
+        return Known(fingerprints, checkpoint)
+
+    def _snapshot_rows(self) -> dict[str, tuple[str, str, str]]:
+        if self._rows is None:
+            self._rows = self.state.snapshot_rows(self.source_name)
+        return self._rows
+
+    def _checkpoint_key(self) -> str:
+        return f"checkpoint:{self.source_name}"
+
+    def _context(self) -> str:
+        """Besides the source's own mark, what decides the rows a snapshot leaves."""
+        return f"{self.pipeline}|{self.base_url}"
+
+    def run(self, items: Iterable[SnapshotItem], *, remove_missing: bool = True) -> Summary:
         """Index a full snapshot. With remove_missing, notes it lacks leave the index."""
         started = time.monotonic()
         seen: set[str] = set()
+        checkpoint: str | None = None
+        keep_skips = False  # a snapshot not read again still has the notes it could not read
         for n, item in enumerate(items, start=1):
             self.check_stop()
-            if isinstance(item, Skipped):
+            if isinstance(item, Unchanged):
+                keep_skips |= item.note_ids is None
+                self._unchanged(item, seen)
+            elif isinstance(item, Checkpoint):
+                checkpoint = item.mark
+            elif isinstance(item, Skipped):
                 self.skip(item.origin, item.reason, item.note_id)
                 if item.note_id:
                     seen.add(item.note_id)  # unreadable now is not gone: its last good version stays
@@ -159,17 +199,46 @@ class Indexer:
                 self.commit()
             self.progress(n, self.summary.chunks_embedded)
         if remove_missing:
-            for note_id in sorted(self.state.note_ids() - seen):
+            missing = self.state.note_ids() - seen
+            if not seen and not self._skips_seen and missing:
+                ours = len(self.state.note_ids(self.source_name))
+                if ours:  # an unmounted share or a folder emptied by mistake must not empty the index
+                    raise UserError(
+                        f"{self.source_name} holds no notes now, but {ours} of its notes are indexed: nothing "
+                        f"was deleted. If every note is really gone, run `leanote-rag index --rebuild`"
+                    )
+            for note_id in sorted(missing):
                 self.remove(note_id)
         self.commit()
         # a complete snapshot: a note skipped before and not now was read, or is gone
-        keys = {note_id or origin for note_id, origin, _ in self._skips_seen}
-        stale = [r["note_id"] for r in self.state.skipped(self.source_name) if r["note_id"] not in keys]
-        with self.state.transaction():
-            self.state.unskip(self.source_name, stale)
+        if not keep_skips:
+            keys = {note_id or origin for note_id, origin, _ in self._skips_seen}
+            stale = [r["note_id"] for r in self.state.skipped(self.source_name) if r["note_id"] not in keys]
+            with self.state.transaction():
+                self.state.unskip(self.source_name, stale)
+        if checkpoint is not None:
+            self._rows = None
+            mark = {"mark": checkpoint, "context": self._context(), "notes": len(self._snapshot_rows())}
+            with self.state.transaction():
+                self.state.set_meta(self._checkpoint_key(), json.dumps(mark, ensure_ascii=False))
         self.finish()
         self.summary.seconds = round(time.monotonic() - started, 3)
         return self.summary
+
+    def _unchanged(self, item: Unchanged, seen: set[str]) -> None:
+        """Notes the source did not read again: seen, and as the last pass left them."""
+        rows = self._snapshot_rows()
+        for note_id in rows if item.note_ids is None else item.note_ids:
+            if note_id in seen:
+                continue
+            seen.add(note_id)
+            row = rows.get(note_id)
+            if row is None:
+                continue
+            if row[1] == INDEXED:
+                self.summary.unchanged += 1
+            else:
+                self.summary.not_indexed += 1
 
     def finish(self) -> None:
         """After a run: build the HNSW index if much was written, drop unused cached vectors."""
@@ -234,6 +303,7 @@ class Indexer:
             status=status,
             notebook_id=note.notebook_id,
             tags=list(note.tags),
+            fingerprint=note.fingerprint,
         )
 
     def apply(self, note: Note) -> None:

@@ -24,15 +24,17 @@ import logging
 import random
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rag.config import Settings
 from rag.errors import AuthFailed, LeanoteRagError, Unavailable, UserError
 from rag.index import NoteIndex
 
 from .incremental import AccountResult, AccountSync
-from .indexer import Indexer, Stopped, Summary
-from .sources import open_source
+from .indexer import Indexer, Progress, Stopped, Summary
+from .sources import Known, open_source
 from .state import State
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,11 @@ class PassResult:
 
 
 class SyncService:
-    def __init__(self, settings: Settings, index: NoteIndex, state: State, clock=time.time, rng=random.random):
+    def __init__(self, settings: Settings, index: NoteIndex, state: State, clock=time.time, rng=random.random,
+                 scheduled: bool = False):
+        """``scheduled``: passes repeat (the daemon), so a failure says when it is retried;
+        a one-shot ``index`` just reports it."""
+        self.scheduled = scheduled
         self.settings = settings
         self.index = index
         self.state = state
@@ -73,7 +79,8 @@ class SyncService:
         self._stop = threading.Event()
         self._failures: dict[str, int] = {}
         self._auth_failed: dict[str, str] = {}
-        self.progress = lambda seen, embedded: None  # snapshot sources: (notes seen, chunks embedded)
+        # Called with every finished pass (metrics), in the pass's thread; one that raises is logged.
+        self.observers: list[Callable[[PassResult], None]] = []
 
     def request_stop(self) -> None:
         """End a running pass as soon as it can with consistent state (from any thread)."""
@@ -104,23 +111,41 @@ class SyncService:
         dues = [a.next_run for a in self.state.accounts() if a.next_run and a.last_error]
         return min(dues) if dues else None
 
-    def run_pass(self, reconcile: bool = False, force: bool = False) -> PassResult:
-        """Sync every account once. ``force`` ignores backoff (a manual run)."""
+    def run_pass(self, reconcile: bool = False, force: bool = False, rebuild: bool = False,
+                 progress: Progress | None = None) -> PassResult:
+        """Sync every account once. ``force`` ignores backoff (a manual run); ``rebuild``
+        empties the index first and reads every note again; ``progress`` hears about a
+        snapshot's notes as they go."""
         with self.lock:
+            started = time.monotonic()
+            if rebuild:
+                log.info("rebuilding the index: every note is read again")
+                self.index.reset()
             run_id = self.state.start_run(self.source.name)
             try:
-                result = self._run_pass(reconcile, force)
+                result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
             except BaseException as err:
                 self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
+                if isinstance(err, Exception):  # observers hear of it as a failed pass
+                    self._notify(PassResult(failures={"*": f"{type(err).__name__}: {err}"},
+                                            seconds=round(time.monotonic() - started, 3)))
                 raise
             error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
             summary = result.summary.as_json()
             summary["reconcile"] = reconcile
             summary["stopped"] = result.stopped
             self.state.finish_run(run_id, summary, error=error)
+            self._notify(result)
             return result
 
-    def _run_pass(self, reconcile: bool, force: bool) -> PassResult:
+    def _notify(self, result: PassResult) -> None:
+        for observe in self.observers:
+            try:
+                observe(result)
+            except Exception:
+                log.exception("a sync pass observer failed (the sync is not affected)")
+
+    def _run_pass(self, reconcile: bool, force: bool, progress: Progress) -> PassResult:
         started = time.monotonic()
         result = PassResult()
         if self._exclusions_changed():
@@ -151,7 +176,7 @@ class SyncService:
                 result.skipped[account] = f"backing off until {time.strftime('%H:%M:%S', time.localtime(acc.next_run))}"
                 continue
             try:
-                result.results[account] = self._sync_account(account, reconcile)
+                result.results[account] = self._sync_account(account, reconcile, progress)
             except Exception as err:
                 if isinstance(err, Stopped) or self.stopping:  # a call cut off by the stop is no failure
                     result.stopped = True
@@ -180,19 +205,25 @@ class SyncService:
         delay = self.backoff(n)
         expected = isinstance(err, (Unavailable, OSError, UserError))
         message = str(err) if expected else f"{type(err).__name__}: {err}"
-        if n == 1:
+        if n == 1 and self.scheduled:
             log.warning("sync of %s failing: %s (retrying in %.0f s, backing off)", account, message, delay,
                         exc_info=None if expected else err)
+        elif n == 1:
+            log.warning("sync of %s failed: %s", account, message, exc_info=None if expected else err)
         else:
             log.debug("sync of %s failed again (%d): %s; next try in %.0f s", account, n, message, delay)
         self._record_failure(account, message, next_run=self.clock() + delay)
         result.failures[account] = message
 
-    def _sync_account(self, account: str, reconcile: bool) -> AccountResult:
+    def _sync_account(self, account: str, reconcile: bool, progress: Progress) -> AccountResult:
         if not self.incremental:
             indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._stop.is_set)
-            indexer.progress = self.progress
-            summary = indexer.run(self.source.notes())
+            indexer.progress = progress
+            # the source looks at the folder or backup anew and reads only what changed since
+            # the last pass; a reconcile (privacy rules changed, the daily one) reads everything
+            known = Known() if reconcile else indexer.known()
+            with closing(self.source.notes(known)) as items:  # a stop ends it now: temp files go
+                summary = indexer.run(items)
             acc = self.state.account(self.source.name, account)
             acc.last_attempt = acc.last_success = self.clock()
             acc.last_error = acc.failing_since = acc.next_run = None

@@ -1,14 +1,17 @@
 """Sync state in SQLite under ``state_dir``: what is in the index, and why.
 
 - ``notes``: one row per note seen: its status (indexed, or why not), Usn, content
-  hash, metadata hash, the pipeline that prepared it, its point ids in the store.
+  hash, metadata hash, the pipeline that prepared it, its point ids in the store,
+  and for snapshot sources the fingerprint of the file it was read from.
 - ``accounts``: per (source, account): the USN cursors (notebooks, notes), the
   server's USN when last asked, last success, last error, next run.
 - ``notebooks``: the notebook tree of incremental sources, to resolve paths and
   privacy rules without asking the server.
 - ``embeddings``: dense vectors keyed by (embedder, embedded text) hash, so an
   edited note re-embeds only the chunks whose text changed.
-- ``runs``: sync history. ``meta``: which index these rows describe.
+- ``runs``: sync history. ``meta``: which index these rows describe, the privacy
+  rules last applied, and per snapshot source what its last complete pass read
+  (``checkpoint:<source>``, e.g. the backup file's path, size and mtime).
 - ``skipped``: notes that could not be read or indexed (a malformed field, a file that
   is not text), and why, until they are read again successfully or go away.
 
@@ -110,6 +113,9 @@ MIGRATIONS = [
         PRIMARY KEY (source, note_id)
     );
     """,
+    """
+    ALTER TABLE notes ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
+    """,
 ]
 
 INDEXED = "indexed"  # other statuses: "trash", "deleted", "excluded" (known, not in the index)
@@ -132,6 +138,9 @@ class NoteRecord:
     status: str = INDEXED  # or "trash", "deleted", "excluded": known, not in the index
     notebook_id: str = ""
     tags: list[str] = field(default_factory=list)
+    # Snapshot sources: what the note was read from (a file's size and mtime); "" when
+    # unknown. The next pass does not read a file whose fingerprint is the same.
+    fingerprint: str = ""
 
 
 @dataclass
@@ -163,13 +172,14 @@ _ACCOUNT_COLUMNS = (
 )
 _NOTE_COLUMNS = (
     "note_id, source, user_id, title, notebook, content_hash, meta_hash, pipeline, point_ids, chunk_keys, "
-    "usn, account, status, notebook_id, tags"
+    "usn, account, status, notebook_id, tags, fingerprint"
 )
 
 
 def _note(row) -> NoteRecord:
     return NoteRecord(
-        *row[:8], json.loads(row[8]), json.loads(row[9]), row[10], row[11], row[12], row[13], json.loads(row[14])
+        *row[:8], json.loads(row[8]), json.loads(row[9]), row[10], row[11], row[12], row[13], json.loads(row[14]),
+        row[15],
     )
 
 
@@ -280,7 +290,7 @@ class State:
 
     def put_note(self, rec: NoteRecord) -> None:
         self.db.execute(
-            f"INSERT OR REPLACE INTO notes({_NOTE_COLUMNS}, indexed_at) VALUES ({','.join('?' * 16)})",
+            f"INSERT OR REPLACE INTO notes({_NOTE_COLUMNS}, indexed_at) VALUES ({','.join('?' * 17)})",
             (
                 rec.note_id,
                 rec.source,
@@ -297,9 +307,15 @@ class State:
                 rec.status,
                 rec.notebook_id,
                 json.dumps(rec.tags, ensure_ascii=False),
+                rec.fingerprint,
                 time.time(),
             ),
         )
+
+    def snapshot_rows(self, source: str) -> dict[str, tuple[str, str, str]]:
+        """A snapshot source's notes: note id -> (fingerprint, status, pipeline)."""
+        rows = self.db.execute("SELECT note_id, fingerprint, status, pipeline FROM notes WHERE source = ?", (source,))
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
     def delete_note(self, note_id: str) -> None:
         self.db.execute("DELETE FROM notes WHERE note_id = ?", (note_id,))
@@ -426,6 +442,12 @@ class State:
             "UPDATE runs SET finished = ?, summary = ?, error = ? WHERE id = ?",
             (time.time(), json.dumps(summary, ensure_ascii=False), error, run_id),
         )
+
+    def runs_since(self, since: float, limit: int = 100) -> list[dict]:
+        """Runs that started at or after ``since`` (time.time()), newest first, among the
+        last ``limit``: ``finished`` is None while one is under way."""
+        rows = self.db.execute("SELECT started, finished FROM runs ORDER BY id DESC LIMIT ?", (limit,))
+        return [{"started": started, "finished": finished} for started, finished in rows if started >= since]
 
     def last_run(self, ok_only: bool = False) -> dict | None:
         where = "WHERE finished IS NOT NULL AND error IS NULL" if ok_only else "WHERE finished IS NOT NULL"

@@ -14,13 +14,17 @@ PROTOCOL_LIBS = {
     "pymongo": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/embed.py", "rag/llm.py"},
-    "httpx": {"rag/embed.py", "rag/llm.py"},
+    "httpx": {"rag/embed.py", "rag/llm.py", "rag/client.py"},
+    "fastapi": {"sync/api.py"},
+    "uvicorn": {"sync/api.py"},
+    "watchfiles": {"sync/watch.py"},
     "telegram": {"bot/telegram.py"},
     "discord": {"bot/discord.py"},
     "qdrant_client": {"rag/store.py"},
     "qdrant_edge": {"rag/store.py"},
     "sentence_transformers": {"rag/embed.py", "rag/rerank.py"},
     "FlagEmbedding": {"rag/rerank.py"},
+    "prometheus_client": {"rag/metrics.py"},
 }
 
 

@@ -154,9 +154,10 @@ def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):
             time.sleep(0.1)
         else:
             pytest.fail("serve did not finish a sync")
-        # while serve runs, another process is told the index is busy
-        out = subprocess.run([exe, "--config", str(config), "search", "x"], env=env, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 1 and "open in another process" in out.stderr
+        # while serve runs, the CLI goes through it
+        out = subprocess.run([exe, "--config", str(config), "search", "FIRST-SYNC-1"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and "第一条" in out.stdout, out.stderr
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err

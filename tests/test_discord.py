@@ -134,7 +134,7 @@ def test_strangers_and_the_wrong_place_get_ephemeral_refusals_before_any_work(wo
             (FakeInteraction(STRANGER), str(STRANGER)),
             (FakeInteraction(OWNER, channel_id=OTHER_CHANNEL), "channel"),
             (FakeInteraction(OWNER, guild_id=999), "server"),
-            (FakeInteraction(OWNER, roles=()), str(OWNER)),
+            (FakeInteraction(OWNER, roles=()), "roles allowed"),
             (FakeInteraction(OWNER, guild_id=None, channel_id=None), "direct messages"),
         ]
         for it, expected in cases:

@@ -306,7 +306,7 @@ def test_a_stranger_gets_one_ephemeral_refusal_and_no_llm_call(world):
     async def scenario(daemon):
         cases = [
             (STRANGER, CHANNEL, (ROLE,), str(STRANGER)),
-            (ONE, CHANNEL, (), str(ONE)),  # a mapped person without the role (resolved from GUILD_CREATE)
+            (ONE, CHANNEL, (), "roles allowed"),  # a mapped person without the role (resolved from GUILD_CREATE)
             (ONE, OTHER_CHANNEL, (ROLE,), "channel"),
         ]
         for user, channel, roles, expected in cases:

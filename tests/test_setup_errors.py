@@ -221,3 +221,17 @@ def test_the_default_reranker_follows_what_is_installed(tmp_path, capsys, monkey
     assert "ok   reranker (auto): auto:" in out
     code, out, err = run(capsys, "--config", str(cfg), "ask", "番茄炒蛋怎么做？")
     assert code == 0 and "WARNING" not in err and "reranker" not in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can act in another user's state directory")
+def test_root_does_not_write_into_the_services_state_directory(tmp_path, capsys):
+    cfg = config(tmp_path)
+    assert run(capsys, "--config", str(cfg), "index")[0] == 0
+    data = tmp_path / "data"
+    for path in [data, *data.rglob("*")]:
+        os.chown(path, 4242, 4242)  # as the service's (dynamic) user would own it
+    before = {p: p.stat().st_uid for p in data.rglob("*")}
+    for command in ("index", "status", "search"):
+        code, _, err = run(capsys, "--config", str(cfg), command, *(["番茄"] if command == "search" else []))
+        assert code == 2 and "belongs to another user" in err, (command, err)
+    assert {p: p.stat().st_uid for p in data.rglob("*")} == before  # nothing new, nothing re-owned

@@ -73,7 +73,8 @@ def world(leanote, tmp_path, use_embedder):
         if not opened:
             opened["state"] = State(settings.state_dir)
             opened["index"] = NoteIndex.open(settings, create=True, embedder=use_embedder)
-            opened["service"] = SyncService(settings, opened["index"], opened["state"], clock=clock, rng=lambda: 0.5)
+            opened["service"] = SyncService(settings, opened["index"], opened["state"], clock=clock, rng=lambda: 0.5,
+                                            scheduled=True)  # as in the daemon: passes repeat
         return opened["service"].run_pass(reconcile=reconcile, force=force)
 
     def find(query, user=ALICE, k=10):

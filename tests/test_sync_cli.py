@@ -86,3 +86,12 @@ def test_doctor_says_how_to_fix_each_failure(setup, capsys, monkeypatch, tmp_pat
     monkeypatch.delenv("LR_PW_ALICE")
     code, out, _ = run(capsys, "--config", str(cfg), "doctor")
     assert "LR_PW_ALICE (named by the password_env of account alice@example.com) is not set" in out
+
+
+def test_a_one_shot_index_reports_a_failure_without_promising_a_retry(setup, capsys, caplog):
+    fake, cfg = setup
+    fake.fail("user/getSyncState", times=1)
+    code, _, err = run(capsys, "--config", str(cfg), "index")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert code == 1 and "HTTP 500" in err
+    assert "sync of alice@example.com failed" in logged and "retrying in" not in logged + err

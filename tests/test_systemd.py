@@ -107,3 +107,9 @@ def test_example_config_is_valid():
 
     settings = config.load(REPO / "systemd" / "config.example.yaml")
     assert settings.source.kind == "leanote_api" and settings.exclude.tags == ["private"]
+
+
+def test_the_daemon_speaks_systemds_notify_protocol_and_reloads():
+    service = (REPO / "systemd" / "leanote-rag.service").read_text()
+    for line in ("Type=notify", "NotifyAccess=main", "ExecReload=/bin/kill -HUP $MAINPID", "WatchdogSec="):
+        assert re.search(rf"^{re.escape(line)}", service, re.M), line

@@ -89,6 +89,19 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
     run(settings, tg, scenario)
 
 
+def test_start_tells_a_newcomer_their_id(world):
+    settings, tg, ollama = world
+
+    async def scenario(daemon):
+        tg.say(STRANGER, "/start")
+        tg.say(OWNER, "/start")
+        await until(lambda: tg.sent_to(STRANGER) and tg.sent_to(OWNER))
+        assert str(STRANGER) in tg.sent_to(STRANGER)[0]["text"] and "/ask" in tg.sent_to(STRANGER)[0]["text"]
+        assert "Sorry" not in tg.sent_to(OWNER)[0]["text"]
+
+    run(settings, tg, scenario)
+
+
 def test_a_stranger_gets_one_refusal_with_their_id_and_nothing_else(world):
     settings, tg, ollama = world
 

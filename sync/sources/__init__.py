@@ -9,12 +9,19 @@
 
 Either raises ``UserError``/``Unavailable``/``AuthFailed`` when it cannot be read as
 a whole: then nothing is deleted from the index.
+
+A snapshot source is opened once and read again on every pass, so it looks at the
+folder or backup anew each time, and reads only what changed: it is handed what the
+last passes recorded (``Known``) and yields ``Unchanged`` for notes whose file (size
+and mtime) or backup is the same, without reading them; a note's ``fingerprint`` is
+what the indexer stores with a note read, ``Checkpoint`` what the indexer
+keeps once the whole pass is through (a backup's path, size and mtime).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Union
+from typing import Callable, Iterator, Mapping, Protocol, Union
 
 from rag.config import Settings
 from rag.errors import ConfigError
@@ -28,6 +35,35 @@ class Skipped:
     origin: str
     reason: str
     note_id: str = ""
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """Notes as the last pass left them, not read again: ``note_ids``, or every note the
+    source has in the state when None (a backup that did not change)."""
+
+    origin: str
+    note_ids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the source read this pass (e.g. a backup file's path, size and mtime); kept
+    once the pass is complete and handed back as ``Known.checkpoint`` next time."""
+
+    mark: str
+
+
+@dataclass(frozen=True)
+class Known:
+    """What earlier passes recorded, so a snapshot source can skip what did not change.
+    Empty (the default) on a first pass or a reconcile: everything is read."""
+
+    fingerprints: Mapping[str, str] = field(default_factory=dict)  # note id -> fingerprint
+    checkpoint: str | None = None  # the mark of the last complete pass
+
+
+SnapshotItem = Union[Note, Skipped, Unchanged, Checkpoint]
 
 
 @dataclass(frozen=True)
@@ -57,10 +93,12 @@ class NoteSource(Protocol):
     name: str  # stable id of the source, e.g. "files:/home/me/notes"
 
     def __len__(self) -> int:
-        """How many notes (or note files) a snapshot will yield, for progress."""
+        """How many notes (or note files) a snapshot will yield now, for progress."""
         ...
 
-    def notes(self) -> Iterator[Union[Note, Skipped]]: ...
+    def notes(self, known: Known = Known()) -> Iterator[SnapshotItem]:
+        """The current snapshot, looked at anew on each call."""
+        ...
 
 
 @dataclass

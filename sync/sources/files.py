@@ -4,6 +4,10 @@ files, and Leanote desktop ``.leanote`` export files (JSON, one or more notes ea
 Notes get stable ids from their path (``.leanote`` notes: path and position), so
 a renamed or moved file is a new note and the old one leaves the index.
 Citations link to the file itself: exported notes carry no Leanote id.
+
+The folder is listed anew on every pass. A file whose size and mtime (ns) are what
+the last pass recorded is not read again: its notes count as unchanged. Hidden files
+and folders (``.git``, ``.obsidian``, sync tools' temporary files) are never looked at.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import stat
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator
 
 import yaml
 
@@ -22,14 +29,19 @@ from rag.clean import strip_front_matter
 from rag.errors import UserError
 from rag.model import NOTEBOOK_SEP, Note
 
-from . import Skipped
+from . import Known, SnapshotItem, Skipped, Unchanged
 
 log = logging.getLogger(__name__)
 
 MARKDOWN = {".md", ".markdown"}
 HTML = {".html", ".htm"}
 LEANOTE = {".leanote"}
+SUFFIXES = MARKDOWN | HTML | LEANOTE
 MAX_FILE_BYTES = 50 * 1024 * 1024
+# A file changed this recently may change again within the same mtime tick (2 s on FAT,
+# coarser on some network shares) without its fingerprint changing: it is read again
+# next time rather than trusted.
+RACY_NS = 3_000_000_000
 
 _H1 = re.compile(r"^#[ \t]+(.+?)[ \t#]*$", re.M)
 _FRONT = re.compile(r"\A\ufeff?---[ \t]*\n(.{0,4000}?)\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
@@ -102,39 +114,90 @@ class FilesSource:
         self.root = Path(root)
         self.user_id = user_id
         self.name = f"files:{self.root.resolve()}"
+        self._check_root()
+
+    def _check_root(self) -> None:
         if not self.root.is_dir():
             raise UserError(f"source.path {self.root} is not a folder of notes")
-        self._paths = sorted(
-            p
-            for p in self.root.rglob("*")
-            if p.is_file()
-            and p.suffix.lower() in MARKDOWN | HTML | LEANOTE
-            and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
-        )
+
+    def _list(self) -> list[tuple[str, str, os.stat_result]]:
+        """(path relative to the root, full path, stat) of every note file now, by path."""
+        self._check_root()
+        found: list[tuple[str, str, os.stat_result]] = []
+        folders = [(os.fspath(self.root), "")]
+        while folders:
+            folder, prefix = folders.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue  # unreadable or gone meanwhile: as if empty, like a walk
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append((entry.path, prefix + entry.name + "/"))
+                        continue
+                    if os.path.splitext(entry.name)[1].lower() not in SUFFIXES:
+                        continue
+                    st = entry.stat()  # follows a symlink, as reading does
+                except OSError:
+                    continue  # gone meanwhile, or a dangling link
+                if stat.S_ISREG(st.st_mode):
+                    found.append((prefix + entry.name, entry.path, st))
+        found.sort(key=lambda item: item[0])
+        return found
 
     def __len__(self) -> int:
-        return len(self._paths)
+        return len(self._list())
 
-    def notes(self) -> Iterator[Union[Note, Skipped]]:
-        for path in self._paths:
-            rel = path.relative_to(self.root).as_posix()
+    def _stamp(self, st: os.stat_result) -> str:
+        """A file's fingerprint: its size and mtime, and who its notes belong to. "" for a
+        file changed a moment ago (see RACY_NS): it is read again next time."""
+        if abs(time.time_ns() - st.st_mtime_ns) < RACY_NS:
+            return ""
+        return f"{st.st_size}:{st.st_mtime_ns}:{self.user_id}"
+
+    def _unchanged(self, rel: str, stamp: str, known: Known) -> tuple[str, ...] | None:
+        """The note ids of a file whose every note was indexed from this very version."""
+        if not stamp or not known.fingerprints:
+            return None
+        if not rel.lower().endswith(tuple(LEANOTE)):
+            note_id = stable_id(f"file:{rel}")
+            return (note_id,) if known.fingerprints.get(note_id) == stamp else None
+        first = known.fingerprints.get(stable_id(f"leanote:{rel}#0"), "")
+        head, _, count = first.rpartition("/")
+        if head != stamp or not count.isdigit():
+            return None
+        ids = tuple(stable_id(f"leanote:{rel}#{i}") for i in range(int(count)))
+        return ids if all(known.fingerprints.get(i) == first for i in ids) else None
+
+    def notes(self, known: Known = Known()) -> Iterator[SnapshotItem]:
+        for rel, full, st in self._list():
+            stamp = self._stamp(st)
+            same = self._unchanged(rel, stamp, known)
+            if same is not None:
+                yield Unchanged(rel, same)
+                continue
+            path = Path(full)
             try:
-                size = path.stat().st_size
-                if size > MAX_FILE_BYTES:
-                    yield Skipped(rel, f"file is {size // (1024 * 1024)} MB, over the {MAX_FILE_BYTES // (1024 * 1024)} MB limit")
+                if st.st_size > MAX_FILE_BYTES:
+                    yield Skipped(rel, f"file is {st.st_size // (1024 * 1024)} MB, over the {MAX_FILE_BYTES // (1024 * 1024)} MB limit")
                     continue
-                data = path.read_bytes()
+                with open(path, "rb") as f:
+                    data = f.read(8192)
+                    if looks_binary(data):
+                        yield Skipped(rel, "not a text file")
+                        continue
+                    data += f.read()
             except OSError as err:
                 yield Skipped(rel, f"cannot read: {err.strerror or err}")
                 continue
-            if looks_binary(data):
-                yield Skipped(rel, "not a text file")
-                continue
             suffix = path.suffix.lower()
             if suffix in LEANOTE:
-                yield from self._leanote(path, rel, data)
+                yield from self._leanote(path, rel, data, stamp)
             else:
-                yield self._single(path, rel, decode(data), is_markdown=suffix in MARKDOWN)
+                yield self._single(path, rel, decode(data), suffix in MARKDOWN, st, stamp)
 
     def _notebook(self, rel: str) -> dict:
         """The Note fields naming the folder holding a file (sub-folders are notebooks)."""
@@ -145,7 +208,8 @@ class FilesSource:
         return {"notebook_id": ids[-1], "notebook_path": NOTEBOOK_SEP.join(parts), "notebook_ids": ids,
                 "notebook_titles": tuple(parts)}
 
-    def _single(self, path: Path, rel: str, text: str, is_markdown: bool) -> Note:
+    def _single(self, path: Path, rel: str, text: str, is_markdown: bool, st: os.stat_result,
+                stamp: str) -> Note:
         meta = _front_matter(text) if is_markdown else {}
         title = str(meta.get("title") or "").strip()
         if not title and is_markdown:
@@ -154,7 +218,7 @@ class FilesSource:
         if not title and not is_markdown:
             m = _HTML_TITLE.search(text[:20000])
             title = " ".join(_TAGS.sub("", m.group(1)).split()) if m else ""
-        mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).replace(microsecond=0)
+        mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).replace(microsecond=0)
         return Note(
             id=stable_id(f"file:{rel}"),
             user_id=self.user_id,
@@ -166,9 +230,10 @@ class FilesSource:
             updated_at=_parse_time(meta.get("updated")) or mtime,
             url=path.resolve().as_uri(),
             origin=rel,
+            fingerprint=stamp,
         )
 
-    def _leanote(self, path: Path, rel: str, data: bytes) -> Iterator[Union[Note, Skipped]]:
+    def _leanote(self, path: Path, rel: str, data: bytes, stamp: str) -> Iterator[Note | Skipped]:
         """A Leanote desktop export: {"exportDate", "app", "notes": [{title, content, ...}]}."""
         try:
             doc = json.loads(decode(data))
@@ -180,9 +245,13 @@ class FilesSource:
             yield Skipped(rel, "not a .leanote export (no \"notes\" list)")
             return
         notebook = self._notebook(rel)
+        usable = [isinstance(item, dict) and isinstance(item.get("content", ""), str) for item in notes]
+        # every note of the file carries the file's fingerprint and how many notes it holds;
+        # a file with an unusable entry gets none: it is read (and the entry reported) each pass
+        stamp = f"{stamp}/{len(notes)}" if stamp and all(usable) else ""
         for i, item in enumerate(notes):
             origin = f"{rel}#{i + 1}"
-            if not isinstance(item, dict) or not isinstance(item.get("content", ""), str):
+            if not usable[i]:
                 yield Skipped(origin, "note entry is not an object with text content")
                 continue
             yield Note(
@@ -196,4 +265,5 @@ class FilesSource:
                 updated_at=_parse_time(item.get("updatedTime")),
                 url=path.resolve().as_uri(),
                 origin=origin,
+                fingerprint=stamp,
             )

@@ -1,0 +1,113 @@
+"""How the CLI reaches the notes: by opening the index itself, or through the running
+daemon that holds it. Both doors offer the same calls and return the same data, so
+each command is written once and prints the same either way.
+
+``open_door(settings)`` chooses: a daemon answering on ``api.socket`` means the
+daemon (``rag.client.find_daemon``), else the index is opened here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, Protocol
+
+from .answer import Answer, AnswerService
+from .client import DaemonClient, find_daemon
+from .config import Settings
+from .errors import Unavailable
+from .index import NoteIndex
+from .model import Hit
+from .retrieve import search as search_index
+
+
+class Door(Protocol):
+    through_daemon: bool
+
+    def users(self) -> dict[str, int]:
+        """Indexed chunks per Leanote user."""
+        ...
+
+    def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]: ...
+
+    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Door": ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
+class _Closing:
+    def close(self) -> None: ...
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalDoor(_Closing):
+    """This process opens the index (and, to answer, loads the reranker and the LLM client)."""
+
+    through_daemon = False
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._index: NoteIndex | None = None
+
+    @property
+    def index(self) -> NoteIndex:
+        if self._index is None:
+            self._index = NoteIndex.open(self.settings)
+        return self._index
+
+    def users(self) -> dict[str, int]:
+        return self.index.store.count_by_user()
+
+    def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
+        return search_index(self.index, query, user_id, k, retriever=retriever)
+
+    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer:
+        service = AnswerService.from_settings(self.settings, self.index)
+        try:
+            return asyncio.run(service.ask(question, user_id, on_token=on_token))
+        finally:
+            service.close()
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
+
+class DaemonDoor(_Closing):
+    """The running daemon answers (``GET /users``, ``GET /search``, ``POST /ask``)."""
+
+    through_daemon = True
+
+    def __init__(self, client: DaemonClient):
+        self.client = client
+
+    def users(self) -> dict[str, int]:
+        return self.client.get("/users")["users"]
+
+    def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
+        body = self.client.get("/search", q=query, user=user_id, k=k, retriever=retriever)
+        return [Hit(**h) for h in body["hits"]]
+
+    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer:
+        for event in self.client.stream("/ask", {"question": question, "user": user_id}):
+            if event["event"] == "token" and on_token is not None:
+                on_token(event["text"])
+            elif event["event"] == "answer":
+                return Answer.from_json(event["answer"])
+        raise Unavailable("the daemon ended the answer before it was complete")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_door(settings: Settings) -> Door:
+    client = find_daemon(settings)
+    return DaemonDoor(client) if client is not None else LocalDoor(settings)

@@ -1,0 +1,327 @@
+"""The daemon's API: one door for the CLI, scripts and monitoring.
+
+FastAPI on uvicorn, inside the daemon's event loop, on two listeners:
+
+- a Unix socket (``api.socket``, default ``<state_dir>/api.sock``, mode 0600): the
+  CLI of the same user (or root) uses it with full access, no token;
+- optionally TCP (``api.listen``, ``host:port``) for remote use: every request needs
+  ``Authorization: Bearer <token>``, one of ``api.tokens``; a token may query only its
+  ``users`` and, unless ``admin``, cannot start syncs or see other accounts.
+
+Endpoints: ``GET /health`` (liveness; 503 when not ready: index not open, or the last
+sync failed), ``GET /status``, ``GET /users``, ``GET /search``, ``POST /ask`` (NDJSON:
+``token`` events as the answer streams, then one ``answer`` event: what the bots
+render), ``POST /sync`` (a pass now; with ``wait`` NDJSON ``progress`` events and a
+``result``; ``rebuild`` empties the index first), ``GET /metrics`` (Prometheus; admin),
+``GET /openapi.json``.
+
+Errors are JSON ``{"error", "kind"}``: 400 ``user`` (fix the request), 401/403 (token),
+503 ``unavailable`` (retry later), 500 ``internal`` (a bug; see the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import socket
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, AsyncIterator
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+
+from rag.client import check_socket_path
+from rag.config import secret
+from rag.errors import LeanoteRagError, Unavailable, UserError
+from rag.retrieve import RETRIEVERS, resolve_user
+
+from .report import status_report
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = logging.getLogger(__name__)
+NDJSON = "application/x-ndjson"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: the local socket's user (everything), or a TCP token's scope."""
+
+    name: str
+    users: frozenset[str] | None  # None: every user
+    admin: bool
+
+    def may_see(self, user_id: str) -> bool:
+        return self.users is None or user_id in self.users
+
+
+LOCAL = Caller("local", None, True)
+
+
+class AskIn(BaseModel):
+    question: str = Field(description="the question, in any language")
+    user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
+    conversation: str | None = Field(default=None, description="an id to keep follow-ups together (optional)")
+
+
+class SyncIn(BaseModel):
+    reconcile: bool = Field(default=False, description="compare everything with the source, not just changes")
+    rebuild: bool = Field(default=False, description="empty the index and read every note again")
+    wait: bool = Field(default=True, description="stream progress and the result (else start it and return)")
+
+
+def _event(**fields) -> bytes:
+    return (json.dumps(fields, ensure_ascii=False) + "\n").encode()
+
+
+def _error_body(err: Exception) -> tuple[int, dict]:
+    if isinstance(err, UserError):
+        return 400, {"error": str(err), "kind": "user"}
+    if isinstance(err, Unavailable):
+        return 503, {"error": str(err), "kind": "unavailable"}
+    if isinstance(err, LeanoteRagError):
+        return 500, {"error": str(err), "kind": "internal"}
+    return 500, {"error": "internal error: see the daemon's log", "kind": "internal"}
+
+
+def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
+    """The API over what the daemon holds. ``auth`` None: the local socket (full access)."""
+    app = FastAPI(title="leanote-rag", version="1", docs_url=None, redoc_url=None,
+                  description="Ask questions of your Leanote notes: the running daemon's API.")
+
+    async def caller(request: Request) -> Caller:
+        return LOCAL if auth is None else auth.caller(request.headers.get("authorization", ""))
+
+    def admin(who: Caller = Depends(caller)) -> Caller:
+        if not who.admin:
+            raise HTTPException(403, "this token may not do that (api.tokens[].admin)")
+        return who
+
+    def ready() -> None:
+        if daemon.index is None or daemon.answers is None:
+            raise Unavailable(f"the daemon is starting: {daemon.not_ready or 'the index is not open yet'}")
+
+    @app.exception_handler(LeanoteRagError)
+    async def _ours(request: Request, err: LeanoteRagError):
+        status, body = _error_body(err)
+        return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, err: HTTPException):
+        return JSONResponse({"error": err.detail, "kind": "auth" if err.status_code in (401, 403) else "user"},
+                            status_code=err.status_code, headers=err.headers)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception):
+        log.error("API %s %s failed", request.method, request.url.path, exc_info=err)
+        status, body = _error_body(err)
+        return JSONResponse(body, status_code=status)
+
+    async def scoped_users(who: Caller) -> dict[str, int]:
+        ready()
+        counts = await daemon.answers.in_search_thread(daemon.index.store.count_by_user)
+        return {u: n for u, n in counts.items() if who.may_see(u)}
+
+    async def pick_user(who: Caller, user: str | None) -> str:
+        return resolve_user(await scoped_users(who), daemon.resolve_user_name(user) if user else None)
+
+    @app.get("/health", summary="liveness and readiness")
+    async def health() -> JSONResponse:
+        last = daemon.last_pass
+        body = {
+            "live": True,
+            "ready": daemon.index is not None and daemon.answers is not None and (last is None or last.ok),
+            "index": "open" if daemon.index is not None else (daemon.not_ready or "not open yet"),
+            "last_sync_ok": None if last is None else last.ok,
+            "passes": daemon.passes,
+        }
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    @app.get("/status", summary="sync and index status (the CLI's `status --json`)")
+    async def status(who: Caller = Depends(caller)) -> dict:
+        ready()
+        store = daemon.index.store
+        return await daemon.answers.in_search_thread(
+            lambda: status_report(daemon.settings, daemon.state_reader(), store, users=who.users))
+
+    @app.get("/users", summary="indexed chunks per Leanote user the caller may query")
+    async def users(who: Caller = Depends(caller)) -> dict:
+        return {"users": await scoped_users(who)}
+
+    @app.get("/search", summary="the best chunks for a query")
+    async def search(q: str = Query(description="the query"), user: str | None = None,
+                     k: int | None = Query(default=None, ge=1, le=100), retriever: str = "hybrid",
+                     who: Caller = Depends(caller)) -> dict:
+        if retriever not in RETRIEVERS:
+            raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+        user_id = await pick_user(who, user)
+        hits = await daemon.answers.search(q, user_id, k, retriever)
+        return {"query": q, "user_id": user_id, "hits": [asdict(h) for h in hits]}
+
+    @app.post("/ask", summary="an answer from the notes, streamed as NDJSON events",
+              response_class=StreamingResponse, responses={200: {"content": {NDJSON: {}}}})
+    async def ask(body: AskIn, who: Caller = Depends(caller)) -> StreamingResponse:
+        user_id = await pick_user(who, body.user)
+        conversation = f"api:{who.name}:{body.conversation}" if body.conversation else None
+        return StreamingResponse(_answer_events(daemon, body.question, user_id, conversation), media_type=NDJSON)
+
+    @app.post("/sync", summary="a sync pass now (admin)",
+              responses={200: {"content": {NDJSON: {}}, "description": "with wait: progress events, then the result"}})
+    async def sync(body: SyncIn, who: Caller = Depends(admin)):
+        ready()
+        if not body.wait:
+            asyncio.create_task(daemon.sync_now(reconcile=body.reconcile, rebuild=body.rebuild))
+            return {"started": True}
+        return StreamingResponse(_sync_events(daemon, body), media_type=NDJSON)
+
+    @app.get("/metrics", summary="Prometheus metrics (admin)", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}}})
+    async def metrics(request: Request, who: Caller = Depends(admin)) -> Response:
+        body, content_type = await asyncio.to_thread(daemon.metrics.exposition, request.headers.get("accept", ""))
+        return Response(body, media_type=content_type)
+
+    return app
+
+
+async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
+    queue: asyncio.Queue = asyncio.Queue()
+    task = asyncio.create_task(daemon.answers.ask(question, user_id, conversation=conversation, on_token=queue.put_nowait))
+    task.add_done_callback(lambda _: queue.put_nowait(None))
+    try:
+        while (piece := await queue.get()) is not None:
+            yield _event(event="token", text=piece)
+        answer = task.result()
+    except Exception as err:  # the stream has started: the error is an event
+        if not isinstance(err, LeanoteRagError):
+            log.error("answering over the API failed", exc_info=err)
+        _, body = _error_body(err)
+        yield _event(event="error", **body)
+        return
+    finally:
+        task.cancel()  # the client went away: stop writing its answer
+    yield _event(event="answer", answer=answer.as_json(with_trace=True))
+
+
+async def _sync_events(daemon: "Daemon", body: SyncIn) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    total = None if daemon.settings.source.incremental else len(daemon.sync.source)
+
+    def progress(seen: int, embedded: int) -> None:  # called in the sync's thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("progress", seen, embedded))
+
+    task = asyncio.create_task(daemon.sync_now(reconcile=body.reconcile, rebuild=body.rebuild, progress=progress))
+    task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
+    try:
+        while (item := await queue.get()) is not None:
+            yield _event(event="progress", seen=item[1], embedded=item[2], total=total)
+        result = task.result()
+    except Exception as err:
+        _, error = _error_body(err)
+        yield _event(event="error", **error)
+        return
+    if result.stopped:
+        yield _event(event="error", error="the daemon is stopping: the pass ended early (the next start carries on)",
+                     kind="unavailable")
+        return
+    yield _event(event="result", summary=result.summary.as_json(), failures=result.failures)
+
+
+class TokenAuth:
+    """Bearer tokens for the TCP listener, each with the users it may query."""
+
+    def __init__(self, daemon: "Daemon"):
+        self.daemon = daemon
+        self.entries = [(secret(entry.token_env, f"api.tokens[{i}].token_env").encode(), i, entry)
+                        for i, entry in enumerate(daemon.settings.api.tokens)]
+
+    def caller(self, header: str) -> Caller:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise HTTPException(401, "send Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"})
+        for known, i, entry in self.entries:
+            if hmac.compare_digest(known, token.strip().encode()):
+                # emails name API accounts, known once they have synced: resolved per request
+                users = frozenset(self.daemon.resolve_user_name(u) for u in entry.users)
+                return Caller(f"token{i}", users, entry.admin)
+        raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+
+
+class _Server(uvicorn.Server):
+    """uvicorn inside our event loop: the daemon handles the signals, not uvicorn."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def _config(app: FastAPI) -> uvicorn.Config:
+    return uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
+                          server_header=False)
+
+
+def unix_listener(path) -> socket.socket:
+    """The API's Unix socket, private to this user (0600); a stale file is replaced (we
+    hold the index lock, so no other daemon of this state directory is alive)."""
+    check_socket_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock
+
+
+def tcp_listener(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as err:
+        sock.close()
+        raise UserError(f"cannot listen on api.listen {listen}: {err.strerror or err}") from None
+    sock.listen(64)
+    return sock
+
+
+async def service(daemon: "Daemon") -> None:
+    """Serve the API until the daemon stops (run by the daemon like the bots)."""
+    cfg = daemon.settings.api
+    if not cfg.enabled:
+        return
+    servers: list[tuple[_Server, socket.socket]] = []
+    unix = unix_listener(cfg.socket)
+    servers.append((_Server(_config(create_app(daemon))), unix))
+    if cfg.listen:
+        servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)))), tcp_listener(cfg.listen)))
+    log.info("API on %s%s", cfg.socket, f" and http://{cfg.listen} (tokens)" if cfg.listen else "")
+    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+    try:
+        await daemon.stopping.wait()
+    finally:
+        for server, _ in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for _, sock in servers:
+            sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            cfg.socket.unlink()
+
+
+service.label = "API"

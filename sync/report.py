@@ -1,0 +1,110 @@
+"""What ``status`` reports, built in one place: by the CLI from the state and the index
+it opens, and by the daemon (``GET /status``) from the ones it holds. Both print the
+same report the same way."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Iterable
+
+import click
+
+from rag.config import Settings
+from rag.store import Store
+
+from .indexer import Summary
+from .state import State
+
+
+def when(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts).isoformat(timespec="seconds") if ts else None
+
+
+def status_report(settings: Settings, state: State, store: Store | None, users: Iterable[str] | None = None) -> dict:
+    """The sync and index status. ``store`` None: no index yet. ``users``: only these
+    Leanote users' accounts and counts (a caller who may see only their own)."""
+    notes = state.counts_by_user()
+    accounts = [
+        {
+            "source": a.source,
+            "account": a.account,
+            "user_id": a.user_id,
+            "cursor_usn": a.cursor,
+            "server_usn": a.server_usn,
+            "lag": (a.server_usn - a.cursor) if a.server_usn is not None else None,
+            "notes_indexed": state.indexed_count(a.source, a.account) if settings.source.incremental else None,
+            "last_success": when(a.last_success),
+            "last_error": a.last_error,
+            "failing_since": when(a.failing_since),
+            "next_run": when(a.next_run),
+        }
+        for a in state.accounts()
+    ]
+    skipped = [{**s, "at": when(s["at"])} for s in state.skipped()]
+    last = state.last_run()
+    if store is None:
+        chunks, manifest, location = {}, {}, f"{settings.state_dir} (no index yet: run `leanote-rag index`)"
+    else:
+        chunks, manifest, location = store.count_by_user(), store.manifest() or {}, store.location
+    known = sorted(set(notes) | set(chunks))
+    if users is not None:
+        allowed = set(users)
+        known = [u for u in known if u in allowed]
+        accounts = [a for a in accounts if a["user_id"] in allowed]
+        skipped = [s for s in skipped if any(s["account"] == a["account"] for a in accounts)]
+    return {
+        "index": location,
+        "backend": settings.qdrant.kind,
+        "embedder": manifest.get("embedder"),
+        "dim": manifest.get("dim"),
+        "source": {"kind": settings.source.kind, "path": str(settings.source.path) if settings.source.path else None},
+        "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in known],
+        "accounts": accounts,
+        "last_sync": last and {**last, "ok": last["error"] is None},
+        "skipped": skipped,
+    }
+
+
+def print_status(report: dict) -> None:
+    click.echo(f"index:    {report['index']} ({report['backend']})")
+    click.echo(f"embedder: {report['embedder']} (dim {report['dim']})")
+    click.echo(f"source:   {report['source']['kind']} {report['source']['path'] or ''}")
+    for u in report["users"]:
+        click.echo(f"user {u['user_id']}: {u['notes']} notes, {u['chunks']} chunks")
+    for a in report["accounts"]:
+        lag = f"cursor {a['cursor_usn']} / server {a['server_usn']} (lag {a['lag']})" if a["server_usn"] is not None else ""
+        line = f"account {a['account']}: {lag} last success {a['last_success'] or 'never'}"
+        if a["last_error"]:
+            line += f"; failing since {a['failing_since']}: {a['last_error']}"
+        if a["next_run"]:
+            line += f"; next run {a['next_run']}"
+        click.echo(line)
+    last = report["last_sync"]
+    if last:
+        outcome = "ok" if last["error"] is None else f"failed: {last['error']}"
+        s = last["summary"] or {}
+        counts = f" ({s.get('added', 0)} added, {s.get('updated', 0)} updated, {s.get('deleted', 0)} deleted)" if s else ""
+        click.echo(f"last sync: {when(last['finished'])} {outcome}{counts}")
+    else:
+        click.echo("last sync: never")
+    skipped = report["skipped"]
+    if skipped:
+        click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")
+        for s in skipped[:10]:
+            click.echo(f"  {s['origin']}: {s['reason']}")
+        if len(skipped) > 10:
+            click.echo(f"  ... and {len(skipped) - 10} more (status --json lists them all)")
+
+
+def print_pass(summary: dict, failures: dict[str, str], as_json: bool) -> None:
+    """An index pass as the CLI shows it: the summary line (or JSON), then failures."""
+    if as_json:
+        click.echo(json.dumps({**summary, "failures": failures}, ensure_ascii=False))
+    else:
+        for item in summary.get("skipped", []):
+            click.echo(f"skipped {item['note']}: {item['reason']}", err=True)
+        fields = {k: v for k, v in summary.items() if k in Summary.__dataclass_fields__}
+        click.echo(Summary(**fields).line())
+    for account, error in failures.items():
+        click.echo(f"error: {account}: {error}", err=True)

@@ -1,0 +1,124 @@
+"""`serve` as a systemd service: SIGHUP re-reads the config (what can change while
+running changes, the rest is named), and the notify protocol (READY, RELOADING,
+WATCHDOG, STOPPING) is spoken on systemd's datagram socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sync.daemon import merge_reload
+
+from conftest import make_settings
+from fakes.ollama import FakeOllama
+from fakes.telegram import FakeTelegram
+
+EXE = str(Path(sys.executable).with_name("leanote-rag"))
+OWNER, FRIEND = 111, 222
+
+
+def until(check, timeout=60.0, what="it"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_merge_reload_takes_the_live_parts_and_names_the_rest(tmp_path):
+    old = make_settings(tmp_path, users=[{"leanote_user_id": "local", "telegram_ids": [OWNER]}])
+    new = make_settings(tmp_path, users=[{"leanote_user_id": "local", "telegram_ids": [OWNER, FRIEND]}],
+                        sync={"interval": "30s", "page_size": 7}, embedder={"batch_size": 8},
+                        exclude={"tags": ["secret"]})
+    merged, live, restart = merge_reload(old, new)
+    assert merged.users == new.users and merged.exclude.tags == ["secret"] and merged.sync.interval == 30
+    assert merged.sync.page_size == old.sync.page_size and merged.embedder == old.embedder  # not while running
+    assert set(live) == {"users", "exclude", "sync.interval"}
+    assert set(restart) == {"sync.page_size", "embedder"}
+
+
+@pytest.fixture
+def notify_socket():
+    path = f"/tmp/lr-notify-{uuid.uuid4().hex[:8]}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(0.2)
+    messages: list[str] = []
+
+    def read() -> list[str]:
+        while True:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except (socket.timeout, BlockingIOError):
+                return messages
+
+    yield path, read
+    sock.close()
+    os.unlink(path)
+
+
+def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_path, notify_socket):
+    path, read = notify_socket
+    with FakeTelegram() as tg, FakeOllama() as ollama:
+        config = tmp_path / "config.yaml"
+
+        def write(users: str, extra: str = "") -> None:
+            config.write_text(
+                f"source: {{kind: files, path: '{Path(__file__).parents[1] / 'examples' / 'notes'}'}}\n"
+                f"state_dir: data\nollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\n"
+                f"api: {{socket: '/tmp/lr-api-{tmp_path.name[-8:]}-{uuid.uuid4().hex[:6]}.sock'}}\n"
+                f"telegram: {{enabled: true, token_env: LR_TG, base_url: '{tg.base_url}', edit_interval: 0.3s}}\n"
+                f"users: {users}\nsync: {{interval: 1h}}\n{extra}")
+
+        write(f"[{{leanote_user_id: local, telegram_ids: [{OWNER}]}}]")
+        env = {**os.environ, "LR_TG": tg.token, "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}
+        env.pop("WATCHDOG_PID", None)
+        log_file = tmp_path / "serve.log"
+        proc = subprocess.Popen([EXE, "--config", str(config), "serve"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=log_file.open("w"), text=True)
+        try:
+            until(lambda: any(m.startswith("READY=1") for m in read()), what="READY=1")
+            until(lambda: tg.method_calls("getUpdates"), what="the bot to poll")
+            tg.say(FRIEND, "番茄炒蛋怎么做？")
+            until(lambda: tg.sent_to(FRIEND), what="a refusal")
+            assert str(FRIEND) in tg.sent_to(FRIEND)[0]["text"]  # a stranger, for now
+
+            # the owner adds FRIEND, and changes something that needs a restart
+            write(f"[{{leanote_user_id: local, telegram_ids: [{OWNER}, {FRIEND}]}}]", "embedder: {batch_size: 8}\n")
+            proc.send_signal(signal.SIGHUP)
+            until(lambda: any(m.startswith("RELOADING=1") for m in read()), what="RELOADING=1")
+            time.sleep(0.5)
+            ollama.reply("先炒蛋[1]。")
+            tg.say(FRIEND, "番茄炒蛋怎么做才不酸？")
+            until(lambda: [m for m in tg.sent_to(FRIEND) if "来源" in m["text"]], what="an answer to FRIEND")
+
+            config.write_text("source: [this is not valid\n")  # a broken file: the running config stays
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(1.0)
+            assert proc.poll() is None
+            assert sum(m.startswith("WATCHDOG=1") for m in read()) >= 3  # every 0.2 s
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n--- serve's log ---\n{log_file.read_text()[-4000:]}") from None
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise AssertionError(f"serve did not stop\n{log_file.read_text()[-4000:]}") from None
+    log = log_file.read_text()
+    messages = read()
+    assert proc.returncode == 0 and any(m.startswith("STOPPING=1") for m in messages)
+    assert "reloaded" in log and "users" in log and "needs a restart to apply: embedder" in log
+    assert "reload refused, the running configuration stays" in log
+    assert "Traceback" not in log
