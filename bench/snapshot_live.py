@@ -13,8 +13,7 @@ state.db says "indexed" (the pass has written its points and committed):
 3. a pass over an unchanged folder (size + mtime fingerprints, nothing read) vs a
    full re-read (the reconcile: every file read and hashed, nothing embedded), over
    the 15 sample notes and over 1,500 files (the samples copied 100 times).
-The watcher runs in the `serve` process as `Daemon(settings, services=[watch])`
-until `serve` starts it by itself. Prints JSON and writes bench/snapshot_results.json.
+Prints JSON and writes bench/snapshot_results.json.
 """
 
 from __future__ import annotations
@@ -42,15 +41,7 @@ from sync.service import SyncService  # noqa: E402
 from sync.sources.files import stable_id  # noqa: E402
 from sync.state import State  # noqa: E402
 
-LAUNCH = """
-import asyncio, logging, sys
-from rag import config
-from sync.daemon import Daemon
-from sync.watch import watch
-settings = config.load(sys.argv[1])
-logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-asyncio.run(Daemon(settings, services=[watch]).run())
-"""
+EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
 
 def status(db: Path, note_id: str) -> str | None:
@@ -91,11 +82,11 @@ class Serve:
         self.config = self.work / "config.yaml"
         self.config.write_text(
             f"state_dir: data\nsource: {{kind: files, path: '{self.notes}'}}\nsync: {sync}\n"
-            "ollama: {enabled: false}\nrerank: {kind: none}\n",
+            f"ollama: {{enabled: false}}\nrerank: {{kind: none}}\napi: {{socket: '{self.work}/api.sock'}}\n",
             encoding="utf-8",
         )
         self.db = self.work / "data" / "state.db"
-        self.proc = subprocess.Popen([sys.executable, "-c", LAUNCH, str(self.config)], cwd=REPO,
+        self.proc = subprocess.Popen([EXE, "--config", str(self.config), "serve"], cwd=REPO,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
         while finished_runs(self.db) < 1:

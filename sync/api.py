@@ -42,6 +42,7 @@ from rag.errors import LeanoteRagError, Unavailable, UserError
 from rag.retrieve import RETRIEVERS, resolve_user
 
 from .report import status_report
+from .state import State
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -148,8 +149,12 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     async def status(who: Caller = Depends(caller)) -> dict:
         ready()
         store = daemon.index.store
-        return await daemon.answers.in_search_thread(
-            lambda: status_report(daemon.settings, daemon.state_reader(), store, users=who.users))
+
+        def report() -> dict:  # off the event loop, on a connection of its own
+            with contextlib.closing(State(daemon.settings.state_dir)) as state:
+                return status_report(daemon.settings, state, store, users=who.users)
+
+        return await daemon.answers.in_search_thread(report)
 
     @app.get("/users", summary="indexed chunks per Leanote user the caller may query")
     async def users(who: Caller = Depends(caller)) -> dict:

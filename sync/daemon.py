@@ -132,7 +132,7 @@ class Daemon:
             self.index = NoteIndex.open(self.settings, create=True)
             self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
             self.answers = AnswerService.from_settings(self.settings, self.index)
-            attach_metrics(self.metrics, self.sync, self.answers, self._reader)
+            attach_metrics(self.metrics, self.sync, self.answers, self.settings.state_dir)
         except BaseException:
             self.close()
             raise
@@ -307,16 +307,15 @@ class Daemon:
         self._in_pass = True
         try:
             while True:
-                try:
-                    result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
-                except asyncio.CancelledError:
-                    if self.stopping.is_set():  # the scheduler's shutdown: run() waits for the pass
-                        return None
-                    raise
+                result = await asyncio.to_thread(self.sync.run_pass, reconcile, force)
                 await self._after_pass(result)
                 if not self._rerun or self.stopping.is_set():
                     return result
                 self._rerun, reconcile = False, False
+        except asyncio.CancelledError:
+            if self.stopping.is_set():  # the scheduler's shutdown: run() waits for the pass itself
+                return None
+            raise
         finally:
             self._in_pass = False
 
@@ -377,10 +376,6 @@ class Daemon:
         return True
 
     # --- for the bots (bot.common.Host) ------------------------------------------------------
-
-    def state_reader(self) -> State:
-        """The event loop's own connection to the state, for reads."""
-        return self._reader
 
     def resolve_user_name(self, name: str) -> str:
         """A Leanote user id, given an id or the email of an API account."""

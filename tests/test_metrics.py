@@ -66,20 +66,19 @@ def ollama():
 
 @pytest.fixture
 def served(tmp_path, use_embedder, ollama):
-    """What ``serve`` holds: one index, a sync service and an answer service over it, a
-    reader connection on the state, and the metrics attached to them."""
+    """What ``serve`` holds: one index, a sync service and an answer service over it, and
+    the metrics attached to them."""
     settings = make_settings(tmp_path, ollama={"host": ollama.url, "stall_timeout": 1.0, "timeout": 10.0},
                              rerank={"kind": "none"})
-    state, reader = State(settings.state_dir), State(settings.state_dir)
+    state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
     sync = SyncService(settings, index, state, clock=lambda: NOW)
     answers = AnswerService(settings, index, chat=OllamaChat(settings.ollama))
     metrics = Metrics()
-    attach_metrics(metrics, sync, answers, reader)
+    attach_metrics(metrics, sync, answers, settings.state_dir)
     yield settings, sync, answers, metrics
     answers.close()
     index.close()
-    reader.close()
     state.close()
 
 
@@ -238,11 +237,11 @@ def test_a_failing_account_reports_its_lag_and_failure_until_it_recovers(tmp_pat
                     "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]},
             sync={"http_timeout": 2},
         )
-        state, reader = State(settings.state_dir), State(settings.state_dir)
+        state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
         sync = SyncService(settings, index, state, clock=lambda: clock[0], rng=lambda: 0.5)
         metrics = Metrics(process=False)
-        attach_metrics(metrics, sync, None, reader)
+        attach_metrics(metrics, sync, None, settings.state_dir)
         account = {"source": sync.source.name, "account": "alice@example.com"}
         try:
             assert sync.run_pass().ok
@@ -279,7 +278,6 @@ def test_a_failing_account_reports_its_lag_and_failure_until_it_recovers(tmp_pat
             assert value(s, "leanote_rag_account_notes_indexed", **account) == 3
         finally:
             index.close()
-            reader.close()
             state.close()
 
 
@@ -291,12 +289,12 @@ def test_an_account_that_was_never_reached_is_failing_without_a_lag(tmp_path, mo
                 "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]},
         sync={"http_timeout": 2},
     )
-    state, reader = State(settings.state_dir), State(settings.state_dir)
+    state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
     try:
         sync = SyncService(settings, index, state, clock=lambda: NOW)
         metrics = Metrics(process=False)
-        attach_metrics(metrics, sync, None, reader)
+        attach_metrics(metrics, sync, None, settings.state_dir)
         assert not sync.run_pass().ok
         s = scrape(metrics)
         account = {"source": sync.source.name, "account": "alice@example.com"}
@@ -306,7 +304,6 @@ def test_an_account_that_was_never_reached_is_failing_without_a_lag(tmp_path, mo
         assert value(s, "leanote_rag_sync_passes_total", outcome="failed") == 1
     finally:
         index.close()
-        reader.close()
         state.close()
 
 
