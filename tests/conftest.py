@@ -70,6 +70,15 @@ def notes_dir(tmp_path) -> Path:
     return target
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on (for now)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def write_config(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path

@@ -22,21 +22,11 @@ import pytest
 from rag.index import NoteIndex
 from sync.sources.files import stable_id
 
-from conftest import make_settings
+from conftest import free_port
 from fakes.ollama import FakeOllama
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 TOKEN_ME, TOKEN_OTHER = "tok-me-" + uuid.uuid4().hex, "tok-other-" + uuid.uuid4().hex
-
-
-def free_port() -> int:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Index the sample notes into real embedded Qdrant and search them, the way a user
 does: the right note first, nothing stale, nothing lost."""
 
-import json
 import os
 import shutil
 import time

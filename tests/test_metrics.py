@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +21,7 @@ from sync.metrics_wiring import attach_metrics
 from sync.service import SyncService
 from sync.state import State
 
-from conftest import make_settings
+from conftest import free_port, make_settings
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
@@ -47,13 +46,6 @@ def scrape(metrics: Metrics) -> dict[tuple[str, tuple], float]:
 def value(samples, name: str, **labels) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
-
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # --- sync passes and answers over the sample notes --------------------------------------------
@@ -158,7 +150,7 @@ def test_each_answer_is_counted_by_outcome_with_its_stage_durations(served, olla
     assert value(s, "leanote_rag_answer_stage_duration_seconds_count", stage="total") == 3
 
     # Ollama down: passages instead, counted as a fallback, on the same metrics
-    cfg = settings.ollama.model_copy(update={"host": f"http://127.0.0.1:{closed_port()}", "connect_retries": 1})
+    cfg = settings.ollama.model_copy(update={"host": f"http://127.0.0.1:{free_port()}", "connect_retries": 1})
     down = AnswerService(settings, sync.index, chat=OllamaChat(cfg))
     down.observers.append(metrics.observe_answer)
     try:
@@ -284,7 +276,7 @@ def test_a_failing_account_reports_its_lag_and_failure_until_it_recovers(tmp_pat
 def test_an_account_that_was_never_reached_is_failing_without_a_lag(tmp_path, monkeypatch, use_embedder):
     monkeypatch.setenv("LR_PW_ALICE", "alice-pw")
     settings = make_settings(
-        tmp_path, leanote={"base_url": f"http://127.0.0.1:{closed_port()}"},
+        tmp_path, leanote={"base_url": f"http://127.0.0.1:{free_port()}"},
         source={"kind": "leanote_api", "path": None,
                 "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]},
         sync={"http_timeout": 2},

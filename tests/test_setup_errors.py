@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import stat
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from rag.cli import main
 from rag.redact import safe_url
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, free_port
 from fakes import LocalServer, QuietHandler
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
@@ -28,13 +26,6 @@ def run(capsys, *args):
     out, err = capsys.readouterr()
     return code, out, err
 
-
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def config(tmp_path, text: str = "", name: str = "config.yaml"):
@@ -52,7 +43,7 @@ def test_url_credentials_never_reach_any_printed_path(tmp_path, capsys, caplog, 
     """qdrant.url, ollama.host, leanote.base_url and a MongoDB URL, each with user:password@:
     status, search, ask, doctor and index print and log none of the passwords."""
     caplog.set_level(logging.DEBUG)
-    port = closed_port()
+    port = free_port()
     qdrant = config(tmp_path, f"qdrant: {{url: 'http://admin:{PASSWORD}@127.0.0.1:{port}'}}\n", "qdrant.yaml")
     ollama = config(tmp_path, f"ollama: {{host: 'http://bob:{PASSWORD}@127.0.0.1:{port}'}}\n", "ollama.yaml")
     monkeypatch.setenv("LR_PW", "pw")
@@ -60,7 +51,7 @@ def test_url_credentials_never_reach_any_printed_path(tmp_path, capsys, caplog, 
     leanote.write_text(f"leanote: {{base_url: 'http://alice:{PASSWORD}@127.0.0.1:{port}'}}\nstate_dir: data2\n"
                        "source: {kind: leanote_api, accounts: [{email: a@example.com, password_env: LR_PW}]}\n"
                        "rerank: {kind: none}\nollama: {enabled: false}\nsync: {http_timeout: 2}\n")
-    monkeypatch.setenv("LR_MONGO", f"mongodb://reader:{PASSWORD}@127.0.0.1:{port},127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("LR_MONGO", f"mongodb://reader:{PASSWORD}@127.0.0.1:{port},127.0.0.1:{free_port()}"
                        f"/leanote?replicaSet=rs0&authSource=admin")
     mongo = tmp_path / "mongo.yaml"
     mongo.write_text("source: {kind: mongodb, url_env: LR_MONGO}\nstate_dir: data3\nrerank: {kind: none}\n"
@@ -197,7 +188,7 @@ def test_doctor_warns_about_a_privacy_rule_that_matches_nothing(tmp_path, capsys
 
 
 def test_a_replica_set_mongodb_url_does_not_crash_doctor(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LR_MONGO", f"mongodb://127.0.0.1:{closed_port()},127.0.0.1:{closed_port()}/notes?replicaSet=rs")
+    monkeypatch.setenv("LR_MONGO", f"mongodb://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/notes?replicaSet=rs")
     cfg = tmp_path / "mongo.yaml"
     cfg.write_text("source: {kind: mongodb, url_env: LR_MONGO}\nstate_dir: data\nrerank: {kind: none}\n"
                    "ollama: {enabled: false}\nsync: {http_timeout: 1}\n")

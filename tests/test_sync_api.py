@@ -171,7 +171,7 @@ def test_privacy_follows_moves_tags_and_notebooks(leanote, world):
     _, sync, find, _, _ = world
     n = leanote.put_note(note(ALICE, WORK, "会变私密", "这条笔记会被挪进私密 GO-PRIVATE-8"))
     m = leanote.put_note(note(ALICE, WORK, "会加标签", "这条笔记会加私有标签 TAG-LATER-9"))
-    d = leanote.put_note(note(ALICE, DIARY, "日记里的", "日记里的内容 DIARY-LEAVES-10"))
+    leanote.put_note(note(ALICE, DIARY, "日记里的", "日记里的内容 DIARY-LEAVES-10"))
     sync()
     assert find("GO-PRIVATE-8")[0].title == "会变私密"
     leanote.put_note({**n, "NotebookId": DIARY})  # into a private notebook's child

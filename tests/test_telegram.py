@@ -5,9 +5,7 @@ with a fake Ollama."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import socket
 
 import pytest
 
@@ -16,7 +14,7 @@ from bot.telegram import service
 from rag.answer import Citation
 from sync.daemon import Daemon
 
-from conftest import make_settings
+from conftest import free_port, make_settings
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram, html_error
 
@@ -372,7 +370,7 @@ def test_pacer_edits_at_most_once_per_interval_under_a_fake_clock():
         await pacer.stop()
         return pacer
 
-    pacer = asyncio.run(main())
+    asyncio.run(main())
     times = [t for t, _ in sent]
     assert times and all(b - a >= 1.5 for a, b in zip(times, times[1:]))
     assert times[0] >= 1.5 + 3.0  # the wait was honoured before the next edit
@@ -404,13 +402,9 @@ def test_a_refused_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(w
 
 def test_an_unreachable_bot_api_is_retried_and_named_while_sync_goes_on(world, caplog):
     settings, tg, ollama = world
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()
     settings = settings.model_copy(update={
         "sync": settings.sync.model_copy(update={"backoff_min": 0.1, "backoff_max": 0.2}),
-        "telegram": settings.telegram.model_copy(update={"base_url": f"http://127.0.0.1:{port}/bot"})})
+        "telegram": settings.telegram.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/bot"})})
 
     async def main():
         daemon = Daemon(settings, services=[service])
