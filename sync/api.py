@@ -182,7 +182,8 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     async def sync(body: SyncIn, who: Caller = Depends(admin)):
         ready()
         if not body.wait:
-            asyncio.create_task(daemon.sync_now(reconcile=body.reconcile, rebuild=body.rebuild))
+            task = asyncio.create_task(daemon.sync_now(reconcile=body.reconcile, rebuild=body.rebuild))
+            task.add_done_callback(_log_failure)
             return {"started": True}
         return StreamingResponse(_sync_events(daemon, body), media_type=NDJSON)
 
@@ -193,6 +194,11 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
         return Response(body, media_type=content_type)
 
     return app
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a sync started through the API failed", exc_info=task.exception())
 
 
 async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
@@ -311,11 +317,15 @@ async def service(daemon: "Daemon") -> None:
     if not cfg.enabled:
         return
     servers: list[tuple[_Server, socket.socket]] = []
-    unix = unix_listener(cfg.socket)
-    servers.append((_Server(_config(create_app(daemon))), unix))
-    if cfg.listen:
-        servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)))), tcp_listener(cfg.listen)))
-    log.info("API on %s%s", cfg.socket, f" and http://{cfg.listen} (tokens)" if cfg.listen else "")
+    remote = ""
+    if cfg.listen:  # a problem here leaves the local socket working, and says what is wrong
+        try:
+            servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)))), tcp_listener(cfg.listen)))
+            remote = f" and http://{cfg.listen} (tokens)"
+        except UserError as err:
+            log.error("the API's TCP listener is off: %s", err)
+    servers.append((_Server(_config(create_app(daemon))), unix_listener(cfg.socket)))
+    log.info("API on %s%s", cfg.socket, remote)
     tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
     try:
         await daemon.stopping.wait()

@@ -45,7 +45,27 @@ def run_checks(app) -> Iterator[Check]:
     yield from _embedder(settings)
     yield from _reranker(settings)
     yield from _ollama(settings)
+    yield from _api(settings)
     yield from _plugins(settings)
+
+
+def _api(settings: Settings) -> Iterator[Check]:
+    """The remote listener's tokens: each variable set, long enough to be a secret."""
+    cfg = settings.api
+    if not cfg.listen:
+        return
+    for i, token in enumerate(cfg.tokens):
+        value = os.environ.get(token.token_env, "")
+        if not value:
+            yield Check(f"api token {i + 1}", False, f"environment variable {token.token_env} is not set: the TCP "
+                        f"listener {cfg.listen} stays off", f"put {token.token_env}=$(openssl rand -hex 32) in the "
+                        "service's environment file, then restart")
+        elif len(value) < 16:
+            yield Check(f"api token {i + 1}", False, f"{token.token_env} holds only {len(value)} characters: "
+                        "easy to guess", "use openssl rand -hex 32")
+        else:
+            yield Check(f"api token {i + 1}", True, f"{token.token_env} is set; may query "
+                        f"{', '.join(token.users) or 'no user'}{' (admin)' if token.admin else ''}")
 
 
 def _plugins(settings: Settings) -> Iterator[Check]:

@@ -246,3 +246,16 @@ def test_a_second_serve_is_refused_and_a_stale_socket_is_no_daemon(world):
     assert world.sock.exists()
     code, out, _ = world.cli("search", "番茄炒蛋")  # nobody listens: the CLI opens the index itself
     assert code == 0 and "番茄炒蛋" in out
+
+
+def test_a_missing_token_turns_only_the_tcp_listener_off(world):
+    assert world.cli("index")[0] == 0
+    del world.env["LR_TOKEN_ME"]
+    code, out, _ = world.cli("doctor")
+    assert "FAIL api token 1: environment variable LR_TOKEN_ME is not set" in out
+    world.serve()
+    assert world.cli("search", "番茄炒蛋")[0] == 0  # the local door works
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{world.url}/health", timeout=5)
+    world.stop()
+    assert "the API's TCP listener is off" in world.log and "LR_TOKEN_ME" in world.log
