@@ -265,7 +265,11 @@ class AnswerService:
         reranker: rerank_mod.Reranker | None = None,
         rerank_unavailable: str = "",
         clock: Callable[[], float] = time.monotonic,
+        one_shot: bool = False,
     ):
+        """``one_shot``: one command's question (the CLI shows why the LLM failed itself),
+        not a service whose log is the operator's window."""
+        self.one_shot = one_shot
         self.settings = settings
         self.index = index
         self.chat = chat
@@ -287,7 +291,7 @@ class AnswerService:
         return self._llm_slots
 
     @classmethod
-    def from_settings(cls, settings: Settings, index: NoteIndex) -> "AnswerService":
+    def from_settings(cls, settings: Settings, index: NoteIndex, one_shot: bool = False) -> "AnswerService":
         """Load the configured reranker and LLM. A reranker that cannot be loaded is
         reported once and answering goes on without it."""
         reranker, why = None, ""
@@ -296,7 +300,8 @@ class AnswerService:
         except UserError as err:
             why = str(err)
             log.warning("answering without a reranker: %s", err)
-        return cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why)
+        return cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why,
+                   one_shot=one_shot)
 
     def close(self) -> None:
         if self.reranker:
@@ -413,7 +418,7 @@ class AnswerService:
     def _llm_failed(self, err: Exception) -> None:
         """Logged once when the LLM starts failing (and once when it recovers), not per question."""
         if not self._llm_failing:
-            log.warning("answering without the LLM: %s", err)
+            log.log(logging.DEBUG if self.one_shot else logging.WARNING, "answering without the LLM: %s", err)
         self._llm_failing = True
 
     def _llm_ok(self) -> None:

@@ -161,6 +161,8 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
         click.echo(answer.answer)
     if answer.notice:
         click.echo(click.style(answer.notice, dim=True))
+        if answer.trace is not None and answer.trace.llm_error:  # what the operator can fix
+            click.echo(click.style(f"({answer.trace.llm_error})", dim=True))
     if answer.citations:
         click.echo("\n" + click.style("来源 / Sources:", bold=True))
         for c in answer.citations:

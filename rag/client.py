@@ -89,8 +89,8 @@ class DaemonClient:
 
     def stream(self, path: str, payload: dict) -> Iterator[dict]:
         """The events of a streamed call (NDJSON), one dict each; an ``error`` event raises."""
-        try:
-            with self._http.stream("POST", path, json=payload) as reply:
+        try:  # no read deadline: a long pass or a slow LLM may be quiet for minutes (Ctrl-C stops it)
+            with self._http.stream("POST", path, json=payload, timeout=httpx.Timeout(None, connect=5.0)) as reply:
                 if reply.status_code >= 400:
                     reply.read()
                     try:

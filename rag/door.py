@@ -70,7 +70,7 @@ class LocalDoor(_Closing):
         return search_index(self.index, query, user_id, k, retriever=retriever)
 
     def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer:
-        service = AnswerService.from_settings(self.settings, self.index)
+        service = AnswerService.from_settings(self.settings, self.index, one_shot=True)
         try:
             return asyncio.run(service.ask(question, user_id, on_token=on_token))
         finally:
