@@ -9,16 +9,16 @@ from .lexical import tokenize
 EXCERPT_CHARS = 500
 
 _SENTENCE = re.compile(r"[。！？!?；;\n]+|\.(?=\s)|$")
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
 
 
-def _excerpt_terms(query: str) -> dict[str, float]:
+def question_terms(query: str) -> dict[str, float]:
     """Terms to look for, with weights: Latin words, CJK character pairs, and (weakly)
     single CJK characters, since jieba may glue a verb to a particle ("要炖") that the
     note never writes together."""
-    terms = {t: 1.0 for t in tokenize(query) if not _CJK_RUN.search(t)}
-    for run in _CJK_RUN.findall(query):
+    terms = {t: 1.0 for t in tokenize(query) if not CJK_RUN.search(t)}
+    for run in CJK_RUN.findall(query):
         for ch in run:
             if ch not in _FILLER:
                 terms.setdefault(ch, 0.3)
@@ -32,7 +32,7 @@ def _window(text: str, query: str, width: int) -> tuple[float, int]:
     with how often the text repeats it, so a question's rare words choose the sentence,
     not the topic word that is everywhere."""
     lowered = text.lower()
-    weights = _excerpt_terms(query)
+    weights = question_terms(query)
     counts = {t: lowered.count(t) for t in weights}
     best, best_score = 0, 0.0
     pos = 0

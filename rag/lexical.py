@@ -29,7 +29,7 @@ import rjieba
 from .config import Bm25Config
 
 # CJK ideographs (+ kana/hangul) vs Latin/digit identifier runs. Anything else separates.
-_RUNS = re.compile(
+WORD_RUNS = re.compile(
     r"(?P<cjk>[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)"
     r"|(?P<word>[A-Za-z0-9_]+(?:[.\-'][A-Za-z0-9_]+)*)"
 )
@@ -84,7 +84,7 @@ def search_text(text: str) -> str:
 def tokenize(text: str) -> list[str]:
     """Terms of a text, in order, with duplicates (term frequency matters)."""
     terms: list[str] = []
-    for m in _RUNS.finditer(text):
+    for m in WORD_RUNS.finditer(text):
         if m.lastgroup == "cjk":
             terms.extend(_cjk_terms(m.group()))
         else:

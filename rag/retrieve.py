@@ -16,18 +16,50 @@ Two fusions (``retrieval.fusion``):
   k=60 a dense-only first place ties a sparse-only 31st place at weights 1 : 1.5.
 Measured on the dev set (README, "Retrieval quality"), dbsf beats rrf at every
 weight tried and beats either retriever alone on every metric.
+
+The passage step (``retrieval.passages``, hybrid only). The first ranking usually
+finds the right note; which of its chunks holds the answer is harder: the chunk
+may sit below the first query's candidates of one retriever (and get nothing from
+it) or below other chunks of its note. So, for the best ``passage_notes`` notes:
+
+1. a second store query over those notes' chunks only (a ``note_id`` filter), as
+   many candidates per retriever as the first, so their chunks get the dense and
+   sparse scores the first query cut off; the two lists are merged into the first
+   ones and fused again;
+2. each chunk's passage score is that fused score times ``1 + coverage / best``:
+   coverage is the question's words the chunk holds (Latin words, CJK character
+   pairs and, weakly, single characters, as in excerpts), each weighted by BM25's
+   IDF over the note's own chunks, so a word the whole note repeats (its topic)
+   counts for nearly nothing and the question's rarer words pick the passage;
+   ``best`` is the note's highest coverage: its best-covering chunk's fused score
+   doubles. No weight to tune, and a long chunk is not penalised for its length;
+3. the notes keep their places: the places each of those notes holds in the first
+   ranking (up to ``passage_chunks`` of them instead of ``max_chunks_per_note``)
+   are filled, in order, with its chunks by passage score. A hit placed so
+   carries the fused score of the place it takes (the list stays sorted, the
+   note's standing is unchanged) and its own dense and sparse ranks and scores,
+   ranks counted in the merged lists (so above ``candidates`` for a chunk only the
+   second query found).
+
+Which notes come first is untouched (MRR@10 is the same with and without the
+step); a best note's extra places can only push the last notes further down.
+Measured in ``bench/retrieval_steps.py`` (README, "Decisions").
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .config import RetrievalConfig
 from .errors import UserError
+from .excerpt import CJK_RUN, question_terms
 from .index import NoteIndex
-from .lexical import query_vector
+from .lexical import WORD_RUNS, query_vector, tokenize
 from .model import HEADING_SEP, Hit
 from .store import Ranked
 
@@ -85,23 +117,130 @@ def dbsf(rankings: dict[str, list[Ranked]], weights: dict[str, float] | None = N
 
 
 def fuse(rankings: dict[str, list[Ranked]], cfg: RetrievalConfig) -> list[Fused]:
-    weights = {"dense": cfg.dense_weight, "sparse": cfg.sparse_weight}
+    # An expansion's rankings (rag.expand) weigh as the question's own of the same kind,
+    # so an expansion that repeats the question changes no ranking.
+    weights = {"dense": cfg.dense_weight, "sparse": cfg.sparse_weight,
+               "hypothesis": cfg.dense_weight, "terms": cfg.sparse_weight}
     if cfg.fusion == "rrf":
         return rrf(rankings, cfg.rrf_k, weights)
     return dbsf(rankings, weights)
 
 
-def cap_per_note(candidates: list[Fused], per_note: int, limit: int) -> list[Fused]:
+def cap_per_note(
+    candidates: list[Fused], per_note: int, limit: int, caps: dict[str, int] | None = None
+) -> list[Fused]:
+    """The best candidates, at most ``per_note`` of one note (``caps``: other caps for some notes)."""
+    caps = caps or {}
     kept: list[Fused] = []
     seen: dict[str, int] = {}
     for cand in candidates:
-        if seen.get(cand.note_id, 0) >= per_note:
+        if seen.get(cand.note_id, 0) >= caps.get(cand.note_id, per_note):
             continue
         seen[cand.note_id] = seen.get(cand.note_id, 0) + 1
         kept.append(cand)
         if len(kept) >= limit:
             break
     return kept
+
+
+@lru_cache(maxsize=50_000)
+def _word_terms(word: str) -> frozenset[str]:
+    """The terms BM25 makes of one Latin word or identifier (whole and split)."""
+    return frozenset(tokenize(word))
+
+
+def _words(text: str) -> set[str]:
+    """The terms of a text's Latin words and identifiers, as BM25 cuts them (no jieba needed)."""
+    words = {word for _, word in WORD_RUNS.findall(text) if word}
+    return set().union(*(_word_terms(w) for w in words))
+
+
+def coverage(texts: list[str], query: str) -> list[float]:
+    """How much of the question each text holds, each text being one chunk of the same note.
+
+    The question's words are those excerpts look for (``rag.excerpt``): Latin words and
+    identifiers (matched as words: ``i`` is not found inside ``assertI2I``), CJK character
+    pairs, and single CJK characters at 0.3. Each counts with BM25's IDF over these texts:
+    a word in every chunk of the note weighs almost nothing, a word in one chunk the most."""
+    terms = question_terms(query)
+    cjk = [t for t in terms if CJK_RUN.search(t)]
+    latin = [t for t in terms if not CJK_RUN.search(t)]
+    present = []
+    for text in texts:
+        lowered = text.lower()
+        held = {t for t in cjk if t in lowered}
+        maybe = [t for t in latin if t in lowered]  # a word's terms are substrings of the lowered text
+        if maybe:
+            words = _words(text)
+            held.update(t for t in maybe if t in words)
+        present.append(held)
+    n = len(texts)
+    df = Counter(t for held in present for t in held)
+    idf = {t: math.log(1 + (n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
+    return [sum(terms[t] * idf[t] for t in held) for held in present]
+
+
+def _merged(first: list[Ranked], more: list[Ranked]) -> list[Ranked]:
+    """One retriever's candidates from both queries, best first (each chunk once)."""
+    seen = {c.id for c in first}
+    return sorted(first + [c for c in more if c.id not in seen], key=lambda c: -c.score)
+
+
+def passage_step(
+    index: NoteIndex,
+    query: str,
+    user_id: str,
+    dense,
+    sparse,
+    rankings: dict[str, list[Ranked]],
+    fused: list[Fused],
+    k: int,
+    cfg: RetrievalConfig,
+    extra: tuple = (None, None),
+) -> tuple[list[Fused], dict[str, dict]]:
+    """The first ranking with the best notes' places filled by their best passages (module
+    docstring, "The passage step"). Returns the chosen candidates and the payloads fetched."""
+    top = list(dict.fromkeys(c.note_id for c in fused))[: cfg.passage_notes]
+    per_top = max(cfg.passage_chunks, cfg.max_chunks_per_note)
+    chosen = cap_per_note(fused, cfg.max_chunks_per_note, k, caps=dict.fromkeys(top, per_top))
+    placed = {c.note_id for c in chosen}
+    top = [note for note in top if note in placed]  # a small k may not reach them all
+    if not top:
+        return chosen, index.store.payloads([c.id for c in chosen])
+    limit = max(cfg.candidates, k)
+    more_dense, more_sparse = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef, note_ids=top)
+    merged = {
+        **rankings,
+        "dense": _merged(rankings["dense"], more_dense),
+        "sparse": _merged(rankings["sparse"], more_sparse),
+    }
+    hypothesis, terms = extra  # an expansion's rankings get the same second look
+    if hypothesis is not None or terms is not None:
+        more_h, more_t = index.store.search(hypothesis, terms, user_id, limit, cfg.hnsw_ef, note_ids=top)
+        if hypothesis is not None:
+            merged["hypothesis"] = _merged(rankings["hypothesis"], more_h)
+        if terms is not None:
+            merged["terms"] = _merged(rankings["terms"], more_t)
+    tops = set(top)
+    pool = [c for c in fuse(merged, cfg) if c.note_id in tops]
+    payloads = index.store.payloads(list({c.id for c in pool} | {c.id for c in chosen}))
+    passages: dict[str, list[Fused]] = {}
+    for note in top:
+        chunks = [c for c in pool if c.note_id == note and c.id in payloads]  # not deleted meanwhile
+        cover = coverage([payloads[c.id].get("text", "") for c in chunks], query)
+        best = max(cover, default=0.0) or 1.0
+        score = {c.id: c.score * (1 + cv / best) for c, cv in zip(chunks, cover)}
+        passages[note] = sorted(chunks, key=lambda c: (-score[c.id], c.id))
+    out: list[Fused] = []
+    taken: set[str] = set()
+    for place in chosen:
+        # A best note's place: its best passage not yet placed, with the place's fused score.
+        pick = next((c for c in passages.get(place.note_id, []) if c.id not in taken), place)
+        if pick.id in taken:
+            continue
+        taken.add(pick.id)
+        out.append(pick if pick is place else Fused(pick.id, pick.note_id, place.score, pick.ranks, pick.scores))
+    return out, payloads
 
 
 def normalise_query(query: str, cfg: RetrievalConfig) -> str:
@@ -139,14 +278,20 @@ def search(
     user_id: str,
     k: int | None = None,
     retriever: str = "hybrid",
+    expansion: tuple[list[str], str] | None = None,
 ) -> list[Hit]:
-    """The top-k chunks of this user's notes for a query."""
+    """The top-k chunks of this user's notes for a query. ``expansion`` (hybrid only): the
+    terms and the hypothetical answer an LLM wrote for it (``rag.expand``), fused in as
+    two more rankings: the terms through BM25, the answer through the dense embedding."""
     cfg = index.settings.retrieval
     query = normalise_query(query, cfg)
     k = k or cfg.top_k
     if retriever not in RETRIEVERS:
         raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
-    dense = index.embed([query])[0] if retriever in ("hybrid", "dense") else None
+    terms, hypothesis = expansion if expansion and retriever == "hybrid" else ([], "")
+    texts = [query, hypothesis] if hypothesis else [query]
+    vectors = index.embed(texts) if retriever in ("hybrid", "dense") else None
+    dense = vectors[0] if vectors is not None else None
     sparse = query_vector(query) if retriever in ("hybrid", "sparse") else None
     limit = max(cfg.candidates, k)
     dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef)
@@ -155,9 +300,19 @@ def search(
         rankings["dense"] = dense_hits
     if sparse is not None:
         rankings["sparse"] = sparse_hits
+    extra = (vectors[1] if hypothesis else None, query_vector(" ".join(terms)) if terms else None)
+    if terms or hypothesis:
+        more_dense, more_sparse = index.store.search(*extra, user_id, limit, cfg.hnsw_ef)
+        if hypothesis:
+            rankings["hypothesis"] = more_dense
+        if terms:
+            rankings["terms"] = more_sparse
     fused = fuse(rankings, cfg)
-    chosen = cap_per_note(fused, cfg.max_chunks_per_note, k)
-    payloads = index.store.payloads([c.id for c in chosen])
+    if cfg.passages and retriever == "hybrid":
+        chosen, payloads = passage_step(index, query, user_id, dense, sparse, rankings, fused, k, cfg, extra)
+    else:
+        chosen = cap_per_note(fused, cfg.max_chunks_per_note, k)
+        payloads = index.store.payloads([c.id for c in chosen])
     hits = []
     for cand in chosen:
         p = payloads.get(cand.id)

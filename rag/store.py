@@ -73,8 +73,17 @@ class Store(Protocol):
     def delete_note(self, note_id: str) -> None: ...
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None: ...
     def search(
-        self, dense: np.ndarray | None, sparse: SparseVector | None, user_id: str, limit: int, hnsw_ef: int = 128
-    ) -> tuple[list[Ranked], list[Ranked]]: ...
+        self,
+        dense: np.ndarray | None,
+        sparse: SparseVector | None,
+        user_id: str,
+        limit: int,
+        hnsw_ef: int = 128,
+        note_ids: list[str] | None = None,
+    ) -> tuple[list[Ranked], list[Ranked]]:
+        """Dense and sparse candidates among the user's chunks (with ``note_ids``: only
+        those notes' chunks), best first, ``limit`` each."""
+        ...
     def payloads(self, ids: list[str]) -> dict[str, dict]: ...
     def count_by_user(self) -> dict[str, int]: ...
     def note_ids(self, user_id: str | None = None) -> set[str]: ...
@@ -195,9 +204,12 @@ class EdgeStore:
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, self._manifest_path)
 
-    def _filter(self, **match: str):
+    def _filter(self, note_ids: list[str] | None = None, **match: str):
         qe = self._qe
-        return qe.Filter(must=[qe.FieldCondition(key=k, match=qe.MatchValue(v)) for k, v in match.items()])
+        must = [qe.FieldCondition(key=k, match=qe.MatchValue(v)) for k, v in match.items()]
+        if note_ids is not None:
+            must.append(qe.FieldCondition(key="note_id", match=qe.MatchAny(list(note_ids))))
+        return qe.Filter(must=must)
 
     def upsert(self, points: list[PointData]) -> None:
         qe = self._qe
@@ -227,9 +239,9 @@ class EdgeStore:
         if ids:
             self._shard.update(self._qe.UpdateOperation.set_payload(list(ids), payload))
 
-    def search(self, dense, sparse, user_id, limit, hnsw_ef=128):
+    def search(self, dense, sparse, user_id, limit, hnsw_ef=128, note_ids=None):
         qe = self._qe
-        flt = self._filter(user_id=user_id)
+        flt = self._filter(note_ids, user_id=user_id)
         requests, kinds = [], []
         if dense is not None:
             requests.append(
@@ -351,9 +363,12 @@ class ServerStore:
     def write_manifest(self, manifest: dict) -> None:
         self._call(self._client.update_collection, self.collection, metadata=manifest)
 
-    def _filter(self, **match: str):
+    def _filter(self, note_ids: list[str] | None = None, **match: str):
         qm = self._qm
-        return qm.Filter(must=[qm.FieldCondition(key=k, match=qm.MatchValue(value=v)) for k, v in match.items()])
+        must = [qm.FieldCondition(key=k, match=qm.MatchValue(value=v)) for k, v in match.items()]
+        if note_ids is not None:
+            must.append(qm.FieldCondition(key="note_id", match=qm.MatchAny(any=list(note_ids))))
+        return qm.Filter(must=must)
 
     def upsert(self, points: list[PointData]) -> None:
         qm = self._qm
@@ -381,9 +396,9 @@ class ServerStore:
         if ids:
             self._call(self._client.set_payload, self.collection, payload=payload, points=list(ids))
 
-    def search(self, dense, sparse, user_id, limit, hnsw_ef=128):
+    def search(self, dense, sparse, user_id, limit, hnsw_ef=128, note_ids=None):
         qm = self._qm
-        flt = self._filter(user_id=user_id)
+        flt = self._filter(note_ids, user_id=user_id)
         requests, kinds = [], []
         if dense is not None:
             requests.append(

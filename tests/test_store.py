@@ -62,6 +62,23 @@ def test_search_is_filtered_to_the_user(store):
     assert [r.note_id for r in dense2] == ["n3"] and [r.note_id for r in sparse2] == ["n3"]
 
 
+def test_search_can_be_restricted_to_some_notes(store):
+    fill(store)
+    store.upsert([point("n4", 0, "u1", "redis 哨兵 故障转移", unit(0.8, 0.2))])
+    everywhere = store.search(unit(1, 0), query_vector("redis"), "u1", 10)
+    dense, sparse = store.search(unit(1, 0), query_vector("redis"), "u1", 10, note_ids=["n1", "n2"])
+    assert {r.note_id for r in dense} == {"n1", "n2"} and {r.note_id for r in sparse} == {"n1"}
+    # the same scores as without the restriction: only which chunks may come back changes
+    for restricted, full in zip((dense, sparse), everywhere):
+        scores = {r.id: r.score for r in full}
+        assert all(r.score == pytest.approx(scores[r.id]) for r in restricted)
+    assert [r.id for r in dense] == [r.id for r in everywhere[0] if r.note_id in ("n1", "n2")]
+    # still only the user's own: n3 is u2's
+    assert store.search(unit(1, 0), query_vector("redis"), "u1", 10, note_ids=["n3"]) == ([], [])
+    only4 = store.search(unit(1, 0), query_vector("redis"), "u1", 10, note_ids=["n4"])
+    assert [r.id for r in only4[0]] == [r.id for r in only4[1]] == [point_id("n4", 0)]
+
+
 def test_sparse_scores_use_idf(store):
     fill(store)
     # "快照" is in one chunk, "redis" in three: the rare term must weigh more.

@@ -1,0 +1,206 @@
+"""Retrieval steps side by side on the dev set: what each step adds, per question type.
+
+    .venv/bin/leanote-rag --config bench/corpus.yaml index      # once (needs ../shared)
+    .venv/bin/python bench/retrieval_steps.py --config bench/corpus.yaml
+
+Every dev question (after_changes ones left out) through each variant in one run, on
+one open index: hit@5 (a top-5 chunk holds a gold quote), recall@5 and recall@20 of
+the gold notes, MRR@10 of the first gold note (as `leanote-rag eval`), passage MRR@10
+(of the first chunk holding a gold quote: finer than hit@5, and the one a passage
+step moves, since it leaves note ranks alone), and the search's own latency (query
+embedding included) p50, per question type and overall. The variants run in turn on
+each question, three rounds (the first a warm-up), so they share the machine's
+state alike. Prints JSON and writes bench/retrieval_steps_results.json.
+
+Variants are a list of ``Variant(name, make)``: ``make(index)`` returns a function
+``(question, user_id, k) -> hits``. "(c) + expansion (stand-in)" fuses in the query
+expansion of a stand-in LLM that returns the question itself (an expansion must never
+make a question worse; a real LLM's terms can only be measured with a real LLM).
+``--variant "NAME:key=value,..."`` adds a variant with other ``retrieval`` settings
+from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean, median
+from typing import Callable
+
+import yaml
+
+from rag import config
+from rag.eval import _outcome, load_questions, normalise
+from rag.index import NoteIndex
+from rag.model import Hit
+from rag.retrieve import search
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
+DEV = SHARED / "eval" / "dev.jsonl"
+OUT = REPO / "bench" / "retrieval_steps_results.json"
+K = 20  # as `leanote-rag eval`: hits per question, enough for recall@20
+
+Search = Callable[[str, str, int], list[Hit]]
+
+
+@dataclass
+class Variant:
+    name: str
+    make: Callable[[NoteIndex], Search]
+
+
+def _view(index: NoteIndex, retrieval: dict) -> NoteIndex:
+    """The open index, searched with these ``retrieval`` settings changed."""
+    cfg = index.settings.retrieval.model_copy(update=retrieval)
+    return NoteIndex(index.settings.model_copy(update={"retrieval": cfg}), index.store, index.embedder, index.index_id)
+
+
+def hybrid(**retrieval) -> Callable[[NoteIndex], Search]:
+    """Hybrid search on the open index with these ``retrieval`` settings changed."""
+
+    def make(index: NoteIndex) -> Search:
+        view = _view(index, retrieval)
+        return lambda question, user_id, k: search(view, question, user_id, k)
+
+    return make
+
+
+def echoed(**retrieval) -> Callable[[NoteIndex], Search]:
+    """As ``hybrid``, with the query expansion of a stand-in LLM that returns the question
+    itself as its terms and its hypothetical answer: the check that an expansion never
+    makes a question worse (rag.expand)."""
+
+    def make(index: NoteIndex) -> Search:
+        view = _view(index, retrieval)
+        return lambda question, user_id, k: search(view, question, user_id, k, expansion=([question], question))
+
+    return make
+
+
+VARIANTS = [
+    Variant("(a) hybrid", hybrid(passages=False)),
+    Variant("(b) + passages", hybrid(passages=True)),
+    Variant("(c) + expansion (stand-in)", echoed(passages=True)),
+]
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME:key=value,key=value`` -> a hybrid variant with those retrieval settings."""
+    name, _, settings = text.partition(":")
+    changes = {}
+    for pair in filter(None, settings.split(",")):
+        key, _, value = pair.partition("=")
+        changes[key.strip()] = yaml.safe_load(value)
+    config.RetrievalConfig(**changes)  # a misspelt key fails here, before any work
+    return Variant(name.strip(), hybrid(**changes))
+
+
+def passage_rr(q: dict, hits: list[Hit]) -> float | None:
+    """1 / rank of the first of the top 10 chunks that holds a gold quote (0 if none)."""
+    quotes = [normalise(s) for s in q.get("gold_quotes") or [] if s.strip()]
+    if not quotes:
+        return None
+    rank = next((r for r, h in enumerate(hits[:10], 1) if any(qt in normalise(h.text) for qt in quotes)), None)
+    return 1.0 / rank if rank else 0.0
+
+
+def metrics(rows: list[tuple], times: list[float]) -> dict:
+    """rows: (outcome, passage reciprocal rank) per question."""
+    outcomes = [o for o, _ in rows]
+    with_quotes = [o for o in outcomes if o.hit5 is not None]
+    prr = [r for _, r in rows if r is not None]
+    return {
+        "n": len(outcomes),
+        "hit@5": round(mean(1.0 if o.hit5 else 0.0 for o in with_quotes), 3) if with_quotes else None,
+        "recall@5": round(mean(o.recall5 for o in outcomes), 3),
+        "recall@20": round(mean(o.recall20 for o in outcomes), 3),
+        "mrr@10": round(mean(o.rr10 for o in outcomes), 3),
+        "passage_mrr@10": round(mean(prr), 3) if prr else None,
+        "p50_ms": round(median(times) * 1000, 1),
+    }
+
+
+def run(settings, questions: list[dict], variants: list[Variant], rounds: int = 3) -> dict:
+    with NoteIndex.open(settings) as index:
+        searches = [v.make(index) for v in variants]
+        hits: dict[tuple[int, str], list[Hit]] = {}
+        times: dict[tuple[int, str], list[float]] = {}
+        for round_ in range(rounds):
+            for q in questions:
+                for i, fn in enumerate(searches):
+                    t = time.perf_counter()
+                    result = fn(q["question"], q["user_id"], K)
+                    elapsed = time.perf_counter() - t
+                    if round_ == 0:
+                        hits[i, q["id"]] = result  # the ranking does not change between rounds
+                    if round_ > 0 or rounds == 1:
+                        times.setdefault((i, q["id"]), []).append(elapsed)
+        out = {}
+        for i, v in enumerate(variants):
+            rows = [(_outcome(q, hits[i, q["id"]], "hybrid"), passage_rr(q, hits[i, q["id"]])) for q in questions]
+            per_q = {q["id"]: times[i, q["id"]] for q in questions}
+            kinds = sorted({o.type for o, _ in rows})
+            out[v.name] = {
+                "overall": metrics(rows, [t for ts in per_q.values() for t in ts]),
+                "by_type": {
+                    kind: metrics([r for r in rows if r[0].type == kind],
+                                  [t for o, _ in rows if o.type == kind for t in per_q[o.id]])
+                    for kind in kinds
+                },
+                "hit@5_misses": [o.id for o, _ in rows if o.hit5 is False],
+            }
+        return out
+
+
+def table(results: dict) -> str:
+    """Markdown: one row per question type (and overall), one column group per variant."""
+    names = list(results)
+    kinds = ["overall"] + list(next(iter(results.values()))["by_type"])
+    head = "| type | n | " + " | ".join(f"{n}: hit@5 / R@20 / MRR@10 / passage MRR@10 / p50 ms" for n in names) + " |"
+    rows = [head, "|" + "---|" * (2 + len(names))]
+    for kind in kinds:
+        cells = []
+        for n in names:
+            m = results[n]["overall"] if kind == "overall" else results[n]["by_type"][kind]
+            cells.append(
+                f"{m['hit@5']:.3f} / {m['recall@20']:.3f} / {m['mrr@10']:.3f} / {m['passage_mrr@10']:.3f} / {m['p50_ms']}"
+            )
+        n_q = (results[names[0]]["overall"] if kind == "overall" else results[names[0]]["by_type"][kind])["n"]
+        rows.append(f"| {kind} | {n_q} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default=str(REPO / "bench" / "corpus.yaml"), help="an index of the shared corpus")
+    ap.add_argument("--questions", default=str(DEV))
+    ap.add_argument("--variant", action="append", default=[], help='"NAME:key=value,..." (retrieval settings)')
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over the questions; the first is a warm-up")
+    ap.add_argument("--out", default=str(OUT), help="where to write the JSON ('-': nowhere)")
+    args = ap.parse_args()
+    settings = config.load(args.config)
+    questions = [
+        q for q in load_questions(Path(args.questions)) if q.get("gold_note_ids") and not q.get("after_changes")
+    ]
+    variants = VARIANTS + [parse_variant(v) for v in args.variant]
+    results = run(settings, questions, variants, max(1, args.rounds))
+    report = {
+        "questions": len(questions),
+        "source": Path(args.questions).name,
+        "retrieval": settings.retrieval.model_dump(),
+        "variants": results,
+        "table": table(results),
+    }
+    text = json.dumps(report, ensure_ascii=False, indent=1)
+    print(text)
+    if args.out != "-":
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
