@@ -1,9 +1,12 @@
 """Chat models behind one interface; Ollama (the ``ollama`` client, async) is the one we run.
 
 Streamed tokens, a timeout for the whole answer, a stall watchdog (no token for
-``stall_timeout``), and retries with backoff on connection errors only (a refused
-connection before the first token), never on a model error or mid-answer. The
-client's own default timeout is none, so ours is always set.
+``stall_timeout`` once the answer has started; before its first token the model may
+still be reading a long prompt, so only the whole answer's timeout applies), and
+retries with backoff on connection errors only (a refused connection before the first
+token), never on a model error or mid-answer. The client's own default timeout is
+none, so ours is always set. Each reply's token counts and durations, as Ollama
+reports them, are handed back in a ``Usage`` (the machine's speed, ``rag.speed``).
 
 Errors are mapped once, here: a missing model is ``ModelMissing`` (``ollama pull``),
 everything else that stops an answer is ``Unavailable``.
@@ -19,6 +22,7 @@ from typing import AsyncIterator, Protocol
 from .config import OllamaConfig
 from .errors import ModelMissing, Unavailable
 from .redact import safe_url
+from .speed import Usage
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +31,16 @@ Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
 class ChatModel(Protocol):
     model_id: str
+    model: str  # the model's own name (speeds are kept per model)
 
-    def stream(self, messages: list[Message]) -> AsyncIterator[str]:
-        """The answer's text, piece by piece."""
+    def stream(self, messages: list[Message], *, usage: Usage | None = None, options: dict | None = None,
+               format: dict | None = None, timeout: float | None = None) -> AsyncIterator[str]:
+        """The answer's text, piece by piece. ``usage`` is filled in when the reply ends;
+        ``options`` add to the model's options (e.g. ``num_predict``); ``format`` is a JSON
+        schema the reply must follow; ``timeout`` replaces ``ollama.timeout`` for this call."""
         ...
 
-    async def complete(self, messages: list[Message]) -> str: ...
+    async def complete(self, messages: list[Message], **kwargs) -> str: ...
 
     async def check(self) -> str:
         """Raise (ModelMissing, Unavailable) unless the model can answer; a description."""
@@ -45,6 +53,7 @@ class OllamaChat:
         import ollama
 
         self.cfg = cfg
+        self.model = cfg.model
         self.model_id = f"ollama:{cfg.model}"
         self.where = safe_url(cfg.host)  # for messages: never the user:password@ of the URL
         self._ollama = ollama
@@ -67,32 +76,46 @@ class OllamaChat:
     def _refused(self, err: Exception) -> bool:
         return isinstance(err, (ConnectionError, self._httpx.ConnectError))
 
-    async def stream(self, messages: list[Message]) -> AsyncIterator[str]:
-        deadline = time.monotonic() + self.cfg.timeout
+    async def stream(self, messages: list[Message], *, usage: Usage | None = None, options: dict | None = None,
+                     format: dict | None = None, timeout: float | None = None) -> AsyncIterator[str]:
+        timeout = timeout or self.cfg.timeout
+        deadline = time.monotonic() + timeout
         attempt = 0
         while True:
             started = False
             try:
                 response = await self._client.chat(
-                    model=self.cfg.model, messages=messages, stream=True, options=self.options, keep_alive=self.cfg.keep_alive
+                    model=self.cfg.model, messages=messages, stream=True, options={**self.options, **(options or {})},
+                    keep_alive=self.cfg.keep_alive, format=format,
                 )
                 iterator = response.__aiter__()
-                while True:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise Unavailable(f"Ollama's answer took longer than {self.cfg.timeout:g} s")
-                    try:
-                        part = await asyncio.wait_for(iterator.__anext__(), timeout=min(self.cfg.stall_timeout, left))
-                    except StopAsyncIteration:
-                        return
-                    except asyncio.TimeoutError:
-                        raise Unavailable(f"Ollama stalled: no token for {self.cfg.stall_timeout:g} s") from None
-                    text = part.message.content or "" if part.message else ""
-                    if text:
-                        started = True
-                        yield text
-                    if part.done:
-                        return
+                try:
+                    while True:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise Unavailable(f"Ollama's answer took longer than {timeout:g} s")
+                        wait = min(self.cfg.stall_timeout, left) if started else left
+                        try:
+                            # in this task (not a task of its own, as wait_for makes): a
+                            # cancelled answer closes the reply's stream behind it
+                            async with asyncio.timeout(wait):
+                                part = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            return
+                        except TimeoutError:
+                            if not started:
+                                raise Unavailable(f"Ollama's answer took longer than {timeout:g} s") from None
+                            raise Unavailable(f"Ollama stalled: no token for {self.cfg.stall_timeout:g} s") from None
+                        text = part.message.content or "" if part.message else ""
+                        if text:
+                            started = True
+                            yield text
+                        if part.done:
+                            if usage is not None:
+                                _fill(usage, part)
+                            return
+                finally:
+                    await iterator.aclose()  # the HTTP response goes back at once, read or not
             except (Unavailable, ModelMissing):
                 raise
             except Exception as err:
@@ -104,8 +127,8 @@ class OllamaChat:
                     continue
                 raise self._error(err) from None
 
-    async def complete(self, messages: list[Message]) -> str:
-        return "".join([part async for part in self.stream(messages)])
+    async def complete(self, messages: list[Message], **kwargs) -> str:
+        return "".join([part async for part in self.stream(messages, **kwargs)])
 
     async def check(self) -> str:
         """Is it Ollama (``GET /api/version``), and is the model there (``/api/show``)?"""
@@ -127,6 +150,15 @@ class OllamaChat:
         details = getattr(info, "details", None)
         size = getattr(details, "parameter_size", None) if details else None
         return f"{self.cfg.model} is pulled" + (f" ({size})" if size else "")
+
+
+def _fill(usage: Usage, part) -> None:
+    """Ollama's counts (durations in nanoseconds) from a reply's last line."""
+    usage.prompt_tokens = part.prompt_eval_count or 0
+    usage.prompt_seconds = (part.prompt_eval_duration or 0) / 1e9
+    usage.output_tokens = part.eval_count or 0
+    usage.output_seconds = (part.eval_duration or 0) / 1e9
+    usage.load_seconds = (part.load_duration or 0) / 1e9
 
 
 class NotOllama(Unavailable):

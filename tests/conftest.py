@@ -51,6 +51,24 @@ def make_settings(tmp_path: Path, **sections) -> config_mod.Settings:
     return config_mod.from_dict(raw, base_dir=tmp_path)
 
 
+def index_samples(tmp_path: Path, embedder, **sections) -> config_mod.Settings:
+    """Settings over the sample notes (``sections`` as for make_settings), the notes indexed."""
+    from rag.index import NoteIndex
+    from sync.indexer import Indexer
+    from sync.sources import open_source
+    from sync.state import State
+
+    settings = make_settings(tmp_path, **sections)
+    state = State(settings.state_dir)
+    try:
+        with NoteIndex.open(settings, create=True, embedder=embedder) as index:
+            source = open_source(settings)
+            Indexer(index, state, source.name).run(source.notes())
+    finally:
+        state.close()
+    return settings
+
+
 @pytest.fixture
 def settings_factory(tmp_path):
     return lambda **sections: make_settings(tmp_path, **sections)

@@ -8,22 +8,62 @@ Served: ``POST /api/embed``, ``POST /api/chat`` (streamed NDJSON or one JSON obj
 
 Chat replies are scripted with ``reply(...)``: the text in pieces, optionally a stall
 after some pieces (the connection stays open, nothing more is sent) or an error
-line mid-stream. Unscripted chats answer "(no reply scripted)".
+line mid-stream. Requests with Ollama's ``format`` (a JSON schema: structured output,
+e.g. query expansion) take their own scripted replies, ``reply_structured(...)``, so
+an expansion never takes a reply scripted for an answer. Unscripted chats answer
+"(no reply scripted)", unless:
+
+- the request has a ``format``: the reply is a JSON object with the schema's required
+  fields, made of the question itself (strings and arrays of strings: the last user
+  message). For query expansion that is ``{"terms": [question], "answer": question}``:
+  the stand-in that repeats the question, to check that expansion never hurts;
+- ``FakeOllama(reader=True)``: a stand-in LLM for the answer eval, a diligent but simple
+  reader (``read_evidence``). From the answer prompt (``rag.evidence.messages``) it takes
+  the evidence blocks and the ``Question:`` line, picks the block whose note text shares
+  the most question terms (the first such block on a tie) and replies one or two
+  sentences quoted from it with its ``[n]``; when no block shares a term, exactly the
+  refusal phrase the system prompt names. A follow-up rewrite prompt gets the last
+  message back unchanged.
+
+Like Ollama, the last line of a reply reports ``prompt_eval_count`` and
+``prompt_eval_duration``, ``eval_count`` and ``eval_duration`` (nanoseconds). Tokens
+are counted by the fake's own rule (``fake_tokens``: a CJK character is one token,
+other text one per three characters), which is not the product's estimate, so its
+calibration has something to learn. ``speed=(read, write)`` in tokens per second makes
+the fake as slow as a machine: it reads the prompt for ``tokens / read`` seconds
+before the first piece and writes each piece at ``write`` tokens a second.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from rag.lexical import tokenize
+
 from . import LocalServer, QuietHandler
 
 DIM = 64
+_CJK = re.compile(r"[\u3400-\u9fff]")
+_TAG = re.compile(r"between <(note-[0-9a-f]+)> and </note-[0-9a-f]+>")
+_REFUSAL = re.compile(r"reply with exactly this and nothing else: (.+?)\s*$", re.S)
+# Sentence ends: Chinese punctuation, English ones followed by a space, line breaks.
+_SENTENCE_END = re.compile(r"(?<=[。！？；!?])|(?<=[.;:])\s+|\n+")
+_MARKERS = re.compile(r"[\[【]\s*\d[\d\s,，、]*[\]】]")
+SHORT_SENTENCE = 40  # a quoted sentence this short gets the next one too
+MAX_QUOTE = 300
+PIECE_CHARS = 6  # a reply streams in pieces of this many characters
+
+
+def fake_tokens(text: str) -> int:
+    cjk = len(_CJK.findall(text))
+    return cjk + (len(text) - cjk + 2) // 3
 
 
 def fake_embedding(text: str, dim: int = DIM) -> list[float]:
@@ -36,6 +76,75 @@ def fake_embedding(text: str, dim: int = DIM) -> list[float]:
     return (v / n if n else v).tolist()
 
 
+def _content(messages: list[dict], role: str, last: bool = False) -> str:
+    found = [m.get("content") or "" for m in messages if m.get("role") == role]
+    return (found[-1] if last else found[0]) if found else ""
+
+
+def read_evidence(messages: list[dict]) -> str | None:
+    """What the reader stand-in replies to an answer prompt, or None when ``messages``
+    is not one (no evidence tag in the system prompt)."""
+    system = _content(messages, "system")
+    tag, refusal = _TAG.search(system), _REFUSAL.search(system)
+    if not tag or not refusal:
+        return None
+    tag, refusal = tag.group(1), refusal.group(1).strip()
+    user = _content(messages, "user", last=True)
+    blocks = re.findall(rf"^\[(\d+)\] [^\n]*\n<{tag}>\n(.*?)\n</{tag}>$", user, re.M | re.S)
+    tail = user.rsplit(f"</{tag}>", 1)[-1]  # the question comes after the last block
+    asked = re.findall(r"^Question: (.*)$", tail, re.M)
+    terms = set(tokenize(asked[-1])) if asked else set()
+    best, best_shared = None, 0
+    for n, text in blocks:
+        shared = len(terms & set(tokenize(text)))
+        if shared > best_shared:  # strictly more: the first (best ranked) block wins a tie
+            best, best_shared = (int(n), text), shared
+    if best is None:
+        return refusal
+    n, text = best
+    sentences = [" ".join(s.split()) for s in _SENTENCE_END.split(text)]
+    sentences = [s for s in sentences if s]
+    scores = [len(terms & set(tokenize(s))) for s in sentences]
+    i = scores.index(max(scores))
+    quote = sentences[i]
+    if len(quote) < SHORT_SENTENCE and i + 1 < len(sentences):
+        quote += ("" if quote[-1] in "。！？；" else " ") + sentences[i + 1]
+    quote = _MARKERS.sub("", quote).strip()[:MAX_QUOTE]
+    return f"{quote}[{n}]"
+
+
+def follow_up(messages: list[dict]) -> str | None:
+    """The reader's rewrite of a follow-up (``rag.evidence.condense_messages``): the last
+    message, unchanged."""
+    found = re.findall(r"^Last message: (.*)$", _content(messages, "user", last=True), re.M)
+    return found[-1] if found else None
+
+
+def schema_reply(schema: dict, messages: list[dict]) -> str:
+    """A JSON object with the schema's required fields, made of the question itself."""
+    question = _content(messages, "user", last=True).strip()
+    props = schema.get("properties") or {}
+    out: dict = {}
+    for key in schema.get("required") or list(props):
+        prop = props.get(key) or {}
+        kind = prop.get("type")
+        if kind == "array":
+            out[key] = [question]
+        elif kind in ("number", "integer"):
+            out[key] = 0
+        elif kind == "boolean":
+            out[key] = False
+        elif kind == "object":
+            out[key] = {}
+        else:
+            out[key] = question
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)] or [""]
+
+
 @dataclass
 class Reply:
     pieces: list[str]
@@ -45,10 +154,14 @@ class Reply:
 
 
 class FakeOllama(LocalServer):
-    def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct")):
+    def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct"), speed: tuple[float, float] | None = None,
+                 reader: bool = False):
         self.models = set(models)
+        self.speed = speed  # (prompt tokens read, tokens written) per second, or None: at once
+        self.reader = reader  # unscripted answer prompts: quote the best evidence block (read_evidence)
         self.requests: list[tuple[str, dict]] = []
         self.replies: list[Reply] = []
+        self.structured: list[Reply] = []  # for requests with a ``format``
         self.release = threading.Event()  # set to end every stall
         fake = self
 
@@ -72,12 +185,17 @@ class FakeOllama(LocalServer):
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def _stream(self, model: str, reply: Reply) -> None:
+            def _stream(self, model: str, reply: Reply, prompt_tokens: int) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-ndjson")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self.wfile.flush()
+                began = time.monotonic()
+                if fake.speed:  # reading the prompt
+                    time.sleep(prompt_tokens / fake.speed[0])
+                read = time.monotonic() - began
+                written = 0
                 for i, piece in enumerate(reply.pieces):
                     if reply.stall_after is not None and i >= reply.stall_after:
                         fake.release.wait(timeout=60)
@@ -87,12 +205,18 @@ class FakeOllama(LocalServer):
                         break
                     if reply.delay:
                         time.sleep(reply.delay)
+                    if fake.speed:
+                        time.sleep(fake_tokens(piece) / fake.speed[1])
+                    written += fake_tokens(piece)
                     self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
                                 "message": {"role": "assistant", "content": piece}, "done": False})
                 else:
+                    total = time.monotonic() - began
                     self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
                                 "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
-                                "total_duration": 1, "eval_count": len(reply.pieces)})
+                                "total_duration": int(total * 1e9), "load_duration": 0,
+                                "prompt_eval_count": prompt_tokens, "prompt_eval_duration": max(1, int(read * 1e9)),
+                                "eval_count": written, "eval_duration": max(1, int((total - read) * 1e9))})
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 self.close_connection = True
@@ -122,9 +246,11 @@ class FakeOllama(LocalServer):
                 elif self.path == "/api/chat":
                     if model not in fake.models:
                         return self._missing(model)
-                    reply = fake.replies.pop(0) if fake.replies else Reply(["(no reply scripted)"])
+                    queue = fake.structured if isinstance(body.get("format"), dict) else fake.replies
+                    reply = queue.pop(0) if queue else fake.unscripted(body)
+                    prompt_tokens = fake_tokens("\n".join(m.get("content", "") for m in body.get("messages", [])))
                     if body.get("stream", True):
-                        self._stream(model, reply)
+                        self._stream(model, reply, prompt_tokens)
                     else:
                         text = "".join(reply.pieces)
                         self._send(200, {"model": model, "message": {"role": "assistant", "content": text}, "done": True})
@@ -141,8 +267,30 @@ class FakeOllama(LocalServer):
         """Script the next chat reply."""
         self.replies.append(Reply(list(pieces), stall_after, error_after, delay))
 
+    def reply_structured(self, *pieces: str, stall_after: int | None = None, delay: float = 0.0) -> None:
+        """Script the next reply to a request with a ``format`` (a JSON schema)."""
+        self.structured.append(Reply(list(pieces), stall_after, None, delay))
+
+    def unscripted(self, body: dict) -> Reply:
+        """The reply to a chat nobody scripted."""
+        messages = body.get("messages") or []
+        if isinstance(body.get("format"), dict):
+            return Reply(_pieces(schema_reply(body["format"], messages)))
+        if self.reader:
+            text = read_evidence(messages)
+            if text is None:
+                text = follow_up(messages)
+            if text is not None:
+                return Reply(_pieces(text))
+        return Reply(["(no reply scripted)"])
+
     def chats(self) -> list[dict]:
-        return [body for path, body in self.requests if path == "/api/chat"]
+        """The chat requests for answers and rewrites (not structured ones: see ``structured_chats``)."""
+        return [body for path, body in self.requests if path == "/api/chat" and not isinstance(body.get("format"), dict)]
+
+    def structured_chats(self) -> list[dict]:
+        """The chat requests with a ``format`` (query expansions)."""
+        return [body for path, body in self.requests if path == "/api/chat" and isinstance(body.get("format"), dict)]
 
     def before_stop(self) -> None:
         self.release.set()  # end every stalled reply

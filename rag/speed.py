@@ -1,0 +1,134 @@
+"""How fast the LLM is on this machine, learned from its own replies, and what that
+means for a prompt.
+
+Ollama reports with every reply how many prompt tokens it read and in how long
+(``prompt_eval_count``, ``prompt_eval_duration``), how many it wrote and in how long
+(``eval_count``, ``eval_duration``). ``SpeedBook`` keeps a running estimate per model
+(an exponentially weighted average, so it follows the machine: a GPU added, another
+load) in ``<state_dir>/llm_speed.json``, where ``status`` and ``doctor`` read it.
+
+Tokens are counted by a **calibrated estimate**, not the model's tokenizer (Qwen's is
+not available offline): a base estimate from the text's scripts (a CJK character is
+about 0.7 Qwen tokens, other text about 0.28 per character), multiplied by the ratio
+Ollama's own prompt counts have shown for this model (``calibration``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE = "llm_speed.json"
+ALPHA = 0.3  # weight of a new observation in the running estimate
+CJK_TOKENS = 0.7  # per CJK character (Qwen2.5's tokenizer, typical Chinese prose)
+OTHER_TOKENS = 0.28  # per other character (English prose, code)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+MIN_TOKENS = 8  # observations from fewer tokens say little about speed
+
+
+def base_tokens(text: str) -> float:
+    """Tokens a Qwen-family tokenizer makes of ``text``, by script, before calibration."""
+    cjk = len(_CJK.findall(text))
+    return cjk * CJK_TOKENS + (len(text) - cjk) * OTHER_TOKENS
+
+
+@dataclass
+class Usage:
+    """What one reply cost, as the LLM server reported it."""
+
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    output_tokens: int = 0
+    output_seconds: float = 0.0
+    load_seconds: float = 0.0
+
+    @property
+    def reported(self) -> bool:
+        return self.prompt_tokens > 0 or self.output_tokens > 0
+
+
+@dataclass
+class Speed:
+    """A model's measured speed here."""
+
+    read_tps: float | None = None  # prompt tokens read per second
+    write_tps: float | None = None  # tokens written per second
+    calibration: float = 1.0  # observed prompt tokens / base estimate
+    samples: int = 0
+    updated: float = 0.0
+
+    def tokens(self, text: str) -> int:
+        return max(1, round(base_tokens(text) * self.calibration))
+
+    def read_seconds(self, tokens: float) -> float | None:
+        return tokens / self.read_tps if self.read_tps else None
+
+    def write_seconds(self, tokens: float) -> float | None:
+        return tokens / self.write_tps if self.write_tps else None
+
+    def describe(self, model: str) -> str:
+        if not self.samples:
+            return f"{model}: speed not measured yet"
+        read = f"{self.read_tps:.0f} tok/s reading" if self.read_tps else "reading speed unknown"
+        write = f"{self.write_tps:.1f} tok/s writing" if self.write_tps else "writing speed unknown"
+        return f"{model} here: {read}, {write} ({self.samples} replies)"
+
+
+def _ewma(old: float | None, new: float) -> float:
+    return new if old is None else (1 - ALPHA) * old + ALPHA * new
+
+
+class SpeedBook:
+    """Measured speeds per model, persisted (``path`` None: kept in memory only)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._speeds: dict[str, Speed] = {}
+        if path is not None:
+            self._speeds = load(path)
+
+    def get(self, model: str) -> Speed:
+        return self._speeds.get(model) or Speed()
+
+    def observe(self, model: str, usage: Usage, prompt_text: str) -> None:
+        """Learn from one reply: speeds, and how many tokens the prompt really was."""
+        if not usage.reported:
+            return
+        speed = self._speeds.setdefault(model, Speed())
+        if usage.prompt_tokens >= MIN_TOKENS and usage.prompt_seconds > 0:
+            speed.read_tps = _ewma(speed.read_tps, usage.prompt_tokens / usage.prompt_seconds)
+        if usage.output_tokens >= MIN_TOKENS and usage.output_seconds > 0:
+            speed.write_tps = _ewma(speed.write_tps, usage.output_tokens / usage.output_seconds)
+        estimate = base_tokens(prompt_text)
+        if usage.prompt_tokens >= MIN_TOKENS and estimate > 0:
+            ratio = min(4.0, max(0.25, usage.prompt_tokens / estimate))
+            speed.calibration = ratio if speed.samples == 0 else (1 - ALPHA) * speed.calibration + ALPHA * ratio
+        speed.samples += 1
+        speed.updated = time.time()
+        self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({m: asdict(s) for m, s in self._speeds.items()}, indent=1))
+            os.replace(tmp, self.path)
+        except OSError as err:  # a read-only state dir must not break answering
+            log.debug("cannot save the LLM speed to %s: %s", self.path, err)
+
+
+def load(path: Path) -> dict[str, Speed]:
+    """The speeds saved in ``path`` (none when missing or unreadable)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return {model: Speed(**values) for model, values in data.items()}
+    except (OSError, ValueError, TypeError):
+        return {}

@@ -1,0 +1,119 @@
+"""The LLM's speed here, learned from its replies, and answers sized to it: a fake Ollama
+as slow as a small CPU and as fast as a GPU, reporting its token counts and durations."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rag.answer import AnswerService
+from rag.index import NoteIndex
+from rag.llm import OllamaChat
+from rag.speed import FILE, SpeedBook, Usage, base_tokens
+
+from conftest import index_samples
+from fakes.ollama import FakeOllama, fake_tokens
+
+QUESTION = "番茄炒蛋怎么做才不酸？"
+
+
+@pytest.fixture(scope="module")
+def sample_index(tmp_path_factory, use_embedder):
+    return index_samples(tmp_path_factory.mktemp("speed"), use_embedder, rerank={"kind": "none"})
+
+
+@pytest.fixture(autouse=True)
+def no_speed_learned_yet(request):
+    """Each test starts as a new install: nothing learned about the LLM."""
+    if "sample_index" in request.fixturenames:
+        (request.getfixturevalue("sample_index").state_dir / FILE).unlink(missing_ok=True)
+
+
+def service(settings, url, use_embedder, **answer):
+    s = settings.model_copy(update={
+        "ollama": settings.ollama.model_copy(update={"host": url, "timeout": 60.0}),
+        "answer": settings.answer.model_copy(update=answer)})
+    index = NoteIndex.open(s, embedder=use_embedder)
+    return AnswerService(s, index, chat=OllamaChat(s.ollama)), index
+
+
+def ask(svc, question=QUESTION):
+    return asyncio.run(svc.ask(question, "local"))
+
+
+def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budget(sample_index, use_embedder):
+    read, write = 3000.0, 400.0  # tokens a second: a small CPU, ten times sped up for the test
+    budget = 0.4
+    with FakeOllama(speed=(read, write)) as ollama:
+        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=budget)
+        try:
+            ollama.reply("先把鸡蛋炒好盛出[1]，", "再加一小勺糖[1]。")
+            first = ask(svc)  # nothing measured yet: everything as configured
+            assert "not measured yet" in first.trace.budget
+            speed = svc.speeds.get("qwen2.5:7b-instruct")
+            assert speed.read_tps == pytest.approx(read, rel=0.25) and speed.write_tps == pytest.approx(write, rel=0.4)
+            # the estimate learned how the model counts tokens: off by little on the next prompt
+            reported, estimated = first.usage["prompt_tokens"], first.usage["prompt_tokens_estimated"]
+            assert reported == fake_tokens("\n".join(m["content"] for m in ollama.chats()[-1]["messages"]))
+
+            for _ in range(3):  # more replies: the running estimate settles
+                ollama.reply("加一小勺糖[1]。")
+                answer = ask(svc)
+            assert "evidence cut to" in answer.trace.budget and "first_token_budget" in answer.trace.budget
+            # what the model had to read fits the budget at its speed (the fake sleeps exactly that long)
+            assert answer.usage["prompt_tokens"] / read <= budget
+            assert answer.usage["prompt_tokens_estimated"] == pytest.approx(answer.usage["prompt_tokens"], rel=0.15)
+            assert first.usage["prompt_tokens"] > answer.usage["prompt_tokens"]  # something was cut
+            options = ollama.chats()[-1]["options"]
+            assert 128 <= options["num_predict"] <= 1024  # the answer fits ollama.timeout at its writing speed
+        finally:
+            svc.close()
+            index.close()
+        assert estimated > 0
+
+
+def test_a_fast_machine_gets_all_the_evidence(sample_index, use_embedder):
+    with FakeOllama(speed=(20000.0, 500.0)) as ollama:  # a GPU
+        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=4.0)
+        try:
+            for _ in range(2):
+                ollama.reply("加一小勺糖[1]。")
+                answer = ask(svc)
+            assert answer.trace.budget.startswith("evidence as configured")
+        finally:
+            svc.close()
+            index.close()
+
+
+def test_the_speed_is_kept_for_the_next_start_and_shown_by_status(sample_index, use_embedder, capsys):
+    from rag.cli import main
+
+    with FakeOllama(speed=(500.0, 60.0)) as ollama:
+        svc, index = service(sample_index, ollama.url, use_embedder)
+        try:
+            ollama.reply("先把鸡蛋炒好盛出[1]，", "再加一小勺糖压住酸味[1]。")
+            ask(svc)
+        finally:
+            svc.close()
+            index.close()
+    book = SpeedBook(sample_index.state_dir / FILE)  # a new process reads what was learned
+    assert book.get("qwen2.5:7b-instruct").read_tps == pytest.approx(500.0, rel=0.3)
+    cfg = sample_index.state_dir.parent / "c.yaml"
+    cfg.write_text(f"source: {{kind: files, path: '{sample_index.source.path}'}}\nstate_dir: '{sample_index.state_dir}'\n")
+    assert main(["--config", str(cfg), "status"]) == 0
+    out = capsys.readouterr().out
+    assert "llm:      qwen2.5:7b-instruct here:" in out and "tok/s reading" in out and "tok/s writing" in out
+
+
+def test_the_token_estimate_follows_the_scripts_and_learns_from_counts(tmp_path):
+    assert base_tokens("番茄炒蛋") == pytest.approx(4 * 0.7)
+    assert base_tokens("retry_count") == pytest.approx(11 * 0.28)
+    book = SpeedBook(tmp_path / FILE)
+    text = "番茄炒蛋要先炒蛋" * 20
+    book.observe("m", Usage(prompt_tokens=len(text), prompt_seconds=1.0, output_tokens=20, output_seconds=2.0), text)
+    speed = book.get("m")
+    assert speed.tokens(text) == pytest.approx(len(text), rel=0.01)  # calibrated: 1 token per character here
+    assert speed.read_tps == pytest.approx(len(text)) and speed.write_tps == pytest.approx(10.0)
+    book.observe("m", Usage(), text)  # a reply without counts teaches nothing
+    assert book.get("m").samples == 1
