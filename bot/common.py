@@ -155,7 +155,11 @@ def trace_text(trace: Trace | None) -> str:
     lines = [f"问题 question: {trace.question}"]
     if trace.standalone != trace.question:
         lines.append(f"改写为 rewritten: {trace.standalone}")
+    if trace.expansion:
+        lines.append(f"扩展 expansion: {trace.expansion}")
     lines.append(f"重排 rerank: {trace.rerank}")
+    if trace.budget:
+        lines.append(f"篇幅 budget: {trace.budget}")
     lines.append(f"结论 decision: {trace.decision}")
     if trace.llm_error:  # the details (host, model) are in the service's log
         lines.append("LLM: 不可用，用了笔记原文 unavailable: answered with passages")

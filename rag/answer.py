@@ -2,9 +2,12 @@
 
     follow-up? -> rewrite into a standalone question (LLM; skipped without history or LLM)
     -> hybrid retrieval (top ``rerank.candidates``) -> rerank (time-budgeted) -> top-k
-    -> too weak to answer from? refusal phrase + closest notes, no LLM call
-    -> evidence blocks -> the LLM, streamed -> citations parsed, bad markers removed
+    -> nothing plausible? refusal phrase + closest notes, no LLM call
+    -> evidence blocks, cut to what the LLM reads here within ``answer.first_token_budget``
+    -> the LLM, streamed -> citations parsed, bad markers removed
     -> Ollama down, timing out, model missing? the best passages, cited, with a notice
+
+Every LLM reply teaches the service how fast the model is here (``rag.speed``).
 
 The core returns an ``Answer`` (text, citations with links, timings, a trace of
 why); the CLI and the bots only render it.
@@ -15,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import statistics
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Awaitable, Callable
 
 from . import llm as llm_mod
@@ -28,10 +33,15 @@ from .config import AnswerConfig, Settings
 from .errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from .evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, messages
 from .excerpt import EXCERPT_CHARS, excerpt, _window
+from .expand import OUTPUT_TOKENS as EXPAND_TOKENS
+from .expand import SYSTEM as EXPAND_SYSTEM
+from .expand import Expander
 from .index import NoteIndex
 from .lexical import search_text, tokenize
 from .model import HEADING_SEP, Hit
 from .retrieve import search
+from .speed import FILE as SPEED_FILE
+from .speed import Speed, SpeedBook, Usage
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +108,8 @@ class Trace:
     standalone: str
     candidates: list[Candidate] = field(default_factory=list)
     rerank: str = ""
+    expansion: str = ""  # the LLM's terms and hypothetical answer fused in, or why there were none
+    budget: str = ""  # how the evidence was sized to the LLM's speed here, and what was cut
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
     outcome: str = ""  # one of OUTCOMES, set with the decision
@@ -114,6 +126,9 @@ class Answer:
     closest: list[Citation] = field(default_factory=list)  # with a refusal: the nearest notes
     notice: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # What the LLM reported for the answer: prompt and output tokens and seconds; and the
+    # prompt's size as estimated beforehand (for the answer eval and the trace).
+    usage: dict[str, float] = field(default_factory=dict)
     trace: Trace | None = None
 
     def as_json(self, with_trace: bool = False) -> dict:
@@ -247,6 +262,42 @@ def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
     return dense, cover
 
 
+def dense_outlier(hits: list[Hit]) -> float:
+    """How far the best dense score stands above the other candidates', in standard
+    deviations: a relative signal, whatever the collection's size or the embedder's scale."""
+    scores = sorted(h.dense_score for h in hits if h.dense_score is not None)
+    if len(scores) < 3:
+        return float("inf")  # too few to tell: do not refuse on this
+    rest = scores[:-1]
+    spread = statistics.pstdev(rest) or 1e-9
+    return (scores[-1] - statistics.fmean(rest)) / spread
+
+
+MIN_EVIDENCE_CHARS = 400  # however slow the machine, the LLM gets the best passage
+SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
+EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
+MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 128, 1024
+
+
+@dataclass
+class Plan:
+    """The evidence and answer sizes for one question, fitted to the LLM's speed here."""
+
+    evidence_chars: int
+    speed: Speed
+    options: dict | None = None
+    note: str = ""
+    max_prompt_tokens: int | None = None  # what the LLM reads here within the budget; None: unknown
+
+    def prompt_tokens(self, prompt: list[dict]) -> int:
+        """The prompt's size in tokens, by the calibrated estimate."""
+        return self.speed.tokens(_prompt_text(prompt))
+
+
+def _prompt_text(prompt: list[dict]) -> str:
+    return "\n".join(m["content"] for m in prompt)
+
+
 def _language_notice(question: str, zh: str, en: str) -> str:
     return zh if _CJK.search(question) else en
 
@@ -276,6 +327,8 @@ class AnswerService:
         self.reranker = rerank_mod.BudgetedReranker(reranker, settings.rerank.budget) if reranker else None
         self.rerank_unavailable = rerank_unavailable
         self.conversations = Conversations(settings.answer.history_chars, settings.answer.idle_reset, clock)
+        self.speeds = SpeedBook(Path(settings.state_dir) / SPEED_FILE if chat is not None else None)
+        self.expander = Expander(self._stream)
         self._llm_failing = False
         self._llm_slots: asyncio.Semaphore | None = None  # answers the LLM writes at once
         # Retrieval runs off the event loop, one search at a time: searches take a few ms,
@@ -340,14 +393,24 @@ class AnswerService:
         if history and self.chat is not None:
             try:
                 async with self.llm_slots:
-                    standalone = (await self.chat.complete(condense_messages(history, question))).strip() or question
+                    standalone = (await self._complete(condense_messages(history, question))).strip() or question
             except LeanoteRagError as err:
                 log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
             mark("rewrite")
         trace = Trace(question, standalone)
 
         k = max(self.settings.rerank.candidates, cfg.top_k)
+        wait, why_not = self._expansion_wait(standalone, time.perf_counter() - started)
+        person = f"{user_id}\x00{conversation or ''}"
+        expanding = asyncio.create_task(self._expand(standalone, wait, person)) if wait else None
         hits = await self.in_search_thread(search, self.index, standalone, user_id, k)
+        if expanding is not None:  # it ran while the first retrieval ran; its rankings join the fusion
+            expansion, trace.expansion = await self._expansion(expanding, wait - (time.perf_counter() - started))
+            if expansion is not None:
+                hits = await self.in_search_thread(
+                    partial(search, self.index, standalone, user_id, k, expansion=(expansion.terms, expansion.answer)))
+        else:
+            trace.expansion = why_not
         mark("retrieve")
         trace.candidates = [
             Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,
@@ -371,7 +434,9 @@ class AnswerService:
             answer = self._refusal(question, top)
             return self._finish(answer, user_id, conversation, trace, timings, started)
 
-        blocks = build_evidence(top, cfg)
+        plan = self._plan(standalone, top, time.perf_counter() - started)
+        blocks, prompt = self._fit(standalone, top, plan)
+        trace.budget = plan.note
         by_point = {pid: b.n for b in blocks for pid in b.point_ids}
         for c in trace.candidates:
             c.evidence = by_point.get(c.point_id)
@@ -384,9 +449,10 @@ class AnswerService:
         valid = {b.n for b in blocks}
         filt = CitationFilter(valid)
         parts: list[str] = []
+        usage = Usage()
         try:
             async with self.llm_slots:
-                async for piece in self.chat.stream(messages(standalone, blocks, cfg.refusal)):
+                async for piece in self._stream(prompt, usage, plan.options):
                     if "first_token" not in timings:
                         mark("first_token")
                     out = filt.feed(piece)
@@ -409,9 +475,105 @@ class AnswerService:
         self._llm_ok()
         text = "".join(parts).strip()
         answer = self._grounded(question, text, blocks)
+        answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
+                        "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
+                        "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
         trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
         trace.outcome = "llm" if answer.grounded else "llm_refused"
         return self._finish(answer, user_id, conversation, trace, timings, started)
+
+    # --- LLM-assisted retrieval (rag.expand) ----------------------------------------------
+
+    def _expansion_wait(self, question: str, elapsed: float) -> tuple[float, str]:
+        """How long the answer may wait for an expansion (0: none), and why not."""
+        mode = self.settings.retrieval.expand
+        if mode == "off" or self.chat is None:
+            return 0.0, "" if self.chat is None else "off (retrieval.expand)"
+        budget = self.settings.answer.first_token_budget * EXPAND_SHARE - elapsed
+        speed = self.speeds.get(self.chat.model)
+        if not (speed.read_tps and speed.write_tps):
+            if mode == "auto":
+                return 0.0, "auto: not until the LLM's speed here is measured"
+            return max(0.0, budget), ""
+        needs = speed.tokens(EXPAND_SYSTEM + question) / speed.read_tps + EXPAND_TOKENS / speed.write_tps
+        if mode == "auto" and needs > budget:
+            return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, over "
+                         f"{EXPAND_SHARE:.0%} of answer.first_token_budget")
+        return max(0.0, min(budget, needs * 2)), ""
+
+    async def _expand(self, question: str, wait: float, person: str):
+        async with self.llm_slots:
+            return await self.expander.expand(question, timeout=max(0.1, wait), person=person)
+
+    async def _expansion(self, task: asyncio.Task, left: float):
+        """The expansion if it is ready within ``left`` seconds, and a line for the trace."""
+        try:
+            expansion = await asyncio.wait_for(task, timeout=max(0.0, left))
+        except asyncio.TimeoutError:
+            return None, "dropped: not ready in time (the answer does not wait for it)"
+        if expansion.empty:
+            return None, "none: the LLM gave no usable terms"
+        return expansion, expansion.describe()
+
+    # --- the LLM, and its speed here -------------------------------------------------------
+
+    async def _stream(self, prompt: list[dict], usage: Usage, options: dict | None = None, **kwargs):
+        """The LLM's reply, piece by piece; when it ends, what it cost teaches the speed book."""
+        async for piece in self.chat.stream(prompt, usage=usage, options=options, **kwargs):
+            yield piece
+        self.speeds.observe(self.chat.model, usage, _prompt_text(prompt))
+
+    async def _complete(self, prompt: list[dict], options: dict | None = None, **kwargs) -> str:
+        return "".join([piece async for piece in self._stream(prompt, Usage(), options, **kwargs)])
+
+    def _plan(self, question: str, top: list[Hit], elapsed: float) -> "Plan":
+        """How much evidence the LLM can read here before ``answer.first_token_budget`` runs
+        out (what is left of it after the steps so far), and how long its answer may be
+        within ``ollama.timeout``. Without a measured speed: everything as configured."""
+        cfg = self.settings.answer
+        model = self.chat.model if self.chat is not None else ""
+        speed = self.speeds.get(model)
+        plan = Plan(cfg.total_chars, speed)
+        if self.chat is None:
+            return plan
+        if not speed.read_tps:
+            plan.note = f"{model}: speed not measured yet, evidence as configured ({cfg.total_chars} characters)"
+            return plan
+        left = cfg.first_token_budget - elapsed
+        plan.max_prompt_tokens = max(0, int(left * speed.read_tps * SPEED_MARGIN))
+        fixed = speed.tokens(_prompt_text(messages(question, [], cfg.refusal)))
+        sample = "".join(h.text for h in top[: cfg.top_k]) or question
+        per_char = speed.tokens(sample) / max(1, len(sample))
+        fits = int(max(0, plan.max_prompt_tokens - fixed) / per_char)  # a first guess: _fit checks the prompt
+        plan.evidence_chars = max(MIN_EVIDENCE_CHARS, min(cfg.total_chars, fits))
+        plan.note = (f"{model} reads ~{speed.read_tps:.0f} tok/s here; {left:.1f} s left of "
+                     f"answer.first_token_budget {cfg.first_token_budget:g} s")
+        if speed.write_tps:  # the answer, after its first token, within what is left of ollama.timeout
+            writing = max(0.0, self.settings.ollama.timeout - cfg.first_token_budget)
+            plan.options = {"num_predict": int(min(MAX_ANSWER_TOKENS, max(MIN_ANSWER_TOKENS, writing * speed.write_tps * 0.9)))}
+            plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
+        return plan
+
+    def _fit(self, question: str, top: list[Hit], plan: "Plan") -> tuple[list[Evidence], list[dict]]:
+        """The evidence and the prompt, shrunk until the prompt's estimated tokens fit what
+        the LLM reads within the budget (never below MIN_EVIDENCE_CHARS)."""
+        cfg = self.settings.answer
+        while True:
+            blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}))
+            prompt = messages(question, blocks, cfg.refusal)
+            if plan.max_prompt_tokens is None or plan.evidence_chars <= MIN_EVIDENCE_CHARS:
+                break
+            tokens = plan.prompt_tokens(prompt)
+            if tokens <= plan.max_prompt_tokens:
+                break
+            plan.evidence_chars = max(MIN_EVIDENCE_CHARS, int(plan.evidence_chars * plan.max_prompt_tokens / tokens * 0.97))
+        if plan.max_prompt_tokens is not None:
+            chars = sum(len(b.text) for b in blocks)
+            if plan.evidence_chars < cfg.total_chars:
+                plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
+            else:
+                plan.note = f"evidence as configured ({chars} characters): {plan.note}"
+        return blocks, prompt
 
     # --- pieces ---------------------------------------------------------------------------
 
@@ -427,7 +589,16 @@ class AnswerService:
         self._llm_failing = False
 
     def _too_weak(self, question: str, hits: list[Hit], rerank_scores: dict[str, float]) -> str:
-        """Why the evidence is too weak to ask the LLM, or "" when it is worth a try."""
+        """Why the evidence is too weak to ask the LLM, or "" when it is worth a try.
+
+        Refused here: nothing retrieved; with a reranker, a best score below
+        ``answer.min_rerank``; otherwise only when nothing plausible came back: no top-5
+        chunk shares a single word with the question, and no candidate stands out by
+        meaning (the best dense score is within ``answer.outlier_z`` standard deviations of
+        the others'). Both signals are relative to what this user's notes hold, so a
+        collection of 15 notes and one of 50,000 are judged alike; everything else is left
+        to the LLM's instructed refusal. ``answer.min_dense`` with ``answer.min_coverage``
+        adds an absolute rule for those who calibrate one."""
         cfg = self.settings.answer
         if not hits:
             return "nothing matched"
@@ -437,7 +608,12 @@ class AnswerService:
                 return f"best rerank score {best:.3f} < answer.min_rerank {cfg.min_rerank}"
             return ""
         dense, cover = relevance(question, hits)
-        if dense < cfg.min_dense and cover < cfg.min_coverage:
+        z = dense_outlier(hits)
+        if cover == 0 and z < cfg.outlier_z:
+            return (f"no top-5 chunk shares a word with the question, and the best dense match stands out by "
+                    f"only {z:.1f} σ (< answer.outlier_z {cfg.outlier_z:g})")
+        if cfg.min_dense is not None and cfg.min_coverage is not None and dense < cfg.min_dense \
+                and cover < cfg.min_coverage:
             return (f"best dense score {dense:.3f} < answer.min_dense {cfg.min_dense} and best term coverage "
                     f"{cover:.2f} < answer.min_coverage {cfg.min_coverage}")
         return ""

@@ -130,10 +130,18 @@ class AnswerConfig(Section):
     top_k: int = Field(default=6, ge=1, le=20, description="evidence blocks at most")
     block_chars: int = Field(default=1200, ge=100, description="characters per evidence block")
     total_chars: int = Field(default=8000, ge=500, description="characters of evidence in all")
-    # No evidence, no LLM call. Calibrated on the dev set: see README, "Refusing without an LLM".
-    min_dense: float = Field(default=0.33, description="refuse when the best dense score is below this ...")
-    min_coverage: float = Field(
-        default=0.4, ge=0, le=1, description="... and no top-5 chunk holds this share of the question's terms"
+    first_token_budget: Duration = Field(
+        default=30.0, description="the first token within this: at the LLM speed measured here, evidence is cut to fit"
+    )
+    # No evidence, no LLM call: only when nothing plausible came back (README, "Refusing without an LLM").
+    outlier_z: float = Field(
+        default=3.0, ge=0,
+        description="refuse at once when no top-5 chunk shares a word with the question and the best dense "
+        "match stands out from the other candidates by less than this many standard deviations",
+    )
+    min_dense: float | None = Field(default=None, description="optional absolute rule: best dense score below this ...")
+    min_coverage: float | None = Field(
+        default=None, ge=0, le=1, description="... and no top-5 chunk holds this share of the question's terms"
     )
     min_rerank: float | None = Field(default=None, description="with a reranker: refuse below this score")
     closest_notes: int = Field(default=3, ge=0, le=10)
@@ -313,6 +321,22 @@ class RetrievalConfig(Section):
     dense_weight: float = Field(default=0.35, ge=0)
     sparse_weight: float = Field(default=0.65, ge=0)
     max_chunks_per_note: int = Field(default=3, ge=1)
+    expand: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="LLM-assisted retrieval for paraphrased questions: one short generation of terms and a "
+        "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in the first-token budget",
+    )
+    # The right passage of the right note: see rag.retrieve, "The passage step".
+    passages: bool = Field(
+        default=True,
+        description="hybrid search looks again inside its best notes and puts the passages holding the "
+        "question's rarer words in those notes' places",
+    )
+    passage_notes: int = Field(default=5, ge=1, le=20, description="how many of the best notes are looked into")
+    passage_chunks: int = Field(
+        default=4, ge=1, le=20,
+        description="chunks each of those notes may place in the results (never fewer than max_chunks_per_note)",
+    )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
     max_query_chars: int = Field(default=2000, ge=10, description="longer questions are cut")
 

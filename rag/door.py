@@ -56,6 +56,8 @@ class LocalDoor(_Closing):
     def __init__(self, settings: Settings):
         self.settings = settings
         self._index: NoteIndex | None = None
+        self._answers: AnswerService | None = None  # loaded once (a reranker is slow to load) ...
+        self._loop: asyncio.AbstractEventLoop | None = None  # ... and asked on one event loop
 
     @property
     def index(self) -> NoteIndex:
@@ -70,13 +72,16 @@ class LocalDoor(_Closing):
         return search_index(self.index, query, user_id, k, retriever=retriever)
 
     def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer:
-        service = AnswerService.from_settings(self.settings, self.index, one_shot=True)
-        try:
-            return asyncio.run(service.ask(question, user_id, on_token=on_token))
-        finally:
-            service.close()
+        if self._answers is None:
+            self._answers = AnswerService.from_settings(self.settings, self.index, one_shot=True)
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self._answers.ask(question, user_id, on_token=on_token))
 
     def close(self) -> None:
+        if self._answers is not None:
+            self._answers.close()
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())  # as asyncio.run ends
+            self._loop.close()
         if self._index is not None:
             self._index.close()
 

@@ -16,6 +16,8 @@ from rag.client import find_daemon
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, StoreLocked, UserError
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
+from rag.speed import FILE as SPEED_FILE
+from rag.speed import load as load_speeds
 from rag.store import open_store
 
 from .sources import open_source
@@ -293,7 +295,9 @@ def _ollama(settings: Settings) -> Iterator[Check]:
         return
     try:
         detail = asyncio.run(OllamaChat(cfg).check())
-        yield Check(name, True, detail)
+        speed = load_speeds(settings.state_dir / SPEED_FILE).get(cfg.model)
+        measured = speed.describe(cfg.model) if speed else f"{cfg.model}: speed not measured yet (ask a question)"
+        yield Check(name, True, f"{detail}; {measured}")
     except ModelMissing as err:
         yield Check(name, False, str(err), f"ollama pull {cfg.model}")
     except NotOllama as err:

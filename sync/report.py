@@ -11,6 +11,8 @@ from typing import Iterable
 import click
 
 from rag.config import Settings
+from rag.speed import FILE as SPEED_FILE
+from rag.speed import load as load_speeds
 from rag.store import Store
 
 from .indexer import Summary
@@ -63,6 +65,11 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "accounts": accounts,
         "last_sync": last and {**last, "ok": last["error"] is None},
         "skipped": skipped,
+        "llm": {model: {"read_tps": speed.read_tps and round(speed.read_tps, 1),
+                        "write_tps": speed.write_tps and round(speed.write_tps, 1),
+                        "replies": speed.samples, "updated": when(speed.updated),
+                        "text": speed.describe(model)}
+                for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
     }
 
 
@@ -88,6 +95,8 @@ def print_status(report: dict) -> None:
         click.echo(f"last sync: {when(last['finished'])} {outcome}{counts}")
     else:
         click.echo("last sync: never")
+    for speed in report.get("llm", {}).values():
+        click.echo(f"llm:      {speed['text']}")
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

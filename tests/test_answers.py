@@ -16,11 +16,8 @@ from rag.evidence import CitationFilter, build_evidence, cited, messages
 from rag.index import NoteIndex
 from rag.llm import OllamaChat
 from rag.model import Hit
-from sync.indexer import Indexer
-from sync.sources import open_source
-from sync.state import State
 
-from conftest import make_settings
+from conftest import index_samples
 from fakes.ollama import FakeOllama
 
 REFUSAL = "我笔记里没有相关内容"
@@ -28,14 +25,7 @@ REFUSAL = "我笔记里没有相关内容"
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory, use_embedder):
-    tmp = tmp_path_factory.mktemp("answers")
-    settings = make_settings(tmp)
-    state = State(settings.state_dir)
-    source = open_source(settings)
-    with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
-        Indexer(index, state, source.name).run(source.notes())
-    state.close()
-    return settings
+    return index_samples(tmp_path_factory.mktemp("answers"), use_embedder)
 
 
 @pytest.fixture
@@ -108,11 +98,53 @@ def test_the_refusal_phrase_comes_back_with_the_closest_notes(answering, ollama)
 
 
 def test_no_evidence_means_no_llm_call(answering, ollama):
-    answer, _ = ask(answering, "XGBoost 的目标函数为什么要做二阶泰勒展开？")
+    answer, _ = ask(answering, "Who won the 1998 FIFA World Cup?")  # not a word in common, nothing stands out
     assert answer.answer == REFUSAL and not answer.used_llm and not answer.grounded
     assert ollama.chats() == []
     assert len(answer.closest) <= 3
-    assert "answer.min_dense" in answer.trace.decision
+    assert "answer.outlier_z" in answer.trace.decision
+
+
+
+def test_the_optional_absolute_rule_refuses_what_it_was_calibrated_to(indexed, use_embedder, ollama):
+    """answer.min_dense with answer.min_coverage: off by default, a second rule when set."""
+    question = "红烧肉用了几克冰糖和什么酒？"  # shares words with a note: the relative gate lets it through
+    ollama.reply(REFUSAL)
+    service, index = service_for(indexed, use_embedder, ollama.url)
+    with index:
+        assert ask(service, question)[0].used_llm
+        strict = indexed.answer.model_copy(update={"min_dense": 0.99, "min_coverage": 1.01})
+        service.settings = service.settings.model_copy(update={"answer": strict})
+        answer, _ = ask(service, question)
+    assert not answer.used_llm and answer.answer == REFUSAL and "answer.min_dense" in answer.trace.decision
+
+FACTS = [  # examples/FACTS.md: paraphrased questions, each answered by one sample note
+    "付款请求失败以后，第一次重新发起前要停顿多久？", "换了新的包管理工具以后，流水线里装依赖的时间缩短了多少？",
+    "三月份数据库那次故障之后，连接池的常驻连接数定成了多少？", "给订单表加上组合索引以后，“我的订单”那条 SQL 快了多少？",
+    "家里那台主机的备份会留多少份历史版本？", "短网址服务在主机上对外开放的是哪个端口？", "家里路由器自动分给设备的 IP 是从哪到哪？",
+    "做西红柿炒鸡蛋时，怎样让味道不那么酸？", "妈妈教的那道五花肉要小火焖多长时间？", "上次和朋友去北京西郊看红叶爬山是哪一天？",
+    "Should I rewrite history on a branch my teammates already fetched, or combine it with a merge commit?",
+    "How do I watch one service's log output in real time as new entries show up?",
+    "出差回来以后，最晚多久之内要把费用单交上去？", "去关西玩那次打算带多少现钞？", "从浦东回南京那趟高铁，我坐哪节车厢哪个位子？",
+    "调网关扣款失败最多会再试几回？", "为什么连接借出前要先检查一下？", "支付服务那次大面积超时是哪天发生的？",
+    "家里服务器的备份任务几点钟开始跑？", "全家的域名解析用的是哪台机器？", "鸡蛋和西红柿哪个先下锅？", "五花肉下锅炖之前要先怎么处理？",
+    "How much disk can the journal use on the home server?", "How long should the pork belly stew?",
+    "What is the safer way to overwrite a remote branch after a rebase?",
+]
+
+
+def test_no_question_the_sample_notes_answer_is_refused_before_the_llm(indexed, use_embedder):
+    """The gate judges by signals relative to this collection (15 notes), not by
+    thresholds calibrated on a large one."""
+    settings = indexed.model_copy(update={"ollama": indexed.ollama.model_copy(update={"enabled": False})})
+    with NoteIndex.open(settings, embedder=use_embedder) as index:
+        service = AnswerService.from_settings(settings, index)
+        try:
+            for question in FACTS:
+                answer = asyncio.run(service.ask(question, "local"))
+                assert answer.trace.outcome != "refused", (question, answer.trace.decision)
+        finally:
+            service.close()
 
 
 def test_stall_mid_stream_falls_back_to_passages(answering, ollama):

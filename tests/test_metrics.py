@@ -142,7 +142,7 @@ def test_each_answer_is_counted_by_outcome_with_its_stage_durations(served, olla
     ollama.reply(REFUSAL)
     assert ask(answers, "红烧肉用了几克冰糖和什么酒？").trace.outcome == "llm_refused"
     chats = len(ollama.chats())
-    refused = ask(answers, "XGBoost 的目标函数为什么要做二阶泰勒展开？")  # no evidence: no LLM call
+    refused = ask(answers, "Who won the 1998 FIFA World Cup?")  # nothing plausible: no LLM call
     assert not refused.used_llm and len(ollama.chats()) == chats
     s = scrape(metrics)
     assert value(s, "leanote_rag_answers_total", outcome="llm_refused") == 1
