@@ -43,8 +43,21 @@ test: $(VENV)/.test-installed
 bench: $(VENV)/.demo-installed
 	$(BIN)/python bench/index_search.py
 
+# The dev set (../shared): retrieval metrics, then answer metrics. The answer eval uses the
+# reader stand-in (tests/fakes/ollama.py), or the Ollama at $$OLLAMA_HOST when it is set
+# (model: $$OLLAMA_MODEL, else the config's). The index is built in bench/data/ if missing.
+SHARED := ../shared
+
 eval: $(VENV)/.demo-installed
-	$(BIN)/python bench/eval_dev.py
+	@if [ ! -f $(SHARED)/eval/dev.jsonl ] || [ ! -d $(SHARED)/corpus/mongodump ]; then \
+		echo "make eval needs the shared corpus and dev set: $(SHARED)/corpus/mongodump and $(SHARED)/eval/dev.jsonl are missing" >&2; \
+		exit 2; fi
+	$(BIN)/leanote-rag --config bench/corpus.yaml index
+	@echo; echo "== retrieval eval: $(SHARED)/eval/dev.jsonl"
+	$(BIN)/leanote-rag --config bench/corpus.yaml eval $(SHARED)/eval/dev.jsonl
+	@echo; if [ -n "$$OLLAMA_HOST" ]; then echo "== answer eval: the Ollama at $$OLLAMA_HOST"; \
+		else echo "== answer eval: no OLLAMA_HOST, so the reader stand-in answers (a fake LLM that quotes the best-matching evidence block; it measures the pipeline, not an LLM)"; fi
+	$(BIN)/python bench/answers_eval.py $${OLLAMA_HOST:+--ollama-host "$$OLLAMA_HOST"} $${OLLAMA_HOST:+$${OLLAMA_MODEL:+--model "$$OLLAMA_MODEL"}}
 
 clean:
 	rm -rf $(VENV) data

@@ -24,7 +24,7 @@ from . import config as config_mod
 from .door import Door, open_door
 from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
-from .eval import evaluate, load_questions, report_json
+from .eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
 from .index import NoteIndex
 from .redact import redact_in_logs, safe_url
 from .retrieve import RETRIEVERS, resolve_user
@@ -181,7 +181,11 @@ def _print_trace(answer) -> None:
     click.echo(f"  question:   {t.question}")
     if t.standalone != t.question:
         click.echo(f"  rewritten:  {t.standalone}")
+    if t.expansion:
+        click.echo(f"  expansion:  {t.expansion}")
     click.echo(f"  rerank:     {t.rerank}")
+    if t.budget:
+        click.echo(f"  budget:     {t.budget}")
     click.echo(f"  decision:   {t.decision}")
     if t.llm_error:
         click.echo(f"  llm error:  {t.llm_error}")
@@ -193,13 +197,24 @@ def _print_trace(answer) -> None:
 
 
 @cli.command(name="eval")
-@click.argument("questions_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="JSON report, with per-question misses")
+@click.argument("questions_file", required=False, type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--answers", "answers_file", metavar="FILE.jsonl", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="answer metrics instead: `ask` every question of FILE (the configured LLM, or extractive answers)")
+@click.option("--json", "as_json", is_flag=True, help="JSON report, with per-question misses (--answers: every question)")
 @click.option("--with-changes", is_flag=True, help="count after_changes questions (the change batch is synced)")
 @click.option("--retriever", "retrievers", type=click.Choice(RETRIEVERS), multiple=True, help="default: all three")
 @pass_app
-def eval_command(app: App, questions_file: Path, as_json: bool, with_changes: bool, retrievers) -> None:
-    """Retrieval metrics on a question set: recall, hit@5, MRR, trap leaks."""
+def eval_command(app: App, questions_file: Path | None, answers_file: Path | None, as_json: bool, with_changes: bool,
+                 retrievers) -> None:
+    """Retrieval metrics on a question set (QUESTIONS_FILE): recall, hit@5, MRR, trap leaks.
+    With --answers FILE: answer metrics: refusals, gold notes cited, traps, latency."""
+    if (questions_file is None) == (answers_file is None):
+        raise click.UsageError("give either QUESTIONS_FILE (retrieval metrics) or --answers FILE (answer metrics)")
+    if answers_file is not None:
+        if retrievers:
+            raise click.UsageError("--retriever is for the retrieval eval; the answer eval uses the configured retrieval")
+        _answer_eval(app, answers_file, as_json, with_changes)
+        return
     questions = load_questions(questions_file)
     with app.door() as door:
         reports, skipped = evaluate(door.search, questions, tuple(retrievers) or RETRIEVERS, with_changes)
@@ -215,6 +230,73 @@ def eval_command(app: App, questions_file: Path, as_json: bool, with_changes: bo
         )
     if skipped:
         click.echo(f"({skipped} after_changes questions left out; pass --with-changes once the change batch is synced)")
+
+
+def _answer_eval(app: App, path: Path, as_json: bool, with_changes: bool) -> None:
+    """``eval --answers``: every question through ``ask``, by the same door as ``ask``."""
+    questions = load_questions(path, required=ANSWER_REQUIRED, check=check_answer_question)
+    settings = app.settings
+    def show(i: int, n: int, q: dict, answer) -> None:
+        outcome = answer.trace.outcome if answer.trace is not None else "?"
+        click.echo(f"\r{i}/{n} {q['id']}: {outcome}, {answer.timings_ms.get('total', 0) / 1000:.1f} s\033[K",
+                   nl=i == n, err=True)
+
+    progress = show if sys.stderr.isatty() else None
+    with app.door() as door:
+        pairs, skipped = ask_all(door.ask, questions, with_changes, progress)
+        through_daemon = door.through_daemon
+    llm = ({"model": settings.ollama.model, "host": safe_url(settings.ollama.host), "through_daemon": through_daemon}
+           if settings.ollama.enabled else None)
+    result = answer_report(pairs, settings.answer.refusal, skipped, llm)
+    if as_json:
+        _print_json(result)
+        return
+    for line in answer_table(result):
+        click.echo(line)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def answer_table(r: dict) -> list[str]:
+    """The answer eval as a compact text table."""
+    llm = r["llm"]
+    where = " (through the running service)" if llm and llm["through_daemon"] else ""
+    lines = [f"LLM: {llm['model']} at {llm['host']}{where}" if llm else "LLM: none (ollama.enabled: false): extractive answers",
+             "outcomes: " + ", ".join(f"{k} {v}" for k, v in r["outcomes"].items()), ""]
+    lines.append(f"{'type':<15} {'n':>3} {'gold cited':>10} {'rate':>6} {'refused':>8} {'cited nothing':>14}")
+    for kind, t in r["by_type"].items():
+        if "gold_cited" in t:
+            lines.append(f"{kind:<15} {t['n']:>3} {t['gold_cited']:>10} {t['gold_cited_rate']:>6.3f} "
+                         f"{t['false_refusals']:>8} {t['cited_nothing']:>14}")
+    a = r["answerable"]
+    rate = "-" if a["gold_cited_rate"] is None else f"{a['gold_cited_rate']:.3f}"
+    lines.append(f"{'answerable':<15} {a['n']:>3} {a['gold_cited']:>10} {rate:>6} {a['false_refusals']:>8} "
+                 f"{a['cited_nothing']:>14}")
+    lines.append(f"  false refusals {a['false_refusals']}: {a['refused_before_llm']} before the LLM, "
+                 f"{a['refused_by_llm']} by the LLM; citing only other notes {a['cited_other_notes_only']}; "
+                 f"gold note in the evidence {a['gold_in_evidence']}")
+    na = r["no_answer"]
+    lines.append(f"{'no_answer':<15} {na['n']:>3}  refused {na['refused']} ({na['refused_before_llm']} before the LLM, "
+                 f"{na['refused_by_llm']} by the LLM), answered anyway {na['answered_anyway']}")
+    t = r["traps"]
+    lines.append(f"trap notes cited: {t['cited']} (questions with traps: {t['questions_with_traps']}; "
+                 f"shown as closest notes: {t['shown_as_closest']})")
+    lines.append(f"LLM fallbacks: {r['fallbacks']}")
+    lines += ["", f"{'':<14} {'p50':>7} {'p95':>7} {'n':>4}"]
+    lat = r["latency_ms"]
+    lines.append(f"{'first token ms':<14} {_ms(lat['first_token']['p50']):>7} {_ms(lat['first_token']['p95']):>7} "
+                 f"{lat['first_token']['n']:>4}  (where the LLM answered)")
+    lines.append(f"{'total ms':<14} {_ms(lat['total']['p50']):>7} {_ms(lat['total']['p95']):>7} {lat['total']['n']:>4}")
+    pt = r["prompt_tokens"]
+    source = {"ollama": "as Ollama reported them", "estimated": "estimated: Ollama reported none",
+              None: "no LLM prompt"}.get(pt["source"], pt["source"])
+    lines.append(f"{'prompt tokens':<14} {_ms(pt['p50']):>7} {_ms(pt['p95']):>7} {pt['n']:>4}  ({source})")
+    if r["skipped_after_changes"]:
+        lines.append(f"({r['skipped_after_changes']} after_changes questions left out; pass --with-changes once the "
+                     f"change batch is synced)")
+    return lines
 
 
 def _load_plugins() -> None:

@@ -1,4 +1,4 @@
-"""Retrieval metrics over a question set (format: ``../shared/eval/README.md``).
+"""Retrieval and answer metrics over a question set (format: ``../shared/eval/README.md``).
 
 Per retriever (hybrid, dense alone, sparse alone), over the questions that have
 gold notes:
@@ -12,6 +12,11 @@ gold notes:
 ``no_answer`` questions only count for leaks; their top scores are reported for
 calibrating a refusal threshold. ``after_changes`` questions count only when the
 change batch is synced (``with_changes``).
+
+The answer eval (``answer_report``) judges what ``ask`` gave for each question, a pure
+function of (question, ``Answer``) pairs: refusals (before the LLM, by the LLM),
+answers citing nothing, gold notes cited, trap notes cited, no_answer questions
+answered anyway, fallbacks, latency and prompt size.
 """
 
 from __future__ import annotations
@@ -22,14 +27,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, median
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from .config import AnswerConfig
 from .errors import UserError
 from .model import Hit
 from .retrieve import RETRIEVERS
 
+if TYPE_CHECKING:
+    from .answer import Answer
+
 # (question, user id, k, retriever) -> hits: a local index's search or the daemon's
 Searcher = Callable[[str, str, int, str], list[Hit]]
+# (question, user id) -> the answer: a local AnswerService's or the daemon's
+Asker = Callable[[str, str], "Answer"]
 
 _MARKS = re.compile(r"[\s*`#>|_~\\]+")
 
@@ -38,9 +49,11 @@ def normalise(text: str) -> str:
     return _MARKS.sub("", text).lower()
 
 
-def load_questions(path: Path, required: tuple[str, ...] = ("question", "user_id")) -> list[dict]:
+def load_questions(
+    path: Path, required: tuple[str, ...] = ("question", "user_id"), check: Callable[[dict], str | None] | None = None
+) -> list[dict]:
     """Read a JSONL question file, checking every line before any work is done.
-    Every problem is reported with its line number."""
+    Every problem is reported with its line number; ``check`` may name one more."""
     questions, problems = [], []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -57,6 +70,10 @@ def load_questions(path: Path, required: tuple[str, ...] = ("question", "user_id
         missing = [k for k in required if not (isinstance(q, dict) and isinstance(q.get(k), str) and q[k].strip())]
         if missing:
             problems.append(f"{path}:{no}: needs a non-empty {' and '.join(repr(k) for k in missing)} string")
+            continue
+        problem = check(q) if check else None
+        if problem:
+            problems.append(f"{path}:{no}: {problem}")
             continue
         questions.append(q)
     if problems:
@@ -179,4 +196,199 @@ def report_json(reports: list[Report], skipped: int) -> dict:
             }
             for r in reports
         },
+    }
+
+
+# --- answers ------------------------------------------------------------------------------
+
+REFUSAL = AnswerConfig().refusal
+ANSWER_REQUIRED = ("id", "question", "user_id")
+_ID_LISTS = ("gold_note_ids", "trap_note_ids")
+
+
+def check_answer_question(q: dict) -> str | None:
+    """What is wrong with a question line for the answer eval (beyond the required strings)."""
+    for key in _ID_LISTS:
+        value = q.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{key!r} must be a list of note id strings"
+    if q.get("type") is not None and not isinstance(q["type"], str):
+        return "'type' must be a string"
+    return None
+
+
+def ask_all(
+    ask: Asker, questions: list[dict], with_changes: bool = False, progress: Callable[[int, int, dict, "Answer"], None] | None = None
+) -> tuple[list[tuple[dict, "Answer"]], int]:
+    """Ask every question (``after_changes`` ones only ``with_changes``), one at a time.
+    Returns the (question, answer) pairs and how many questions were left out."""
+    active = [q for q in questions if with_changes or not q.get("after_changes")]
+    pairs = []
+    for i, q in enumerate(active, start=1):
+        answer = ask(q["question"], q["user_id"])
+        pairs.append((q, answer))
+        if progress is not None:
+            progress(i, len(active), q, answer)
+    return pairs, len(questions) - len(active)
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """The p-th percentile (0-100), linear between the closest ranks; None without values."""
+    if not values:
+        return None
+    values = sorted(values)
+    at = (len(values) - 1) * p / 100
+    lo = int(at)
+    hi = min(lo + 1, len(values) - 1)
+    return round(values[lo] + (values[hi] - values[lo]) * (at - lo), 1)
+
+
+def _spread(values: list[float]) -> dict:
+    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95)}
+
+
+def _verdict(answer: "Answer", outcome: str, refusal: str) -> str:
+    """refused (no LLM answer), llm_refused (the LLM said the refusal phrase), cited_nothing
+    (a text that cites no note: not a refusal), answered (cites at least one note)."""
+    refused_text = answer.answer.strip() == refusal
+    if outcome == "refused":
+        return "refused"
+    if refused_text:
+        # the LLM's refusal; otherwise the refusal without passages (nothing retrieved)
+        return "llm_refused" if outcome == "llm_refused" else "refused"
+    return "answered" if answer.citations else "cited_nothing"
+
+
+def _row(q: dict, answer: "Answer", refusal: str) -> dict:
+    trace = answer.trace
+    outcome = trace.outcome if trace is not None else ""
+    gold = set(q.get("gold_note_ids") or [])
+    traps = set(q.get("trap_note_ids") or [])
+    cited = list(dict.fromkeys(c.note_id for c in answer.citations))
+    closest = [c.note_id for c in answer.closest]
+    llm_answered = outcome in ("llm", "llm_refused")
+    prompt_tokens, source = None, None
+    usage = answer.usage or {}
+    if usage.get("prompt_tokens"):
+        prompt_tokens, source = usage["prompt_tokens"], "ollama"
+    elif usage.get("prompt_tokens_estimated"):
+        prompt_tokens, source = usage["prompt_tokens_estimated"], "estimated"
+    # was a gold note among the evidence the LLM read? (tells a retrieval miss from the LLM's)
+    evidence = {c.note_id for c in trace.candidates if c.evidence} if trace is not None else set()
+    return {
+        "id": q["id"],
+        "type": q.get("type") or "untyped",
+        "answerable": bool(gold),
+        "outcome": outcome,
+        "verdict": _verdict(answer, outcome, refusal),
+        "cited": cited,
+        "gold_cited": bool(gold & set(cited)) if gold else None,
+        "all_gold_cited": gold <= set(cited) if gold else None,
+        "gold_in_evidence": bool(gold & evidence) if gold else None,
+        "trap_cited": sorted(traps & set(cited)),
+        "trap_closest": sorted(traps & set(closest)),
+        "first_token_ms": answer.timings_ms.get("first_token") if llm_answered else None,
+        "total_ms": answer.timings_ms.get("total"),
+        "prompt_tokens": prompt_tokens,
+        "prompt_tokens_source": source,
+        "decision": trace.decision if trace is not None else "",
+        "answer": answer.answer,
+    }
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 3) if whole else None
+
+
+def _answerable(rows: list[dict]) -> dict:
+    n = len(rows)
+    count = lambda key, value: sum(1 for r in rows if r[key] == value)  # noqa: E731
+    gold = sum(1 for r in rows if r["gold_cited"])
+    before, by_llm = count("verdict", "refused"), count("verdict", "llm_refused")
+    return {
+        "n": n,
+        "gold_cited": gold,
+        "gold_cited_rate": _rate(gold, n),
+        "all_gold_cited": sum(1 for r in rows if r["all_gold_cited"]),  # every gold note (multi_note)
+        "gold_in_evidence": sum(1 for r in rows if r["gold_in_evidence"]),
+        "refused_before_llm": before,
+        "refused_by_llm": by_llm,
+        "false_refusals": before + by_llm,
+        "false_refusal_rate": _rate(before + by_llm, n),
+        "cited_nothing": count("verdict", "cited_nothing"),
+        "cited_other_notes_only": sum(1 for r in rows if r["verdict"] == "answered" and not r["gold_cited"]),
+    }
+
+
+def _no_answer(rows: list[dict]) -> dict:
+    before = sum(1 for r in rows if r["verdict"] == "refused")
+    by_llm = sum(1 for r in rows if r["verdict"] == "llm_refused")
+    return {"n": len(rows), "refused_before_llm": before, "refused_by_llm": by_llm,
+            "refused": before + by_llm, "answered_anyway": len(rows) - before - by_llm}
+
+
+def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, skipped: int = 0,
+                  llm: dict | None = None) -> dict:
+    """The answer metrics of (question, answer) pairs.
+
+    - answerable questions (with gold notes): gold note cited (any citation from a gold
+      note), gold note in the evidence the LLM read (else retrieval missed it), false refusals (before the LLM: ``outcome == "refused"``; by the LLM: its
+      reply is the refusal phrase), answers citing nothing (a text that is not the
+      refusal phrase and cites no note), answers citing only other notes;
+    - trap notes (``trap_note_ids``) cited, and shown as the closest notes of a refusal;
+    - no_answer questions (no gold notes): refused before / by the LLM, answered anyway;
+    - outcomes (``Trace.outcome``), LLM fallbacks;
+    - latency p50/p95: first token where the LLM answered, total for every answer;
+      prompt tokens where the LLM answered: Ollama's count when it reported one, else
+      the product's estimate (``source`` says which);
+    - per question type; one row per question.
+    """
+    rows = [_row(q, a, refusal) for q, a in pairs]
+    answerable = [r for r in rows if r["answerable"]]
+    unanswerable = [r for r in rows if not r["answerable"]]
+    outcomes = {name: 0 for name in ("llm", "llm_refused", "refused", "fallback", "extractive")}
+    for r in rows:
+        outcomes[r["outcome"] or "unknown"] = outcomes.get(r["outcome"] or "unknown", 0) + 1
+    tokens = [r for r in rows if r["prompt_tokens"] is not None]
+    reported = sum(1 for r in tokens if r["prompt_tokens_source"] == "ollama")
+    if not tokens:
+        source = None
+    elif reported == len(tokens):
+        source = "ollama"
+    elif reported == 0:
+        source = "estimated"
+    else:
+        source = f"mixed: {reported} from ollama, {len(tokens) - reported} estimated"
+    by_type = {}
+    for kind in sorted({r["type"] for r in rows}):
+        group = [r for r in rows if r["type"] == kind]
+        with_gold = [r for r in group if r["answerable"]]
+        without = [r for r in group if not r["answerable"]]
+        entry: dict = {"n": len(group)}
+        if with_gold:
+            a = _answerable(with_gold)
+            entry.update({k: a[k] for k in ("gold_cited", "gold_cited_rate", "false_refusals", "cited_nothing")})
+        if without:
+            entry.update({f"no_answer_{k}": v for k, v in _no_answer(without).items() if k != "n"})
+        by_type[kind] = entry
+    return {
+        "llm": llm,
+        "questions": len(rows),
+        "skipped_after_changes": skipped,
+        "outcomes": outcomes,
+        "answerable": _answerable(answerable),
+        "no_answer": _no_answer(unanswerable),
+        "traps": {
+            "questions_with_traps": sum(1 for q, _ in pairs if q.get("trap_note_ids")),
+            "cited": sum(1 for r in rows if r["trap_cited"]),
+            "shown_as_closest": sum(1 for r in rows if r["trap_closest"]),
+        },
+        "fallbacks": outcomes["fallback"],
+        "latency_ms": {
+            "first_token": _spread([r["first_token_ms"] for r in rows if r["first_token_ms"] is not None]),
+            "total": _spread([r["total_ms"] for r in rows if r["total_ms"] is not None]),
+        },
+        "prompt_tokens": {**_spread([r["prompt_tokens"] for r in tokens]), "source": source},
+        "by_type": by_type,
+        "rows": rows,
     }

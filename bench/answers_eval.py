@@ -1,0 +1,174 @@
+"""The answer eval on the dev set, with the reader stand-in or a real Ollama.
+
+    .venv/bin/python bench/answers_eval.py                        # the reader stand-in, at once
+    .venv/bin/python bench/answers_eval.py --speed 60,6           # ... as slow as a small CPU (tokens/s read, write)
+    .venv/bin/python bench/answers_eval.py --speed 600,60 --budget 3   # the same proportions, ten times sooner
+    .venv/bin/python bench/answers_eval.py --ollama-host http://gpu-box:11434 [--model qwen2.5:7b-instruct]
+    .venv/bin/python bench/answers_eval.py --extractive           # no LLM (ollama.enabled: false): cited passages
+
+1. The shared corpus through the mongodump source, as ``bench/corpus.yaml`` has it, in
+   ``bench/data/`` (the same index: a sync that finds the backup already read does nothing).
+2. Without ``--ollama-host``: the reader stand-in (``tests/fakes/ollama.py``,
+   ``FakeOllama(reader=True)``): an HTTP server speaking Ollama's API whose "model"
+   quotes the evidence block sharing the most words with the question, with its ``[n]``,
+   or says the refusal phrase when no block shares one. It measures the pipeline around
+   the LLM (retrieval, refusals, citations, prompt sizes), not an LLM's judgement.
+   Its learned speed is forgotten at each start, so runs with different ``--speed`` do
+   not inherit each other's.
+3. ``leanote-rag --config ... eval --answers ../shared/eval/dev.jsonl --json``: the command a
+   user runs, through the same door as ``ask``.
+
+Writes the report into ``bench/answers_eval_results.json`` (one entry per setup: the
+stand-in, the stand-in at a given speed, each real model) and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
+DATA = REPO / "bench" / "data"
+RESULTS = REPO / "bench" / "answers_eval_results.json"
+STAND_IN = "stand-in-reader"  # the model name the stand-in answers to
+BACKUP = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
+DEV = SHARED / "eval" / "dev.jsonl"
+
+
+def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("leanote-rag")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rag.cli"]
+    return subprocess.run(cmd + list(args), check=True, text=True, stdout=subprocess.PIPE if capture else None)
+
+
+def write_config(folder: Path, host: str, model: str, enabled: bool = True, budget: float | None = None) -> Path:
+    """bench/corpus.yaml (the same source, embedder and index) with the LLM given here
+    (and ``answer.first_token_budget``, when given)."""
+    raw = yaml.safe_load((REPO / "bench" / "corpus.yaml").read_text(encoding="utf-8"))
+    raw["source"]["path"] = str(BACKUP)
+    raw["state_dir"] = str(DATA)
+    raw["ollama"] = {**(raw.get("ollama") or {}), "host": host, "model": model, "enabled": enabled}
+    if budget is not None:
+        raw["answer"] = {**(raw.get("answer") or {}), "first_token_budget": budget}
+    path = folder / "answers_eval.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def forget_speed(model: str) -> None:
+    """The stand-in's learned speed, from an earlier run, is dropped (only its entry)."""
+    path = DATA / "llm_speed.json"
+    try:
+        speeds = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if speeds.pop(model, None) is not None:
+        path.write_text(json.dumps(speeds, indent=1))
+
+
+def run_eval(config: Path, with_changes: bool) -> dict:
+    args = ["--config", str(config), "eval", "--answers", str(DEV), "--json"]
+    if with_changes:
+        args.append("--with-changes")
+    return json.loads(leanote_rag(*args, capture=True).stdout)
+
+
+def host_url(host: str) -> str:
+    """OLLAMA_HOST's forms (``0.0.0.0``, ``host:port``, a URL) as a URL."""
+    host = host.strip()
+    if "://" not in host:
+        host = "http://" + host
+    scheme, rest = host.split("://", 1)
+    hostpart = rest.split("/", 1)[0]
+    if ":" not in hostpart.rsplit("]", 1)[-1]:
+        rest = rest.replace(hostpart, hostpart + ":11434", 1)
+    return f"{scheme}://{rest}".replace("://0.0.0.0", "://127.0.0.1")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--speed", metavar="READ,WRITE", help="the stand-in's speed in tokens/s (prompt read, answer written)")
+    ap.add_argument("--ollama-host", metavar="URL", help="a real Ollama instead of the stand-in")
+    ap.add_argument("--model", default=None, help="with --ollama-host: the model (default: the config's)")
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="answer.first_token_budget for this run (default: the config's, 30 s)")
+    ap.add_argument("--extractive", action="store_true", help="no LLM: extractive answers (ollama.enabled: false)")
+    args = ap.parse_args()
+    if not DEV.exists() or not BACKUP.exists():
+        print(f"the answer eval needs the shared corpus and dev set: {BACKUP} and {DEV} (LEANOTE_RAG_SHARED)",
+              file=sys.stderr)
+        return 2
+    if args.ollama_host and args.speed:
+        ap.error("--speed is for the stand-in, not a real Ollama")
+    if args.extractive and (args.ollama_host or args.speed or args.budget):
+        ap.error("--extractive uses no LLM: no --ollama-host, --speed or --budget")
+    if args.budget is not None and args.budget <= 0:
+        ap.error("--budget takes a positive number of seconds")
+    speed = None
+    if args.speed:
+        try:
+            speed = tuple(float(x) for x in args.speed.split(","))
+            assert len(speed) == 2 and min(speed) > 0
+        except (ValueError, AssertionError):
+            ap.error("--speed takes two positive numbers: READ,WRITE tokens per second (e.g. 60,6)")
+
+    from fakes.ollama import FakeOllama
+
+    from rag.cli import answer_table
+    from rag.config import AnswerConfig, OllamaConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        leanote_rag("--config", str(write_config(tmp, "http://127.0.0.1:9", STAND_IN)), "index")
+        started = time.monotonic()
+        if args.extractive:
+            key = "extractive (no LLM)"
+            print("answer eval without an LLM: extractive answers", file=sys.stderr)
+            report = run_eval(write_config(tmp, "http://127.0.0.1:9", STAND_IN, enabled=False), False)
+        elif args.ollama_host:
+            model = args.model or OllamaConfig().model
+            key = f"ollama {model}"
+            print(f"answer eval: {model} at {host_url(args.ollama_host)}", file=sys.stderr)
+            report = run_eval(write_config(tmp, host_url(args.ollama_host), model, budget=args.budget), False)
+        else:
+            forget_speed(STAND_IN)
+            key = "reader stand-in" + (f", speed read {speed[0]:g} / write {speed[1]:g} tok/s" if speed else "")
+            print("answer eval with the reader stand-in (tests/fakes/ollama.py), not a real LLM"
+                  + (f"; as slow as {speed[0]:g} tok/s reading, {speed[1]:g} writing" if speed else ""), file=sys.stderr)
+            with FakeOllama(models=(STAND_IN,), speed=speed, reader=True) as fake:
+                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget), False)
+        seconds = round(time.monotonic() - started, 1)
+    if args.budget is not None:
+        key += f", first-token budget {args.budget:g} s"
+
+    try:
+        results = json.loads(RESULTS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        results = {}
+    runs = results.get("runs") or {}
+    runs[key] = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "seconds": seconds,
+                 "stand_in": not args.ollama_host and not args.extractive, "speed": list(speed) if speed else None,
+                 "first_token_budget": args.budget or AnswerConfig().first_token_budget, "report": report}
+    RESULTS.write_text(json.dumps({"runs": runs}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"\n{key} ({seconds} s for the eval; {RESULTS.relative_to(REPO)})")
+    for line in answer_table(report):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as err:  # leanote-rag said why on stderr
+        sys.exit(err.returncode)
