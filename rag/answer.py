@@ -276,6 +276,7 @@ def dense_outlier(hits: list[Hit]) -> float:
 MIN_EVIDENCE_CHARS = 400  # however slow the machine, the LLM gets the best passage
 SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
+MIN_EXPAND_WAIT = 1.0  # seconds: however fast the model measured, it gets this long
 MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 128, 1024
 
 
@@ -499,7 +500,8 @@ class AnswerService:
         if mode == "auto" and needs > budget:
             return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, over "
                          f"{EXPAND_SHARE:.0%} of answer.first_token_budget")
-        return max(0.0, min(budget, needs * 2)), ""
+        # twice the estimate, and never less than a round trip and a warm model need
+        return max(0.0, min(budget, max(MIN_EXPAND_WAIT, needs * 2))), ""
 
     async def _expand(self, question: str, wait: float, person: str):
         async with self.llm_slots:
