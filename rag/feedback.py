@@ -1,0 +1,265 @@
+"""Every answer a bot sends, and what the person who asked thought of it.
+
+The bots put 👍, 👎, "Why?" and "Save as note" under an answer. A button carries only
+the answer's id (Telegram allows 64 bytes of callback data), so the answer is recorded
+here when it is sent, and a press looks it up by that id. Ids are random and
+unguessable, and every change is checked against the person who asked (``telegram:111``,
+``discord:222``): in a group chat nobody can vote on, read or save another person's
+answer. Only the operator's ``leanote-rag feedback`` reads everyone's, to tune retrieval
+and the prompt with the questions that went wrong.
+
+One SQLite file, ``<state_dir>/feedback.sqlite`` (WAL: the CLI reads it while the daemon
+writes), with a schema version (``PRAGMA user_version``) so later versions migrate it.
+Records older than ``KEEP_DAYS`` are the daemon's to ``forget``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from .answer import Answer
+from .config import Settings, prepare_state_dir
+from .errors import BrokenState, UserError
+
+FILE = "feedback.sqlite"
+KEEP_DAYS = 180
+VERDICTS = ("up", "down")
+# 8 random bytes: 11 url-safe characters, room to spare in a button's callback data.
+ID_BYTES = 8
+
+# Each step takes the schema from version i to i + 1 (PRAGMA user_version).
+MIGRATIONS = [
+    """
+    CREATE TABLE answers (
+        id TEXT PRIMARY KEY,
+        time REAL NOT NULL,
+        person TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        conversation TEXT,
+        question TEXT NOT NULL,
+        standalone TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        cited TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        used_llm INTEGER NOT NULL,
+        grounded INTEGER NOT NULL,
+        trace TEXT,
+        verdict TEXT,
+        reason TEXT,
+        updated REAL,
+        saved_note_id TEXT
+    );
+    CREATE INDEX answers_time ON answers(time);
+    CREATE INDEX answers_user_time ON answers(user_id, time);
+    """,
+]
+
+_COLUMNS = (
+    "id, time, person, user_id, conversation, question, standalone, answer, cited, outcome, used_llm, grounded, "
+    "trace, verdict, reason, updated, saved_note_id"
+)
+
+
+class UnknownAnswer(UserError):
+    """No answer with that id: never sent, or forgotten after ``KEEP_DAYS``."""
+
+
+class NotYours(UserError):
+    """Someone pressed a button under an answer to another person's question."""
+
+
+@dataclass
+class Record:
+    """An answer as it was sent, and the asker's verdict on it."""
+
+    id: str
+    time: float
+    person: str
+    user_id: str
+    conversation: str | None
+    question: str
+    standalone: str  # the question as searched (a follow-up rewritten)
+    answer: str
+    cited: list[dict]  # {note_id, title, url} per citation, in the answer's order
+    outcome: str  # Trace.outcome ("llm", "refused", ...), "" when the answer had no trace
+    used_llm: bool
+    grounded: bool
+    trace: dict | None
+    verdict: str | None = None  # "up", "down", or None before any press
+    reason: str | None = None
+    updated: float | None = None  # the asker's last change: verdict, reason or save
+    saved_note_id: str | None = None  # the note "Save as note" wrote
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def _record(row) -> Record:
+    (id_, at, person, user_id, conversation, question, standalone, answer, cited, outcome, used_llm, grounded,
+     trace, verdict, reason, updated, saved) = row
+    return Record(id_, at, person, user_id, conversation, question, standalone, answer, json.loads(cited), outcome,
+                  bool(used_llm), bool(grounded), json.loads(trace) if trace else None, verdict, reason, updated, saved)
+
+
+def path_for(settings: Settings) -> Path:
+    return Path(settings.state_dir) / FILE
+
+
+class FeedbackStore:
+    """The answers sent and their verdicts. One connection behind a lock: the bots call
+    it from their event loop and from worker threads, each call is a few milliseconds."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+        self.path = Path(path)
+        self.clock = clock
+        self._lock = threading.Lock()
+        try:
+            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as err:
+            raise UserError(f"cannot open {self.path}: {err}. Make its folder writable by this user") from None
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except sqlite3.OperationalError as err:  # a read-only file or folder, a full disk
+            self.db.close()
+            raise UserError(f"cannot use {self.path}: {err}. Make it and its folder writable by this user") from None
+        except sqlite3.DatabaseError as err:  # "file is not a database"
+            self.db.close()
+            raise BrokenState(
+                f"{self.path} is not a readable feedback store ({err}). Move it aside (a new one is started) "
+                f"or restore it from a backup"
+            ) from None
+
+    @classmethod
+    def open_for(cls, settings: Settings) -> "FeedbackStore":
+        prepare_state_dir(settings.state_dir)
+        return cls(path_for(settings))
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        for i in range(version, len(MIGRATIONS)):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[i].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {i + 1}")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def __enter__(self) -> "FeedbackStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- what the bots call -----------------------------------------------------------------
+
+    def record(self, person: str, user_id: str, answer: Answer, conversation: str | None = None) -> str:
+        """Remember an answer as sent to ``person``; its id, for the buttons under it."""
+        trace = answer.trace
+        question = trace.question if trace is not None else answer.question
+        cited = [{"n": c.n, "note_id": c.note_id, "title": c.title, "url": c.url} for c in answer.citations]
+        answer_id = secrets.token_urlsafe(ID_BYTES)
+        with self._lock:
+            self.db.execute(
+                f"INSERT INTO answers({_COLUMNS}) VALUES ({','.join('?' * 17)})",
+                (answer_id, self.clock(), person, user_id, conversation, question,
+                 trace.standalone if trace is not None else question, answer.answer,
+                 json.dumps(cited, ensure_ascii=False), trace.outcome if trace is not None else "",
+                 int(answer.used_llm), int(answer.grounded),
+                 json.dumps(asdict(trace), ensure_ascii=False) if trace is not None else None,
+                 None, None, None, None),
+            )
+        return answer_id
+
+    def get(self, answer_id: str, person: str | None = None) -> Record | None:
+        """The answer with that id, None when there is none. The bots pass ``person``
+        ("Why?", "Save as note"): another person's answer raises ``NotYours``. Without
+        it (the operator's tools) any answer is returned."""
+        with self._lock:
+            row = self.db.execute(f"SELECT {_COLUMNS} FROM answers WHERE id = ?", (answer_id,)).fetchone()
+        if row is None:
+            return None
+        rec = _record(row)
+        if person is not None and rec.person != person:
+            raise NotYours("only the person who asked can use the buttons under this answer")
+        return rec
+
+    def verdict(self, answer_id: str, person: str, verdict: str, reason: str | None = None) -> Record:
+        """The asker's 👍 ("up") or 👎 ("down"); a later press replaces it. A reason given
+        for the old verdict does not stay attached to a new, different one."""
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
+        return self._change(
+            answer_id, person,
+            "verdict = :verdict, reason = CASE WHEN :reason IS NOT NULL THEN :reason "
+            "WHEN verdict IS :verdict THEN reason END",
+            {"verdict": verdict, "reason": reason},
+        )
+
+    def reason(self, answer_id: str, person: str, text: str) -> Record:
+        """Why the asker voted as they did, typed after the press ("" clears it)."""
+        return self._change(answer_id, person, "reason = :reason", {"reason": text.strip() or None})
+
+    def mark_saved(self, answer_id: str, person: str, note_id: str) -> Record:
+        """The answer became note ``note_id``, so a second "Save as note" can say so."""
+        return self._change(answer_id, person, "saved_note_id = :note_id", {"note_id": note_id})
+
+    def _change(self, answer_id: str, person: str, assignments: str, params: dict) -> Record:
+        """One update of the asker's own record, checked and applied in one transaction."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self.db.execute("SELECT person FROM answers WHERE id = ?", (answer_id,)).fetchone()
+                if row is None:
+                    raise UnknownAnswer("this answer is no longer remembered: ask the question again")
+                if row[0] != person:
+                    raise NotYours("only the person who asked can use the buttons under this answer")
+                self.db.execute(f"UPDATE answers SET {assignments}, updated = :now WHERE id = :id",
+                                {**params, "now": self.clock(), "id": answer_id})
+                row = self.db.execute(f"SELECT {_COLUMNS} FROM answers WHERE id = ?", (answer_id,)).fetchone()
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return _record(row)
+
+    # --- what the operator and the daemon call ------------------------------------------------
+
+    def export(self, user_id: str | None = None, since: float | None = None) -> list[dict]:
+        """Every recorded answer (of ``user_id``; sent at or after ``since``, a
+        ``time.time()``), newest first, with its verdict: the material for tuning."""
+        where, args = [], []
+        if user_id is not None:
+            where.append("user_id = ?")
+            args.append(user_id)
+        if since is not None:
+            where.append("time >= ?")
+            args.append(since)
+        sql = f"SELECT {_COLUMNS} FROM answers"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._lock:
+            rows = self.db.execute(sql + " ORDER BY time DESC, rowid DESC", args).fetchall()
+        return [_record(r).as_json() for r in rows]
+
+    def forget(self, before: float) -> int:
+        """Delete answers sent before ``before`` (``clock() - KEEP_DAYS * 86400`` for the
+        retention period); how many went."""
+        with self._lock:
+            return self.db.execute("DELETE FROM answers WHERE time < ?", (before,)).rowcount
