@@ -14,7 +14,10 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
+import unicodedata
+from datetime import datetime
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from .door import Door, open_door
 from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
 from .eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
+from .feedback import FeedbackStore, path_for
 from .index import NoteIndex
 from .redact import redact_in_logs, safe_url
 from .retrieve import RETRIEVERS, resolve_user
@@ -297,6 +301,55 @@ def answer_table(r: dict) -> list[str]:
         lines.append(f"({r['skipped_after_changes']} after_changes questions left out; pass --with-changes once the "
                      f"change batch is synced)")
     return lines
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON output: a list, newest first, with each answer's trace")
+@click.option("--user", "user_id", metavar="USER_ID", help="only the answers to this Leanote user's questions")
+@click.option("--since", "days", type=click.FloatRange(0, min_open=True), metavar="DAYS",
+              help="only the answers of the last DAYS days")
+@pass_app
+def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -> None:
+    """The answers the bots sent and the 👍/👎 they got, newest first (for tuning).
+
+    Read from the feedback file directly: it works while the service runs."""
+    path = path_for(app.settings)
+    since = time.time() - days * 86400 if days is not None else None
+    records = []
+    if path.exists():
+        with FeedbackStore.open_for(app.settings) as store:
+            records = store.export(user_id, since)
+    if as_json:
+        _print_json(records)
+        return
+    if not records:
+        click.echo("no answers match --user/--since" if path.exists() and (user_id or days) else "no feedback yet")
+        return
+    person_width = max(len("person"), *(len(r["person"]) for r in records))
+    click.echo(f"{'time':<16}  {'person':<{person_width}}  {'verdict':<7}  {_cell('question', 40)}  cited")
+    for r in records:
+        when = datetime.fromtimestamp(r["time"]).strftime("%Y-%m-%d %H:%M")
+        titles = "; ".join(dict.fromkeys(c["title"] for c in r["cited"])) or "-"
+        click.echo(f"{when:<16}  {r['person']:<{person_width}}  {r['verdict'] or '-':<7}  "
+                   f"{_cell(r['question'], 40)}  {titles}")
+    up = sum(r["verdict"] == "up" for r in records)
+    down = sum(r["verdict"] == "down" for r in records)
+    click.echo(f"\n{len(records)} answers: {up} up, {down} down, {len(records) - up - down} without a verdict")
+
+
+def _cell(text: str, width: int) -> str:
+    """``text`` on one line, cut and padded to ``width`` terminal columns: CJK characters
+    take two, so a column of Chinese questions lines up with one of English ones."""
+    text = " ".join(text.split())
+    widths = [2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text]
+    used = sum(widths)
+    if used > width:
+        used, cut = 1, 0  # 1: the ellipsis
+        while used + widths[cut] <= width:
+            used += widths[cut]
+            cut += 1
+        text = text[:cut] + "…"
+    return text + " " * (width - used)
 
 
 def _load_plugins() -> None:

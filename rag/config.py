@@ -214,6 +214,27 @@ class ApiConfig(Section):
         return self
 
 
+class CaptureConfig(Section):
+    """Writing from chat into Leanote (``sync.capture``)."""
+
+    enabled: bool = Field(default=True, description="/note, forwards, /save, /append, /remember, Save as note")
+    notebook: str = Field(default="Inbox", description="the notebook captures go into, created if missing")
+    tags: list[str] = Field(default=["captured"], description="tags every captured note gets, besides its #hashtags")
+    memory_title: str = Field(default="记住的事 / Remembered", description="the title of each person's /remember note")
+    max_chars: int = Field(default=20_000, ge=100, description="longest text a capture may hold")
+    max_file_mb: float = Field(
+        default=20.0, gt=0, description="largest photo or document attached (Telegram's bots cannot fetch more than 20 MB)"
+    )
+    rate_limit: int = Field(default=10, ge=1, description="captures per person per minute")
+    accounts: list[Account] = Field(
+        default=[], description="Leanote API logins for capture when the source is not leanote_api (or for more users)"
+    )
+    api_url: str | None = Field(default=None, description="where to call the API (default: source.api_url, else leanote.base_url)")
+    retry_min: Duration = Field(default=30.0, description="a capture that could not be written is tried again after this, doubling")
+    retry_max: Duration = 1800.0
+    sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
+
+
 class BotsConfig(Section):
     rate_limit: int = Field(default=6, ge=1, description="questions per person per minute")
     max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
@@ -359,6 +380,7 @@ class Settings(Section):
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     bots: BotsConfig = BotsConfig()
+    capture: CaptureConfig = CaptureConfig()
     api: ApiConfig = ApiConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

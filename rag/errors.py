@@ -51,3 +51,12 @@ class AuthFailed(LeanoteRagError):
 
 class NoteError(LeanoteRagError):
     """A single note could not be cleaned, chunked or embedded."""
+
+
+class Refused(LeanoteRagError):
+    """A server understood a write and said no (Leanote's ``Ok: false`` with a reason:
+    ``conflict``, ``fileIsTooLarge``, ``notebookIdNotExists``...)."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason

@@ -39,11 +39,13 @@ from rag.answer import AnswerService
 from rag.config import Settings
 from rag.client import find_daemon
 from rag.errors import StoreLocked, UserError
+from rag.feedback import KEEP_DAYS, FeedbackStore
 from rag.index import NoteIndex
 from rag.metrics import Metrics
 from rag.redact import safe_url
 
 from . import api
+from .capture import Capture
 from .metrics_wiring import attach_metrics
 from .service import PassResult, SyncService
 from .state import State
@@ -122,6 +124,9 @@ class Daemon:
         self.systemd = sdnotify.SystemdNotifier()  # a no-op outside systemd (no NOTIFY_SOCKET)
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
         self._reader: State | None = None
+        self.capture: Capture | None = None  # writing from chat into Leanote (sync.capture)
+        self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
+        self._sync_after_write: asyncio.TimerHandle | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -132,6 +137,9 @@ class Daemon:
             self.index = NoteIndex.open(self.settings, create=True)
             self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
             self.answers = AnswerService.from_settings(self.settings, self.index)
+            self.capture = Capture(lambda: self.settings, on_written=self._written)
+            self.feedback = FeedbackStore.open_for(self.settings)
+            self._forget_old_feedback()
             attach_metrics(self.metrics, self.sync, self.answers, self.settings.state_dir)
         except BaseException:
             self.close()
@@ -156,7 +164,7 @@ class Daemon:
         return False
 
     def close(self) -> None:
-        for part in ("answers", "_reader", "sync", "index", "state"):
+        for part in ("feedback", "capture", "answers", "_reader", "sync", "index", "state"):
             thing = getattr(self, part, None)
             if thing is not None:
                 thing.close()
@@ -190,17 +198,24 @@ class Daemon:
                 self._pass, CronTrigger(hour=hour, minute=minute), id="reconcile", name="daily reconcile",
                 kwargs={"reconcile": True}, max_instances=1, coalesce=True,
             )
+            self.scheduler.add_job(
+                self._forget_old_feedback, CronTrigger(hour=hour, minute=minute), id="feedback",
+                name="forget old answers", max_instances=1, coalesce=True,
+            )
             self.scheduler.start()
             log.info("serving: sync every %.0f s, reconcile daily at %s, index in %s",
                      cfg.interval, cfg.reconcile_at, self.index.store.location)
             tasks += [asyncio.create_task(self._supervise(service)) for service in self.services]
             tasks.append(asyncio.create_task(self._watchdog()))
+            tasks.append(asyncio.create_task(self.capture.run(self.stopping)))
             self.systemd.notify("READY=1\nSTATUS=serving")
             await self.stopping.wait()
         finally:
             log.info("stopping")
             self.systemd.notify("STOPPING=1")
             self.stopping.set()
+            if self._sync_after_write is not None:
+                self._sync_after_write.cancel()
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
             if self.sync:
@@ -375,6 +390,25 @@ class Daemon:
             self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
         return True
 
+    def _forget_old_feedback(self) -> None:
+        if self.feedback is not None:
+            gone = self.feedback.forget(time.time() - KEEP_DAYS * 86400)
+            if gone:
+                log.info("forgot %d answers older than %d days (feedback)", gone, KEEP_DAYS)
+
+    def _written(self) -> None:
+        """A capture reached Leanote: a pass soon, so it is searchable within seconds
+        (writes close together share one pass)."""
+        if self._sync_after_write is not None or self.stopping.is_set():
+            return
+
+        def go() -> None:
+            self._sync_after_write = None
+            if not self.stopping.is_set() and self.scheduler is not None and self.scheduler.running:
+                self.trigger(debounce=False)
+
+        self._sync_after_write = asyncio.get_running_loop().call_later(self.settings.capture.sync_after, go)
+
     # --- for the bots (bot.common.Host) ------------------------------------------------------
 
     def resolve_user_name(self, name: str) -> str:
@@ -418,6 +452,10 @@ class Daemon:
                              f"{skipped[0]['reason'][:150]}")
         else:
             lines.append(f"your notes indexed: {counts.get(user_id, 0)}")
+        if self.capture is not None:
+            c = self.capture.counts()
+            if c["waiting"] or c["failed"]:
+                lines.append(f"captures waiting for Leanote: {c['waiting']}, not taken: {c['failed']} (/outbox)")
         return "\n".join(lines)
 
     async def wait_for_pass(self, after: int) -> PassResult:

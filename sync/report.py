@@ -15,6 +15,7 @@ from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.store import Store
 
+from .capture import Outbox
 from .indexer import Summary
 from .state import State
 
@@ -70,6 +71,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
                         "replies": speed.samples, "updated": when(speed.updated),
                         "text": speed.describe(model)}
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
+        "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed)),
     }
 
 
@@ -97,6 +99,12 @@ def print_status(report: dict) -> None:
         click.echo("last sync: never")
     for speed in report.get("llm", {}).values():
         click.echo(f"llm:      {speed['text']}")
+    capture = report.get("capture")
+    if capture and (capture["waiting"] or capture["failed"] or capture["written"]):
+        line = f"capture:  {capture['written']} written, {capture['waiting']} waiting for Leanote"
+        if capture["oldest_waiting"]:
+            line += f" (oldest from {when(capture['oldest_waiting'])})"
+        click.echo(line + (f", {capture['failed']} not taken (see /outbox)" if capture["failed"] else ""))
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

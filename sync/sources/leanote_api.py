@@ -29,7 +29,7 @@ import urllib3
 import urllib3.connection
 
 from rag.config import Settings, secret
-from rag.errors import AuthFailed, NoteError, Unavailable
+from rag.errors import AuthFailed, NoteError, Refused, Unavailable
 from rag.redact import safe_url
 from rag.model import Note, Notebook
 
@@ -177,7 +177,7 @@ class LeanoteApi:
         for call in calls:
             call.abort()
 
-    def _request(self, action: str, params: dict) -> _Answer:
+    def _request(self, action: str, params: dict, files: list | None = None) -> _Answer:
         url = f"{self.base_url}/api/{action}"
         if self.stopping:
             raise Unavailable("the sync is stopping")
@@ -189,7 +189,7 @@ class LeanoteApi:
         _current.call = call
         watchdog.start()
         try:
-            r = self.http.post(url, data=params, timeout=(min(10.0, self.timeout), self.timeout))
+            r = self.http.post(url, data=params, files=files or None, timeout=(min(10.0, self.timeout), self.timeout))
             content = r.content  # the whole body, under the same deadline
         except requests.RequestException as err:
             if call.aborted:
@@ -226,12 +226,14 @@ class LeanoteApi:
         self.user_id = str(body.get("UserId") or "")
         log.debug("logged in to %s as %s", self.where, self.email)
 
-    def call(self, action: str, **params) -> Any:
-        """Call an API action with the token, logging in (again) when needed."""
+    def call(self, action: str, *, _files: list | None = None, _refusals: bool = False, **params) -> Any:
+        """Call an API action with the token, logging in (again) when needed. With
+        ``_refusals``, Leanote's ``Ok: false`` is ``Refused`` with its reason (a write
+        that must not be retried as is); ``_files``: multipart parts."""
         for attempt in (1, 2):
             if self.token is None:
                 self.login()
-            answer = self._request(action, {**params, "token": self.token})
+            answer = self._request(action, {**params, "token": self.token}, _files)
             body = answer.body
             if isinstance(body, dict) and body.get("Ok") is False and body.get("Msg") == "NOTLOGIN":
                 self.token = None
@@ -241,6 +243,9 @@ class LeanoteApi:
             if answer.status != 200 or body is None:
                 raise Unavailable(f"Leanote at {self.where} answered {action} with HTTP {answer.status}")
             if isinstance(body, dict) and body.get("Ok") is False:
+                if _refusals:
+                    reason = str(body.get("Msg") or "")
+                    raise Refused(f"Leanote refused {action}: {reason or 'no reason given'}", reason)
                 raise Unavailable(f"Leanote refused {action}: {body.get('Msg') or 'no reason given'}")
             return body
         raise AssertionError("unreachable")
@@ -276,6 +281,81 @@ class LeanoteApi:
         if not isinstance(body, dict) or not body.get("NoteId"):
             return None
         return fields.content(body.get("Content"))
+
+
+class LeanoteWriter:
+    """The write calls capture needs, for one account (``../shared/leanote-api.md`` §1.12):
+    notebooks, a new note (Markdown, tags, files), a note's metadata and body, and an
+    update that carries the note's ``Usn`` (Leanote answers ``conflict`` when someone
+    changed it meanwhile, and changes nothing)."""
+
+    def __init__(self, api: LeanoteApi):
+        self.api = api
+
+    @property
+    def user_id(self) -> str:
+        if not self.api.user_id:
+            self.api.login()
+        return self.api.user_id
+
+    def notebooks(self) -> list[dict]:
+        body = self.api.call("notebook/getNotebooks")
+        if not isinstance(body, list):
+            raise Unavailable(f"Leanote answered getNotebooks with {type(body).__name__}, not a list")
+        return [d for d in body if isinstance(d, dict)]
+
+    def add_notebook(self, title: str) -> str:
+        body = self.api.call("notebook/addNotebook", _refusals=True, title=title, parentNotebookId="", seq=-1)
+        if not isinstance(body, dict) or not body.get("NotebookId"):
+            raise Unavailable("Leanote answered addNotebook without a NotebookId")
+        return str(body["NotebookId"])
+
+    def notes_in(self, notebook_id: str) -> list[dict]:
+        """The notebook's notes (no bodies), newest first."""
+        body = self.api.call("note/getNotes", notebookId=notebook_id)
+        if not isinstance(body, list):
+            raise Unavailable(f"Leanote answered getNotes with {type(body).__name__}, not a list")
+        return [d for d in body if isinstance(d, dict)]
+
+    def add_note(self, notebook_id: str, title: str, content: str, tags: list[str],
+                 files: list[tuple[str, str, bytes, str, bool]] = ()) -> dict:
+        """A new Markdown note; ``files``: (local id, file name, bytes, mime, is_image).
+        An image's ``fileId=<local id>`` in the content becomes Leanote's file id."""
+        params: dict[str, Any] = {"NotebookId": notebook_id, "Title": title, "Content": content, "IsMarkdown": "true"}
+        for i, tag in enumerate(tags):
+            params[f"Tags[{i}]"] = tag
+        parts = []
+        for i, (local_id, name, data, mime, is_image) in enumerate(files):
+            params.update({f"Files[{i}][LocalFileId]": local_id, f"Files[{i}][HasBody]": "true",
+                           f"Files[{i}][IsAttach]": "false" if is_image else "true",
+                           f"Files[{i}][Type]": name.rsplit(".", 1)[-1].lower() if "." in name else "",
+                           f"Files[{i}][Title]": name})
+            parts.append((f"FileDatas[{local_id}]", (name, data, mime)))
+        body = self.api.call("note/addNote", _files=parts, _refusals=True, **params)
+        if not isinstance(body, dict) or not body.get("NoteId"):
+            raise Unavailable("Leanote answered addNote without a NoteId")
+        return body
+
+    def note(self, note_id: str) -> tuple[dict, str] | None:
+        """A note's metadata (with its ``Usn``) and body; None when it is gone or trashed."""
+        body = self.api.call("note/getNoteAndContent", noteId=note_id)
+        if not isinstance(body, dict) or not body.get("NoteId") or body.get("IsDeleted") or body.get("IsTrash"):
+            return None
+        return body, fields.content(body.get("Content"))
+
+    def update_content(self, note_id: str, usn: int, content: str, files: list[dict] = ()) -> int:
+        """Replace the body, if the note is still at ``usn``; the new USN. ``Refused``
+        with reason ``conflict`` when it is not. ``files``: the note's ``Files`` as read:
+        Leanote deletes every attachment an update does not list, so they are sent back."""
+        params: dict[str, Any] = {"NoteId": note_id, "Usn": usn, "Content": content}
+        for i, f in enumerate(files):
+            params.update({f"Files[{i}][FileId]": f.get("FileId") or "", f"Files[{i}][HasBody]": "false",
+                           f"Files[{i}][IsAttach]": "true" if f.get("IsAttach") else "false",
+                           f"Files[{i}][Type]": f.get("Type") or "", f"Files[{i}][Title]": f.get("Title") or ""})
+        body = self.api.call("note/updateNote", _refusals=True, **params)
+        if not isinstance(body, dict):
+            raise Unavailable("Leanote answered updateNote with no object")
+        return fields.usn_or_zero(body.get("Usn"))
 
 
 def _notes(items: list[dict]) -> tuple[list[Note], list[Skipped]]:

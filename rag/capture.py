@@ -1,0 +1,130 @@
+"""What a capture from chat is, and the note it becomes (no Leanote calls here: the
+writing, the outbox and the retries are ``sync.capture``).
+
+A capture is kept per person (``telegram:111``, ``discord:222``) and per Leanote user.
+It becomes a Markdown note: the title from the first line, ``#hashtags`` as tags
+(besides ``capture.tags``), the text, and for a forwarded message where it came from.
+Every note or appended block we write ends with a marker line, an HTML comment holding
+the capture's key: Leanote's Markdown view hides it, the indexer drops it, and after a
+crash between Leanote's write and our acknowledgement it tells us the write happened.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+TITLE_CHARS = 60
+MARKER = "<!-- leanote-rag:{key} -->"
+MARKER_RE = re.compile(r"<!-- leanote-rag:([A-Za-z0-9_-]+) -->")
+# A hashtag: '#' after a space or at the start, then letters, digits, CJK, '_' or '-';
+# not '# heading' (a space after it), not a URL's fragment, not '#1' alone.
+_HASHTAG = re.compile(r"(?:(?<=\s)|^)#([^\s#.,，。!！?？:：;；()（）\[\]{}<>\"'`]+)", re.M)
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+
+KINDS = ("note", "append", "remember", "save")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a forwarded message came from."""
+
+    who: str = ""  # the original sender's name, or the channel's title
+    chat: str = ""  # the chat it was forwarded from
+    when: datetime | None = None
+    link: str = ""  # a link to the original when the chat is public
+
+    def line(self) -> str:
+        parts = [p for p in (self.who, self.chat and f"「{self.chat}」", self.when and self.when.strftime("%Y-%m-%d %H:%M"))
+                 if p]
+        text = " · ".join(parts) or "?"
+        return f"转发自 / Forwarded from: {text}" + (f" — {self.link}" if self.link else "")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file sent with a capture: an image goes inline, anything else is attached."""
+
+    filename: str
+    data: bytes
+    mime: str = "application/octet-stream"
+
+    @property
+    def is_image(self) -> bool:
+        return self.mime.startswith("image/")
+
+
+@dataclass
+class Receipt:
+    """What became of a capture, for the reply in chat."""
+
+    status: str  # "written" | "queued" | "refused"
+    message: str
+    note_id: str = ""
+    url: str = ""
+    key: str = ""
+
+
+@dataclass
+class Draft:
+    title: str
+    content: str
+    tags: list[str] = field(default_factory=list)
+
+
+def hashtags(text: str) -> list[str]:
+    """The ``#tags`` of a text, in order, once each; code is not looked into."""
+    plain = _INLINE_CODE.sub(" ", _FENCE.sub(" ", text))
+    out: list[str] = []
+    for tag in _HASHTAG.findall(plain):
+        tag = tag.strip("-_")
+        if tag and not tag.isdigit() and tag not in out:
+            out.append(tag)
+    return out
+
+
+def title_of(text: str) -> str:
+    """The first line with words in it, without Markdown's heading or list marks, cut short."""
+    for line in text.splitlines():
+        line = re.sub(r"^\s*(#{1,6}\s+|[-*+>]\s+|\d+[.)]\s+)", "", line).strip()
+        line = MARKER_RE.sub("", line).strip()
+        if re.search(r"\w", line):
+            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return ""
+
+
+def compose(text: str, *, extra_tags: list[str] = (), origin: Origin | None = None, title: str = "",
+            when: datetime | None = None) -> Draft:
+    """The note a capture becomes: Markdown, the title from the first line (or the one
+    given), ``#hashtags`` and ``extra_tags`` as tags, the origin of a forward below."""
+    text = text.strip()
+    title = title.strip() or title_of(text) or f"Captured {(when or datetime.now()).strftime('%Y-%m-%d %H:%M')}"
+    body = text
+    if origin is not None:
+        body += f"\n\n> {origin.line()}"
+    tags = list(dict.fromkeys([*hashtags(text), *extra_tags]))
+    return Draft(title, body + "\n", tags)
+
+
+def with_marker(content: str, key: str) -> str:
+    """Content ending with the marker of capture ``key`` on a line of its own."""
+    return content.rstrip("\n") + "\n\n" + MARKER.format(key=key) + "\n"
+
+
+def has_marker(content: str, key: str) -> bool:
+    return MARKER.format(key=key) in (content or "")
+
+
+def answer_note(question: str, answer: str, citations: list[dict]) -> str:
+    """A saved answer as Markdown: the question, the answer, its sources as links."""
+    lines = [f"**问 / Q:** {question}", "", answer.strip(), ""]
+    if citations:
+        lines.append("来源 / Sources:")
+        for c in citations:
+            n = c.get("n")
+            label = f"[{n}] " if n else ""
+            title = c.get("title") or c.get("note_id") or "note"
+            lines.append(f"- {label}[{title}]({c['url']})" if c.get("url") else f"- {label}{title}")
+    return "\n".join(lines).rstrip() + "\n"
