@@ -9,10 +9,29 @@ import time
 from typing import Awaitable, Callable, Iterator, Protocol
 
 from rag.answer import AnswerService, Trace
+from rag.capture import Attachment, Origin, Receipt
 from rag.config import Settings, secret
 from rag.errors import UserError
+from rag.feedback import FeedbackStore
 from rag.index import NoteIndex
 from rag.metrics import Metrics
+
+
+class Capturer(Protocol):
+    """Writing from chat into the person's own Leanote (``sync.capture.Capture``). Every
+    call answers with a ``Receipt`` whose ``message`` is ready to show: written (with
+    the note's link), queued (Leanote is down; retried), or refused (and why)."""
+
+    async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
+                   files: list[Attachment] = (), title: str = "") -> Receipt: ...
+    async def append(self, person: str, user_id: str, text: str) -> Receipt: ...
+    async def remember(self, person: str, user_id: str, text: str) -> Receipt: ...
+    async def save_answer(self, person: str, user_id: str, question: str, answer: str,
+                          citations: list[dict]) -> Receipt: ...
+    def pending(self, person: str) -> list: ...
+    def note_for(self, key: str) -> str: ...
+    def refusal(self, person: str, text: str, files: list[Attachment]) -> str | None: ...
+    def available(self) -> str | None: ...
 
 
 class Host(Protocol):
@@ -23,6 +42,8 @@ class Host(Protocol):
     answers: AnswerService
     stopping: asyncio.Event
     metrics: Metrics | None  # optional: a host without it (or None) counts nothing
+    capture: Capturer | None  # None: this host cannot write to Leanote
+    feedback: FeedbackStore | None  # the answers sent, for the buttons under them
 
     def trigger(self) -> bool: ...
     def status_text(self, user_id: str | None = None) -> str:
@@ -120,6 +141,26 @@ def nobody_mapped(settings: Settings, platform: str) -> Iterator[CheckResult]:
                f"a stranger their id)")
 
 
+def person_key(platform: str, person: int | str) -> str:
+    """A person, wherever they write: captures, the outbox and feedback are theirs."""
+    return f"{platform}:{person}"
+
+
+def outbox_text(items: list) -> str:
+    """``/outbox``: this person's captures not yet in Leanote, and those Leanote refused."""
+    if not items:
+        return "没有待写入的记录。 / Nothing waiting: every capture is in Leanote."
+    lines = []
+    for item in items:
+        when = time.strftime("%m-%d %H:%M", time.localtime(item.created))
+        state = "未被接受 not taken" if item.state == "failed" else "等待中 waiting"
+        line = f"• {when} {item.describe()} — {state}"
+        if item.error:
+            line += f": {item.error[:200]}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def conversation_key(platform: str, place: int | str, person: int | str) -> str:
     """One person's conversation in one chat: history, the last trace and /reset are
     never shared with others in a group or channel."""
@@ -136,7 +177,13 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /reset — 忘掉这段对话 forget this conversation
 /why — 上一个回答是怎么来的 why the last answer
 /status — 同步状态 sync status
-/sync — 立即同步（管理员）sync now (admins)"""
+/sync — 立即同步（管理员）sync now (admins)
+
+/note 内容 — 记一条新笔记（收件箱）capture a note into your inbox notebook
+/append 内容 — 追加到上一条记录 add to your last capture
+/remember 内容 — 记到“记住的事”里 a dated line in your memory note
+/save — 回复一条消息，把它存成笔记 reply to a message to save it
+/outbox — 还没写进 Leanote 的记录 captures waiting for Leanote"""
 
 COMMANDS = [
     ("ask", "提问 / ask a question"),
@@ -145,6 +192,11 @@ COMMANDS = [
     ("why", "上一个回答的依据 / why the last answer"),
     ("status", "同步状态 / sync status"),
     ("sync", "立即同步（管理员）/ sync now (admins)"),
+    ("note", "记一条笔记 / capture a note"),
+    ("append", "追加到上一条 / add to your last capture"),
+    ("remember", "记住一件事 / remember something"),
+    ("save", "回复一条消息来保存 / reply to a message to save it"),
+    ("outbox", "待写入的记录 / captures waiting"),
     ("help", "帮助 / help"),
 ]
 

@@ -11,34 +11,65 @@ not modified" ignored, ``typing`` kept alive), then the final text in HTML parse
 everything from the notes escaped, split past 4,096 characters, sources as a
 numbered list of links, previews off; plain text if Telegram rejects the HTML.
 Updates are handled concurrently, so one person's question never waits for another's.
+
+Under each answer: 👍, 👎, "Why?" and "Save as note" (the answer is recorded in
+``host.feedback``; a button carries only its id). Only the person who asked may use
+them; "Why?" and the saved note's link go to the presser's private chat.
+
+Capture (``host.capture``) writes into the person's own Leanote: ``/note``, a message
+(text, photo or document) forwarded to the bot in a private chat, ``/save`` replying
+to any message, ``/append``, ``/remember``, and ``/outbox`` for what is still waiting.
+A file is checked against ``capture.max_file_mb`` before it is downloaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from contextlib import suppress
+from dataclasses import fields as dataclass_fields
+from datetime import datetime
 from typing import Iterator
 
 from bs4 import BeautifulSoup
-from telegram import Bot, BotCommand, LinkPreviewOptions, Message, Update
+from telegram import (Bot, BotCommand, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message,
+                      MessageEntity, MessageOriginChannel, MessageOriginChat, MessageOriginHiddenUser,
+                      MessageOriginUser, Update)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
-from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
+from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes,
+                          MessageHandler, filters)
 
+from rag.answer import Candidate, Trace
+from rag.capture import Attachment, Origin, Receipt
 from rag.config import secret
 from rag.errors import ConfigError
+from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from .access import STRANGER, Access, Person
 from .common import (CHECK_TIMEOUT, COMMANDS, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key,
-                     count_error, hits_text, nobody_mapped, token_or_problem, trace_text)
+                     count_error, hits_text, nobody_mapped, outbox_text, person_key, token_or_problem, trace_text)
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
 
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 TYPING_EVERY = 4.0
+
+NOT_YOURS = "这是别人的回答 / This is someone else's answer"
+EXPIRED = "这个回答已经过期了，请再问一次。 / This answer has expired: ask again."
+THANKS = "谢谢 / Thanks"
+NO_CAPTURE = "这里不能写入 Leanote。 / This service cannot write to Leanote."
+SAVE_USAGE = ("用法 usage: 回复一条消息，发送 /save（可加标题或 #标签） / reply to a message with /save "
+              "(a title or #tags may follow)")
+MEDIA_HINT = ("要把它存成笔记吗？把 /note 写在说明里，或回复它 /save。 / To save it as a note, put /note in its "
+              "caption or reply to it with /save.")
+UNSUPPORTED = ("这种消息还存不了：只能存文字、图片和文件。 / This kind of message cannot be saved yet: only text, "
+               "photos and documents.")
+MEDIA = filters.PHOTO | filters.Document.ALL
+_COMMAND = re.compile(r"^/\w+(@\w+)?(?=\s|$)")
 
 
 def _seconds(err: RetryAfter) -> float:
@@ -53,10 +84,16 @@ class TelegramBot:
         self.host = host
         self.access = Access(host)
         self.app: Application = (
-            ApplicationBuilder().token(token).base_url(self.cfg.base_url).concurrent_updates(True).build()
+            ApplicationBuilder().token(token).base_url(self.cfg.base_url).base_file_url(_file_url(self.cfg.base_url))
+            .concurrent_updates(True).build()
         )
         self.pacers: list[Pacer] = []  # every answer's pacer (tests, benchmark)
+        self._saving: dict[str, str] = {}  # answer id -> capture key of its "Save as note" still queued
+        self._saving_now: set[str] = set()  # answer ids whose "Save as note" is being written
         a = self.app
+        private = filters.ChatType.PRIVATE
+        # a forward in a private chat is a capture, never a question or a command: first
+        a.add_handler(MessageHandler(filters.FORWARDED & private, self.on_forward))
         a.add_handler(CommandHandler(["start", "help"], self.on_help))
         a.add_handler(CommandHandler("ask", self.on_ask))
         a.add_handler(CommandHandler("search", self.on_search))
@@ -64,7 +101,16 @@ class TelegramBot:
         a.add_handler(CommandHandler("status", self.on_status))
         a.add_handler(CommandHandler("sync", self.on_sync))
         a.add_handler(CommandHandler("why", self.on_why))
+        a.add_handler(CommandHandler("note", self.on_note))
+        a.add_handler(CommandHandler("append", self.on_append))
+        a.add_handler(CommandHandler("remember", self.on_remember))
+        a.add_handler(CommandHandler("save", self.on_save))
+        a.add_handler(CommandHandler("outbox", self.on_outbox))
+        # a photo or document: "/note ..." as its caption captures it, anywhere the bot listens
+        a.add_handler(MessageHandler(MEDIA & filters.CaptionRegex(r"^/note(@\w+)?(\s|$)"), self.on_media_note))
+        a.add_handler(MessageHandler(MEDIA & private, self.on_media_hint))
         a.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, self.on_text))
+        a.add_handler(CallbackQueryHandler(self.on_button))
 
     @property
     def cfg(self):
@@ -78,7 +124,7 @@ class TelegramBot:
         try:
             await self.app.bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
             await self.app.start()
-            await self.app.updater.start_polling(allowed_updates=["message"])
+            await self.app.updater.start_polling(allowed_updates=["message", "callback_query"])
             log.info("telegram bot @%s is polling", self.app.bot.username)
             await self.host.stopping.wait()
         finally:
@@ -217,6 +263,271 @@ class TelegramBot:
         trace = self.host.answers.conversations.trace(person.leanote_user_id, self.conversation(update))
         await self._privately(update, trace_text(trace))
 
+    # --- capture ----------------------------------------------------------------------------
+
+    async def on_note(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        message = update.effective_message
+        await self._capture(update, person, _after_command(_markdown(message.text or "", message.entities)))
+
+    async def on_media_note(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A photo or document with "/note ..." as its caption."""
+        person = await self._who(update)
+        if person is None:
+            return
+        message = update.effective_message
+        await self._capture(update, person, _after_command(_markdown(message.caption or "", message.caption_entities)),
+                            source=message)
+
+    async def on_forward(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Forwarded to the bot in a private chat: a capture, with where it came from."""
+        person = await self._who(update)
+        if person is None:
+            return
+        message = update.effective_message
+        if not _capturable(message):
+            await message.reply_text(UNSUPPORTED)
+            return
+        await self._capture(update, person, _message_text(message), origin=_origin(message), source=message)
+
+    async def on_media_hint(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A photo or document in a private chat, neither forwarded nor with /note: how to keep it."""
+        if await self._who(update) is not None:
+            await update.effective_message.reply_text(MEDIA_HINT)
+
+    async def on_save(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """``/save`` replying to a message: that message (its text, files and origin) as a note;
+        words after /save go first (a title, #tags)."""
+        person = await self._who(update)
+        if person is None:
+            return
+        message = update.effective_message
+        target = message.reply_to_message
+        if target is None:
+            await message.reply_text(SAVE_USAGE)
+            return
+        if not _capturable(target):
+            await message.reply_text(UNSUPPORTED)
+            return
+        extra = _after_command(message.text)
+        text = "\n\n".join(t for t in (extra, _message_text(target)) if t.strip())
+        await self._capture(update, person, text, origin=_origin(target), source=target)
+
+    async def on_append(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        capture = await self._capturer(update)
+        if capture is not None:
+            receipt = await capture.append(self._key(update), person.leanote_user_id,
+                                           _after_command(update.effective_message.text))
+            await self._tell(update, receipt)
+
+    async def on_remember(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        capture = await self._capturer(update)
+        if capture is not None:
+            receipt = await capture.remember(self._key(update), person.leanote_user_id,
+                                             _after_command(update.effective_message.text))
+            await self._tell(update, receipt)
+
+    async def on_outbox(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        capture = await self._capturer(update)
+        if capture is not None:
+            await self._privately(update, outbox_text(capture.pending(self._key(update))))
+
+    @staticmethod
+    def _key(update: Update) -> str:
+        return person_key("telegram", update.effective_user.id)
+
+    async def _capturer(self, update: Update):
+        capture = getattr(self.host, "capture", None)
+        if capture is None:
+            await update.effective_message.reply_text(NO_CAPTURE)
+        return capture
+
+    async def _tell(self, update: Update, receipt: Receipt) -> None:
+        await update.effective_message.reply_text(receipt.message, link_preview_options=NO_PREVIEW)
+
+    async def _capture(self, update: Update, person: Person, text: str, *, origin: Origin | None = None,
+                       source: Message | None = None) -> None:
+        """A new note from ``text`` and the photo or document of ``source``; the receipt as the reply."""
+        capture = await self._capturer(update)
+        if capture is None:
+            return
+        key = self._key(update)
+        cfg = self.host.settings.capture
+        why = capture.available()
+        if why:  # say so before fetching any file
+            await update.effective_message.reply_text(why)
+            return
+        files: list[Attachment] = []
+        if source is not None:
+            try:
+                files, problem = await self._files(source, cfg.max_file_mb)
+            except TelegramError as err:
+                log.warning("could not fetch a file from Telegram: %s", err)
+                problem = ("没能从 Telegram 取到这个文件，请再发一次。 / Could not fetch the file from Telegram; "
+                           "please send it again.")
+            if problem:
+                await update.effective_message.reply_text(problem)
+                return
+        try:
+            receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files)
+        except Exception:
+            log.exception("a Telegram capture failed")
+            count_error(self.host, "telegram")
+            await update.effective_message.reply_text(SORRY)
+            return
+        await self._tell(update, receipt)
+
+    async def _files(self, message: Message, max_mb: float) -> tuple[list[Attachment], str | None]:
+        """The photo (its largest size) or document of a message, fetched; or why not
+        (too large: refused from the size Telegram tells, before any download)."""
+        if message.photo:
+            item = message.photo[-1]
+            name, mime = f"photo_{item.file_unique_id}.jpg", "image/jpeg"
+        elif message.document:
+            item = message.document
+            name = item.file_name or f"file_{item.file_unique_id}"
+            mime = item.mime_type or "application/octet-stream"
+        else:
+            return [], None
+        limit = max_mb * 1024 * 1024
+        if item.file_size is not None and item.file_size > limit:
+            return [], _too_large(name, max_mb)
+        got = await item.get_file()
+        if got.file_size is not None and got.file_size > limit:
+            return [], _too_large(name, max_mb)
+        data = bytes(await got.download_as_bytearray())
+        if len(data) > limit:
+            return [], _too_large(name, max_mb)
+        return [Attachment(name, data, mime)], None
+
+    # --- the buttons under an answer ---------------------------------------------------------
+
+    def _buttons(self, update: Update, person: Person, answer) -> InlineKeyboardMarkup | None:
+        """Record the answer (``host.feedback``) and the buttons carrying its id; None without a store."""
+        feedback = getattr(self.host, "feedback", None)
+        if feedback is None:
+            return None
+        try:
+            answer_id = feedback.record(self._key(update), person.leanote_user_id, answer, self.conversation(update))
+        except Exception:
+            log.exception("could not record an answer for its buttons")
+            return None
+        row = [InlineKeyboardButton("👍", callback_data=f"fb:up:{answer_id}"),
+               InlineKeyboardButton("👎", callback_data=f"fb:down:{answer_id}"),
+               InlineKeyboardButton("Why? / 依据", callback_data=f"why:{answer_id}")]
+        if answer.citations:  # an answer from the notes; "nothing found" is not worth a note
+            row.append(InlineKeyboardButton("Save as note / 存为笔记", callback_data=f"save:{answer_id}"))
+        return InlineKeyboardMarkup([row[:3], row[3:]] if len(row) > 3 else [row])
+
+    async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        query = update.callback_query
+        kind, _, answer_id = (query.data or "").rpartition(":")
+        presser = person_key("telegram", query.from_user.id)
+        feedback = getattr(self.host, "feedback", None)
+        if kind not in ("fb:up", "fb:down", "why", "save") or feedback is None:
+            await query.answer(EXPIRED, show_alert=True)
+            return
+        try:
+            record = feedback.get(answer_id, presser)
+        except NotYours:
+            await query.answer(NOT_YOURS, show_alert=True)
+            return
+        if record is None:
+            await query.answer(EXPIRED, show_alert=True)
+            return
+        if not isinstance(self.access.person("telegram", query.from_user.id), Person):
+            await query.answer(STRANGER["telegram"].format(id=query.from_user.id)[:200], show_alert=True)
+            return
+        try:
+            if kind.startswith("fb:"):
+                feedback.verdict(answer_id, presser, kind[3:])
+                await query.answer(THANKS)
+            elif kind == "why":
+                trace = _trace(record.trace)
+                await self._to_presser(query, trace_text(trace) if trace is not None else
+                                       f"问题 question: {record.question}\n这个回答没有记录依据。 / No trace was kept "
+                                       f"for this answer.")
+            else:
+                await self._save_answer(query, presser, record)
+        except NotYours:
+            await query.answer(NOT_YOURS, show_alert=True)
+        except UnknownAnswer:
+            await query.answer(EXPIRED, show_alert=True)
+        except Exception:
+            log.exception("a Telegram button press failed")
+            count_error(self.host, "telegram")
+            with suppress(TelegramError):  # (the press may have been answered already)
+                await query.answer(SORRY[:200], show_alert=True)
+
+    async def _save_answer(self, query, presser: str, record) -> None:
+        capture = getattr(self.host, "capture", None)
+        if capture is None:
+            await query.answer(NO_CAPTURE, show_alert=True)
+            return
+        base = self.host.settings.leanote.base_url
+        if record.saved_note_id:
+            await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{record.saved_note_id}")
+            return
+        queued = self._saving.get(record.id)
+        if queued:  # an earlier press was queued: still waiting, written meanwhile, or refused
+            item = next((i for i in capture.pending(presser) if i.key == queued), None)
+            if item is None:  # written meanwhile
+                self._saving.pop(record.id, None)
+                note_id = capture.note_for(queued)
+                if note_id:
+                    self.host.feedback.mark_saved(record.id, presser, note_id)
+                    await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{note_id}")
+                else:
+                    await self._to_presser(query, "已经存过了 / Saved already.")
+                return
+            if item.state != "failed":
+                await self._to_presser(query, "已在排队，Leanote 恢复后写入；/outbox 可查看。 / Queued already: it "
+                                              "is written when Leanote is back (see /outbox).")
+                return
+            self._saving.pop(record.id, None)  # Leanote refused it: try again
+        if record.id in self._saving_now:  # a double tap while the first is being written
+            await query.answer("正在保存… / Saving…")
+            return
+        self._saving_now.add(record.id)
+        try:
+            await query.answer("正在保存… / Saving…")
+            receipt = await capture.save_answer(presser, record.user_id, record.question, record.answer,
+                                                record.cited)
+            if receipt.status == "written" and receipt.note_id:
+                self.host.feedback.mark_saved(record.id, presser, receipt.note_id)
+            elif receipt.status == "queued" and receipt.key:
+                self._saving[record.id] = receipt.key
+        finally:
+            self._saving_now.discard(record.id)
+        await self._to_presser(query, receipt.message, answered=True)
+
+    async def _to_presser(self, query, text: str, answered: bool = False) -> None:
+        """Send ``text`` to whoever pressed, in their private chat (a group sees nothing of it)."""
+        user_id = query.from_user.id
+        message = query.message
+        private = message is not None and message.chat.type == ChatType.PRIVATE and message.chat.id == user_id
+        try:
+            for part in _chunks(text, 4000):
+                await self.app.bot.send_message(user_id, part, link_preview_options=NO_PREVIEW)
+        except Forbidden:  # never opened a private chat with the bot
+            if not answered:
+                await query.answer(f"请先私聊我（@{self.app.bot.username}）。 / Open a private chat with "
+                                   f"@{self.app.bot.username} first.", show_alert=True)
+            return
+        if not answered:
+            await query.answer(None if private else "已私信给你。 / Sent to you privately.")
+
     # --- answering --------------------------------------------------------------------------
 
     async def _answer(self, update: Update, question: str) -> None:
@@ -263,7 +574,8 @@ class TelegramBot:
             sources = telegram_sources(answer.citations, "来源 Sources")
         else:
             sources = telegram_sources(answer.closest, "最接近的笔记 Closest notes")
-        await self._final(placeholder, telegram_messages(body, sources), html=True)
+        markup = self._buttons(update, person, answer)
+        await self._final(placeholder, telegram_messages(body, sources), html=True, markup=markup)
 
     async def _typing(self, chat_id: int) -> None:
         with suppress(asyncio.CancelledError, TelegramError):
@@ -281,14 +593,19 @@ class TelegramBot:
                     raise
                 await asyncio.sleep(_seconds(err))
 
-    async def _final(self, placeholder: Message, parts: list[str], html: bool) -> None:
+    async def _final(self, placeholder: Message, parts: list[str], html: bool,
+                     markup: InlineKeyboardMarkup | None = None) -> None:
+        """The answer's messages: the first replaces the placeholder; the buttons go under the last."""
         for i, part in enumerate(parts):
             mode = ParseMode.HTML if html else None
+            keys = markup if i == len(parts) - 1 else None
 
-            async def send(text=part, mode=mode, first=(i == 0)):
+            async def send(text=part, mode=mode, first=(i == 0), keys=keys):
                 if first:
-                    return await placeholder.edit_text(text, parse_mode=mode, link_preview_options=NO_PREVIEW)
-                return await placeholder.chat.send_message(text, parse_mode=mode, link_preview_options=NO_PREVIEW)
+                    return await placeholder.edit_text(text, parse_mode=mode, link_preview_options=NO_PREVIEW,
+                                                       reply_markup=keys)
+                return await placeholder.chat.send_message(text, parse_mode=mode, link_preview_options=NO_PREVIEW,
+                                                           reply_markup=keys)
 
             try:
                 await self._retrying(send)
@@ -300,13 +617,91 @@ class TelegramBot:
                     raise
                 log.info("Telegram rejected the HTML (%s); sending plain text", err)
                 plain = BeautifulSoup(part, "html.parser").get_text()
-                await self._retrying(lambda text=plain, first=(i == 0): (
-                    placeholder.edit_text(text, link_preview_options=NO_PREVIEW) if first
-                    else placeholder.chat.send_message(text, link_preview_options=NO_PREVIEW)))
+                await self._retrying(lambda text=plain, first=(i == 0), keys=keys: (
+                    placeholder.edit_text(text, link_preview_options=NO_PREVIEW, reply_markup=keys) if first
+                    else placeholder.chat.send_message(text, link_preview_options=NO_PREVIEW, reply_markup=keys)))
 
 
 def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _file_url(base_url: str) -> str:
+    """Where the Bot API serves files: ``.../bot`` -> ``.../file/bot`` (api.telegram.org,
+    a self-hosted server, the tests' fake)."""
+    base = base_url.rstrip("/")
+    return base[: -len("/bot")] + "/file/bot" if base.endswith("/bot") else base + "/file/bot"
+
+
+def _after_command(text: str | None) -> str:
+    """What follows ``/command`` (or ``/command@bot``), newlines kept."""
+    return _COMMAND.sub("", (text or "").lstrip(), count=1).strip()
+
+
+def _too_large(name: str, max_mb: float) -> str:
+    return f"文件 {name} 太大：最多 {max_mb:g} MB，没有保存。 / {name} is too large: at most {max_mb:g} MB; nothing was saved."
+
+
+def _markdown(text: str, entities) -> str:
+    """The text with its hidden links (``text_link``: words that link somewhere) kept as
+    Markdown links; everything else as written. Offsets are in UTF-16 code units."""
+    links = sorted((e for e in (entities or ()) if e.type == MessageEntity.TEXT_LINK and e.url),
+                   key=lambda e: e.offset, reverse=True)
+    if not links:
+        return text
+    units = text.encode("utf-16-le")
+    for e in links:
+        start, end = e.offset * 2, (e.offset + e.length) * 2
+        words = units[start:end].decode("utf-16-le")
+        units = units[:start] + f"[{words}]({e.url})".encode("utf-16-le") + units[end:]
+    return units.decode("utf-16-le")
+
+
+def _capturable(message: Message) -> bool:
+    """Text, a caption, a photo or a document: what a capture can hold (not a sticker, a poll...)."""
+    return bool(_message_text(message).strip() or message.photo or message.document)
+
+
+def _message_text(message: Message) -> str:
+    if message.text is not None:
+        return _markdown(message.text, message.entities)
+    return _markdown(message.caption or "", message.caption_entities)
+
+
+def _name(user) -> str:
+    return user.full_name + (f" (@{user.username})" if user.username else "")
+
+
+def _origin(message: Message) -> Origin | None:
+    """Where a forwarded message came from: who, which chat, when, and a link when the chat is public."""
+    o = message.forward_origin
+    if o is None:
+        return None
+    when = o.date.astimezone() if isinstance(o.date, datetime) else None
+    if isinstance(o, MessageOriginUser):
+        return Origin(who=_name(o.sender_user), when=when)
+    if isinstance(o, MessageOriginHiddenUser):
+        return Origin(who=o.sender_user_name, when=when)
+    if isinstance(o, MessageOriginChat):
+        chat = o.sender_chat
+        link = f"https://t.me/{chat.username}" if chat.username else ""
+        return Origin(who=o.author_signature or "", chat=chat.title or chat.username or "", when=when, link=link)
+    if isinstance(o, MessageOriginChannel):
+        chat = o.chat
+        link = f"https://t.me/{chat.username}/{o.message_id}" if chat.username else ""
+        return Origin(who=o.author_signature or "", chat=chat.title or chat.username or "", when=when, link=link)
+    return Origin(when=when)
+
+
+def _trace(stored: dict | None) -> Trace | None:
+    """The trace of a recorded answer, rebuilt for ``trace_text`` (unknown keys ignored)."""
+    if not stored:
+        return None
+    known = {f.name for f in dataclass_fields(Trace)}
+    cand = {f.name for f in dataclass_fields(Candidate)}
+    data = {k: v for k, v in stored.items() if k in known}
+    data["candidates"] = [Candidate(**{k: v for k, v in c.items() if k in cand}) for c in stored.get("candidates") or []]
+    return Trace(**data)
 
 
 async def service(host: Host) -> None:

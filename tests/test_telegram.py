@@ -82,7 +82,8 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         times = [t for t, _ in message["edits"]]
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))  # paced
         assert tg.method_calls("sendChatAction")  # typing…
-        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "status", "sync", "help"]
+        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "status", "sync", "note", "append",
+                                                  "remember", "save", "outbox", "help"]
 
     run(settings, tg, scenario)
 
