@@ -12,6 +12,18 @@ them) unless ``discord.public_answers`` is on or the asker passes ``private:fals
 Everything else (``/why``, ``/status``, ``/search``, errors, refusals) is always
 ephemeral, each person's conversation is their own, and no message may mention
 anyone. Access: guild, channel, user and role ids.
+
+When the host can write to Leanote (``host.capture``): ``/note text [file]``,
+``/append``, ``/remember``, ``/outbox``, and the message menu "Save to Leanote"
+(Discord's forward: the message with its author, channel, time, link and files).
+Only people the rules above let in may write; every reply is private (the capture's
+receipt: the note's link, queued, or why not). A file's size is checked against
+``capture.max_file_mb`` before it is downloaded.
+
+Each final answer is recorded (``host.feedback``) and gets four buttons: 👍, 👎,
+"Why?" and "Save as note". A button carries only the answer's id in its custom id
+(``fb:up:<id>``) and is handled by a ``DynamicItem`` registered at start, so a press
+works after a restart; only the person who asked may use them.
 """
 
 from __future__ import annotations
@@ -23,17 +35,27 @@ from typing import Iterator
 import discord
 from discord import app_commands
 
+from rag.answer import Candidate, Trace
+from rag.capture import Attachment, Origin
 from rag.config import secret
 from rag.errors import ConfigError
+from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from .access import Access, Person
 from .common import (CHECK_TIMEOUT, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key, count_error,
-                     hits_text, nobody_mapped, token_or_problem, trace_text)
+                     hits_text, nobody_mapped, outbox_text, person_key, token_or_problem, trace_text)
 from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_plain_links, discord_sources
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
+SAVE_MENU = "Save to Leanote"
+NOT_YOURS = "这是别人的回答。 / This is someone else's answer."
+FORGOTTEN = "这个回答已经不记得了，请重新提问。 / This answer is no longer remembered: ask again."
+NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
+# Discord has no "reply /save": a message is saved from its menu (Apps → Save to Leanote).
+DISCORD_HELP = "\n".join(line for line in HELP.splitlines() if not line.startswith("/save")) + (
+    f"\n右键一条消息 → Apps → {SAVE_MENU}：把它存成笔记 / right-click a message → Apps → {SAVE_MENU} to save it")
 
 
 class DiscordBot:
@@ -46,7 +68,9 @@ class DiscordBot:
         # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
         self.client = discord.Client(intents=discord.Intents.default(), allowed_mentions=discord.AllowedMentions.none())
         self.tree = app_commands.CommandTree(self.client)
+        self.client.leanote_bot = self  # the buttons under answers find their bot here
         self.pacers: list[Pacer] = []
+        self._saving: dict[str, str] = {}  # answer id -> "" while its save runs, or the key of a queued save
         self._register()
         self.client.setup_hook = self._setup
 
@@ -88,9 +112,50 @@ class DiscordBot:
 
         @self.tree.command(name="help", description="帮助 / help")
         async def help_(interaction: discord.Interaction) -> None:
-            await interaction.response.send_message(HELP, ephemeral=True)
+            await interaction.response.send_message(DISCORD_HELP, ephemeral=True)
+
+        if self.capturer is None:  # this host cannot write to Leanote: no capture commands
+            return
+
+        @self.tree.command(name="note", description="记一条笔记（收件箱）/ capture a note into your inbox")
+        @app_commands.describe(text="内容，#标签 会成为标签 / the text; #hashtags become tags",
+                               file="附件（可选）/ a file to attach (optional)")
+        async def note(interaction: discord.Interaction, text: str, file: discord.Attachment | None = None) -> None:
+            await bot.note(interaction, text, file)
+
+        @self.tree.command(name="append", description="追加到上一条记录 / add to your last capture")
+        @app_commands.describe(text="要追加的内容 / the text to add")
+        async def append(interaction: discord.Interaction, text: str) -> None:
+            await bot.append(interaction, text)
+
+        @self.tree.command(name="remember", description="记住一件事 / a dated line in your memory note")
+        @app_commands.describe(text="要记住的事 / what to remember")
+        async def remember(interaction: discord.Interaction, text: str) -> None:
+            await bot.remember(interaction, text)
+
+        @self.tree.command(name="outbox", description="还没写进 Leanote 的记录 / captures waiting for Leanote")
+        async def outbox(interaction: discord.Interaction) -> None:
+            await bot.outbox(interaction)
+
+        async def save_message(interaction: discord.Interaction, message: discord.Message) -> None:
+            await bot.save_message(interaction, message)
+
+        self.tree.add_command(app_commands.ContextMenu(name=SAVE_MENU, callback=save_message,
+                                                       type=discord.AppCommandType.message))
+
+    @property
+    def capturer(self):
+        """What writes into Leanote (``host.capture``), or None when this host cannot."""
+        return getattr(self.host, "capture", None)
+
+    @property
+    def feedback(self):
+        """Where answers are recorded for their buttons (``host.feedback``), or None."""
+        return getattr(self.host, "feedback", None)
 
     async def _setup(self) -> None:
+        # Presses on buttons under answers sent before this start are handled too.
+        self.client.add_dynamic_items(FeedbackButton)
         if self.cfg.guild_ids:
             for gid in self.cfg.guild_ids:
                 guild = discord.Object(id=gid)
@@ -192,7 +257,20 @@ class DiscordBot:
         if answer is None:
             await self._error(interaction)
             return
-        await self._deliver(interaction, answer, private)
+        answer_id = self._record(interaction, person, answer)
+        await self._deliver(interaction, answer, private, answer_id)
+
+    def _record(self, interaction: discord.Interaction, person: Person, answer) -> str | None:
+        """The answer, remembered for the buttons under it; None without a feedback store
+        (or when it failed: the answer goes out without buttons)."""
+        if self.feedback is None:
+            return None
+        try:
+            return self.feedback.record(person_key("discord", interaction.user.id), person.leanote_user_id, answer,
+                                        self.conversation(interaction))
+        except Exception:
+            log.exception("recording a Discord answer for its buttons failed")
+            return None
 
     async def _error(self, interaction: discord.Interaction) -> None:
         """Errors are for the asker only: the "thinking…" goes, an ephemeral note comes."""
@@ -202,7 +280,8 @@ class DiscordBot:
             pass
         await interaction.followup.send(SORRY, ephemeral=True)
 
-    async def _deliver(self, interaction: discord.Interaction, answer, private: bool) -> None:
+    async def _deliver(self, interaction: discord.Interaction, answer, private: bool,
+                       answer_id: str | None = None) -> None:
         if answer.citations:
             sources = discord_sources(answer.citations, "来源 Sources")
         else:
@@ -210,9 +289,12 @@ class DiscordBot:
         body = discord_plain_links(answer.answer) + (f"\n\n*{answer.notice}*" if answer.notice else "")
         embeds = embeds_for(body, sources)
         first, rest = embeds[0], embeds[1:]
-        await interaction.edit_original_response(content=None, embed=first)
-        for embed in rest:
-            await interaction.followup.send(embed=embed, ephemeral=private)
+        # the buttons go under the last part of the answer
+        buttons = {"view": feedback_view(answer_id)} if answer_id else {}
+        await interaction.edit_original_response(content=None, embed=first, **({} if rest else buttons))
+        for i, embed in enumerate(rest):
+            await interaction.followup.send(embed=embed, ephemeral=private,
+                                            **(buttons if i == len(rest) - 1 else {}))
 
     async def search(self, interaction: discord.Interaction, query: str) -> None:
         person = await self._person(interaction)
@@ -261,6 +343,247 @@ class DiscordBot:
             return
         trace = self.host.answers.conversations.trace(person.leanote_user_id, self.conversation(interaction))
         await interaction.response.send_message(trace_text(trace)[:DISCORD_CONTENT], ephemeral=True)
+
+    # --- capture: writing into the person's Leanote --------------------------------------------
+    # Every reply here is ephemeral: what a person writes into their notes is theirs.
+
+    async def note(self, interaction: discord.Interaction, text: str,
+                   file: discord.Attachment | None = None) -> None:
+        files = [file] if file is not None else []
+        await self._capture(interaction, "note", text, files)
+
+    async def append(self, interaction: discord.Interaction, text: str) -> None:
+        await self._capture(interaction, "append", text)
+
+    async def remember(self, interaction: discord.Interaction, text: str) -> None:
+        await self._capture(interaction, "remember", text)
+
+    async def save_message(self, interaction: discord.Interaction, message: discord.Message) -> None:
+        """The message menu's "Save to Leanote": the message, where it came from, its files."""
+        text = message.content or "\n\n".join(e.description for e in message.embeds if e.description)
+        if not text.strip() and not message.attachments:
+            if await self._person(interaction) is not None:
+                await interaction.response.send_message(
+                    "这条消息没有可保存的文字或文件。 / That message has no text or files to save.", ephemeral=True)
+            return
+        await self._capture(interaction, "note", text, list(message.attachments),
+                            origin=origin_of(message, interaction))
+
+    async def outbox(self, interaction: discord.Interaction) -> None:
+        person = await self._person(interaction)
+        if person is None:
+            return
+        if self.capturer is None:
+            await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
+            return
+        try:
+            text = outbox_text(self.capturer.pending(person_key("discord", interaction.user.id)))
+        except Exception:
+            log.exception("discord /outbox failed")
+            count_error(self.host, "discord")
+            text = SORRY
+        await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+
+    async def _capture(self, interaction: discord.Interaction, kind: str, text: str,
+                       files: list[discord.Attachment] = (), origin: Origin | None = None) -> None:
+        person = await self._person(interaction)
+        if person is None:
+            return
+        capture = self.capturer
+        if capture is None:
+            await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
+            return
+        me = person_key("discord", interaction.user.id)
+        why = self._before_download(capture, me, files)
+        if why:  # nothing downloaded, nothing written
+            await interaction.response.send_message(why[:DISCORD_CONTENT], ephemeral=True)
+            return
+        # Writing may take a few seconds (Leanote's answer, or the wait before "queued").
+        await interaction.response.defer(thinking=True, ephemeral=True)
+        try:
+            attachments = []
+            for f in files:
+                try:
+                    data = await f.read()
+                except (discord.HTTPException, OSError) as err:
+                    log.warning("downloading Discord attachment %s failed: %s", f.filename, err)
+                    await interaction.followup.send(
+                        f"没能下载文件 {f.filename}，什么也没记。 / Could not download {f.filename}; nothing was saved.",
+                        ephemeral=True)
+                    return
+                attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
+            if kind == "note":
+                receipt = await capture.note(me, person.leanote_user_id, text or "", origin=origin, files=attachments)
+            elif kind == "append":
+                receipt = await capture.append(me, person.leanote_user_id, text or "")
+            else:
+                receipt = await capture.remember(me, person.leanote_user_id, text or "")
+            reply = receipt.message
+        except Exception:
+            log.exception("discord capture (%s) failed", kind)
+            count_error(self.host, "discord")
+            reply = SORRY
+        await interaction.followup.send(reply[:DISCORD_CONTENT], ephemeral=True)
+
+    def _before_download(self, capture, me: str, files: list[discord.Attachment]) -> str | None:
+        """Refusals that need no download: capture turned off or without an account, a file
+        larger than ``capture.max_file_mb`` (Discord says each file's size up front)."""
+        cfg = self.host.settings.capture
+        why = capture.available()
+        if why:
+            return why
+        limit = cfg.max_file_mb * 1024 * 1024
+        for f in files:
+            if f.size > limit:
+                return (f"文件 {f.filename} 太大：最多 {cfg.max_file_mb:g} MB，什么也没记。 / {f.filename} is too "
+                        f"large: at most {cfg.max_file_mb:g} MB. Nothing was saved.")
+        return None
+
+    # --- the buttons under answers -----------------------------------------------------------------
+
+    async def press(self, interaction: discord.Interaction, action: str, answer_id: str) -> None:
+        """👍 / 👎 / Why? / Save as note under an answer: only for the person who asked it."""
+        store = self.feedback
+        if store is None:
+            await interaction.response.send_message(FORGOTTEN, ephemeral=True)
+            return
+        me = person_key("discord", interaction.user.id)
+        try:
+            record = store.get(answer_id)
+        except Exception:
+            log.exception("reading the answer under a Discord button failed")
+            count_error(self.host, "discord")
+            await interaction.response.send_message(SORRY, ephemeral=True)
+            return
+        if record is None:
+            await interaction.response.send_message(FORGOTTEN, ephemeral=True)
+            return
+        if record.person != me:  # checked before anything else: nothing changes, nothing is shown
+            await interaction.response.send_message(NOT_YOURS, ephemeral=True)
+            return
+        person = await self._person(interaction)  # the asker must still be let in here
+        if person is None:
+            return
+        try:
+            if action in ("up", "down"):
+                store.verdict(answer_id, me, action)
+                text = ("谢谢！很高兴有帮助。 / Thanks, glad it helped." if action == "up" else
+                        "谢谢反馈，会用它来改进。 / Thanks: this helps improve the answers.")
+            elif action == "why":
+                trace = stored_trace(record.trace) if record.trace else None
+                text = trace_text(trace) if trace else "这个回答没有记录依据。 / No trace was kept for this answer."
+            else:
+                await self._save_answer(interaction, person, record)
+                return
+        except NotYours:
+            text = NOT_YOURS
+        except UnknownAnswer:
+            text = FORGOTTEN
+        except Exception:
+            log.exception("discord button %s failed", action)
+            count_error(self.host, "discord")
+            text = SORRY
+        await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+
+    async def _save_answer(self, interaction: discord.Interaction, person: Person, record) -> None:
+        me = person_key("discord", interaction.user.id)
+        if record.saved_note_id:
+            url = f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{record.saved_note_id}"
+            await interaction.response.send_message(f"已经保存过了 ✅ {url} / Already saved as a note.", ephemeral=True)
+            return
+        capture = self.capturer
+        if capture is None:
+            await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
+            return
+        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
+            await interaction.response.send_message(
+                "这个回答来自另一个 Leanote 账号的笔记，不能保存到这里。 / This answer came from another Leanote "
+                "account's notes; it cannot be saved into yours.", ephemeral=True)
+            return
+        saving = self._saving.get(record.id)
+        if saving is not None:
+            waiting = {i.key: i.state for i in capture.pending(me)}
+            if saving == "" or waiting.get(saving, "failed") != "failed":
+                text = "正在保存，或已排队等待 Leanote（/outbox）。 / Already being saved, or queued for Leanote (see /outbox)."
+            elif saving not in waiting:  # queued then, written since
+                note_id = capture.note_for(saving)
+                if note_id:
+                    self.feedback.mark_saved(record.id, me, note_id)
+                url = f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{note_id}" if note_id else ""
+                text = f"已经保存过了 ✅ {url} / Already saved as a note.".replace("  ", " ")
+            else:  # Leanote refused it: another try is the person's to make
+                text = None
+            if text:
+                await interaction.response.send_message(text, ephemeral=True)
+                return
+        self._saving[record.id] = ""
+        await interaction.response.defer(thinking=True, ephemeral=True)
+        try:
+            receipt = await capture.save_answer(me, record.user_id, record.question, record.answer,
+                                                [dict(c) for c in record.cited])
+            if receipt.status == "written" and receipt.note_id:
+                self.feedback.mark_saved(record.id, me, receipt.note_id)
+            reply = receipt.message
+        except Exception:
+            log.exception("discord Save as note failed")
+            count_error(self.host, "discord")
+            receipt, reply = None, SORRY
+        if receipt is not None and receipt.status == "queued":
+            self._saving[record.id] = receipt.key  # a second press while it waits says so
+        else:
+            self._saving.pop(record.id, None)
+        await interaction.followup.send(reply[:DISCORD_CONTENT], ephemeral=True)
+
+
+class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button],
+                     template=r"fb:(?P<action>up|down|why|save):(?P<id>[A-Za-z0-9_-]{1,64})"):
+    """One of the four buttons under an answer; its custom id holds only the answer's id,
+    so a press is understood whenever it comes (after a restart too)."""
+
+    LOOKS = {"up": ("👍", None), "down": ("👎", None), "why": (None, "Why? 依据"), "save": (None, "Save as note 存为笔记")}
+
+    def __init__(self, action: str, answer_id: str):
+        emoji, label = self.LOOKS[action]
+        style = discord.ButtonStyle.primary if action == "save" else discord.ButtonStyle.secondary
+        super().__init__(discord.ui.Button(style=style, emoji=emoji, label=label, custom_id=f"fb:{action}:{answer_id}"))
+        self.action, self.answer_id = action, answer_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Button, match, /):
+        return cls(match["action"], match["id"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        bot = getattr(interaction.client, "leanote_bot", None)
+        if bot is not None:
+            await bot.press(interaction, self.action, self.answer_id)
+
+
+def feedback_view(answer_id: str) -> discord.ui.View:
+    view = discord.ui.View(timeout=None)
+    for action in ("up", "down", "why", "save"):
+        view.add_item(FeedbackButton(action, answer_id))
+    return view
+
+
+def stored_trace(data: dict) -> Trace | None:
+    """A trace as the feedback store keeps it (``asdict``), for ``trace_text``."""
+    try:
+        return Trace(**{**data, "candidates": [Candidate(**c) for c in data.get("candidates") or []]})
+    except TypeError:  # a trace stored by another version
+        log.warning("a stored trace does not fit this version's Trace")
+        return None
+
+
+def origin_of(message: discord.Message, interaction: discord.Interaction) -> Origin:
+    """Where a saved message came from: its author, channel and server, time, and link."""
+    channel = getattr(message.channel, "name", None) or getattr(interaction.channel, "name", None)
+    guild = message.guild or interaction.guild
+    if guild is not None:
+        chat = f"#{channel} / {guild.name}" if channel else guild.name
+    else:
+        chat = "私信 DM"
+    return Origin(who=message.author.display_name, chat=chat, when=message.created_at.astimezone(),
+                  link=message.jump_url)
 
 
 def embeds_for(body: str, sources: str) -> list[discord.Embed]:

@@ -36,6 +36,19 @@ Tests drive it with ``slash(user_id, name, options, guild_id=..., channel_id=...
 roles=...)``, which sends an ``INTERACTION_CREATE`` shaped like Discord's and returns
 the ``Interaction`` record, and read what each person saw: ``seen_by(user_id)``,
 ``public_texts()``, each interaction's ``events``, ``original`` and ``followups``.
+
+Files, messages and buttons: ``upload(filename, data, content_type)`` is a file a
+person attached (an attachment object whose ``url`` is served by this fake's CDN,
+``GET /attachments/{channel}/{id}/{filename}``, each download recorded in
+``downloads``); pass it as the value of an attachment option (type 11) and it goes
+into ``resolved.attachments``. ``user_message(author, content, ...)`` is a message a
+person wrote in a channel, and ``message_command(user, name, message, ...)`` runs a
+message context-menu command on it (type 3 command, ``target_id``,
+``resolved.messages``). Components a bot sends on a message are kept
+(``Message.components``, ``Message.buttons()``); ``press(user, message, custom_id)``
+clicks one (a ``MESSAGE_COMPONENT`` interaction carrying the message), and only a
+person who can see the message can. Context-menu commands are named like Discord's
+(up to 32 characters, spaces and capitals allowed, no description).
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ import time
 import zlib
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
@@ -64,6 +78,10 @@ EPHEMERAL, LOADING = 1 << 6, 1 << 7
 CONTENT_LIMIT, EMBEDS_LIMIT, DESCRIPTION_LIMIT, EMBED_TOTAL_LIMIT = 2000, 10, 4096, 6000
 ALL_PERMISSIONS = str((1 << 50) - 1)
 OPTION_TYPES = {3: str, 4: int, 5: bool, 10: (int, float)}  # string, integer, boolean, number
+ATTACHMENT_OPTION = 11
+CHAT_INPUT, USER_COMMAND, MESSAGE_COMMAND = 1, 2, 3  # application command types
+APPLICATION_COMMAND, MESSAGE_COMPONENT = 2, 3  # interaction types
+ROWS_LIMIT, ROW_ITEMS_LIMIT, CUSTOM_ID_LIMIT, LABEL_LIMIT = 5, 5, 100, 80
 _ids = itertools.count(1)
 
 
@@ -118,6 +136,34 @@ def message_problem(payload: dict) -> dict | None:
     if total > EMBED_TOTAL_LIMIT:
         errors.setdefault("embeds", {})["_errors"] = [
             {"code": "MAX_EMBED_SIZE_EXCEEDED", "message": "Embed size exceeds maximum size of 6000"}]
+    rows = payload.get("components") or []
+    if len(rows) > ROWS_LIMIT:
+        errors["components"] = {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH",
+                                             "message": f"Must be {ROWS_LIMIT} or fewer in length."}]}
+    custom_ids: set[str] = set()
+    for i, row in enumerate(rows):
+        items = row.get("components") or []
+        if row.get("type") != 1 or not 1 <= len(items) <= ROW_ITEMS_LIMIT:
+            errors.setdefault("components", {})[str(i)] = {"_errors": [
+                {"code": "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "message": "An action row holds 1 to 5 items."}]}
+        for j, item in enumerate(items):
+            where, problem = f"{i}.components.{j}", None
+            if item.get("type") == 2:
+                custom_id = item.get("custom_id")
+                if item.get("style") == 5:
+                    problem = None if item.get("url") and not custom_id else "A link button has a url, no custom_id."
+                elif not custom_id or len(custom_id) > CUSTOM_ID_LIMIT:
+                    problem = f"custom_id must be 1 to {CUSTOM_ID_LIMIT} characters."
+                elif custom_id in custom_ids:
+                    problem = "Component custom id cannot be duplicated"
+                if not (item.get("label") or item.get("emoji")):
+                    problem = "A button needs a label or an emoji."
+                elif len(item.get("label") or "") > LABEL_LIMIT:
+                    problem = f"label must be {LABEL_LIMIT} or fewer in length."
+                custom_ids.add(custom_id)
+            if problem:
+                errors.setdefault("components", {})[where] = {"_errors": [{"code": "COMPONENT_INVALID",
+                                                                            "message": problem}]}
     if errors:
         return {"code": 50035, "errors": errors, "message": "Invalid Form Body"}
     return None
@@ -148,6 +194,7 @@ class Message:
         self.deleted = False
         self.content = ""
         self.embeds: list[dict] = []
+        self.components: list[dict] = []  # action rows, as the bot sent them
         self.versions: list[tuple[float, str, list[dict]]] = []  # every state it was shown in
 
     def apply(self, payload: dict) -> None:
@@ -155,6 +202,8 @@ class Message:
             self.content = payload["content"] or ""
         if "embeds" in payload:
             self.embeds = payload["embeds"] or []
+        if "components" in payload:
+            self.components = payload["components"] or []
         self.loading = False
         self.versions.append((time.monotonic(), self.content, list(self.embeds)))
 
@@ -174,6 +223,10 @@ class Message:
     def visible_to(self, user_id: int) -> bool:
         return self.public or user_id == self.interaction.user_id
 
+    def buttons(self) -> list[dict]:
+        """The buttons under it, in order."""
+        return [c for row in self.components for c in row.get("components") or [] if c.get("type") == 2]
+
     def __repr__(self) -> str:
         state = "deleted" if self.deleted else "thinking" if self.loading else f"{len(self.versions)} versions"
         return f"<Message {self.kind} {'ephemeral' if self.ephemeral else 'public'} {state}: {self.text()[:40]!r}>"
@@ -185,19 +238,23 @@ class Message:
             "id": str(self.id), "type": 20, "channel_id": str(it.channel_id), "content": self.content,
             "author": bot, "attachments": [], "embeds": self.embeds, "mentions": [], "mention_roles": [],
             "mention_everyone": False, "pinned": False, "tts": False, "timestamp": _iso(),
-            "edited_timestamp": _iso() if len(self.versions) > 1 else None, "flags": flags, "components": [],
-            "webhook_id": str(app_id), "application_id": str(app_id),
-            "interaction_metadata": {"id": str(it.id), "type": 2, "name": it.command,
+            "edited_timestamp": _iso() if len(self.versions) > 1 else None, "flags": flags,
+            "components": self.components, "webhook_id": str(app_id), "application_id": str(app_id),
+            **({"guild_id": str(it.guild_id)} if it.guild_id is not None else {}),
+            "interaction_metadata": {"id": str(it.id), "type": it.type, "name": it.command,
                                      "user": _user(it.user_id),
                                      "authorizing_integration_owners": {"0": str(it.guild_id or 0)}},
         }
 
 
 class Interaction:
-    """One slash command a person ran, and everything the bot did with it."""
+    """One slash command a person ran (or a message command, or a button pressed), and
+    everything the bot did with it."""
 
-    def __init__(self, user_id: int, command: str, options: dict, guild_id: int | None, channel_id: int):
+    def __init__(self, user_id: int, command: str, options: dict, guild_id: int | None, channel_id: int,
+                 type: int = APPLICATION_COMMAND):
         self.id = snowflake()
+        self.type = type
         self.token = "aW50ZXJhY3Rpb246" + secrets.token_urlsafe(48)
         self.user_id, self.command, self.options = user_id, command, options
         self.guild_id, self.channel_id = guild_id, channel_id
@@ -239,6 +296,14 @@ class Interaction:
 
     def final_embeds(self) -> list[dict]:
         return [e for m in self.messages() if not m.deleted for e in m.embeds]
+
+    def last_message(self) -> Message | None:
+        """The last message it shows (the one an answer's buttons are under)."""
+        shown = [m for m in self.messages() if m.versions and not m.deleted]
+        return shown[-1] if shown else None
+
+    def buttons(self) -> list[dict]:
+        return [b for m in self.messages() if not m.deleted for b in m.buttons()]
 
     def __repr__(self) -> str:
         return f"<Interaction /{self.command} by {self.user_id}: {self.kinds()}>"
@@ -317,6 +382,9 @@ class FakeDiscord:
         self.throttle: dict[str, list[float]] = {}  # kind -> [times, retry_after]
         self.sessions: dict[str, _Session] = {}
         self.session: _Session | None = None  # the one ready for dispatches
+        self.files: dict[int, dict] = {}  # attachment id -> its object, with "_data"
+        self.downloads: list[str] = []  # file names fetched from the CDN, in order
+        self.user_messages: dict[int, dict] = {}  # messages people wrote, by id
 
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -339,6 +407,7 @@ class FakeDiscord:
         async def start():
             app = web.Application(client_max_size=32 << 20)
             app.router.add_get("/gateway", self._gateway)
+            app.router.add_get("/attachments/{channel}/{id}/{filename}", self._cdn)
             app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
             app.router.add_route("*", "/{tail:.*}", self._rest)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -388,50 +457,102 @@ class FakeDiscord:
         with self.lock:
             self.throttle[kind] = [times, retry_after]
 
+    def _command(self, name: str, guild_id: int | None, type: int = CHAT_INPUT) -> tuple[dict, int | None]:
+        """The registered command a person runs, and the guild it is registered in (None:
+        global). Only a command the bot registered where it is run can be run."""
+        with self.lock:
+            found = [c for c in self.commands.get(guild_id, []) if c["name"] == name and c["type"] == type] \
+                if guild_id is not None else []
+            scope = guild_id if found else None
+            found = found or [c for c in self.commands.get(None, []) if c["name"] == name and c["type"] == type]
+        if not found:
+            where = f"guild {guild_id}" if guild_id is not None else "DMs"
+            raise LookupError(f"{name!r} (command type {type}) is not registered for {where}: "
+                              f"a person could not run it")
+        return found[0], scope
+
     def slash(self, user_id: int, name: str, options: dict | None = None, *, guild_id: int | None = None,
               channel_id: int | None = None, roles: list[int] | tuple = (), locale: str = "en-US") -> Interaction:
         """A person runs ``/name`` with these options: in a guild channel (``guild_id``,
         ``channel_id``, the member's ``roles``) or, without ``guild_id``, in a DM with the
-        bot. Only a command the bot registered where it is run can be run, as in Discord."""
-        if self.session is None or self.session.conn is None:
-            raise AssertionError("no bot is connected to the gateway")
+        bot. An attachment option (type 11) takes what ``upload`` returned."""
         options = dict(options or {})
-        with self.lock:
-            command = self.commands_for(guild_id).get(name) if guild_id is not None else None
-            scope = guild_id if command else None
-            command = command or self.commands_for(None).get(name)
-        if command is None:
-            where = f"guild {guild_id}" if guild_id is not None else "DMs"
-            raise LookupError(f"/{name} is not registered for {where}: a person could not run it")
+        command, scope = self._command(name, guild_id)
         declared = {o["name"]: o for o in command.get("options", [])}
-        data_options = []
+        data_options, attachments = [], {}
         for key, value in options.items():
             if key not in declared:
                 raise ValueError(f"/{name} has no option {key!r} (it has {sorted(declared)})")
             kind = declared[key]["type"]
-            if kind in OPTION_TYPES and (not isinstance(value, OPTION_TYPES[kind]) or
-                                         (kind != 5 and isinstance(value, bool))):
+            if kind == ATTACHMENT_OPTION:
+                if not (isinstance(value, dict) and int(value.get("id", 0)) in self.files):
+                    raise TypeError(f"option {key!r} of /{name} takes a file from upload(), not {value!r}")
+                attachments[value["id"]] = {k: v for k, v in value.items() if not k.startswith("_")}
+                value = value["id"]
+            elif kind in OPTION_TYPES and (not isinstance(value, OPTION_TYPES[kind]) or
+                                           (kind != 5 and isinstance(value, bool))):
                 raise TypeError(f"option {key!r} of /{name} takes type {kind}, not {value!r}")
             data_options.append({"name": key, "type": kind, "value": value})
         missing = [o for o, d in declared.items() if d.get("required") and o not in options]
         if missing:
             raise ValueError(f"/{name} needs {missing}")
 
+        data = {"id": command["id"], "name": name, "type": CHAT_INPUT}
+        if data_options:
+            data["options"] = data_options
+        if attachments:
+            data["resolved"] = {"attachments": attachments}
+        if scope is not None:
+            data["guild_id"] = str(scope)
+        return self._interact(user_id, name, options, data, guild_id, channel_id, roles, locale)
+
+    def message_command(self, user_id: int, name: str, message: dict, *, guild_id: int | None = None,
+                        channel_id: int | None = None, roles: list[int] | tuple = (),
+                        locale: str = "en-US") -> Interaction:
+        """A person picks ``name`` in a message's Apps menu (a message context-menu
+        command) on ``message`` (from ``user_message``)."""
+        command, scope = self._command(name, guild_id, MESSAGE_COMMAND)
+        if channel_id is None:
+            channel_id = int(message["channel_id"])
+        data = {"id": command["id"], "name": name, "type": MESSAGE_COMMAND, "target_id": message["id"],
+                "resolved": {"messages": {message["id"]: message}}}
+        if scope is not None:
+            data["guild_id"] = str(scope)
+        return self._interact(user_id, name, {"message": message["id"]}, data, guild_id, channel_id, roles, locale)
+
+    def press(self, user_id: int, message: Message, custom_id: str, *, roles: list[int] | tuple = (),
+              locale: str = "en-US") -> Interaction:
+        """A person clicks the button ``custom_id`` under a message of the bot's (where
+        that message is: its interaction's guild and channel)."""
+        with self.lock:
+            if message.deleted or not message.visible_to(user_id):
+                raise AssertionError(f"user {user_id} cannot see {message!r}, so cannot press its buttons")
+            if custom_id not in [b.get("custom_id") for b in message.buttons()]:
+                raise LookupError(f"no button {custom_id!r} under {message!r}: it has "
+                                  f"{[b.get('custom_id') for b in message.buttons()]}")
+            payload = message.payload(self.app_id, self.bot)
+        where = message.interaction
+        data = {"custom_id": custom_id, "component_type": 2}
+        return self._interact(user_id, f"press {custom_id}", {"custom_id": custom_id}, data, where.guild_id,
+                              where.channel_id, roles, locale, type=MESSAGE_COMPONENT, message=payload)
+
+    def _interact(self, user_id: int, name: str, options: dict, data: dict, guild_id: int | None,
+                  channel_id: int | None, roles, locale: str, type: int = APPLICATION_COMMAND,
+                  message: dict | None = None) -> Interaction:
+        if self.session is None or self.session.conn is None:
+            raise AssertionError("no bot is connected to the gateway")
         if guild_id is None:
             channel_id = channel_id or (user_id ^ 0x5A5A)
         elif channel_id is None:
             raise ValueError("a guild interaction needs a channel_id")
-        it = Interaction(user_id, name, options, guild_id, channel_id)
-        data = {"id": command["id"], "name": name, "type": 1}
-        if data_options:
-            data["options"] = data_options
-        if scope is not None:
-            data["guild_id"] = str(scope)
+        it = Interaction(user_id, name, options, guild_id, channel_id, type=type)
         payload: dict[str, Any] = {
-            "id": str(it.id), "application_id": str(self.app_id), "type": 2, "data": data, "token": it.token,
+            "id": str(it.id), "application_id": str(self.app_id), "type": type, "data": data, "token": it.token,
             "version": 1, "locale": locale, "app_permissions": ALL_PERMISSIONS, "entitlements": [],
             "attachment_size_limit": 10 << 20, "channel_id": str(channel_id),
         }
+        if message is not None:
+            payload["message"] = message
         user = _user(user_id)
         if guild_id is not None:
             payload.update(
@@ -455,6 +576,35 @@ class FakeDiscord:
             session = self.session
         self._run(session.dispatch("INTERACTION_CREATE", payload))
         return it
+
+    def upload(self, filename: str, data: bytes, content_type: str = "application/octet-stream", *,
+               channel_id: int = 0) -> dict:
+        """A file a person attaches: Discord's attachment object (its ``size`` the real
+        one), downloadable from this fake's CDN at its ``url``."""
+        file_id = snowflake()
+        url = f"{self.url}/attachments/{channel_id}/{file_id}/{quote(filename)}"
+        attachment = {"id": str(file_id), "filename": filename, "size": len(data), "url": url, "proxy_url": url,
+                      "content_type": content_type, "_data": data}
+        with self.lock:
+            self.files[file_id] = attachment
+        return attachment
+
+    def user_message(self, author_id: int, content: str, *, channel_id: int, guild_id: int | None = None,
+                     author_name: str | None = None, attachments: list[dict] = (), ago: float = 60.0) -> dict:
+        """A message a person wrote ``ago`` seconds ago, as Discord describes it (files
+        from ``upload``)."""
+        when = time.time() - ago
+        message_id = ((int(when * 1000) - DISCORD_EPOCH) << 22) | (next(_ids) % (1 << 22))
+        message = {
+            "id": str(message_id), "type": 0, "channel_id": str(channel_id), "content": content,
+            "author": _user(author_id, author_name), "attachments": [
+                {k: v for k, v in a.items() if not k.startswith("_")} for a in attachments],
+            "embeds": [], "mentions": [], "mention_roles": [], "mention_everyone": False, "pinned": False,
+            "tts": False, "timestamp": _iso(when), "edited_timestamp": None, "flags": 0, "components": [],
+        }
+        with self.lock:
+            self.user_messages[message_id] = message
+        return message
 
     def reconnect(self) -> None:
         """Ask the bot to reconnect (op 7), as Discord does now and then; it should RESUME."""
@@ -583,14 +733,24 @@ class FakeDiscord:
             return 403, {"message": "Missing Access", "code": 50001}
         stored = []
         for command in body:
-            name = command.get("name", "")
-            if not re.fullmatch(r"[-_\w]{1,32}", name) or name != name.lower():
+            name, kind = command.get("name", ""), command.get("type", CHAT_INPUT)
+            if kind == CHAT_INPUT:
+                if not re.fullmatch(r"[-_\w]{1,32}", name) or name != name.lower():
+                    return 400, {"code": 50035, "message": "Invalid Form Body",
+                                 "errors": {"name": {"_errors": [{"code": "APPLICATION_COMMAND_INVALID_NAME"}]}}}
+                if not 1 <= len(command.get("description", "")) <= 100:
+                    return 400, {"code": 50035, "message": "Invalid Form Body",
+                                 "errors": {"description": {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH"}]}}}
+            elif kind in (USER_COMMAND, MESSAGE_COMMAND):  # a context menu: a display name, no description
+                if not 1 <= len(name) <= 32 or name != name.strip() or command.get("description") or \
+                        command.get("options"):
+                    return 400, {"code": 50035, "message": "Invalid Form Body",
+                                 "errors": {"name": {"_errors": [{"code": "APPLICATION_COMMAND_INVALID_NAME"}]}}}
+            else:
                 return 400, {"code": 50035, "message": "Invalid Form Body",
-                             "errors": {"name": {"_errors": [{"code": "APPLICATION_COMMAND_INVALID_NAME"}]}}}
-            if not 1 <= len(command.get("description", "")) <= 100:
-                return 400, {"code": 50035, "message": "Invalid Form Body",
-                             "errors": {"description": {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH"}]}}}
-            stored.append({**command, "id": str(snowflake()), "application_id": str(self.app_id),
+                             "errors": {"type": {"_errors": [{"code": "BASE_TYPE_CHOICES"}]}}}
+            stored.append({**command, "description": command.get("description", ""), "id": str(snowflake()),
+                           "application_id": str(self.app_id),
                            "version": str(snowflake()), "type": command.get("type", 1),
                            "default_member_permissions": command.get("default_member_permissions"),
                            "nsfw": command.get("nsfw", False), "options": command.get("options", []),
@@ -632,7 +792,7 @@ class FakeDiscord:
                 if kind == 4:
                     it.original.apply(data)
             answer: dict[str, Any] = {"interaction": {
-                "id": str(it.id), "type": 2, "activity_instance_id": None,
+                "id": str(it.id), "type": it.type, "activity_instance_id": None,
                 "response_message_id": str(it.original.id) if it.original else None,
                 "response_message_loading": kind == 5, "response_message_ephemeral": bool(it.ephemeral)}}
             if kind in (4, 5):
@@ -711,6 +871,20 @@ class FakeDiscord:
             message.apply(body)
             it.followups.append(message)
             return 200, message.payload(self.app_id, self.bot)
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        """A file people attached, as Discord's CDN serves it (no authorization)."""
+        try:
+            file_id = int(request.match_info["id"])
+        except ValueError:
+            file_id = 0
+        with self.lock:
+            attachment = self.files.get(file_id)
+            if attachment is not None:
+                self.downloads.append(attachment["filename"])
+        if attachment is None:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(body=attachment["_data"], headers={"Content-Type": attachment["content_type"]})
 
     # --- the gateway ---------------------------------------------------------------------------
 
