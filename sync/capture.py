@@ -450,7 +450,7 @@ class Capture:
         """Write what is due, then sleep until the next is due or a capture arrives."""
         while not stopping.is_set():
             self.outbox.prune(self.clock() - KEEP_DAYS * 86400)
-            await self.drain()
+            await self.drain(stopping)
             nxt = self.outbox.next_due()
             wait = 30.0 if nxt is None else min(30.0, max(0.05, nxt - self.clock()))
             self._wake.clear()
@@ -459,8 +459,9 @@ class Capture:
             for w in waiters:
                 w.cancel()
 
-    async def drain(self) -> int:
-        """Write every capture that is due, each user's in order; how many were written."""
+    async def drain(self, stopping: asyncio.Event | None = None) -> int:
+        """Write every capture that is due, each user's in order; how many were written.
+        A stop is heard between captures (what is not written stays in the outbox)."""
         written = 0
         while True:
             due = self.outbox.due(self.clock())
@@ -468,6 +469,8 @@ class Capture:
                 return written
             progressed = False
             for item in due:
+                if stopping is not None and stopping.is_set():
+                    return written
                 state = await asyncio.to_thread(self._deliver, item)
                 event = self._finished.get(item.id)
                 if event is not None:  # the person hears now: written, refused, or queued
