@@ -27,9 +27,12 @@ from . import config as config_mod
 from .door import Door, open_door
 from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
+from .entities import KINDS
 from .eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
 from .feedback import FeedbackStore, path_for
 from .index import NoteIndex
+from .memory import MemoryStore
+from .memory import path_for as memory_path
 from .redact import redact_in_logs, safe_url
 from .retrieve import RETRIEVERS, resolve_user
 
@@ -335,6 +338,66 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     up = sum(r["verdict"] == "up" for r in records)
     down = sum(r["verdict"] == "down" for r in records)
     click.echo(f"\n{len(records)} answers: {up} up, {down} down, {len(records) - up - down} without a verdict")
+
+
+def _open_memory(app: App) -> MemoryStore:
+    """The memory file, read directly (it works while the service runs)."""
+    settings = app.settings
+    if not settings.memory.enabled:
+        raise UserError("the memory is off (memory.enabled: false in the config): set it to true and run "
+                        "`leanote-rag index`")
+    if not memory_path(settings).exists():
+        raise UserError(f"no memory yet in {settings.state_dir}: run `leanote-rag index` first")
+    return MemoryStore.open_for(settings)
+
+
+@cli.command()
+@click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
+@click.option("--top", type=click.IntRange(1), default=50, show_default=True, help="how many entities")
+@click.option("--kind", type=click.Choice(KINDS), help="only entities of this kind")
+@click.option("--json", "as_json", is_flag=True, help="JSON output")
+@pass_app
+def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json: bool) -> None:
+    """What your notes are about: the entities most notes mention (terms, code, tags,
+    headings, link labels)."""
+    with _open_memory(app) as memory:
+        user = resolve_user(memory.users(), user_id)
+        found = memory.entities(user, top, kind)
+    if as_json:
+        _print_json({"user_id": user, "entities": found})
+        return
+    if not found:
+        click.echo("no entities yet")
+        return
+    click.echo(f"{_cell('entity', 40)}  {'kind':<8} {'notes':>5} {'mentions':>8}")
+    for e in found:
+        click.echo(f"{_cell(e['name'], 40)}  {e['kind']:<8} {e['notes']:>5} {e['mentions']:>8}")
+
+
+@cli.command()
+@click.argument("entity")
+@click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
+@click.option("--json", "as_json", is_flag=True, help="JSON output: the notes, with the fields of `search --json` hits")
+@pass_app
+def memory(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
+    """The notes that mention ENTITY, and where."""
+    with _open_memory(app) as store:
+        user = resolve_user(store.users(), user_id)
+        notes = store.entity(user, entity)
+    for n in notes:
+        n["score"] = len(n["mentions"])
+    if as_json:
+        _print_json({"entity": entity, "user_id": user, "notes": notes})
+        return
+    if not notes:
+        click.echo(f"no note mentions {entity!r} (`leanote-rag entities` lists what the notes mention)")
+    for i, n in enumerate(notes, start=1):
+        where = f"  ({n['notebook']})" if n["notebook"] else ""
+        click.echo(click.style(f"{i}. {n['title']}", bold=True) + where + f"  {'/'.join(n['kinds'])}")
+        click.echo(f"   {n['url']}")
+        for m in n["mentions"][:3]:
+            if m["snippet"]:
+                click.echo(f"   {m['snippet']}")
 
 
 def _cell(text: str, width: int) -> str:

@@ -235,6 +235,17 @@ class CaptureConfig(Section):
     sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
 
 
+class MemoryConfig(Section):
+    """What the notes are about (``rag.memory``): entities and their mentions, kept beside the index."""
+
+    enabled: bool = Field(default=True, description="extract entities (terms, code, tags, headings, links) as notes are indexed")
+    llm: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="LLM extraction (summaries, typed entities, facts): auto when Ollama is reachable; "
+        "not used yet, the no-LLM tier always runs",
+    )
+
+
 class BotsConfig(Section):
     rate_limit: int = Field(default=6, ge=1, description="questions per person per minute")
     max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
@@ -381,6 +392,7 @@ class Settings(Section):
     discord: DiscordConfig = DiscordConfig()
     bots: BotsConfig = BotsConfig()
     capture: CaptureConfig = CaptureConfig()
+    memory: MemoryConfig = MemoryConfig()
     api: ApiConfig = ApiConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -38,6 +38,8 @@ def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
     try:
         with app.open_index(create=True, rebuild=rebuild) as nindex:
             service = SyncService(settings, nindex, state)
+            if rebuild and service.memory is not None:
+                service.memory.reset()  # derived from the notes, like the index: built again
             try:
                 bar, progress = _bar(None if settings.source.incremental else len(service.source))
                 with bar:

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 
 from rag.index import NoteIndex
+from rag.memory import MemoryStore
 from rag.model import Note, Notebook
 
 from .indexer import Indexer, Summary
@@ -58,13 +59,14 @@ def with_path(note: Note, paths: dict[str, BookPath]) -> Note:
 
 class AccountSync:
     def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time,
-                 should_stop=lambda: False):
+                 should_stop=lambda: False, memory: MemoryStore | None = None):
         self.index = index
         self.state = state
         self.source = source_name
         self.session = session
         self.clock = clock
-        self.indexer = Indexer(index, state, source_name, account=session.account, should_stop=should_stop)
+        self.indexer = Indexer(index, state, source_name, account=session.account, should_stop=should_stop,
+                               memory=memory)
         self.summary = self.indexer.summary
 
     # --- the incremental pass -------------------------------------------------------------

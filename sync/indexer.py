@@ -12,6 +12,14 @@ the source did not read again (``Unchanged``: same file fingerprint, same backup
 counts as seen and unchanged; ``known()`` tells the source what earlier passes
 recorded, and a ``Checkpoint`` is kept once the whole snapshot is through.
 ``sync.incremental`` drives ``apply``/``commit`` page by page for live sources.
+
+With a ``MemoryStore`` (``rag.memory``), each commit also brings the memory in line for
+exactly the notes of its transaction, right after it: a note (re)indexed with new text
+gets its entities extracted anew, a note moved or retagged gets its tags and notebook
+updated, a note that left the index (gone, trashed, deleted, made private) loses
+everything derived from it. A failure there is logged and never fails the sync; a note
+whose new text the memory missed is processed on its next pass (``apply`` compares the
+memory's content hash, ``known()`` asks snapshot sources to read such notes again).
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ from typing import Callable, Iterable
 import numpy as np
 
 from rag.config import ExcludeConfig
-from rag.errors import NoteError, UserError
+from rag.errors import LeanoteRagError, NoteError, UserError
 from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
+from rag.memory import MemoryStore
 from rag.model import Note, rule_key
 
 from .sources import Checkpoint, Known, SnapshotItem, Skipped, Unchanged
@@ -121,8 +130,9 @@ def privacy_rules(exclude: ExcludeConfig) -> tuple[frozenset[str], frozenset[str
 
 class Indexer:
     def __init__(self, index: NoteIndex, state: State, source_name: str, account: str = "",
-                 should_stop: Callable[[], bool] = lambda: False):
+                 should_stop: Callable[[], bool] = lambda: False, memory: MemoryStore | None = None):
         self.index = index
+        self.memory = memory
         self.state = state
         self.source_name = source_name
         self.account = account
@@ -135,6 +145,10 @@ class Indexer:
         self._batch: list[tuple[PreparedNote, NoteRecord | None]] = []
         self._batch_chunks = 0
         self._pending: dict[str, NoteRecord | None] = {}  # note id -> row to write, or None to delete
+        self._remember: dict[str, PreparedNote] = {}  # memory: notes to extract after the commit
+        self._retagged: dict[str, Note] = {}  # memory: notes whose metadata alone changed
+        self.memory_seconds = 0.0
+        self._memory_errors: set[str] = set()
         self._skips: list[tuple[str, str, str]] = []  # (note id, origin, reason) to record
         self._skips_seen: list[tuple[str, str, str]] = []  # every skip of this run
         self._rows: dict[str, tuple[str, str, str]] | None = None  # snapshot: this source's rows before the run
@@ -150,6 +164,10 @@ class Indexer:
         checkpoint while the rows are still the ones it left."""
         rows = self._snapshot_rows()
         fingerprints = {note_id: fp for note_id, (fp, _, pipeline) in rows.items() if fp and pipeline == self.pipeline}
+        if self.memory is not None:  # notes indexed but not (or no longer) in the memory are read again
+            processed = self._memory_call(self.memory.processed, default=None)
+            if processed is not None:
+                fingerprints = {n: fp for n, fp in fingerprints.items() if rows[n][1] != INDEXED or n in processed}
         checkpoint = None
         saved = self.state.get_meta(self._checkpoint_key())
         if saved:
@@ -331,6 +349,10 @@ class Indexer:
                 self.summary.moved += 1
             if row != rec:
                 self._pending[note.id] = row
+                if self.memory is not None and rec.meta_hash != row.meta_hash:
+                    self._retagged[note.id] = note
+            if self.memory is not None and self._memory_call(self.memory.known, note.id, default=content_hash) != content_hash:
+                self._prepare_for_memory(note)  # indexed before the memory was: its entities only
             return
         try:
             prepared = self.index.prepare(note)
@@ -348,6 +370,12 @@ class Indexer:
         self._batch_chunks += len(prepared.chunks)
         if self._batch_chunks >= BATCH_CHUNKS:
             self._flush()
+
+    def _prepare_for_memory(self, note: Note) -> None:
+        try:
+            self._remember[note.id] = self.index.prepare(note)
+        except Exception:  # it is indexed as it is; the memory tries again on the next pass
+            log.debug("preparing %s for the memory failed", note.id, exc_info=True)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -385,6 +413,8 @@ class Indexer:
                 self.summary.added += 1
             else:
                 self.summary.updated += 1
+            if self.memory is not None:
+                self._remember[prepared.note.id] = prepared
             self._pending[prepared.note.id] = self._row(
                 prepared.note,
                 INDEXED,
@@ -397,9 +427,11 @@ class Indexer:
         """Write everything applied so far: points first, then the rows (and the
         account's cursors) in one transaction."""
         self._flush()
-        if not self._pending and not self._skips and account is None:
+        if not self._pending and not self._skips and account is None and not self._remember:
             return
         pending, self._pending = self._pending, {}
+        remember, self._remember = self._remember, {}
+        retagged, self._retagged = self._retagged, {}
         skips, self._skips = self._skips, []
         with self.state.transaction():
             for note_id, rec in pending.items():
@@ -411,8 +443,40 @@ class Indexer:
             news = [s for s in skips if self.state.skip(self.source_name, self.account, *s)]
             if account is not None:
                 self.state.put_account(account)
+        if self.memory is not None:
+            self._update_memory(pending, remember, retagged)
         for note_id, origin, reason in skips:
             if (note_id, origin, reason) in news:
                 log.warning("skipped %s: %s", origin, reason)
             else:
                 log.debug("skipped %s again: %s", origin, reason)
+
+    # --- the memory -----------------------------------------------------------------------
+
+    def _update_memory(self, pending: dict[str, NoteRecord | None], remember: dict[str, PreparedNote],
+                       retagged: dict[str, Note]) -> None:
+        """The memory follows the notes of the transaction just committed."""
+        started = time.monotonic()
+        for note_id, rec in pending.items():
+            if rec is None or rec.status != INDEXED:
+                self._memory_call(self.memory.remove_note, note_id)
+            elif note_id in retagged and note_id not in remember:
+                self._memory_call(self.memory.remember_meta, retagged[note_id], self.base_url)
+        for note_id, prepared in remember.items():
+            rec = pending.get(note_id, self.state.note(note_id) if note_id not in pending else None)
+            if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
+                self._memory_call(self.memory.remember, prepared, self.base_url)
+        self.memory_seconds += time.monotonic() - started
+
+    def _memory_call(self, fn, *args, default=None):
+        """A call into the memory that must not fail the sync: an error is logged (once per
+        kind of error and run) and ``default`` returned."""
+        try:
+            return fn(*args)
+        except Exception as err:
+            key = f"{type(err).__name__}: {err}"
+            if key not in self._memory_errors:
+                self._memory_errors.add(key)
+                log.warning("memory: %s failed: %s", getattr(fn, "__name__", fn), key,
+                            exc_info=not isinstance(err, (OSError, LeanoteRagError)))
+            return default

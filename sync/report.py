@@ -11,6 +11,8 @@ from typing import Iterable
 import click
 
 from rag.config import Settings
+from rag.memory import MemoryStore
+from rag.memory import path_for as memory_path
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.store import Store
@@ -72,7 +74,26 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
                         "text": speed.describe(model)}
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed)),
+        "memory": memory_counts(settings, None if users is None else list(allowed)),
     }
+
+
+def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:
+    """Notes processed by tier, entities and mentions (only these users' if given); None
+    without a memory."""
+    if not settings.memory.enabled or not memory_path(settings).exists():
+        return None
+    with MemoryStore(memory_path(settings)) as memory:
+        if users is None:
+            return memory.counts()
+        totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
+        for user in users:
+            c = memory.counts(user)
+            for tier, n in c["notes"].items():
+                totals["notes"][tier] = totals["notes"].get(tier, 0) + n
+            totals["entities"] += c["entities"]
+            totals["mentions"] += c["mentions"]
+        return totals
 
 
 def print_status(report: dict) -> None:
@@ -105,6 +126,10 @@ def print_status(report: dict) -> None:
         if capture["oldest_waiting"]:
             line += f" (oldest from {when(capture['oldest_waiting'])})"
         click.echo(line + (f", {capture['failed']} not taken (see /outbox)" if capture["failed"] else ""))
+    memory = report.get("memory")
+    if memory:
+        tiers = ", ".join(f"{n} by {tier}" for tier, n in sorted(memory["notes"].items())) or "none yet"
+        click.echo(f"memory:   notes processed: {tiers}; {memory['entities']} entities, {memory['mentions']} mentions")
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

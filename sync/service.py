@@ -31,6 +31,7 @@ from typing import Callable
 from rag.config import Settings
 from rag.errors import AuthFailed, LeanoteRagError, Unavailable, UserError
 from rag.index import NoteIndex
+from rag.memory import MemoryStore
 
 from .incremental import AccountResult, AccountSync
 from .indexer import Indexer, Progress, Stopped, Summary
@@ -63,6 +64,18 @@ class PassResult:
         return not self.failures
 
 
+def open_memory(settings: Settings) -> MemoryStore | None:
+    """The memory the passes keep in line with the index (``memory.enabled``); a memory
+    that cannot be opened is said once and left out: the index comes first."""
+    if not settings.memory.enabled:
+        return None
+    try:
+        return MemoryStore.open_for(settings)
+    except LeanoteRagError as err:
+        log.warning("memory off for now: %s", err)
+        return None
+
+
 class SyncService:
     def __init__(self, settings: Settings, index: NoteIndex, state: State, clock=time.time, rng=random.random,
                  scheduled: bool = False):
@@ -73,6 +86,7 @@ class SyncService:
         self.index = index
         self.state = state
         self.source = open_source(settings)
+        self.memory = open_memory(settings)
         self.clock = clock
         self.rng = rng
         self.lock = threading.Lock()  # one pass at a time
@@ -121,6 +135,8 @@ class SyncService:
             if rebuild:
                 log.info("rebuilding the index: every note is read again")
                 self.index.reset()
+                if self.memory is not None:
+                    self.memory.reset()
             run_id = self.state.start_run(self.source.name)
             try:
                 result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
@@ -217,7 +233,8 @@ class SyncService:
 
     def _sync_account(self, account: str, reconcile: bool, progress: Progress) -> AccountResult:
         if not self.incremental:
-            indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._stop.is_set)
+            indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._stop.is_set,
+                              memory=self.memory)
             indexer.progress = progress
             # the source looks at the folder or backup anew and reads only what changed since
             # the last pass; a reconcile (privacy rules changed, the daily one) reads everything
@@ -233,11 +250,11 @@ class SyncService:
         session = self.source.session(account)
         try:
             job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                              should_stop=self._stop.is_set)
+                              should_stop=self._stop.is_set, memory=self.memory)
             result = job.reconcile() if reconcile else job.run()
             if reconcile:  # a reconcile also catches up with the stream of changes
                 more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                                   should_stop=self._stop.is_set).run()
+                                   should_stop=self._stop.is_set, memory=self.memory).run()
                 more.summary.add(result.summary)
                 result = more
             return result
@@ -268,3 +285,6 @@ class SyncService:
         close = getattr(self.source, "close", None)
         if close:
             close()
+        if self.memory is not None:
+            self.memory.close()
+            self.memory = None

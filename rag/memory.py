@@ -1,0 +1,483 @@
+"""The memory of the notes: what each note is about, kept beside the index.
+
+One SQLite file, ``<state_dir>/memory.sqlite`` (WAL: the CLI reads it while the daemon
+writes), with a schema version (``PRAGMA user_version``) and migrations. Everything in it
+is derived from a note and carries that note's id, so it changes or goes in the same
+step as the note's chunks (``sync.indexer`` calls ``replace_note``/``remove_note`` right
+after it commits the note's state row), and everything is keyed by the Leanote user:
+no call made for one user reaches another's rows.
+
+- ``notes``: one row per processed note: its user, the content hash and extraction
+  version it was processed at, the tier done (``terms``: the no-LLM tier), when, the
+  title/notebook/url/updated time to show it (from the ``Note``), its candidate terms
+  (for ``df``), and a summary (the LLM tier; NULL for now).
+- ``entities``: (user, kind, norm) -> id and the name as first written; kinds are
+  ``rag.entities.KINDS``. An entity no note mentions any more is deleted.
+- ``mentions``: an entity in a note: the chunk (point id) it falls in, its span as
+  offsets into the note's *cleaned* text (``rag.clean``, the text the chunks are cut
+  from; NULL for tags, which are not in the text) and a one-line snippet.
+- ``df``: per user and term, how many of the user's notes hold it (the IDF of
+  distinctive terms).
+- ``facts``, ``related``, ``jobs``, ``corrections``: created for the LLM tier, related
+  notes and corrections (issue 12), empty for now; ``remove_note`` already clears a
+  note's facts, pairs and jobs. Corrections are per user and not per note: they outlive
+  re-extraction.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from . import entities as extraction
+from .config import Settings, prepare_state_dir
+from .entities import VERSION, Entity, norm
+from .errors import BrokenState, UserError
+from .index import PreparedNote, note_meta
+from .model import Chunk, Note
+
+FILE = "memory.sqlite"
+TIER_TERMS = "terms"
+_IN_BATCH = 500  # SQLite's variable limit is far above; keeps statements small
+
+MIGRATIONS = [
+    """
+    CREATE TABLE notes (
+        note_id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        tier TEXT NOT NULL,
+        processed_at REAL NOT NULL,
+        title TEXT NOT NULL DEFAULT '',
+        notebook TEXT NOT NULL DEFAULT '',
+        url TEXT NOT NULL DEFAULT '',
+        updated_at TEXT NOT NULL DEFAULT '',
+        terms TEXT NOT NULL DEFAULT '[]',
+        summary TEXT
+    );
+    CREATE INDEX notes_user ON notes(user_id);
+    CREATE TABLE entities (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        norm TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        UNIQUE (user_id, norm, kind)
+    );
+    CREATE TABLE mentions (
+        entity_id INTEGER NOT NULL REFERENCES entities(id),
+        user_id TEXT NOT NULL,
+        note_id TEXT NOT NULL,
+        point_id TEXT,
+        char_start INTEGER,
+        char_end INTEGER,
+        snippet TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX mentions_note ON mentions(note_id);
+    CREATE INDEX mentions_entity ON mentions(entity_id, note_id);
+    CREATE TABLE df (
+        user_id TEXT NOT NULL,
+        term TEXT NOT NULL,
+        notes INTEGER NOT NULL,
+        PRIMARY KEY (user_id, term)
+    ) WITHOUT ROWID;
+    CREATE TABLE facts (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        predicate TEXT NOT NULL,
+        object TEXT NOT NULL,
+        quote TEXT NOT NULL,
+        note_id TEXT NOT NULL,
+        point_id TEXT,
+        char_start INTEGER,
+        char_end INTEGER,
+        time REAL,
+        origin TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'active',
+        superseded_by INTEGER,
+        created REAL NOT NULL
+    );
+    CREATE INDEX facts_note ON facts(note_id);
+    CREATE INDEX facts_subject ON facts(user_id, subject, predicate);
+    CREATE TABLE related (
+        user_id TEXT NOT NULL,
+        note_a TEXT NOT NULL,
+        note_b TEXT NOT NULL,
+        score REAL NOT NULL,
+        reasons TEXT NOT NULL DEFAULT '{}',
+        computed_at REAL NOT NULL,
+        PRIMARY KEY (note_a, note_b)
+    );
+    CREATE INDEX related_b ON related(note_b);
+    CREATE TABLE jobs (
+        note_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_try REAL NOT NULL,
+        error TEXT,
+        parked INTEGER NOT NULL DEFAULT 0,
+        created REAL NOT NULL,
+        PRIMARY KEY (note_id, kind)
+    );
+    CREATE INDEX jobs_next ON jobs(parked, next_try);
+    CREATE TABLE corrections (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        comment TEXT,
+        at REAL NOT NULL,
+        UNIQUE (user_id, kind, target)
+    );
+    """,
+]
+
+
+@dataclass(frozen=True)
+class NoteInfo:
+    """How a processed note is shown: the fields of a ``search --json`` hit."""
+
+    title: str = ""
+    notebook: str = ""
+    url: str = ""
+    updated_at: str = ""
+
+
+@dataclass(frozen=True)
+class Mention:
+    """An entity's place in a note, ready to store: ``start``/``end`` index the note's
+    cleaned text (None for tags); ``point_id`` is the chunk holding ``start``."""
+
+    point_id: str | None
+    start: int | None
+    end: int | None
+    snippet: str = ""
+
+
+def info_of(note: Note, base_url: str) -> NoteInfo:
+    meta = note_meta(note, base_url)
+    return NoteInfo(note.title, note.notebook_path, meta["url"], meta["updated_at"])
+
+
+def mentions_of(entity: Entity, text: str, chunks: Sequence[Chunk], point_ids: Sequence[str]) -> list[Mention]:
+    """An entity's spans as stored: each with the point id of the chunk it starts in
+    (chunks in order, ``point_ids`` alongside) and a snippet."""
+    starts = [c.char_start for c in chunks]
+    out = []
+    for span in entity.spans:
+        i = bisect.bisect_right(starts, span.start) - 1
+        point = point_ids[i] if i >= 0 and span.start < chunks[i].char_end else None
+        out.append(Mention(point, span.start, span.end, extraction.snippet(text, span)))
+    return out
+
+
+def path_for(settings: Settings) -> Path:
+    return Path(settings.state_dir) / FILE
+
+
+class MemoryStore:
+    """One connection behind a lock: the sync thread writes, the API and bots read."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+        self.path = Path(path)
+        self.clock = clock
+        self._lock = threading.Lock()
+        try:
+            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as err:
+            raise UserError(f"cannot open {self.path}: {err}. Make its folder writable by this user") from None
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except sqlite3.OperationalError as err:
+            self.db.close()
+            raise UserError(f"cannot use {self.path}: {err}. Make it and its folder writable by this user") from None
+        except sqlite3.DatabaseError as err:
+            self.db.close()
+            raise BrokenState(
+                f"{self.path} is not a readable memory store ({err}). Move it aside: a new one is built "
+                f"as notes are indexed (`leanote-rag index --reconcile` processes them all)"
+            ) from None
+
+    @classmethod
+    def open_for(cls, settings: Settings) -> "MemoryStore":
+        prepare_state_dir(settings.state_dir)
+        return cls(path_for(settings))
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        for i in range(version, len(MIGRATIONS)):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[i].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {i + 1}")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _write(self, work: Callable[[sqlite3.Connection], object]):
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(self.db)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            return result
+
+    # --- what the indexer calls ---------------------------------------------------------------
+
+    def known(self, note_id: str) -> str | None:
+        """The content hash the note was processed at by this extraction version, else None."""
+        with self._lock:
+            row = self.db.execute("SELECT content_hash, version FROM notes WHERE note_id = ?", (note_id,)).fetchone()
+        return row[0] if row is not None and row[1] == VERSION else None
+
+    def processed(self) -> set[str]:
+        """The notes processed by this extraction version (any user)."""
+        with self._lock:
+            return {r[0] for r in self.db.execute("SELECT note_id FROM notes WHERE version = ?", (VERSION,))}
+
+    def term_stats(self, user_id: str, note_id: str, terms: Sequence[str]) -> tuple[dict[str, int], int]:
+        """Document frequencies of ``terms`` over the user's notes other than ``note_id``,
+        and how many those notes are."""
+        with self._lock:
+            row = self.db.execute("SELECT user_id, terms FROM notes WHERE note_id = ?", (note_id,)).fetchone()
+            own = set(json.loads(row[1])) if row is not None and row[0] == user_id else set()
+            notes = self.db.execute("SELECT COUNT(*) FROM notes WHERE user_id = ?", (user_id,)).fetchone()[0]
+            df: dict[str, int] = {}
+            terms = list(terms)
+            for i in range(0, len(terms), _IN_BATCH):
+                part = terms[i : i + _IN_BATCH]
+                sql = f"SELECT term, notes FROM df WHERE user_id = ? AND term IN ({','.join('?' * len(part))})"
+                for term, n in self.db.execute(sql, (user_id, *part)):
+                    df[term] = n - (term in own)
+        return {t: n for t, n in df.items() if n > 0}, notes - (row is not None and row[0] == user_id)
+
+    def replace_note(
+        self,
+        user_id: str,
+        note_id: str,
+        content_hash: str,
+        entities: Sequence[tuple[Entity, Sequence[Mention]]],
+        *,
+        terms: Iterable[str] = (),
+        info: NoteInfo = NoteInfo(),
+    ) -> None:
+        """The note's entities as of ``content_hash``, in one transaction: its old mentions
+        go, the new ones come, entities left without mentions are deleted."""
+        terms = sorted(set(terms))
+
+        def work(db: sqlite3.Connection) -> None:
+            old = _forget(db, note_id, keep_jobs=True)
+            db.execute(
+                "INSERT INTO notes(note_id, user_id, content_hash, version, tier, processed_at, title, notebook, url, "
+                "updated_at, terms) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (note_id, user_id, content_hash, VERSION, TIER_TERMS, self.clock(), info.title, info.notebook,
+                 info.url, info.updated_at, json.dumps(terms, ensure_ascii=False)),
+            )
+            db.executemany(
+                "INSERT INTO df(user_id, term, notes) VALUES (?, ?, 1) "
+                "ON CONFLICT(user_id, term) DO UPDATE SET notes = notes + 1",
+                [(user_id, t) for t in terms],
+            )
+            _add_mentions(db, user_id, note_id, entities)
+            _drop_orphans(db, old)
+
+        self._write(work)
+
+    def update_meta(self, user_id: str, note_id: str, info: NoteInfo, tag_entities: Sequence[Entity]) -> None:
+        """A note moved, renamed or retagged without a change of text: how it is shown, and
+        its tags. Nothing when the note was never processed."""
+
+        def work(db: sqlite3.Connection) -> None:
+            if db.execute("SELECT 1 FROM notes WHERE note_id = ? AND user_id = ?", (note_id, user_id)).fetchone() is None:
+                return
+            db.execute("UPDATE notes SET title = ?, notebook = ?, url = ?, updated_at = ? WHERE note_id = ?",
+                       (info.title, info.notebook, info.url, info.updated_at, note_id))
+            tag_ids = "SELECT id FROM entities WHERE kind = 'tag' AND user_id = ?"
+            old = {r[0] for r in db.execute(f"SELECT entity_id FROM mentions WHERE note_id = ? AND entity_id IN ({tag_ids})",
+                                            (note_id, user_id))}
+            db.execute(f"DELETE FROM mentions WHERE note_id = ? AND entity_id IN ({tag_ids})", (note_id, user_id))
+            _add_mentions(db, user_id, note_id, [(e, [Mention(None, None, None)]) for e in tag_entities])
+            _drop_orphans(db, old)
+
+        self._write(work)
+
+    def reset(self) -> None:
+        """Forget everything derived (the index is being rebuilt: it all comes back from the
+        notes); the people's corrections stay."""
+        def work(db: sqlite3.Connection) -> None:
+            for table in ("mentions", "entities", "notes", "df", "facts", "related", "jobs"):
+                db.execute(f"DELETE FROM {table}")
+
+        self._write(work)
+
+    def remove_note(self, note_id: str) -> None:
+        """Everything derived from the note goes: mentions, its terms' counts, facts,
+        related pairs on either side, jobs; entities left without mentions too."""
+
+        def work(db: sqlite3.Connection) -> None:
+            _drop_orphans(db, _forget(db, note_id))
+
+        self._write(work)
+
+    def remember(self, prepared: PreparedNote, base_url: str) -> int:
+        """Extract a prepared note's entities (the no-LLM tier) and put them in place of
+        its old ones; how many entities it has."""
+        note = prepared.note
+        chunks = [pc.chunk for pc in prepared.chunks]
+        points = [pc.point_id for pc in prepared.chunks]
+        text = extraction.text_of(chunks)
+        found = extraction.extract(
+            text, title=note.title, tag_names=note.tags,
+            stats=lambda terms: self.term_stats(note.user_id, note.id, terms),
+        )
+        rows = [(ent, mentions_of(ent, text, chunks, points)) for ent in found.entities]
+        self.replace_note(note.user_id, note.id, prepared.content_hash, rows, terms=found.terms,
+                          info=info_of(note, base_url))
+        return len(rows)
+
+    def remember_meta(self, note: Note, base_url: str) -> None:
+        """A note moved, renamed or retagged (same text): ``update_meta`` from the note."""
+        self.update_meta(note.user_id, note.id, info_of(note, base_url), extraction.tags(note.tags))
+
+    # --- what the doors read ------------------------------------------------------------------
+
+    def users(self) -> dict[str, int]:
+        """Users with processed notes, and how many (the shape of ``store.count_by_user``)."""
+        with self._lock:
+            return dict(self.db.execute("SELECT user_id, COUNT(*) FROM notes GROUP BY user_id"))
+
+    def entities(self, user_id: str, top: int | None = None, kind: str | None = None) -> list[dict]:
+        """The user's entities, those mentioned by the most notes first, with counts."""
+        sql = (
+            "SELECT e.name, e.kind, COUNT(DISTINCT m.note_id) AS notes, COUNT(*) AS mentions "
+            "FROM entities e JOIN mentions m ON m.entity_id = e.id "
+            "WHERE e.user_id = ?" + (" AND e.kind = ?" if kind else "") +
+            " GROUP BY e.id ORDER BY notes DESC, mentions DESC, e.norm, e.kind"
+        )
+        args: list = [user_id] + ([kind] if kind else [])
+        if top is not None:
+            sql += " LIMIT ?"
+            args.append(top)
+        with self._lock:
+            rows = self.db.execute(sql, args).fetchall()
+        return [{"name": n, "kind": k, "notes": c, "mentions": m} for n, k, c, m in rows]
+
+    def entity(self, user_id: str, name: str) -> list[dict]:
+        """The user's notes that mention ``name`` (any kind, compared by ``norm``), the most
+        mentions first, each with its mentions."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT m.note_id, e.name, e.kind, m.point_id, m.char_start, m.char_end, m.snippet, "
+                "n.title, n.notebook, n.url, n.updated_at "
+                "FROM entities e JOIN mentions m ON m.entity_id = e.id JOIN notes n ON n.note_id = m.note_id "
+                "WHERE e.user_id = ? AND m.user_id = ? AND e.norm = ? ORDER BY m.note_id, m.char_start",
+                (user_id, user_id, norm(name)),
+            ).fetchall()
+        notes: dict[str, dict] = {}
+        for note_id, ename, kind, point_id, start, end, snip, title, notebook, url, updated in rows:
+            note = notes.setdefault(note_id, {"note_id": note_id, "title": title, "notebook": notebook, "url": url,
+                                              "updated_at": updated, "kinds": [], "mentions": []})
+            if kind not in note["kinds"]:
+                note["kinds"].append(kind)
+            note["mentions"].append({"name": ename, "kind": kind, "point_id": point_id, "char_start": start,
+                                     "char_end": end, "snippet": snip})
+        return sorted(notes.values(), key=lambda n: (-len(n["mentions"]), n["title"], n["note_id"]))
+
+    def notes_for(self, user_id: str, names: Iterable[str]) -> list[tuple[str, list[str]]]:
+        """The user's notes mentioning any of ``names``: (note id, the names it mentions),
+        those mentioning the most names first."""
+        keys = sorted({norm(n) for n in names if norm(n)})
+        if not keys:
+            return []
+        with self._lock:
+            rows = self.db.execute(
+                f"SELECT DISTINCT m.note_id, e.norm FROM entities e JOIN mentions m ON m.entity_id = e.id "
+                f"WHERE e.user_id = ? AND m.user_id = ? AND e.norm IN ({','.join('?' * len(keys))})",
+                (user_id, user_id, *keys),
+            ).fetchall()
+        found: dict[str, list[str]] = {}
+        for note_id, key in rows:
+            found.setdefault(note_id, []).append(key)
+        return sorted(((n, sorted(k)) for n, k in found.items()), key=lambda p: (-len(p[1]), p[0]))
+
+    def counts(self, user_id: str | None = None) -> dict:
+        """Notes processed by tier, entities, mentions (``status``)."""
+        where, args = ("WHERE user_id = ?", (user_id,)) if user_id is not None else ("", ())
+        with self._lock:
+            tiers = dict(self.db.execute(f"SELECT tier, COUNT(*) FROM notes {where} GROUP BY tier", args))
+            entities = self.db.execute(f"SELECT COUNT(*) FROM entities {where}", args).fetchone()[0]
+            mentions = self.db.execute(f"SELECT COUNT(*) FROM mentions {where}", args).fetchone()[0]
+        return {"notes": tiers, "entities": entities, "mentions": mentions}
+
+
+def _forget(db: sqlite3.Connection, note_id: str, keep_jobs: bool = False) -> set[int]:
+    """Delete what is derived from the note; the ids of the entities it mentioned."""
+    entity_ids = {r[0] for r in db.execute("SELECT DISTINCT entity_id FROM mentions WHERE note_id = ?", (note_id,))}
+    row = db.execute("SELECT user_id, terms FROM notes WHERE note_id = ?", (note_id,)).fetchone()
+    if row is not None:
+        user_id, terms = row[0], json.loads(row[1])
+        db.executemany("UPDATE df SET notes = notes - 1 WHERE user_id = ? AND term = ?", [(user_id, t) for t in terms])
+        db.execute("DELETE FROM df WHERE user_id = ? AND notes <= 0", (user_id,))
+    db.execute("DELETE FROM notes WHERE note_id = ?", (note_id,))
+    db.execute("DELETE FROM mentions WHERE note_id = ?", (note_id,))
+    db.execute("DELETE FROM facts WHERE note_id = ?", (note_id,))
+    db.execute("DELETE FROM related WHERE note_a = ? OR note_b = ?", (note_id, note_id))
+    if not keep_jobs:
+        db.execute("DELETE FROM jobs WHERE note_id = ?", (note_id,))
+    return entity_ids
+
+
+def _add_mentions(db: sqlite3.Connection, user_id: str, note_id: str,
+                  entities: Sequence[tuple[Entity, Sequence[Mention]]]) -> None:
+    rows = []
+    for ent, mentions in entities:
+        key = ent.norm
+        if not key:
+            continue
+        db.execute("INSERT OR IGNORE INTO entities(user_id, name, norm, kind) VALUES (?,?,?,?)",
+                   (user_id, ent.name, key, ent.kind))
+        entity_id = db.execute("SELECT id FROM entities WHERE user_id = ? AND norm = ? AND kind = ?",
+                               (user_id, key, ent.kind)).fetchone()[0]
+        for m in mentions or [Mention(None, None, None)]:
+            rows.append((entity_id, user_id, note_id, m.point_id, m.start, m.end, m.snippet))
+    db.executemany(
+        "INSERT INTO mentions(entity_id, user_id, note_id, point_id, char_start, char_end, snippet) VALUES (?,?,?,?,?,?,?)",
+        rows,
+    )
+
+
+def _drop_orphans(db: sqlite3.Connection, entity_ids: Iterable[int]) -> None:
+    """Delete those of ``entity_ids`` that no mention refers to any more."""
+    db.executemany(
+        "DELETE FROM entities WHERE id = ? AND NOT EXISTS (SELECT 1 FROM mentions m WHERE m.entity_id = ?)",
+        [(i, i) for i in entity_ids],
+    )
