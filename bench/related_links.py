@@ -1,4 +1,4 @@
-"""Ground truth for a future "related notes" feature: the corpus's own cross-links.
+"""Ground truth for related notes: the corpus's own cross-links.
 
 The shared corpus keeps the note bodies of their source repositories verbatim, including
 relative Markdown links between files of the same repository (``[Redis 持久化](./redis-persistence.md)``;
