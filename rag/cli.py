@@ -400,6 +400,43 @@ def memory(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
                 click.echo(f"   {m['snippet']}")
 
 
+
+@cli.command()
+@click.argument("target", metavar="NOTE_ID|QUESTION")
+@click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
+@click.option("-k", "k", type=click.IntRange(1, 100), default=10, show_default=True, help="how many notes")
+@click.option("--json", "as_json", is_flag=True, help="JSON output: the notes, with the fields of `search --json` hits and reasons")
+@pass_app
+def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -> None:
+    """Notes related to a note (its id) or to a question (the notes found for it, then theirs)."""
+    from . import related as related_mod
+
+    with _open_memory(app) as store:
+        user = resolve_user(store.users(), user_id)
+        if store.note_info(user, target) is not None:
+            notes, about = store.related_of(user, target, k), {"note_id": target}
+        else:
+            with app.door() as door:
+                hits = door.search(target, user, k, "hybrid")
+            seen: dict[str, float] = {}
+            for h in hits:
+                seen.setdefault(h.note_id, h.score)
+            notes, about = related_mod.for_text(store, user, list(seen.items()), k), {"query": target}
+    if as_json:
+        _print_json({**about, "user_id": user, "notes": notes})
+        return
+    if not notes:
+        click.echo("no related notes (pairs below memory.related_min_score are not kept)")
+    for i, n in enumerate(notes, start=1):
+        where = f"  ({n['notebook']})" if n["notebook"] else ""
+        click.echo(click.style(f"{i}. {n['title']}", bold=True) + where + f"  score {n['score']:.3f}")
+        click.echo(f"   {n['url']}")
+        reasons = n["reasons"]
+        if reasons.get("entities"):
+            click.echo("   shared: " + ", ".join(e["name"] for e in reasons["entities"]))
+        if reasons.get("passages"):
+            click.echo(f"   passage: {reasons['passages']['other_snippet']}")
+
 def _cell(text: str, width: int) -> str:
     """``text`` on one line, cut and padded to ``width`` terminal columns: CJK characters
     take two, so a column of Chinese questions lines up with one of English ones."""

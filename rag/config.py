@@ -241,8 +241,12 @@ class MemoryConfig(Section):
     enabled: bool = Field(default=True, description="extract entities (terms, code, tags, headings, links) as notes are indexed")
     llm: Literal["auto", "on", "off"] = Field(
         default="auto",
-        description="LLM extraction (summaries, typed entities, facts): auto when Ollama is reachable; "
-        "not used yet, the no-LLM tier always runs",
+        description="LLM extraction in the background, one call per changed note (a one-line summary, facts "
+        "with the quote they rest on): auto while Ollama answers, on, off; the no-LLM tier always runs",
+    )
+    related_min_score: float = Field(
+        default=0.7, ge=0.0, le=2.0,
+        description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
     )
 
 

@@ -141,6 +141,12 @@ MIGRATIONS = [
         UNIQUE (user_id, kind, target)
     );
     """,
+    # facts and jobs (the LLM tier): a job carries what it extracts from (the note's text,
+    # title and updated time), a note what its LLM extraction cost (calls, tokens, drops)
+    """
+    ALTER TABLE jobs ADD COLUMN payload TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE notes ADD COLUMN llm TEXT
+    """,
 ]
 
 
@@ -368,6 +374,121 @@ class MemoryStore:
         """A note moved, renamed or retagged (same text): ``update_meta`` from the note."""
         self.update_meta(note.user_id, note.id, info_of(note, base_url), extraction.tags(note.tags))
 
+    # --- related notes (rag.related) ------------------------------------------------------------
+    # Pairs are stored per direction: a row (note_a, note_b) puts note_b in note_a's list. Computing
+    # a note writes its own list and the mirror rows, so a new note shows up in its neighbours'
+    # lists without recomputing them. Notes to recompute wait as jobs of kind ``related``.
+
+    RELATED_JOB = "related"
+
+    def related_mark(self, changed: dict[str, str], removed: Iterable[str] = ()) -> int:
+        """Before the memory follows a transaction (``_forget`` drops pairs on both sides):
+        queue the ``changed`` notes (note id -> user) and every note whose stored pairs point
+        at a changed or ``removed`` note. How many notes are queued."""
+        touched = list(dict.fromkeys([*changed, *removed]))
+        gone = set(removed)
+
+        def work(db: sqlite3.Connection) -> int:
+            todo = {n: u for n, u in changed.items() if n not in gone}
+            for i in range(0, len(touched), _IN_BATCH):
+                part = touched[i : i + _IN_BATCH]
+                marks = ",".join("?" * len(part))
+                for a, user in db.execute(f"SELECT note_a, user_id FROM related WHERE note_b IN ({marks})", part):
+                    if a not in gone:
+                        todo.setdefault(a, user)
+            now = self.clock()
+            db.executemany(
+                "INSERT OR IGNORE INTO jobs(note_id, kind, user_id, content_hash, next_try, created) "
+                "VALUES (?, ?, ?, '', ?, ?)",
+                [(n, self.RELATED_JOB, u, now, now) for n, u in todo.items()],
+            )
+            return len(todo)
+
+        return self._write(work) if touched else 0
+
+    def related_jobs(self) -> list[tuple[str, str]]:
+        """Notes waiting for their related notes: (note id, user), oldest first."""
+        with self._lock:
+            return self.db.execute("SELECT note_id, user_id FROM jobs WHERE kind = ? ORDER BY created, note_id",
+                                   (self.RELATED_JOB,)).fetchall()
+
+    def related_done(self, note_ids: Iterable[str]) -> None:
+        self._write(lambda db: db.executemany("DELETE FROM jobs WHERE note_id = ? AND kind = ?",
+                                              [(n, self.RELATED_JOB) for n in note_ids]))
+
+    def note_users(self, note_ids: Iterable[str]) -> dict[str, str]:
+        """Processed notes among ``note_ids``: note id -> user."""
+        ids = list(note_ids)
+        out: dict[str, str] = {}
+        with self._lock:
+            for i in range(0, len(ids), _IN_BATCH):
+                part = ids[i : i + _IN_BATCH]
+                sql = f"SELECT note_id, user_id FROM notes WHERE note_id IN ({','.join('?' * len(part))})"
+                out.update(self.db.execute(sql, part))
+        return out
+
+    def shared_entities(self, user_id: str, note_id: str, max_notes: int) -> list[tuple[str, str, str, int]]:
+        """The note's entities mentioned by 2..``max_notes`` of the user's notes, with the
+        other notes mentioning them: (other note id, entity name, kind, notes mentioning it)."""
+        with self._lock:
+            return self.db.execute(
+                "WITH mine AS (SELECT DISTINCT entity_id FROM mentions WHERE note_id = ? AND user_id = ?), "
+                "rare AS (SELECT m.entity_id, COUNT(DISTINCT m.note_id) AS n FROM mentions m "
+                "  JOIN mine ON mine.entity_id = m.entity_id WHERE m.user_id = ? GROUP BY m.entity_id "
+                "  HAVING n BETWEEN 2 AND ?) "
+                "SELECT DISTINCT m.note_id, e.name, e.kind, rare.n FROM rare "
+                "JOIN mentions m ON m.entity_id = rare.entity_id JOIN entities e ON e.id = rare.entity_id "
+                "WHERE m.note_id != ? AND m.user_id = ? ORDER BY m.note_id, e.name",
+                (note_id, user_id, user_id, max_notes, note_id, user_id),
+            ).fetchall()
+
+    def replace_related(self, user_id: str, note_id: str, pairs: Sequence[tuple[str, float, dict, dict]]) -> None:
+        """The note's related notes: (other note, score, reasons seen from the note, reasons
+        seen from the other), in place of its old list; mirror rows for the others. Notes
+        not in the memory as the same user's are left out."""
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM related WHERE note_a = ?", (note_id,))
+            if db.execute("SELECT 1 FROM notes WHERE note_id = ? AND user_id = ?", (note_id, user_id)).fetchone() is None:
+                return
+            now = self.clock()
+            for other, score, reasons, mirror in pairs:
+                if other == note_id or db.execute("SELECT 1 FROM notes WHERE note_id = ? AND user_id = ?",
+                                                  (other, user_id)).fetchone() is None:
+                    continue
+                db.execute("INSERT OR REPLACE INTO related(user_id, note_a, note_b, score, reasons, computed_at) "
+                           "VALUES (?,?,?,?,?,?)",
+                           (user_id, note_id, other, score, json.dumps(reasons, ensure_ascii=False), now))
+                db.execute("INSERT OR REPLACE INTO related(user_id, note_a, note_b, score, reasons, computed_at) "
+                           "VALUES (?,?,?,?,?,?)",
+                           (user_id, other, note_id, score, json.dumps(mirror, ensure_ascii=False), now))
+
+        self._write(work)
+
+    def related_of(self, user_id: str, note_id: str, limit: int | None = None, min_score: float = 0.0) -> list[dict]:
+        """The note's stored related notes, best first, with the fields of a ``search --json``
+        hit plus ``reasons``."""
+        sql = ("SELECT r.note_b, n.title, n.notebook, n.url, r.score, r.reasons FROM related r "
+               "JOIN notes n ON n.note_id = r.note_b AND n.user_id = r.user_id "
+               "WHERE r.note_a = ? AND r.user_id = ? AND r.score >= ? ORDER BY r.score DESC, r.note_b")
+        args: list = [note_id, user_id, min_score]
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        with self._lock:
+            rows = self.db.execute(sql, args).fetchall()
+        return [{"note_id": b, "title": t, "notebook": nb, "url": u, "score": round(s, 4), "reasons": json.loads(r)}
+                for b, t, nb, u, s, r in rows]
+
+    def note_info(self, user_id: str, note_id: str) -> dict | None:
+        """How a processed note of the user is shown, or None."""
+        with self._lock:
+            row = self.db.execute("SELECT title, notebook, url FROM notes WHERE note_id = ? AND user_id = ?",
+                                  (note_id, user_id)).fetchone()
+        return None if row is None else {"note_id": note_id, "title": row[0], "notebook": row[1], "url": row[2]}
+
+    # --- end of related notes ----------------------------------------------------------------
+
     # --- what the doors read ------------------------------------------------------------------
 
     def users(self) -> dict[str, int]:
@@ -437,6 +558,187 @@ class MemoryStore:
             entities = self.db.execute(f"SELECT COUNT(*) FROM entities {where}", args).fetchone()[0]
             mentions = self.db.execute(f"SELECT COUNT(*) FROM mentions {where}", args).fetchone()[0]
         return {"notes": tiers, "entities": entities, "mentions": mentions}
+
+    # --- facts and jobs (the LLM tier: rag.extract, sync.memory_jobs) ----------------------
+    #
+    # A job per note whose text changed (``enqueue_llm``), carrying that text; the worker
+    # takes due jobs oldest first and stores what came back (``store_llm``) only while the
+    # note is still at the job's content hash. Facts of a (user, subject, predicate) group:
+    # the newest note's (by the note's updated time, ``facts.time``) are active, with any
+    # other note's fact of the same object; the others are ``superseded`` and point at the
+    # group's newest fact (its note is the other source). ``settle_facts`` repairs groups
+    # whose newest fact went with its note: the newest fact left is active again.
+
+    LLM_JOB = "llm"
+    TIER_LLM = "llm"
+
+    def enqueue_llm(self, user_id: str, note_id: str, content_hash: str, text: str, *, title: str = "",
+                    updated: float | None = None) -> None:
+        """Queue (or replace) the note's LLM extraction, due now."""
+        payload = json.dumps({"text": text, "title": title, "updated": updated}, ensure_ascii=False)
+        now = self.clock()
+        self._write(lambda db: db.execute(
+            "INSERT OR REPLACE INTO jobs(note_id, kind, user_id, content_hash, attempts, next_try, error, parked, "
+            "created, payload) VALUES (?,?,?,?,0,?,NULL,0,?,?)",
+            (note_id, self.LLM_JOB, user_id, content_hash, now, now, payload)))
+
+    def due_job(self, now: float | None = None) -> dict | None:
+        """The oldest due, unparked LLM job, or None."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            row = self.db.execute(
+                "SELECT note_id, user_id, content_hash, attempts, payload FROM jobs WHERE kind = ? AND parked = 0 "
+                "AND next_try <= ? ORDER BY created, note_id LIMIT 1", (self.LLM_JOB, now)).fetchone()
+        if row is None:
+            return None
+        payload = json.loads(row[4] or "{}")
+        return {"note_id": row[0], "user_id": row[1], "content_hash": row[2], "attempts": row[3],
+                "text": payload.get("text") or "", "title": payload.get("title") or "", "updated": payload.get("updated")}
+
+    def next_due(self) -> float | None:
+        """When the next unparked LLM job is due, or None."""
+        with self._lock:
+            return self.db.execute("SELECT MIN(next_try) FROM jobs WHERE kind = ? AND parked = 0",
+                                   (self.LLM_JOB,)).fetchone()[0]
+
+    def job_current(self, job: dict) -> bool:
+        """Is the note still at the job's text? If not the job is dropped (a newer job, if
+        the note changed again, stays)."""
+        def work(db: sqlite3.Connection) -> bool:
+            if self._job_current(db, job):
+                return True
+            db.execute("DELETE FROM jobs WHERE note_id = ? AND kind = ? AND content_hash = ?",
+                       (job["note_id"], self.LLM_JOB, job["content_hash"]))
+            return False
+
+        return self._write(work)
+
+    @staticmethod
+    def _job_current(db: sqlite3.Connection, job: dict) -> bool:
+        row = db.execute("SELECT user_id, content_hash FROM notes WHERE note_id = ?", (job["note_id"],)).fetchone()
+        return row is not None and row[0] == job["user_id"] and row[1] == job["content_hash"]
+
+    def fail_job(self, job: dict, error: str, delays: Sequence[float]) -> bool:
+        """An attempt failed: retry after ``delays[attempts - 1]``, or park the job with its
+        error once the delays are spent. True when it was parked."""
+        now = self.clock()
+        attempts = job["attempts"] + 1
+        parked = attempts > len(delays)
+        next_try = now if parked else now + delays[attempts - 1]
+        self._write(lambda db: db.execute(
+            "UPDATE jobs SET attempts = ?, next_try = ?, error = ?, parked = ? WHERE note_id = ? AND kind = ? "
+            "AND content_hash = ?",
+            (attempts, next_try, error[:500], int(parked), job["note_id"], self.LLM_JOB, job["content_hash"])))
+        return parked
+
+    def store_llm(self, job: dict, summary: str, facts: Sequence[dict], stats: dict) -> bool:
+        """The LLM tier's result for the job's note: its summary, its facts (each a dict of
+        subject, predicate, object, quote, char_start, char_end) in place of its old LLM
+        facts, supersession settled. False (nothing stored, the job dropped) when the note
+        changed or went meanwhile."""
+        now = self.clock()
+        when = job.get("updated") or now
+        user_id, note_id = job["user_id"], job["note_id"]
+
+        def work(db: sqlite3.Connection) -> bool:
+            db.execute("DELETE FROM jobs WHERE note_id = ? AND kind = ? AND content_hash = ?",
+                       (note_id, self.LLM_JOB, job["content_hash"]))
+            if not self._job_current(db, job):
+                return False
+            groups = set(db.execute("SELECT subject, predicate FROM facts WHERE note_id = ? AND origin = 'llm'",
+                                    (note_id,)).fetchall())
+            db.execute("DELETE FROM facts WHERE note_id = ? AND origin = 'llm'", (note_id,))
+            for f in facts:
+                subject, predicate = fact_key(f["subject"], f["predicate"])
+                db.execute(
+                    "INSERT INTO facts(user_id, subject, predicate, object, quote, note_id, char_start, char_end, time, "
+                    "origin, status, created) VALUES (?,?,?,?,?,?,?,?,?,'llm','active',?)",
+                    (user_id, subject, predicate, " ".join(f["object"].split()), f["quote"], note_id,
+                     f.get("char_start"), f.get("char_end"), when, now))
+                groups.add((subject, predicate))
+            db.execute("UPDATE notes SET summary = ?, tier = ?, llm = ? WHERE note_id = ?",
+                       (summary or None, self.TIER_LLM, json.dumps(stats, ensure_ascii=False), note_id))
+            for subject, predicate in groups:
+                _settle_group(db, user_id, subject, predicate)
+            return True
+
+        return self._write(work)
+
+    def settle_facts(self) -> int:
+        """Groups whose newest fact went (its note edited, trashed, deleted): the newest
+        fact left is active again. How many groups were settled."""
+        def work(db: sqlite3.Connection) -> int:
+            groups = db.execute(
+                "SELECT DISTINCT user_id, subject, predicate FROM facts f WHERE status = 'superseded' "
+                "AND NOT EXISTS (SELECT 1 FROM facts g WHERE g.id = f.superseded_by AND g.status = 'active')"
+            ).fetchall()
+            for user_id, subject, predicate in groups:
+                _settle_group(db, user_id, subject, predicate)
+            return len(groups)
+
+        return self._write(work)
+
+    def facts(self, user_id: str, subject: str | None = None, status: str | None = None) -> list[dict]:
+        """The user's facts (about ``subject``), the newest first, each with its source note
+        and, when superseded, the fact (and note) that superseded it."""
+        sql = ("SELECT f.id, f.subject, f.predicate, f.object, f.quote, f.note_id, f.char_start, f.char_end, f.time, "
+               "f.origin, f.status, f.superseded_by, s.note_id FROM facts f LEFT JOIN facts s ON s.id = f.superseded_by "
+               "WHERE f.user_id = ?")
+        args: list = [user_id]
+        if subject is not None:
+            sql += " AND f.subject = ?"
+            args.append(fact_key(subject, "")[0])
+        if status is not None:
+            sql += " AND f.status = ?"
+            args.append(status)
+        with self._lock:
+            rows = self.db.execute(sql + " ORDER BY f.time DESC, f.id DESC", args).fetchall()
+        keys = ("id", "subject", "predicate", "object", "quote", "note_id", "char_start", "char_end", "time",
+                "origin", "status", "superseded_by", "superseded_by_note")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def summary(self, note_id: str, user_id: str) -> str | None:
+        with self._lock:
+            row = self.db.execute("SELECT summary FROM notes WHERE note_id = ? AND user_id = ?",
+                                  (note_id, user_id)).fetchone()
+        return row[0] if row else None
+
+    def llm_counts(self, user_id: str | None = None) -> dict:
+        """Jobs pending and parked (the parked ones with their errors), facts by status (``status``)."""
+        where, args = (" AND user_id = ?", (user_id,)) if user_id is not None else ("", ())
+        with self._lock:
+            jobs = f"FROM jobs WHERE kind = '{self.LLM_JOB}'{where}"
+            pending = self.db.execute(f"SELECT COUNT(*) {jobs} AND parked = 0", args).fetchone()[0]
+            parked = self.db.execute(f"SELECT note_id, attempts, error {jobs} AND parked = 1 ORDER BY next_try DESC",
+                                     args).fetchall()
+            facts = dict(self.db.execute(f"SELECT status, COUNT(*) FROM facts WHERE 1 = 1{where} GROUP BY status",
+                                         args))
+        return {"jobs_pending": pending, "jobs_parked": len(parked),
+                "parked": [{"note_id": n, "attempts": a, "error": e} for n, a, e in parked[:5]],
+                "facts": sum(facts.values()), "facts_by_status": facts}
+
+
+def fact_key(subject: str, predicate: str) -> tuple[str, str]:
+    """How a fact's group is compared: the subject as written (whitespace collapsed), the
+    predicate in lower case."""
+    return " ".join(subject.split()), " ".join(predicate.split()).casefold()
+
+
+def _settle_group(db: sqlite3.Connection, user_id: str, subject: str, predicate: str) -> None:
+    """The newest note's facts in the group are active, and any fact stating one of their
+    objects; the others are superseded by the group's newest fact."""
+    rows = db.execute(
+        "SELECT id, note_id, object FROM facts WHERE user_id = ? AND subject = ? AND predicate = ? "
+        "AND status IN ('active', 'superseded') ORDER BY time DESC, id DESC", (user_id, subject, predicate)).fetchall()
+    if not rows:
+        return
+    head_id, head_note = rows[0][0], rows[0][1]
+    current = {o.casefold() for _, n, o in rows if n == head_note}
+    for fact_id, _note, obj in rows:
+        if obj.casefold() in current:
+            db.execute("UPDATE facts SET status = 'active', superseded_by = NULL WHERE id = ?", (fact_id,))
+        else:
+            db.execute("UPDATE facts SET status = 'superseded', superseded_by = ? WHERE id = ?", (head_id, fact_id))
 
 
 def _forget(db: sqlite3.Connection, note_id: str, keep_jobs: bool = False) -> set[int]:

@@ -46,6 +46,7 @@ from rag.redact import safe_url
 
 from . import api
 from .capture import Capture
+from .memory_jobs import MemoryJobs
 from .metrics_wiring import attach_metrics
 from .service import PassResult, SyncService
 from .state import State
@@ -127,6 +128,7 @@ class Daemon:
         self.capture: Capture | None = None  # writing from chat into Leanote (sync.capture)
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
+        self.memory_jobs: MemoryJobs | None = None  # the memory's LLM tier (sync.memory_jobs)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -208,6 +210,10 @@ class Daemon:
             tasks += [asyncio.create_task(self._supervise(service)) for service in self.services]
             tasks.append(asyncio.create_task(self._watchdog()))
             tasks.append(asyncio.create_task(self.capture.run(self.stopping)))
+            # the memory's LLM tier: never while an answer holds the LLM (sync.memory_jobs)
+            self.memory_jobs = MemoryJobs(lambda: self.settings, lambda: self.sync.memory if self.sync else None,
+                                          self.answers)
+            tasks.append(asyncio.create_task(self.memory_jobs.run(self.stopping)))
             self.systemd.notify("READY=1\nSTATUS=serving")
             await self.stopping.wait()
         finally:

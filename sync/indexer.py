@@ -36,9 +36,11 @@ import numpy as np
 from rag.config import ExcludeConfig
 from rag.errors import LeanoteRagError, NoteError, UserError
 from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
+from rag.entities import text_of
 from rag.memory import MemoryStore
 from rag.model import Note, rule_key
 
+from .memory_jobs import wanted as llm_wanted
 from .sources import Checkpoint, Known, SnapshotItem, Skipped, Unchanged
 from .state import INDEXED, AccountRecord, NoteRecord, State
 
@@ -457,6 +459,11 @@ class Indexer:
                        retagged: dict[str, Note]) -> None:
         """The memory follows the notes of the transaction just committed."""
         started = time.monotonic()
+        llm_jobs = llm_wanted(self.index.settings)
+        # related notes (rag.related): queue the changed notes and those whose pairs point at a
+        # changed or removed one, before the memory drops those pairs; recomputed after the pass
+        removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
+        self._memory_call(self.memory.related_mark, {n: p.note.user_id for n, p in remember.items()}, removed)
         for note_id, rec in pending.items():
             if rec is None or rec.status != INDEXED:
                 self._memory_call(self.memory.remove_note, note_id)
@@ -466,7 +473,17 @@ class Indexer:
             rec = pending.get(note_id, self.state.note(note_id) if note_id not in pending else None)
             if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
                 self._memory_call(self.memory.remember, prepared, self.base_url)
+                if llm_jobs:  # the LLM tier, in the background (sync.memory_jobs)
+                    self._memory_call(self._enqueue_llm, prepared)
+        if pending or remember:  # facts whose newest statement went: the one before is active again
+            self._memory_call(self.memory.settle_facts)
         self.memory_seconds += time.monotonic() - started
+
+    def _enqueue_llm(self, prepared: PreparedNote) -> None:
+        note = prepared.note
+        updated = note.updated_at.timestamp() if note.updated_at is not None else None
+        self.memory.enqueue_llm(note.user_id, note.id, prepared.content_hash,
+                                text_of([pc.chunk for pc in prepared.chunks]), title=note.title, updated=updated)
 
     def _memory_call(self, fn, *args, default=None):
         """A call into the memory that must not fail the sync: an error is logged (once per

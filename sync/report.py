@@ -85,7 +85,7 @@ def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:
         return None
     with MemoryStore(memory_path(settings)) as memory:
         if users is None:
-            return memory.counts()
+            return {**memory.counts(), "llm": memory.llm_counts()}
         totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
         for user in users:
             c = memory.counts(user)
@@ -93,7 +93,21 @@ def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:
                 totals["notes"][tier] = totals["notes"].get(tier, 0) + n
             totals["entities"] += c["entities"]
             totals["mentions"] += c["mentions"]
+        totals["llm"] = _llm_totals([memory.llm_counts(user) for user in users])
         return totals
+
+
+def _llm_totals(parts: list[dict]) -> dict:
+    """The LLM tier's counts (``MemoryStore.llm_counts``) of several users as one."""
+    out: dict = {"jobs_pending": 0, "jobs_parked": 0, "parked": [], "facts": 0, "facts_by_status": {}}
+    for c in parts:
+        for key in ("jobs_pending", "jobs_parked", "facts"):
+            out[key] += c[key]
+        out["parked"] += c["parked"]
+        for status, n in c["facts_by_status"].items():
+            out["facts_by_status"][status] = out["facts_by_status"].get(status, 0) + n
+    out["parked"] = out["parked"][:5]
+    return out
 
 
 def print_status(report: dict) -> None:
@@ -130,6 +144,13 @@ def print_status(report: dict) -> None:
     if memory:
         tiers = ", ".join(f"{n} by {tier}" for tier, n in sorted(memory["notes"].items())) or "none yet"
         click.echo(f"memory:   notes processed: {tiers}; {memory['entities']} entities, {memory['mentions']} mentions")
+        llm = memory.get("llm")
+        if llm:
+            facts = ", ".join(f"{n} {s}" for s, n in sorted(llm["facts_by_status"].items()))
+            click.echo(f"          LLM tier: {llm['jobs_pending']} jobs pending, {llm['jobs_parked']} parked; "
+                       f"{llm['facts']} facts" + (f" ({facts})" if facts else ""))
+            for job in llm["parked"]:
+                click.echo(f"          parked {job['note_id']} after {job['attempts']} attempts: {job['error']}")
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

@@ -32,6 +32,7 @@ from rag.config import Settings
 from rag.errors import AuthFailed, LeanoteRagError, Unavailable, UserError
 from rag.index import NoteIndex
 from rag.memory import MemoryStore
+from rag import related
 
 from .incremental import AccountResult, AccountSync
 from .indexer import Indexer, Progress, Stopped, Summary
@@ -50,6 +51,7 @@ class PassResult:
     skipped: dict[str, str] = field(default_factory=dict)  # backing off, or stopped on auth
     seconds: float = 0.0
     stopped: bool = False  # cut short by request_stop(): the next pass carries on
+    related: int = 0  # notes whose related notes were recomputed after the pass
 
     @property
     def summary(self) -> Summary:
@@ -74,6 +76,20 @@ def open_memory(settings: Settings) -> MemoryStore | None:
     except LeanoteRagError as err:
         log.warning("memory off for now: %s", err)
         return None
+
+
+def chunk_vectors(state: State):
+    """A note's (point id, dense vector) pairs as indexed, from the embedding cache (keyed
+    by the chunks' text hashes, kept while a chunk uses them): None when it is not indexed."""
+
+    def read(note_id: str):
+        rec = state.note(note_id)
+        if rec is None or rec.status != "indexed" or not rec.point_ids:
+            return None
+        cached = state.cached_vectors(rec.chunk_keys)
+        return [(pid, cached[key]) for pid, key in zip(rec.point_ids, rec.chunk_keys) if key in cached]
+
+    return read
 
 
 class SyncService:
@@ -146,13 +162,30 @@ class SyncService:
                     self._notify(PassResult(failures={"*": f"{type(err).__name__}: {err}"},
                                             seconds=round(time.monotonic() - started, 3)))
                 raise
+            result.related = self._refresh_related()
             error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
             summary = result.summary.as_json()
             summary["reconcile"] = reconcile
             summary["stopped"] = result.stopped
+            summary["related"] = result.related
             self.state.finish_run(run_id, summary, error=error)
             self._notify(result)
             return result
+
+    def _refresh_related(self) -> int:
+        """After a pass: related notes of the notes it changed and of those whose pairs
+        pointed at them (queued by the indexer); never fails the pass. How many notes."""
+        if self.memory is None:
+            return 0
+        try:
+            done = related.refresh(self.index.store, self.memory, chunk_vectors(self.state),
+                                   min_score=self.settings.memory.related_min_score, should_stop=self._stop.is_set)
+        except Exception as err:
+            log.warning("related notes not updated: %s", err, exc_info=not isinstance(err, (OSError, LeanoteRagError)))
+            return 0
+        if done.recomputed or done.failed:
+            log.info(done.line())
+        return len(done.recomputed)
 
     def _notify(self, result: PassResult) -> None:
         for observe in self.observers:

@@ -10,7 +10,7 @@ import pytest
 from rag import entities as ex
 from rag.cli import main
 from rag.index import NoteIndex
-from rag.memory import MemoryStore, Mention, NoteInfo, path_for
+from rag.memory import MIGRATIONS, MemoryStore, Mention, NoteInfo, path_for
 from rag.model import Note
 from sync.service import SyncService
 from sync.state import State
@@ -178,7 +178,7 @@ def test_store_lifecycle_and_user_scoping(tmp_path):
 
     # the schema has a version; opening again migrates nothing
     again = MemoryStore(tmp_path / "memory.sqlite")
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     assert again.users() == {"u2": 1}
     again.close()
 

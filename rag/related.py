@@ -1,0 +1,191 @@
+"""Related notes: for a note, the same user's notes that belong with it, and why.
+
+A note's score against another of the user's notes is
+
+    dense + ENTITY_WEIGHT * min(1, Σ idf(shared rare entities) / ENTITY_CAP)  [+ LINK_BOOST when linked]
+
+- ``dense``: every chunk of the note asks the store for its ``NEIGHBOURS`` nearest chunks
+  of the same user (the note's own chunks left out); per other note, the mean of its two
+  best chunk-pair cosines (one pair: that one). A note that shares rare entities but whose
+  chunks were not among the neighbours gets its pairs from one more search restricted to
+  those notes (``note_ids`` filter). The chunk vectors are the ones the index holds; the
+  sync reads them back from its embedding cache (by text hash), nothing is embedded again.
+- shared rare entities (``rag.memory``: terms, code, headings, link labels, tags)
+  mentioned by 2..``rare_max(N)`` of the user's N notes, each weighted by
+  ``idf = ln(N / notes mentioning it)``.
+- links (optional, ``links``): notes the note links to explicitly, a reason with a boost.
+
+Pairs under ``min_score`` (``memory.related_min_score``) are not kept; at most ``TOP`` per
+note. Each pair keeps its reasons: ``{"similarity", "entities": [{name, kind, notes}],
+"passages": {"chunk", "other_chunk", "snippet", "other_snippet", "similarity"}, "link"}``.
+
+Storage (``MemoryStore.replace_related``) is per direction, written both ways: computing a
+note replaces its own list and puts itself in the list of each note it found.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .memory import MemoryStore
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_SCORE = 0.7  # the highest that loses no recall@5 on the shared corpus (bench/related.py)
+NEIGHBOURS = 20  # chunks each chunk asks for
+TOP = 10  # pairs kept per note
+ENTITY_WEIGHT = 0.25
+ENTITY_CAP = 12.0  # Σ idf that counts as full entity evidence
+LINK_BOOST = 0.5
+SNIPPET = 120
+
+ChunkVectors = Sequence[tuple[str, np.ndarray]]  # (point id, dense vector) of a note's chunks
+
+
+def rare_max(notes: int) -> int:
+    """The most notes a rare entity may be mentioned by."""
+    return max(3, int(notes * 0.02))
+
+
+@dataclass
+class Related:
+    note_id: str
+    score: float
+    similarity: float
+    entities: list[dict] = field(default_factory=list)
+    passage: tuple[str, str, float] | None = None  # (own chunk, other chunk, cosine)
+    link: bool = False
+
+    def reasons(self, snippets: dict[str, str], mirror: bool = False) -> dict:
+        out: dict = {"similarity": round(self.similarity, 4), "entities": self.entities}
+        if self.passage is not None:
+            own, other, sim = self.passage
+            if mirror:
+                own, other = other, own
+            out["passages"] = {"chunk": own, "other_chunk": other, "similarity": round(sim, 4),
+                               "snippet": snippets.get(own, ""), "other_snippet": snippets.get(other, "")}
+        if self.link:
+            out["link"] = True
+        return out
+
+
+def _snip(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= SNIPPET else text[: SNIPPET - 1] + "…"
+
+
+def compute(store: Store, memory: MemoryStore, user_id: str, note_id: str, chunks: ChunkVectors, *,
+            min_score: float = DEFAULT_MIN_SCORE, links: Iterable[str] = (), notes: int | None = None,
+            top: int = TOP) -> list[Related]:
+    """The note's related notes, best first, at least ``min_score``, never itself or
+    another user's."""
+    pairs: dict[str, list[tuple[float, str, str]]] = defaultdict(list)  # other note -> (cos, own, theirs)
+
+    def ask(vectors: ChunkVectors, limit: int, only: list[str] | None = None) -> None:
+        for own, vector in vectors:
+            dense, _ = store.search(np.asarray(vector, dtype=np.float32), None, user_id, limit, note_ids=only)
+            for hit in dense:
+                if hit.note_id != note_id:
+                    pairs[hit.note_id].append((hit.score, own, hit.id))
+
+    ask(chunks, NEIGHBOURS + len(chunks))
+    n = notes if notes is not None else memory.users().get(user_id, 0)
+    shared: dict[str, list[dict]] = defaultdict(list)
+    idf: dict[str, float] = defaultdict(float)
+    if n:
+        for other, name, kind, df in memory.shared_entities(user_id, note_id, rare_max(n)):
+            shared[other].append({"name": name, "kind": kind, "notes": df})
+            idf[other] += math.log(n / df)
+    links = {x for x in links if x != note_id}
+    missing = sorted((set(shared) | links) - set(pairs))
+    if missing:
+        ask(chunks, 4 * len(missing), missing)
+    found = []
+    for other in set(pairs) | set(shared) | links:
+        sims = sorted(pairs.get(other, ()), reverse=True)
+        best = sims[0] if sims else None
+        similarity = (sims[0][0] + sims[1][0]) / 2 if len(sims) > 1 else (sims[0][0] if sims else 0.0)
+        score = similarity + ENTITY_WEIGHT * min(1.0, idf.get(other, 0.0) / ENTITY_CAP)
+        if other in links:
+            score += LINK_BOOST
+        if score < min_score:
+            continue
+        ents = sorted(shared.get(other, []), key=lambda e: (e["notes"], e["name"]))[:8]
+        found.append(Related(other, round(score, 4), similarity, ents,
+                             (best[1], best[2], best[0]) if best else None, other in links))
+    found.sort(key=lambda r: (-r.score, r.note_id))
+    return found[:top]
+
+
+def store_pairs(store: Store, memory: MemoryStore, user_id: str, note_id: str, found: list[Related]) -> None:
+    """Save the note's related notes with their reasons (snippets read from the points)."""
+    ids = sorted({p for r in found if r.passage for p in r.passage[:2]})
+    payloads = store.payloads(ids) if ids else {}
+    snippets = {pid: _snip(p.get("text", "")) for pid, p in payloads.items()}
+    memory.replace_related(user_id, note_id, [(r.note_id, r.score, r.reasons(snippets), r.reasons(snippets, True))
+                                              for r in found])
+
+
+@dataclass
+class Refresh:
+    recomputed: list[str] = field(default_factory=list)
+    pairs: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (f"related notes: {len(self.recomputed)} notes recomputed, {self.pairs} pairs"
+                + (f", {self.failed} failed" if self.failed else "") + f"; {self.seconds:.2f} s")
+
+
+def refresh(store: Store, memory: MemoryStore, vectors_of: Callable[[str], ChunkVectors | None], *,
+            min_score: float = DEFAULT_MIN_SCORE, should_stop: Callable[[], bool] = lambda: False) -> Refresh:
+    """Recompute the notes queued by ``MemoryStore.related_mark`` (changed notes and those
+    whose pairs pointed at a changed or removed one), and only those. ``vectors_of`` gives a
+    note's chunk vectors (None: the note is not indexed now, its job just goes)."""
+    started = time.monotonic()
+    result = Refresh()
+    counts = memory.users()
+    for note_id, user_id in memory.related_jobs():
+        if should_stop():
+            break
+        try:
+            chunks = vectors_of(note_id)
+            if chunks is not None:
+                found = compute(store, memory, user_id, note_id, chunks, min_score=min_score,
+                                notes=counts.get(user_id, 0))
+                store_pairs(store, memory, user_id, note_id, found)
+                result.recomputed.append(note_id)
+                result.pairs += len(found)
+        except Exception as err:  # one note must not stop the others; its job stays for the next pass
+            result.failed += 1
+            log.warning("related notes of %s failed: %s", note_id, err, exc_info=True)
+            continue
+        memory.related_done([note_id])
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def for_text(memory: MemoryStore, user_id: str, hit_notes: Sequence[tuple[str, float]], k: int) -> list[dict]:
+    """Notes most related to a question: the top notes found for it (``hit_notes``: note id
+    and search score, best first), then their related notes, each scored by its best
+    (search rank weight × pair score); the hits themselves come first."""
+    out: dict[str, dict] = {}
+    for rank, (note_id, _) in enumerate(hit_notes):
+        weight = 1.0 / (1 + rank)
+        info = memory.note_info(user_id, note_id)
+        if info is not None and note_id not in out:
+            out[note_id] = {**info, "score": round(1.0 + weight, 4), "reasons": {"search": rank + 1}}
+        for r in memory.related_of(user_id, note_id):
+            score = round(weight * r["score"], 4)
+            if r["note_id"] not in out or out[r["note_id"]]["score"] < score:
+                out[r["note_id"]] = {**r, "score": score, "reasons": {**r["reasons"], "via": note_id}}
+    return sorted(out.values(), key=lambda x: (-x["score"], x["note_id"]))[:k]

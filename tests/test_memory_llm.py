@@ -1,0 +1,289 @@
+"""The memory's LLM tier (issue 12): one schema-constrained call per note, quotes checked
+against the note, jobs with retries and parking on a fake clock, supersession between
+notes and its undoing when the newer note goes, stale jobs dropped, answers first, and
+each user's facts their own. The LLM is the fake Ollama."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from rag.answer import AnswerService
+from rag.extract import MAX_CALLS, find_quote, sections
+from rag.index import NoteIndex
+from rag.llm import OllamaChat
+from rag.memory import MemoryStore
+from rag.model import Note
+from sync.indexer import Indexer
+from sync.memory_jobs import MemoryJobs
+from sync.report import memory_counts
+from sync.state import INDEXED
+
+from fakes.ollama import FakeOllama
+
+POSTGRES = """# 数据库迁移
+我们在 2023 年把项目 Atlas 的数据库从 MySQL 换成了 PostgreSQL。
+连接池用 pgbouncer，pool_size 设为 20。"""
+POSTGRES_2025 = """# 数据库再迁移
+今年项目 Atlas 的数据库又从 PostgreSQL 换成了 SQLite，
+因为数据量很小。"""
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def reply(summary: str, relations: list[tuple[str, str, str, str]], entities=(("Atlas", "project"),)) -> str:
+    return json.dumps({
+        "summary": summary,
+        "entities": [{"name": n, "type": t} for n, t in entities],
+        "relations": [{"subject": s, "predicate": p, "object": o, "quote": q} for s, p, o, q in relations],
+    }, ensure_ascii=False)
+
+
+ATLAS_PG = reply("项目 Atlas 的数据库从 MySQL 迁到 PostgreSQL", [
+    ("Atlas", "uses database", "PostgreSQL", "把项目 Atlas 的数据库从 MySQL 换成了 PostgreSQL"),
+    ("Atlas", "uses pooler", "pgbouncer", "连接池用 pgbouncer"),
+    ("Atlas", "uses cache", "Redis", "缓存用 Redis"),  # not in the note: dropped
+])
+ATLAS_SQLITE = reply("Atlas 改用 SQLite", [
+    ("Atlas", "USES   database", "SQLite", "又从 PostgreSQL 换成了 SQLite"),  # quote across a line break
+])
+
+
+@pytest.fixture
+def fake():
+    with FakeOllama() as ollama:
+        yield ollama
+
+
+@pytest.fixture
+def world(tmp_path, settings_factory, fake):
+    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, memory={"llm": "on"})
+    clock = Clock()
+    store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
+    answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
+    jobs = MemoryJobs(lambda: settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
+    yield SimpleNamespace(settings=settings, clock=clock, store=store, answers=answers, jobs=jobs, fake=fake)
+    answers.close()
+    store.close()
+
+
+def add_note(w, note_id: str, text: str, updated: float, user: str = "u1", content_hash: str | None = None) -> dict:
+    """The no-LLM tier's row for the note (as ``remember`` writes it) and its LLM job."""
+    content_hash = content_hash or f"h-{note_id}-{len(text)}"
+    w.store.replace_note(user, note_id, content_hash, [])
+    w.store.enqueue_llm(user, note_id, content_hash, text, title=note_id, updated=updated)
+    w.clock.t += 1  # jobs are taken oldest first
+    return {"note_id": note_id, "content_hash": content_hash}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def jobs_of(store) -> list[tuple]:
+    with store._lock:
+        return store.db.execute("SELECT note_id, attempts, parked, error, next_try FROM jobs ORDER BY note_id").fetchall()
+
+
+# --- extraction ------------------------------------------------------------------------------
+
+
+def test_quotes_are_found_whitespace_aside_and_long_notes_are_capped():
+    assert find_quote("换成了  SQLite", "又从 PostgreSQL 换成了\nSQLite，") is not None
+    start, end = find_quote("换成了 SQLite", "又从 PostgreSQL 换成了\nSQLite，")
+    assert "又从 PostgreSQL 换成了\nSQLite，"[start:end] == "换成了\nSQLite"
+    assert find_quote("缓存用 Redis", POSTGRES) is None
+    parts, skipped = sections("\n\n".join(["段落" * 1000] * 10), limit=6000)
+    assert len(parts) == MAX_CALLS and skipped > 0 and all(len(p) <= 6000 for p in parts)
+    assert sections(POSTGRES) == ([POSTGRES], 0)
+
+
+def test_a_schema_valid_reply_is_stored_with_quotes_and_a_bad_quote_is_dropped(world):
+    w = world
+    add_note(w, "n1", POSTGRES, updated=100.0)
+    w.fake.reply_structured(ATLAS_PG)
+    assert run(w.jobs.step()) is True
+    calls = w.fake.structured_chats()
+    assert len(calls) == 1 and calls[0]["format"]["required"] == ["summary", "entities", "relations"]
+    assert w.store.summary("n1", "u1") == "项目 Atlas 的数据库从 MySQL 迁到 PostgreSQL"
+    facts = w.store.facts("u1")
+    assert {(f["predicate"], f["object"]) for f in facts} == {("uses database", "PostgreSQL"), ("uses pooler", "pgbouncer")}
+    for f in facts:
+        assert f["origin"] == "llm" and f["status"] == "active" and f["note_id"] == "n1" and f["time"] == 100.0
+        assert POSTGRES[f["char_start"]:f["char_end"]] == f["quote"]
+    stats = w.jobs.last
+    assert stats["calls"] == 1 and stats["dropped"] == 1 and stats["relations"] == 2
+    assert stats["prompt_tokens"] > 0 and stats["output_tokens"] > 0
+    assert jobs_of(w.store) == []
+    counts = w.store.llm_counts()
+    assert counts["jobs_pending"] == 0 and counts["facts"] == 2
+    assert w.store.counts()["notes"] == {"llm": 1}
+
+
+def test_invalid_json_is_retried_on_schedule_then_parked_with_its_error(world):
+    w = world
+    add_note(w, "n1", POSTGRES, updated=100.0)
+    for _ in range(5):
+        w.fake.reply_structured('{"summary": "cut off')
+    schedule = []
+    for attempt in range(1, 6):
+        assert run(w.jobs.step()) is True
+        note_id, attempts, parked, error, next_try = jobs_of(w.store)[0]
+        assert attempts == attempt and "not JSON" in error
+        schedule.append(None if parked else next_try - w.clock.t)
+        if not parked and next_try > w.clock.t:
+            assert run(w.jobs.step()) is False  # not due before its time
+            w.clock.t = next_try
+    assert schedule == [0.0, 120.0, 600.0, 1800.0, None]
+    assert run(w.jobs.step()) is False  # parked: never taken again
+    assert len(w.fake.structured_chats()) == 5
+    counts = w.store.llm_counts()
+    assert counts["jobs_parked"] == 1 and counts["jobs_pending"] == 0 and "not JSON" in counts["parked"][0]["error"]
+    assert w.store.facts("u1") == []
+
+
+def test_a_newer_note_supersedes_and_the_older_fact_returns_when_it_goes(world):
+    w = world
+    add_note(w, "old", POSTGRES, updated=100.0)
+    add_note(w, "new", POSTGRES_2025, updated=200.0)
+    w.fake.reply_structured(ATLAS_PG)
+    w.fake.reply_structured(ATLAS_SQLITE)
+    assert run(w.jobs.step()) and run(w.jobs.step())
+    db = {f["object"]: f for f in w.store.facts("u1", "Atlas")}
+    assert db["SQLite"]["status"] == "active" and db["SQLite"]["predicate"] == "uses database"
+    assert db["PostgreSQL"]["status"] == "superseded"
+    assert db["PostgreSQL"]["superseded_by"] == db["SQLite"]["id"] and db["PostgreSQL"]["superseded_by_note"] == "new"
+    assert db["pgbouncer"]["status"] == "active"  # another predicate: untouched
+    # an older note processed after the newer one does not win either
+    add_note(w, "older", POSTGRES.replace("2023", "2021"), updated=50.0)
+    w.fake.reply_structured(ATLAS_PG)
+    assert run(w.jobs.step())
+    statuses = {(f["note_id"], f["object"]): f["status"] for f in w.store.facts("u1", "Atlas", )}
+    assert statuses[("older", "PostgreSQL")] == "superseded" and statuses[("new", "SQLite")] == "active"
+    # the newer note goes: its facts with it, and PostgreSQL is the newest statement again
+    w.store.remove_note("new")
+    assert w.store.settle_facts() == 1
+    db = [f for f in w.store.facts("u1", "Atlas") if f["predicate"] == "uses database"]
+    assert {(f["note_id"], f["object"], f["status"]) for f in db} == {
+        ("old", "PostgreSQL", "active"), ("older", "PostgreSQL", "active")}
+
+
+def test_the_indexer_queues_jobs_and_settles_facts_after_a_removal(world, tmp_path):
+    w = world
+    index = NoteIndex(w.settings, store=None, embedder=type("E", (), {"model_id": "x", "dim": 3})(), index_id="i")
+    indexer = Indexer.__new__(Indexer)
+    indexer.memory, indexer.index, indexer.base_url = w.store, index, "http://leanote"
+    indexer.memory_seconds, indexer._memory_errors = 0.0, set()
+    prepared = index.prepare(Note("n1", "u1", "迁移", POSTGRES))
+    rec = SimpleNamespace(status=INDEXED, content_hash=prepared.content_hash)
+    indexer._update_memory({"n1": rec}, {"n1": prepared}, {})
+    job = w.store.due_job()
+    assert job["content_hash"] == prepared.content_hash and "pgbouncer" in job["text"] and job["title"] == "迁移"
+    off = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(update={"llm": "off"})})
+    index.settings = off
+    w.store.remove_note("n1")
+    indexer._update_memory({"n1": rec}, {"n1": prepared}, {})
+    assert w.store.due_job() is None  # memory.llm: off queues nothing
+
+
+def test_a_job_whose_note_changed_or_went_is_dropped(world):
+    w = world
+    first = add_note(w, "n1", POSTGRES, updated=100.0)
+    stale = w.store.due_job()
+    add_note(w, "n1", POSTGRES + "\n补充一句。", updated=150.0)  # edited: a new job replaces the old one
+    assert w.store.job_current(stale) is False
+    assert w.store.due_job()["content_hash"] != first["content_hash"]
+    # the note changes while its extraction runs: what came back is not stored
+    job = w.store.due_job()
+    w.store.replace_note("u1", "n1", "h-third", [])
+    assert w.store.store_llm(job, "s", [], {}) is False and w.store.facts("u1") == []
+    # a note that went: its job goes with it, and a job left behind is dropped unseen
+    add_note(w, "n2", POSTGRES, updated=100.0)
+    w.store.remove_note("n2")
+    assert w.store.due_job() is None
+    w.store.enqueue_llm("u1", "ghost", "h", "text")
+    assert run(w.jobs.step()) is True and w.jobs.dropped == 1 and w.fake.structured_chats() == []
+
+
+def test_the_worker_gives_way_to_answers(world):
+    w = world
+
+    async def scenario():
+        add_note(w, "n1", POSTGRES, updated=100.0)
+        slots = w.answers.llm_slots
+        # an answer holds the LLM: the worker does not start
+        async with slots:
+            assert await w.jobs.step() is False
+        assert w.fake.structured_chats() == []
+        # an answer comes while the extraction runs: the extraction is cancelled, no attempt counted
+        pieces = [ATLAS_PG[i:i + 10] for i in range(0, len(ATLAS_PG), 10)]
+        w.fake.reply_structured(*pieces, delay=0.05)
+        step = asyncio.create_task(w.jobs.step())
+        await asyncio.sleep(0.3)
+        async with slots:
+            started = asyncio.get_running_loop().time()
+            assert await asyncio.wait_for(step, 2) is False
+            assert asyncio.get_running_loop().time() - started < 0.5
+        assert w.jobs.preempted == 1 and jobs_of(w.store)[0][1] == 0
+        # with the quiet period, a just-finished answer still keeps it off
+        w.jobs.quiet = 0.2
+        async with slots:
+            assert await w.jobs.step() is False
+        assert await w.jobs.step() is False
+        await asyncio.sleep(0.25)
+        w.fake.reply_structured(ATLAS_PG)
+        assert await w.jobs.step() is True and w.jobs.done == 1
+
+    run(scenario())
+    assert len(w.fake.structured_chats()) == 2
+
+
+def test_facts_are_per_user_and_auto_waits_while_the_llm_fails(world):
+    w = world
+    add_note(w, "a", POSTGRES, updated=100.0, user="u1")
+    add_note(w, "b", POSTGRES_2025, updated=200.0, user="u2")
+    w.fake.reply_structured(ATLAS_PG)
+    w.fake.reply_structured(ATLAS_SQLITE)
+    assert run(w.jobs.step()) and run(w.jobs.step())
+    assert {f["object"] for f in w.store.facts("u1")} == {"PostgreSQL", "pgbouncer"}
+    assert all(f["status"] == "active" for f in w.store.facts("u1"))  # u2's newer note supersedes nothing of u1's
+    assert [f["object"] for f in w.store.facts("u2")] == ["SQLite"]
+    assert w.store.summary("b", "u1") is None
+    assert w.store.llm_counts("u1")["facts"] == 2 and w.store.llm_counts("u2")["facts"] == 1
+    # auto: not while the answers' last LLM call failed (tried again after `probe`)
+    auto = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(update={"llm": "auto"})})
+    w.jobs.settings = lambda: auto
+    assert w.jobs.ready()
+    w.answers._llm_failing = True
+    w.jobs._probed = float("inf") * -1
+    assert w.jobs.ready()  # a probe is due
+    w.jobs._probed = 1e18
+    assert not w.jobs.ready()
+
+
+def test_status_shows_jobs_and_facts(world, settings_factory):
+    w = world
+    settings = w.settings
+    store = MemoryStore.open_for(settings)
+    store.replace_note("u1", "n1", "h", [])
+    store.enqueue_llm("u1", "n1", "h", POSTGRES)
+    job = store.due_job()
+    for _ in range(5):
+        job = store.due_job(float("inf")) or job
+        store.fail_job(job, "Ollama did not answer in time", (0, 0, 0, 0))
+    store.replace_note("u1", "n2", "h2", [])
+    store.enqueue_llm("u1", "n2", "h2", POSTGRES)
+    store.close()
+    counts = memory_counts(settings, None)["llm"]
+    assert counts["jobs_pending"] == 1 and counts["jobs_parked"] == 1
+    assert counts["parked"][0]["error"] == "Ollama did not answer in time"
+    assert memory_counts(settings, ["u2"])["llm"]["jobs_pending"] == 0
