@@ -78,6 +78,7 @@ class AccountSync:
         acc.user_id = self.session.user_id
         acc.server_usn = server
         acc.last_attempt = self.clock()
+        self._memory_catch_up()
         # Idle only when a complete pass already saw this USN. Not by the cursors: notebooks
         # and notes are pulled apart, so after a pass cut short (stopped, killed) the notebook
         # cursor can be at the server's USN while notes below it are still to be read.
@@ -118,6 +119,30 @@ class AccountSync:
         self.indexer.finish()
         self.summary.seconds = round(time.monotonic() - started, 3)
         return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
+
+    def _memory_catch_up(self) -> None:
+        """Notes the index holds at a text the memory never processed (a kill between the
+        index's commit and the memory's, or the memory turned on later): the cursor is past
+        them, so they are read again by id and handed to the memory; their points stay,
+        nothing is embedded. No request at all when the memory is complete."""
+        memory = self.indexer.memory
+        if memory is None:
+            return
+        hashes = self.indexer._memory_call(memory.hashes, default=None)
+        if hashes is None:
+            return
+        missing = [r.note_id for r in self.state.notes_of(self.source, self.session.account)
+                   if r.status == INDEXED and hashes.get(r.note_id) != r.content_hash]
+        if not missing:
+            return
+        log.info("memory: reading %d note(s) again that it missed", len(missing))
+        paths = notebook_paths(self.state.notebooks(self.source))
+        for i in range(0, len(missing), 100):
+            self.indexer.check_stop()
+            for note in self.session.notes_by_id(missing[i:i + 100]):
+                if isinstance(note, Note):
+                    self.indexer.apply(with_path(note, paths))
+            self.indexer.commit()
 
     def _fetch_and_apply(self, metas: list[Note]) -> None:
         if not metas:

@@ -39,6 +39,7 @@ def api_settings(tmp: Path, leanote_url: str, ollama_url: str):
             {"email": "one@example.com", "password_env": "LR_PW_ONE"},
             {"email": "two@example.com", "password_env": "LR_PW_TWO"}]},
         embedder={"kind": "ollama", "host": ollama_url},
+        memory={"enabled": False},  # the sync alone; the memory through a kill is in the test below
     )
 
 
@@ -212,6 +213,11 @@ def test_killed_sync_resumes_to_the_same_index(servers, tmp_path):
     assert got[1] == ref[1]  # note rows: status, usn, hashes, point ids
     assert got[0].keys() == ref[0].keys()  # no point lost, none duplicated, none stale
     assert got[0] == ref[0]
+    # the memory followed: the same notes processed, the same entities and mentions
+    from rag.memory import MemoryStore
+
+    with MemoryStore.open_for(config_mod.load(reference)) as a, MemoryStore.open_for(config_mod.load(crashed)) as b:
+        assert b.counts() == a.counts() and a.counts()["mentions"] > 0
 
 
 def test_sigterm_mid_sync_stops_within_seconds_and_a_restart_finishes_it(servers, tmp_path):
@@ -242,7 +248,7 @@ def test_sigterm_mid_sync_stops_within_seconds_and_a_restart_finishes_it(servers
             f"    - {{email: one@example.com, password_env: LR_PW_ONE}}\n"
             f"    - {{email: two@example.com, password_env: LR_PW_TWO}}\n"
             f"embedder: {{kind: ollama, host: '{ollama.url}'}}\nollama: {{enabled: false}}\n"
-            f"rerank: {{kind: none}}\nsync: {{page_size: 20, interval: 1h}}\n"
+            f"rerank: {{kind: none}}\nsync: {{page_size: 20, interval: 1h}}\nmemory: {{enabled: false}}\n"
         )
         return path
 
