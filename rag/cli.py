@@ -31,7 +31,7 @@ from .entities import KINDS
 from .eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
 from .feedback import FeedbackStore, path_for
 from .index import NoteIndex
-from .memory import MemoryStore
+from .memory import MemoryStore, correction_id, correction_target
 from .memory import path_for as memory_path
 from .redact import redact_in_logs, safe_url
 from .retrieve import RETRIEVERS, resolve_user
@@ -193,6 +193,10 @@ def _print_trace(answer) -> None:
     click.echo(f"  rerank:     {t.rerank}")
     if t.budget:
         click.echo(f"  budget:     {t.budget}")
+    if t.entities:
+        click.echo(f"  entities:   {'; '.join(t.entities)}")
+    for line in t.facts:
+        click.echo(f"  fact:       {line}")
     click.echo(f"  decision:   {t.decision}")
     if t.llm_error:
         click.echo(f"  llm error:  {t.llm_error}")
@@ -374,23 +378,59 @@ def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json:
         click.echo(f"{_cell(e['name'], 40)}  {e['kind']:<8} {e['notes']:>5} {e['mentions']:>8}")
 
 
-@cli.command()
+class _MemoryGroup(click.Group):
+    """``memory ENTITY`` as before, and ``memory reject|confirm|history|export|import``: a first
+    argument that is not a subcommand's name is an entity (``memory show ENTITY`` for an
+    entity named like a subcommand)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["show", *args]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter) -> None:
+        formatter.write_usage(ctx.command_path, "ENTITY [--user ID] [--json] | COMMAND [ARGS]...")
+
+
+@cli.group(cls=_MemoryGroup)
+def memory() -> None:
+    """What the memory knows about ENTITY (`memory ENTITY`: its facts, with quotes and sources,
+    and the notes that mention it), and the corrections: reject or confirm a fact or a related
+    pair by its id, see its history, export and import them."""
+
+
+def _date(when: float | None) -> str:
+    return datetime.fromtimestamp(when).strftime("%Y-%m-%d") if when else "-"
+
+
+@memory.command(name="show")
 @click.argument("entity")
 @click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
-@click.option("--json", "as_json", is_flag=True, help="JSON output: the notes, with the fields of `search --json` hits")
+@click.option("--json", "as_json", is_flag=True, help="JSON output: the facts, and the notes with the fields of `search --json` hits")
 @pass_app
-def memory(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
-    """The notes that mention ENTITY, and where."""
+def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
+    """The facts about ENTITY (as subject or object) and the notes that mention it, and where."""
     with _open_memory(app) as store:
         user = resolve_user(store.users(), user_id)
         notes = store.entity(user, entity)
+        facts = store.facts_about(user, entity)
     for n in notes:
         n["score"] = len(n["mentions"])
     if as_json:
-        _print_json({"entity": entity, "user_id": user, "notes": notes})
+        _print_json({"entity": entity, "user_id": user, "facts": facts, "notes": notes})
         return
-    if not notes:
+    if not notes and not facts:
         click.echo(f"no note mentions {entity!r} (`leanote-rag entities` lists what the notes mention)")
+    if facts:
+        click.echo(click.style("facts", bold=True))
+        for f in facts:
+            status = f["status"] + (", confirmed" if f["confirmed"] else "")
+            if f["superseded_by_note"]:
+                status += f" by {f['superseded_by_note']}"
+            click.echo(f"  {f['fact_id']}  {f['subject']} —{f['predicate']}→ {f['object']}  [{status}]")
+            click.echo(f"     “{' '.join(f['quote'].split())}”  {f['title']}  {_date(f['time'])}  {f['url']}")
+        if notes:
+            click.echo()
     for i, n in enumerate(notes, start=1):
         where = f"  ({n['notebook']})" if n["notebook"] else ""
         click.echo(click.style(f"{i}. {n['title']}", bold=True) + where + f"  {'/'.join(n['kinds'])}")
@@ -399,6 +439,104 @@ def memory(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
             if m["snippet"]:
                 click.echo(f"   {m['snippet']}")
 
+
+def _describe(c: dict) -> str:
+    if c["kind"] == "fact":
+        return f"fact {c['id']}: {c['subject']} —{c['predicate']}→ {c['object']}"
+    return f"pair {c['id']}: {' ↔ '.join(c['notes'])}"
+
+
+def _verdict_command(verdict: str):
+    @click.argument("item_id", metavar="ID")
+    @click.option("--user", "user_id", metavar="USER_ID", help="whose memory (needed when it holds several users)")
+    @click.option("--json", "as_json", is_flag=True, help="JSON output")
+    @pass_app
+    def command(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
+        with _open_memory(app) as store:
+            user = resolve_user(store.users(), user_id)
+            done = store.correct(user, item_id, verdict)
+        if as_json:
+            _print_json(done)
+            return
+        what = _describe(done)
+        if not done["changed"]:
+            click.echo(f"{what}: already {verdict}")
+        elif verdict == "rejected":
+            click.echo(f"{what}: rejected ({done['removed']} rows removed; re-extraction will not bring it back)")
+        else:
+            click.echo(f"{what}: confirmed")
+
+    return command
+
+
+memory.command(name="reject", help="Reject a fact or related pair (ID from `memory ENTITY` or `related`): "
+               "it goes, and extraction never brings it back.")(_verdict_command("rejected"))
+memory.command(name="confirm", help="Confirm a fact or related pair (ID from `memory ENTITY` or `related`); "
+               "confirming a rejected one lifts the rejection.")(_verdict_command("confirmed"))
+
+
+@memory.command(name="history")
+@click.argument("item_id", metavar="ID")
+@click.option("--user", "user_id", metavar="USER_ID", help="whose memory (needed when it holds several users)")
+@click.option("--json", "as_json", is_flag=True, help="JSON output")
+@pass_app
+def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
+    """A fact's or pair's verdicts (who, when, what) and, for a fact, its supersession history
+    with sources."""
+    with _open_memory(app) as store:
+        user = resolve_user(store.users(), user_id)
+        h = store.correction_history(user, item_id)
+    if as_json:
+        _print_json(h)
+        return
+    click.echo(click.style(_describe(h), bold=True) + f"  (user {user})")
+    click.echo(f"verdict: {h['verdict'] or 'none'}")
+    for e in h["log"]:
+        click.echo(f"  {datetime.fromtimestamp(e['at']).strftime('%Y-%m-%d %H:%M')}  {e['verdict']} by {e['by']}")
+    if h["kind"] == "fact":
+        click.echo("history of this subject and predicate, newest first:" if h["supersession"] else
+                   "no fact of this subject and predicate now")
+        for f in h["supersession"]:
+            mark = "*" if f["fact_id"] == h["id"] else " "
+            click.echo(f" {mark} {f['fact_id']}  {f['object']}  [{f['status']}]  {_date(f['time'])}  {f['title']}  "
+                       f"{f['url']}")
+    else:
+        click.echo(f"pair now: {'present' if h['rows'] else 'absent'}")
+        for n in h["notes"]:
+            click.echo(f"  {n.get('title', '?')}  {n.get('url', n['note_id'])}")
+
+
+@memory.command(name="export")
+@click.option("--user", "user_id", metavar="USER_ID", help="only this user's corrections (default: every user's)")
+@pass_app
+def memory_export(app: App, user_id: str | None) -> None:
+    """Every correction (verdicts and their log) as JSON on stdout: `memory export > corrections.json`."""
+    with _open_memory(app) as store:
+        _print_json(store.export_corrections(user_id))
+
+
+@memory.command(name="import")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--user", "user_id", metavar="USER_ID", help="only this user's records of FILE")
+@click.option("--json", "as_json", is_flag=True, help="JSON output")
+@pass_app
+def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> None:
+    """Apply corrections from FILE (as `memory export` writes it); records already there are left
+    as they are, so importing twice changes nothing."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UserError(f"cannot read {file}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{file} is not JSON ({err}); give a file `leanote-rag memory export` wrote") from None
+    with _open_memory(app) as store:
+        result = store.import_corrections(data, user_id)
+    if as_json:
+        _print_json(result)
+        return
+    click.echo(f"{result['records']} corrections: {result['applied']} applied, {result['unchanged']} already there")
+    for c in result["changes"]:
+        click.echo(f"  {c['verdict']}  {_describe(c)}  (user {c['user_id']})")
 
 
 @cli.command()
@@ -415,6 +553,8 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
         user = resolve_user(store.users(), user_id)
         if store.note_info(user, target) is not None:
             notes, about = store.related_of(user, target, k), {"note_id": target}
+            for n in notes:  # the id `memory reject|confirm` takes
+                n["pair_id"] = correction_id(user, "pair", correction_target("pair", target, n["note_id"]))
         else:
             with app.door() as door:
                 hits = door.search(target, user, k, "hybrid")
@@ -430,7 +570,7 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     for i, n in enumerate(notes, start=1):
         where = f"  ({n['notebook']})" if n["notebook"] else ""
         click.echo(click.style(f"{i}. {n['title']}", bold=True) + where + f"  score {n['score']:.3f}")
-        click.echo(f"   {n['url']}")
+        click.echo(f"   {n['url']}" + (f"  pair {n['pair_id']}" if "pair_id" in n else ""))
         reasons = n["reasons"]
         if reasons.get("entities"):
             click.echo("   shared: " + ", ".join(e["name"] for e in reasons["entities"]))
