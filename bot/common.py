@@ -212,6 +212,10 @@ def trace_text(trace: Trace | None) -> str:
     lines.append(f"重排 rerank: {trace.rerank}")
     if trace.budget:
         lines.append(f"篇幅 budget: {trace.budget}")
+    if trace.entities:
+        lines.append(f"实体 entities: {'; '.join(trace.entities)}")
+    if trace.facts:
+        lines.append("事实 facts: " + "; ".join(trace.facts))
     lines.append(f"结论 decision: {trace.decision}")
     if trace.llm_error:  # the details (host, model) are in the service's log
         lines.append("LLM: 不可用，用了笔记原文 unavailable: answered with passages")

@@ -5,6 +5,12 @@
     -> nothing plausible? refusal phrase + closest notes, no LLM call
     -> evidence blocks, cut to what the LLM reads here within ``answer.first_token_budget``
     -> the LLM, streamed -> citations parsed, bad markers removed
+
+With the memory of the notes (``rag.memory``): entities the question names add a ranking
+of the chunks mentioning them to the fusion (``rag.retrieve``, "entities"), and active facts
+about them join the evidence as lines cited to their source notes (``rag.evidence``);
+"我写过哪些关于 X 的笔记" / "which notes did I write about X" is answered from the memory
+without the LLM: the notes mentioning X, newest first. No memory (off, or empty): as without.
     -> Ollama down, timing out, model missing? the best passages, cited, with a notice
 
 Every LLM reply teaches the service how fast the model is here (``rag.speed``).
@@ -37,9 +43,12 @@ from .expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from .expand import SYSTEM as EXPAND_SYSTEM
 from .expand import Expander
 from .index import NoteIndex
+from .entities import norm
+from .evidence import add_facts
 from .lexical import search_text, tokenize
+from .memory import MemoryStore, path_for
 from .model import HEADING_SEP, Hit
-from .retrieve import search
+from .retrieve import entity_ranking, named_entities, search
 from .speed import FILE as SPEED_FILE
 from .speed import Speed, SpeedBook, Usage
 
@@ -55,8 +64,33 @@ MIN_RELATIVE_SCORE = 0.7
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # What kind of answer it was, for machines (``Trace.outcome``; metrics): a grounded LLM
 # answer, the LLM refused or cited nothing, refused without asking the LLM (no evidence),
-# the LLM failed so passages instead, no LLM configured so passages.
-OUTCOMES = ("llm", "llm_refused", "refused", "fallback", "extractive")
+# the LLM failed so passages instead, no LLM configured so passages, the notes about an
+# entity listed from the memory.
+OUTCOMES = ("llm", "llm_refused", "refused", "fallback", "extractive", "listing")
+MAX_LISTED = 20
+# "Which notes did I write about X": the forms answered by listing the notes that mention X.
+_ABOUT = [re.compile(p, re.I) for p in (
+    r"我(?:都|曾经|以前|之前)?(?:写|记)过(?:哪些|什么|几篇|多少篇?)?(?:关于|有关)\s*(?P<x>.+?)\s*(?:的|相关的)?(?:笔记|记录|文章)",
+    r"我(?:都|曾经|以前|之前)?(?:写|记)过(?:哪些|几篇|多少篇?)\s*(?P<x>.+?)\s*(?:的|相关的)(?:笔记|记录|文章)",
+    r"^(?:关于|有关)\s*(?P<x>.+?)\s*(?:的|相关的)?(?:笔记|记录)有(?:哪些|几篇|多少)",
+    r"^哪些笔记(?:提到|提及|写到|写了|写过|关于|讲)(?:了|过)?\s*(?P<x>.+?)\s*[？?。!！]*$",
+    r"^(?:which|what) notes (?:did|have) i (?:write|written|take|taken|make|made|keep|kept)\s+"
+    r"(?:about|on|regarding|mentioning)\s+(?P<x>.+?)\s*[?.!]*$",
+    r"^(?:list|show|find)(?: me)? (?:all )?(?:of )?(?:my |the )?notes (?:about|on|mentioning|regarding)\s+(?P<x>.+?)\s*[?.!]*$",
+    r"^(?:which|what) (?:of my )?notes (?:are about|mention|talk about|cover)\s+(?P<x>.+?)\s*[?.!]*$",
+)]
+_QUOTES = "\"'“”‘’「」《》`"
+
+
+def notes_about(question: str) -> str | None:
+    """X, when the question asks which notes are about X; else None."""
+    for pattern in _ABOUT:
+        m = pattern.search(question.strip())
+        if m:
+            x = m.group("x").strip().strip(_QUOTES).strip()
+            if x:
+                return x
+    return None
 
 
 @dataclass
@@ -113,6 +147,10 @@ class Trace:
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
     outcome: str = ""  # one of OUTCOMES, set with the decision
+    # The memory's part: entities the question named ("name (kind; notes)") and the facts
+    # that went into the evidence ("[n] subject — predicate — object").
+    entities: list[str] = field(default_factory=list)
+    facts: list[str] = field(default_factory=list)
     # A citation [n] is evidence block n; each candidate names the block it went into.
 
 
@@ -318,10 +356,14 @@ class AnswerService:
         rerank_unavailable: str = "",
         clock: Callable[[], float] = time.monotonic,
         one_shot: bool = False,
+        memory: MemoryStore | None = None,
     ):
         """``one_shot``: one command's question (the CLI shows why the LLM failed itself),
-        not a service whose log is the operator's window."""
+        not a service whose log is the operator's window. ``memory``: the memory of the
+        notes to answer with (None: answers as without one)."""
         self.one_shot = one_shot
+        self.memory = memory
+        self._own_memory = False
         self.settings = settings
         self.index = index
         self.chat = chat
@@ -354,12 +396,22 @@ class AnswerService:
         except UserError as err:
             why = str(err)
             log.warning("answering without a reranker: %s", err)
-        return cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why,
-                   one_shot=one_shot)
+        memory = None
+        if settings.memory.enabled and path_for(settings).exists():  # never made here: the indexer makes it
+            try:
+                memory = MemoryStore.open_for(settings)
+            except LeanoteRagError as err:
+                log.warning("answering without the memory of the notes: %s", err)
+        service = cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why,
+                      one_shot=one_shot, memory=memory)
+        service._own_memory = memory is not None
+        return service
 
     def close(self) -> None:
         if self.reranker:
             self.reranker.close()
+        if self._own_memory and self.memory is not None:
+            self.memory.close()
         self._search_pool.shutdown(wait=False)
 
     # --- the pipeline ---------------------------------------------------------------------
@@ -400,16 +452,25 @@ class AnswerService:
             mark("rewrite")
         trace = Trace(question, standalone)
 
+        about = notes_about(standalone) if self.memory is not None else None
+        if about:
+            listing = await self.in_search_thread(self._listing, question, about, user_id, trace)
+            if listing is not None:
+                mark("retrieve")
+                return self._finish(listing, user_id, conversation, trace, timings, started)
+
         k = max(self.settings.rerank.candidates, cfg.top_k)
+        entities, facts = await self.in_search_thread(self._remembered, standalone, user_id, k, trace)
         wait, why_not = self._expansion_wait(standalone, time.perf_counter() - started)
         person = f"{user_id}\x00{conversation or ''}"
         expanding = asyncio.create_task(self._expand(standalone, wait, person)) if wait else None
-        hits = await self.in_search_thread(search, self.index, standalone, user_id, k)
+        hits = await self.in_search_thread(partial(search, self.index, standalone, user_id, k, entities=entities))
         if expanding is not None:  # it ran while the first retrieval ran; its rankings join the fusion
             expansion, trace.expansion = await self._expansion(expanding, wait - (time.perf_counter() - started))
             if expansion is not None:
                 hits = await self.in_search_thread(
-                    partial(search, self.index, standalone, user_id, k, expansion=(expansion.terms, expansion.answer)))
+                    partial(search, self.index, standalone, user_id, k, expansion=(expansion.terms, expansion.answer),
+                            entities=entities))
         else:
             trace.expansion = why_not
         mark("retrieve")
@@ -436,7 +497,8 @@ class AnswerService:
             return self._finish(answer, user_id, conversation, trace, timings, started)
 
         plan = self._plan(standalone, top, time.perf_counter() - started)
-        blocks, prompt = self._fit(standalone, top, plan)
+        blocks, prompt, used = self._fit(standalone, top, plan, facts)
+        trace.facts = [f"[{n}] {f['subject']} — {f['predicate']} — {f['object']}" for n, f in used]
         trace.budget = plan.note
         by_point = {pid: b.n for b in blocks for pid in b.point_ids}
         for c in trace.candidates:
@@ -482,6 +544,49 @@ class AnswerService:
         trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
         trace.outcome = "llm" if answer.grounded else "llm_refused"
         return self._finish(answer, user_id, conversation, trace, timings, started)
+
+    # --- the memory of the notes (rag.memory) ----------------------------------------------
+
+    def _remembered(self, question: str, user_id: str, k: int, trace: Trace) -> tuple[list, list[dict]]:
+        """The entities ranking for the fusion and the active facts about the entities the
+        question names (both empty without a memory); the entities go into the trace."""
+        if self.memory is None:
+            return [], []
+        named = named_entities(self.memory, user_id, question)
+        trace.entities = [f"{e['name']} ({', '.join(e['kinds'])}; {e['notes']} notes)" for e in named]
+        limit = max(self.settings.retrieval.candidates, k)
+        ranking = entity_ranking(self.memory, user_id, named, limit)
+        facts = self.memory.facts_named(user_id, question, [e["norm"] for e in named]) if named else []
+        return ranking, facts
+
+    def _listing(self, question: str, about: str, user_id: str, trace: Trace) -> Answer | None:
+        """The notes mentioning ``about``, newest first, as the answer (no LLM); None when
+        the memory knows no entity by that name (the question is answered as any other)."""
+        names = [about] if self.memory.notes_mentioning(user_id, [about]) else \
+            [e["norm"] for e in named_entities(self.memory, user_id, about, common=True)]
+        notes = self.memory.notes_mentioning(user_id, names) if names else []
+        if not notes:
+            return None
+        named = self.memory.named_in(user_id, " ".join(names))
+        trace.entities = [f"{e['name']} ({', '.join(e['kinds'])}; {e['notes']} notes)" for e in named
+                          if e["norm"] in {norm(n) for n in names}]
+        shown = notes[:MAX_LISTED]
+        citations = [Citation(i, n["note_id"], n["title"], n["notebook"], "", n["url"], n["snippet"], 0.0)
+                     for i, n in enumerate(shown, start=1)]
+        zh = bool(_CJK.search(question))
+        head = (f"提到「{about}」的笔记有 {len(notes)} 篇（按更新时间，新的在前）：" if zh
+                else f"{len(notes)} notes mention “{about}” (newest first):")
+        lines = [head]
+        for c, n in zip(citations, shown):
+            when = (n["updated_at"] or "")[:10]
+            where = " · ".join(p for p in (c.notebook, when) if p)
+            lines.append(f"{c.n}. [{c.title or c.note_id}]({c.url})" + (f" · {where}" if where else "") + f" [{c.n}]")
+        if len(notes) > len(shown):
+            lines.append(f"…另有 {len(notes) - len(shown)} 篇" if zh else f"… and {len(notes) - len(shown)} more")
+        trace.decision = (f"listed the {len(notes)} notes that mention {about!r} from the memory of the notes, "
+                          f"newest first (no search, no LLM)")
+        trace.outcome = "listing"
+        return Answer(question, "\n".join(lines), used_llm=False, grounded=True, citations=citations)
 
     # --- LLM-assisted retrieval (rag.expand) ----------------------------------------------
 
@@ -556,12 +661,15 @@ class AnswerService:
             plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
         return plan
 
-    def _fit(self, question: str, top: list[Hit], plan: "Plan") -> tuple[list[Evidence], list[dict]]:
-        """The evidence and the prompt, shrunk until the prompt's estimated tokens fit what
-        the LLM reads within the budget (never below MIN_EVIDENCE_CHARS)."""
+    def _fit(self, question: str, top: list[Hit], plan: "Plan", facts: list[dict] | None = None
+             ) -> tuple[list[Evidence], list[dict], list[tuple[int, dict]]]:
+        """The evidence (with the memory's ``facts``), the prompt, and the facts used with
+        their blocks, shrunk until the prompt's estimated tokens fit what the LLM reads
+        within the budget (never below MIN_EVIDENCE_CHARS)."""
         cfg = self.settings.answer
         while True:
             blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}))
+            used = add_facts(blocks, facts or [])
             prompt = messages(question, blocks, cfg.refusal)
             if plan.max_prompt_tokens is None or plan.evidence_chars <= MIN_EVIDENCE_CHARS:
                 break
@@ -575,7 +683,7 @@ class AnswerService:
                 plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
             else:
                 plan.note = f"evidence as configured ({chars} characters): {plan.note}"
-        return blocks, prompt
+        return blocks, prompt, used
 
     # --- pieces ---------------------------------------------------------------------------
 

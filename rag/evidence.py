@@ -9,6 +9,10 @@
   instructions. The markers carry a random token made for each prompt, so nothing
   in a note (``>>>`` in a Python session, a forged ``[7]`` block) can close its
   block or open another; titles and headings are flattened to one line.
+- Facts from the memory (``rag.memory``, the LLM tier) about entities the question names:
+  each a line with the quote it rests on, added to the block of its source note, or to a
+  block of their own for a source note not among the evidence (``add_facts``), so a fact
+  is cited as ``[n]`` of its note like any passage and links to that note.
 - Citations: ``[n]`` markers are read from the answer; markers pointing at no block
   are removed (also while streaming, by ``CitationFilter``); the cited blocks, in
   order of first citation, become the answer's sources.
@@ -102,6 +106,45 @@ def build_evidence(hits: list[Hit], cfg: AnswerConfig) -> list[Evidence]:
             )
         )
     return blocks
+
+
+MAX_FACTS = 5
+FACT_QUOTE_CHARS = 160
+FACTS_HEAD = "Facts remembered from this note:"
+
+
+def fact_line(fact: dict) -> str:
+    """One fact as the LLM reads it: subject, predicate, object and the note's own words."""
+    quote = " ".join(fact.get("quote", "").split())
+    if len(quote) > FACT_QUOTE_CHARS:
+        quote = quote[:FACT_QUOTE_CHARS].rstrip() + " …"
+    line = f"- {' '.join(fact['subject'].split())} — {' '.join(fact['predicate'].split())} — {' '.join(fact['object'].split())}"
+    return line + (f" (“{quote}”)" if quote else "")
+
+
+def add_facts(blocks: list[Evidence], facts: list[dict], limit: int = MAX_FACTS) -> list[tuple[int, dict]]:
+    """Facts (``MemoryStore.facts_named`` rows: with their source note's id, title, notebook,
+    url) into the evidence: lines after the text of their note's first block, or a new block
+    for a note not among the evidence. Returns (block number, fact) of the facts added."""
+    first = {}
+    for b in blocks:
+        first.setdefault(b.note_id, b)
+    lines: dict[int, list[str]] = {}
+    used: list[tuple[int, dict]] = []
+    for fact in facts[:limit]:
+        block = first.get(fact["note_id"])
+        if block is None:
+            block = Evidence(n=len(blocks) + 1, note_id=fact["note_id"], title=fact.get("title", ""),
+                             notebook=fact.get("notebook", ""), heading="", url=fact.get("url", ""), text="",
+                             score=0.0)
+            blocks.append(block)
+            first[block.note_id] = block
+        lines.setdefault(block.n, []).append(fact_line(fact))
+        used.append((block.n, fact))
+    for b in blocks:
+        if b.n in lines:
+            b.text = "\n\n".join(p for p in (b.text, FACTS_HEAD + "\n" + "\n".join(lines[b.n])) if p)
+    return used
 
 
 SYSTEM = """You answer questions from the user's own notes, given as numbered evidence blocks.
