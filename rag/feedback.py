@@ -27,6 +27,7 @@ from typing import Callable
 from .answer import Answer
 from .config import Settings, prepare_state_dir
 from .errors import BrokenState, UserError
+from .sqlite import migrate
 
 FILE = "feedback.sqlite"
 KEEP_DAYS = 180
@@ -144,18 +145,7 @@ class FeedbackStore:
         return cls(path_for(settings))
 
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        for i in range(version, len(MIGRATIONS)):
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in MIGRATIONS[i].split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version = {i + 1}")
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
+        migrate(self.db, MIGRATIONS)
 
     def close(self) -> None:
         with self._lock:

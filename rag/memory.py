@@ -42,6 +42,7 @@ from .entities import VERSION, Entity, norm
 from .errors import BrokenState, UserError
 from .index import PreparedNote, note_meta
 from .model import Chunk, Note
+from .sqlite import migrate
 
 FILE = "memory.sqlite"
 TIER_TERMS = "terms"
@@ -224,18 +225,7 @@ class MemoryStore:
         return cls(path_for(settings))
 
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        for i in range(version, len(MIGRATIONS)):
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in MIGRATIONS[i].split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version = {i + 1}")
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
+        migrate(self.db, MIGRATIONS)
 
     def close(self) -> None:
         with self._lock:
