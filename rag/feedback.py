@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -26,8 +25,8 @@ from typing import Callable
 
 from .answer import Answer
 from .config import Settings, prepare_state_dir
-from .errors import BrokenState, UserError
-from .sqlite import migrate
+from .errors import UserError
+from .sqlite import open_db
 
 FILE = "feedback.sqlite"
 KEEP_DAYS = 180
@@ -121,31 +120,16 @@ class FeedbackStore:
         self.path = Path(path)
         self.clock = clock
         self._lock = threading.Lock()
-        try:
-            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
-        except sqlite3.OperationalError as err:
-            raise UserError(f"cannot open {self.path}: {err}. Make its folder writable by this user") from None
-        try:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
-        except sqlite3.OperationalError as err:  # a read-only file or folder, a full disk
-            self.db.close()
-            raise UserError(f"cannot use {self.path}: {err}. Make it and its folder writable by this user") from None
-        except sqlite3.DatabaseError as err:  # "file is not a database"
-            self.db.close()
-            raise BrokenState(
-                f"{self.path} is not a readable feedback store ({err}). Move it aside (a new one is started) "
-                f"or restore it from a backup"
-            ) from None
+        self.db = open_db(
+            self.path, MIGRATIONS,
+            "a readable feedback store ({err}). Move it aside (a new one is started) "
+            "or restore it from a backup",
+        )
 
     @classmethod
     def open_for(cls, settings: Settings) -> "FeedbackStore":
         prepare_state_dir(settings.state_dir)
         return cls(path_for(settings))
-
-    def _migrate(self) -> None:
-        migrate(self.db, MIGRATIONS)
 
     def close(self) -> None:
         with self._lock:

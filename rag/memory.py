@@ -39,10 +39,10 @@ from typing import Callable, Iterable, Sequence
 from . import entities as extraction
 from .config import Settings, prepare_state_dir
 from .entities import VERSION, Entity, norm
-from .errors import BrokenState, UserError
+from .errors import UserError
 from .index import PreparedNote, note_meta
 from .model import Chunk, Note
-from .sqlite import migrate
+from .sqlite import open_db
 
 FILE = "memory.sqlite"
 TIER_TERMS = "terms"
@@ -201,31 +201,16 @@ class MemoryStore:
         self.path = Path(path)
         self.clock = clock
         self._lock = threading.Lock()
-        try:
-            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
-        except sqlite3.OperationalError as err:
-            raise UserError(f"cannot open {self.path}: {err}. Make its folder writable by this user") from None
-        try:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
-        except sqlite3.OperationalError as err:
-            self.db.close()
-            raise UserError(f"cannot use {self.path}: {err}. Make it and its folder writable by this user") from None
-        except sqlite3.DatabaseError as err:
-            self.db.close()
-            raise BrokenState(
-                f"{self.path} is not a readable memory store ({err}). Move it aside: a new one is built "
-                f"as notes are indexed (`leanote-rag index --reconcile` processes them all)"
-            ) from None
+        self.db = open_db(
+            self.path, MIGRATIONS,
+            "a readable memory store ({err}). Move it aside: a new one is built "
+            "as notes are indexed (`leanote-rag index --reconcile` processes them all)",
+        )
 
     @classmethod
     def open_for(cls, settings: Settings) -> "MemoryStore":
         prepare_state_dir(settings.state_dir)
         return cls(path_for(settings))
-
-    def _migrate(self) -> None:
-        migrate(self.db, MIGRATIONS)
 
     def close(self) -> None:
         with self._lock:

@@ -1,8 +1,34 @@
-"""What our SQLite files share: schema migrations by ``PRAGMA user_version``."""
+"""What our SQLite stores share: opening a file with clear errors, and schema migrations
+by ``PRAGMA user_version``."""
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+
+from .errors import BrokenState, UserError
+
+
+def open_db(path: Path, migrations: list[str], broken: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (WAL, shareable across threads behind the caller's
+    lock) with the schema brought up to date. A file or folder that cannot be used is a
+    ``UserError``; a file that is not a database is ``BrokenState``, with ``broken`` (what
+    it should have been, and what to do) in the message."""
+    try:
+        db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+    except sqlite3.OperationalError as err:
+        raise UserError(f"cannot open {path}: {err}. Make its folder writable by this user") from None
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        migrate(db, migrations)
+    except sqlite3.OperationalError as err:  # a read-only file or folder, a full disk
+        db.close()
+        raise UserError(f"cannot use {path}: {err}. Make it and its folder writable by this user") from None
+    except sqlite3.DatabaseError as err:  # "file is not a database"
+        db.close()
+        raise BrokenState(f"{path} is not {broken.format(err=err)}") from None
+    return db
 
 
 def migrate(db: sqlite3.Connection, migrations: list[str]) -> None:

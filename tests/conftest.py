@@ -69,6 +69,26 @@ def index_samples(tmp_path: Path, embedder, **sections) -> config_mod.Settings:
     return settings
 
 
+def run_pass(settings: config_mod.Settings, embedder, rebuild: bool = False):
+    """One forced sync pass over the settings' source (the real SyncService); its result."""
+    from rag.index import NoteIndex
+    from sync.service import SyncService
+    from sync.state import State
+
+    state = State(settings.state_dir)
+    try:
+        with NoteIndex.open(settings, create=True, embedder=embedder) as index:
+            service = SyncService(settings, index, state)
+            try:
+                result = service.run_pass(force=True, rebuild=rebuild)
+            finally:
+                service.close()
+    finally:
+        state.close()
+    assert result.ok, result.failures
+    return result
+
+
 @pytest.fixture
 def settings_factory(tmp_path):
     return lambda **sections: make_settings(tmp_path, **sections)

@@ -12,10 +12,8 @@ from rag.cli import main
 from rag.index import NoteIndex
 from rag.memory import MIGRATIONS, MemoryStore, Mention, NoteInfo, path_for
 from rag.model import Note
-from sync.service import SyncService
-from sync.state import State
 
-from conftest import EXAMPLES, make_settings
+from conftest import EXAMPLES, make_settings, run_pass
 
 # --- extraction ---------------------------------------------------------------------------
 
@@ -215,18 +213,7 @@ def test_remember_a_prepared_note_and_its_retag(tmp_path, settings_factory):
 
 
 def sync(settings, embedder):
-    state = State(settings.state_dir)
-    try:
-        with NoteIndex.open(settings, create=True, embedder=embedder) as index:
-            service = SyncService(settings, index, state)
-            try:
-                result = service.run_pass(force=True)
-            finally:
-                service.close()
-    finally:
-        state.close()
-    assert result.ok, result.failures
-    return result.summary
+    return run_pass(settings, embedder).summary
 
 
 def snapshot(settings):
@@ -350,29 +337,15 @@ def test_a_rebuild_forgets_what_the_memory_derived_and_builds_it_again(tmp_path,
     notes = tmp_path / "notes"
     shutil.copytree(EXAMPLES, notes)
     settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes)}, rerank={"kind": "none"})
-    run = lambda rebuild: _index(settings, use_embedder, rebuild)  # noqa: E731
-    run(False)
+    run_pass(settings, use_embedder)
     with MemoryStore.open_for(settings) as memory:
         before = memory.counts("local")["notes"]
     gone = next(notes.rglob("*.md"))
     gone.unlink()
     with MemoryStore.open_for(settings) as memory:  # a row the next pass would not see go
         memory.replace_note("local", "stale", "x", [])
-    run(True)
+    run_pass(settings, use_embedder, rebuild=True)
     with MemoryStore.open_for(settings) as memory:
         after = memory.counts("local")["notes"]
         assert memory.known("stale") is None
     assert sum(after.values()) == sum(before.values()) - 1
-
-
-def _index(settings, embedder, rebuild: bool) -> None:
-    state = State(settings.state_dir)
-    try:
-        with NoteIndex.open(settings, create=True, embedder=embedder) as index:
-            service = SyncService(settings, index, state)
-            try:
-                service.run_pass(force=True, rebuild=rebuild)
-            finally:
-                service.close()
-    finally:
-        state.close()

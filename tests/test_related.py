@@ -7,27 +7,15 @@ from rag import related
 from rag.cli import main
 from rag.index import NoteIndex
 from rag.memory import MemoryStore
-from sync.service import SyncService, chunk_vectors
+from sync.service import chunk_vectors
 from sync.state import State
 
-from conftest import make_settings
+from conftest import make_settings, run_pass
 
 LOW = {"related_min_score": 0.5}
 
 
-def sync(settings, embedder):
-    state = State(settings.state_dir)
-    try:
-        with NoteIndex.open(settings, create=True, embedder=embedder) as index:
-            service = SyncService(settings, index, state)
-            try:
-                result = service.run_pass(force=True)
-            finally:
-                service.close()
-    finally:
-        state.close()
-    assert result.ok, result.failures
-    return result
+sync = run_pass  # one forced pass; its result (with .related, the notes recomputed)
 
 
 def pairs(settings):
