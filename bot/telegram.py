@@ -316,23 +316,20 @@ class TelegramBot:
         await self._capture(update, person, text, origin=_origin(target), source=target)
 
     async def on_append(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        person = await self._who(update)
-        if person is None:
-            return
-        capture = await self._capturer(update)
-        if capture is not None:
-            receipt = await capture.append(self._key(update), person.leanote_user_id,
-                                           _after_command(update.effective_message.text))
-            await self._tell(update, receipt)
+        await self._add_text(update, "append")
 
     async def on_remember(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._add_text(update, "remember")
+
+    async def _add_text(self, update: Update, how: str) -> None:
+        """``/append`` or ``/remember``: the command's text, added by ``Capturer.append`` / ``remember``."""
         person = await self._who(update)
         if person is None:
             return
         capture = await self._capturer(update)
         if capture is not None:
-            receipt = await capture.remember(self._key(update), person.leanote_user_id,
-                                             _after_command(update.effective_message.text))
+            receipt = await getattr(capture, how)(self._key(update), person.leanote_user_id,
+                                                  _after_command(update.effective_message.text))
             await self._tell(update, receipt)
 
     async def on_outbox(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
