@@ -15,6 +15,11 @@ render), ``POST /sync`` (a pass now; with ``wait`` NDJSON ``progress`` events an
 ``result``; ``rebuild`` empties the index first), ``GET /metrics`` (Prometheus; admin),
 ``GET /openapi.json``.
 
+The memory (``rag.explore``): ``GET /memory/find``, ``/memory/graph``, ``/memory/note/{id}``,
+``/memory/entity``, ``POST /memory/verdict`` (reject or confirm a fact or a related pair);
+``GET /explorer`` is a page over them (its graph library, vis-network, is served from the
+``pyvis`` package; the page asks for a token when it is opened over TCP).
+
 Errors are JSON ``{"error", "kind"}``: 400 ``user`` (fix the request), 401/403 (token),
 503 ``unavailable`` (retry later), 500 ``internal`` (a bug; see the log).
 """
@@ -29,16 +34,20 @@ import logging
 import os
 import socket
 from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from rag import explore
 from rag.client import check_socket_path
 from rag.config import secret
 from rag.errors import LeanoteRagError, Unavailable, UserError
+from rag.memory import MemoryStore
 from rag.retrieve import RETRIEVERS, resolve_user
 
 from .report import status_report
@@ -70,6 +79,12 @@ class AskIn(BaseModel):
     question: str = Field(description="the question, in any language")
     user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
     conversation: str | None = Field(default=None, description="an id to keep follow-ups together (optional)")
+
+
+class VerdictIn(BaseModel):
+    id: str = Field(description="a fact's or related pair's id (`fact_id`, `pair_id`)")
+    verdict: str = Field(description="`rejected` (it goes, and extraction never brings it back) or `confirmed`")
+    user: str | None = Field(default=None, description="whose memory (default: the only user the caller may query)")
 
 
 class SyncIn(BaseModel):
@@ -193,7 +208,85 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
         body, content_type = await asyncio.to_thread(daemon.metrics.exposition, request.headers.get("accept", ""))
         return Response(body, media_type=content_type)
 
+    def memory() -> MemoryStore:
+        ready()
+        store = daemon.sync.memory if daemon.sync is not None else None
+        if store is None:
+            raise UserError("the memory is off (memory.enabled: false in the config)")
+        return store
+
+    async def read(work, *args):
+        return await asyncio.to_thread(work, memory(), *args)
+
+    @app.get("/memory/find", summary="entities and notes whose name or title contains q")
+    async def memory_find(q: str = Query(description="part of a name or title, or a note id"), user: str | None = None,
+                          limit: int = Query(default=20, ge=1, le=100), who: Caller = Depends(caller)) -> dict:
+        user_id = await pick_user(who, user)
+        return {"query": q, "user_id": user_id, **await read(lambda s: s.find(user_id, q, limit))}
+
+    @app.get("/memory/graph", summary="the neighbourhood of an entity or a note")
+    async def memory_graph(entity: str | None = None, note: str | None = None, user: str | None = None,
+                           who: Caller = Depends(caller)) -> dict:
+        if (entity is None) == (note is None):
+            raise UserError("give entity=NAME or note=NOTE_ID")
+        user_id = await pick_user(who, user)
+        if entity is not None:
+            graph = await read(explore.entity_graph, user_id, entity)
+        else:
+            graph = await read(explore.note_graph, user_id, note)
+            if graph is None:
+                raise HTTPException(404, f"no note {note} in this user's memory")
+        return {"user_id": user_id, **graph}
+
+    @app.get("/memory/note/{note_id}", summary="a note's card: summary, facts with quotes, entities, related notes")
+    async def memory_note(note_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        user_id = await pick_user(who, user)
+        card = await read(explore.note_card, user_id, note_id)
+        if card is None:
+            raise HTTPException(404, f"no note {note_id} in this user's memory")
+        return {"user_id": user_id, **card}
+
+    @app.get("/memory/entity", summary="an entity's card: its facts with sources, the notes that mention it")
+    async def memory_entity(name: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        user_id = await pick_user(who, user)
+        return {"user_id": user_id, **await read(explore.entity_card, user_id, name)}
+
+    @app.post("/memory/verdict", summary="reject or confirm a fact or a related pair")
+    async def memory_verdict(body: VerdictIn, who: Caller = Depends(caller)) -> dict:
+        if body.verdict not in ("rejected", "confirmed"):
+            raise UserError(f"verdict must be 'rejected' or 'confirmed', not {body.verdict!r}")
+        user_id = await pick_user(who, body.user)
+        return await read(lambda s: s.correct(user_id, body.id, body.verdict, by=f"page:{who.name}"))
+
+    @app.get("/explorer", summary="the memory explorer (a web page)", response_class=HTMLResponse)
+    async def explorer_page() -> FileResponse:
+        return FileResponse(EXPLORER / "index.html", media_type="text/html")
+
+    @app.get("/explorer/{name}", summary="the explorer's scripts and styles", include_in_schema=False)
+    async def explorer_asset(name: str) -> FileResponse:
+        path = _asset(name)
+        if path is None:
+            raise HTTPException(404, f"no such file: {name}")
+        return FileResponse(path, headers={"Cache-Control": "no-cache"})
+
     return app
+
+
+EXPLORER = Path(__file__).with_name("explorer")
+VENDOR = {"vis-network.min.js": "vis-network.min.js", "vis-network.css": "vis-network.css"}
+
+
+def _asset(name: str) -> Path | None:
+    """The page's own files, or vis-network from the pyvis package (a declared dependency)."""
+    if name in VENDOR:
+        try:
+            root = resources.files("pyvis") / "lib" / "vis-9.1.2"
+        except ModuleNotFoundError:
+            raise Unavailable("the explorer's graph library is missing: pip install pyvis") from None
+        return Path(str(root / VENDOR[name]))
+    if name in ("explorer.js", "explorer.css"):
+        return EXPLORER / name
+    return None
 
 
 def _log_failure(task: asyncio.Task) -> None:
