@@ -5,15 +5,21 @@ one instance for both bots."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Awaitable, Callable, Iterator, Protocol
 
+from rag import related as related_mod
 from rag.answer import AnswerService, Trace
 from rag.capture import Attachment, Origin, Receipt
 from rag.config import Settings, secret
 from rag.errors import UserError
 from rag.feedback import FeedbackStore
 from rag.index import NoteIndex
+from rag.memory import MemoryStore, correction_id, correction_target
+from rag.memory import path_for as memory_path
 from rag.metrics import Metrics
 
 
@@ -183,7 +189,12 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /append 内容 — 追加到上一条记录 add to your last capture
 /remember 内容 — 记到“记住的事”里 a dated line in your memory note
 /save — 回复一条消息，把它存成笔记 reply to a message to save it
-/outbox — 还没写进 Leanote 的记录 captures waiting for Leanote"""
+/outbox — 还没写进 Leanote 的记录 captures waiting for Leanote
+
+/about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
+/related 笔记id或问题 — 相关的笔记 notes related to a note id or a question
+/reject ID — 删掉一条错的事实或相关 reject a wrong fact or pair (ids from /about, /related)
+/confirm ID — 确认一条事实或相关 confirm a fact or pair"""
 
 COMMANDS = [
     ("ask", "提问 / ask a question"),
@@ -197,6 +208,10 @@ COMMANDS = [
     ("remember", "记住一件事 / remember something"),
     ("save", "回复一条消息来保存 / reply to a message to save it"),
     ("outbox", "待写入的记录 / captures waiting"),
+    ("about", "记忆里关于它的事 / what the memory knows about a name"),
+    ("related", "相关笔记 / related notes (note id or question)"),
+    ("reject", "删掉一条错的事实或相关 / reject a fact or pair"),
+    ("confirm", "确认一条事实或相关 / confirm a fact or pair"),
     ("help", "帮助 / help"),
 ]
 
@@ -231,3 +246,208 @@ def hits_text(hits) -> str:
         return "没有找到相关笔记。 / No matching notes."
     return "\n".join(f"{i}. {h.title}" + (f" › {h.heading}" if h.heading else "") + f"  {h.url}"
                      for i, h in enumerate(hits, start=1))
+
+
+# --- the memory of the notes: /about, /related, /reject, /confirm -----------------------------------
+# Always the asking (or pressing) person's Leanote user: ``MemoryStore`` keys every row by it,
+# and a correction id is derived from the user, so another user's id never resolves. The
+# store is opened per command in a worker thread (SQLite WAL: cheap, never blocks the loop).
+
+MEMORY_OFF = ("记忆功能没有打开（memory.enabled: false）。 / The memory of the notes is off (memory.enabled: false "
+              "in the config).")
+MEMORY_NOT_YET = ("还没有笔记的记忆：等笔记同步完再试。 / There is no memory of the notes yet: try again after the "
+                  "notes have synced.")
+ABOUT_USAGE = ("用法 usage: /about 名称 — 一个项目、术语或标签，如笔记里写的 / a name: a project, a term or a tag, "
+               "as your notes write it")
+RELATED_USAGE = "用法 usage: /related 笔记id 或 问题 / a note id, or a question"
+VERDICT_USAGE = ("用法 usage: /reject ID 或 /confirm ID（/about 和 /related 显示的 f… 或 p…）/ the f… or p… id that "
+                 "/about and /related show")
+MEMORY_ITEMS = 10  # facts or pairs with buttons under one reply (Discord: 5 rows of 2 × 2 buttons)
+MEMORY_NOTES = 8  # notes listed under /about
+SNIPPET = 160
+VERDICT_BUTTONS = (("confirmed", "👍", "confirm"), ("rejected", "👎", "reject"))
+_ID = re.compile(r"^[fp][0-9a-f]{12}$")
+
+
+def memory_problem(settings: Settings) -> str | None:
+    """Why the memory cannot be read now (off, not built yet), or None."""
+    if not settings.memory.enabled:
+        return MEMORY_OFF
+    if not memory_path(settings).exists():
+        return MEMORY_NOT_YET
+    return None
+
+
+def _read_memory(settings: Settings, work):
+    """``work(store)`` on the memory file, opened for this call only (in a worker thread)."""
+    with MemoryStore.open_for(settings) as store:
+        return work(store)
+
+
+@dataclass
+class MemoryReply:
+    """What /about or /related shows: plain text (links made by the platform's ``link``) and
+    the items with buttons, as (the number shown, the correction id)."""
+
+    text: str
+    items: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _one_line(text: str, size: int = SNIPPET) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+def _day(when) -> str:
+    try:
+        return datetime.fromtimestamp(float(when)).strftime("%Y-%m-%d") if when else ""
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
+
+
+def about_text(name: str, facts: list[dict], notes: list[dict], link: Callable[[str], str] = str,
+               esc: Callable[[str], str] = str) -> MemoryReply:
+    """``/about``: the facts about ``name`` (each with its quote, source note and id; the
+    active ones get buttons) and the notes that mention it (like ``memory show``)."""
+    if not facts and not notes:
+        return MemoryReply(f"记忆里没有“{esc(name)}”。 / The memory knows nothing about {esc(name)!s}: no note "
+                           f"mentions it.")
+    lines = [f"关于 About “{esc(name)}”"]
+    items: list[tuple[int, str]] = []
+    if facts:
+        lines += ["", "事实 Facts:"]
+        for i, f in enumerate(facts[:MEMORY_ITEMS], start=1):
+            status = {"active": "当前 current", "superseded": "已过时 superseded"}.get(f["status"], f["status"])
+            if f.get("confirmed"):
+                status += ", 已确认 confirmed"
+            lines.append(f"{i}. {esc(f['subject'])} —{esc(f['predicate'])}→ {esc(f['object'])}  [{status}]  "
+                         f"id {f['fact_id']}")
+            source = " ".join(x for x in (esc(f.get("title") or ""), _day(f.get("time"))) if x)
+            lines.append(f"   “{esc(_one_line(f.get('quote') or ''))}” — {source}  {link(f.get('url') or '')}".rstrip())
+            if f["status"] == "active":
+                items.append((i, f["fact_id"]))
+        if len(facts) > MEMORY_ITEMS:
+            lines.append(f"… 还有 {len(facts) - MEMORY_ITEMS} 条 / {len(facts) - MEMORY_ITEMS} more")
+    if notes:
+        lines += ["", f"提到它的笔记 Notes that mention it ({len(notes)}):"]
+        for n in notes[:MEMORY_NOTES]:
+            where = f" ({esc(n['notebook'])})" if n.get("notebook") else ""
+            lines.append(f"• {esc(n['title'])}{where}  {link(n.get('url') or '')}".rstrip())
+            snippet = next((m["snippet"] for m in n.get("mentions", []) if m.get("snippet")), "")
+            if snippet:
+                lines.append(f"   {esc(_one_line(snippet))}")
+        if len(notes) > MEMORY_NOTES:
+            lines.append(f"… 还有 {len(notes) - MEMORY_NOTES} 篇 / {len(notes) - MEMORY_NOTES} more")
+    if items:
+        lines += ["", "按钮 👍 确认 / 👎 删除（编号同上）Buttons: 👍 confirm, 👎 reject the fact with that number."]
+    return MemoryReply("\n".join(lines), items)
+
+
+def related_text(about: str, notes: list[dict], link: Callable[[str], str] = str,
+                 esc: Callable[[str], str] = str) -> MemoryReply:
+    """``/related``: each note with its link, score, shared entities and best passage; each
+    pair (a note and the one it is related to) gets buttons."""
+    if not notes:
+        return MemoryReply(f"没有找到和 {esc(about)} 相关的笔记。 / No related notes for {esc(about)} (pairs below "
+                           f"memory.related_min_score are not kept).")
+    lines = [f"相关笔记 Related to {esc(about)}:"]
+    items: list[tuple[int, str]] = []
+    for i, n in enumerate(notes[:MEMORY_ITEMS], start=1):
+        where = f" ({esc(n['notebook'])})" if n.get("notebook") else ""
+        reasons = n.get("reasons") or {}
+        head = f"{i}. {esc(n['title'])}{where}  score {n['score']:.3f}"
+        if "search" in reasons:
+            head += f"  (搜索第 {reasons['search']} / search hit {reasons['search']})"
+        if n.get("pair_id"):
+            head += f"  id {n['pair_id']}"
+        lines.append(head)
+        if n.get("url"):
+            lines.append(f"   {link(n['url'])}")
+        if reasons.get("entities"):
+            lines.append("   共同 shared: " + ", ".join(esc(e["name"]) for e in reasons["entities"]))
+        passage = (reasons.get("passages") or {}).get("other_snippet")
+        if passage:
+            lines.append(f"   段落 passage: {esc(_one_line(passage))}")
+        if n.get("pair_id"):
+            items.append((i, n["pair_id"]))
+    if items:
+        lines += ["", "按钮 👍 确认 / 👎 删除这对相关（编号同上）Buttons: 👍 confirm, 👎 reject the pair with that number."]
+    return MemoryReply("\n".join(lines), items)
+
+
+async def about_reply(settings: Settings, user_id: str, name: str, link: Callable[[str], str] = str,
+                      esc: Callable[[str], str] = str) -> MemoryReply:
+    """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller)."""
+    facts, notes = await asyncio.to_thread(
+        _read_memory, settings, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
+    return about_text(name, facts, notes, link, esc)
+
+
+async def related_reply(host: Host, user_id: str, target: str, link: Callable[[str], str] = str,
+                        esc: Callable[[str], str] = str, k: int = 8) -> MemoryReply:
+    """``/related TARGET`` for this Leanote user, as the CLI's ``related``: a note id of this
+    user, else a question (the notes search finds for it, then theirs)."""
+    settings = host.settings
+
+    def of_note(store: MemoryStore) -> tuple[dict, list[dict]] | None:
+        info = store.note_info(user_id, target) if " " not in target else None
+        if info is None:
+            return None
+        notes = store.related_of(user_id, target, k)
+        for n in notes:
+            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", target, n["note_id"]))
+        return info, notes
+
+    found = await asyncio.to_thread(_read_memory, settings, of_note)
+    if found is not None:
+        info, notes = found
+        return related_text(f"“{info['title']}”", notes, link, esc)
+    hits = await host.answers.search(target, user_id, k)
+    seen: dict[str, float] = {}
+    for h in hits:
+        seen.setdefault(h.note_id, h.score)
+
+    def of_text(store: MemoryStore) -> list[dict]:
+        notes = related_mod.for_text(store, user_id, list(seen.items()), k)
+        for n in notes:
+            via = (n.get("reasons") or {}).get("via")
+            if via:
+                n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", via, n["note_id"]))
+        return notes
+
+    notes = await asyncio.to_thread(_read_memory, settings, of_text)
+    return related_text(f"“{target}”", notes, link, esc)
+
+
+def valid_item_id(item_id: str) -> bool:
+    return bool(_ID.match((item_id or "").strip()))
+
+
+async def verdict_reply(settings: Settings, user_id: str, item_id: str, verdict: str, by: str) -> tuple[bool, str]:
+    """Reject or confirm a fact or pair of this Leanote user's memory: (changed anything,
+    what to tell the person). An id of another user's memory changes nothing."""
+    item_id = (item_id or "").strip()
+    problem = memory_problem(settings)
+    if problem:
+        return False, problem
+    if not valid_item_id(item_id):
+        return False, VERDICT_USAGE
+
+    def work(store: MemoryStore) -> tuple[dict, list[str]]:
+        done = store.correct(user_id, item_id, verdict, by=by)
+        titles = [(store.note_info(user_id, n) or {}).get("title") or n for n in done.get("notes", [])]
+        return done, titles
+
+    try:
+        done, titles = await asyncio.to_thread(_read_memory, settings, work)
+    except UserError:
+        return False, (f"你的记忆里没有 {item_id}：什么也没改（它可能属于别人的笔记，或 id 写错了）。 / {item_id} is not "
+                       f"in your memory: nothing was changed (it may belong to someone else's notes, or be mistyped).")
+    what = (f"{done['subject']} —{done['predicate']}→ {done['object']}" if done["kind"] == "fact"
+            else " ↔ ".join(titles))
+    if not done["changed"]:
+        word = "已经删除过了 / Already rejected" if verdict == "rejected" else "已经确认过了 / Already confirmed"
+        return False, f"{word}: {what}"
+    if verdict == "rejected":
+        return True, f"已删除 ✗ Rejected: {what}（重新读取笔记也不会再出现 / it will not come back when the note is read again）"
+    return True, f"已确认 ✓ Confirmed: {what}"

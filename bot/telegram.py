@@ -16,6 +16,11 @@ Under each answer: 👍, 👎, "Why?" and "Save as note" (the answer is recorded
 ``host.feedback``; a button carries only its id). Only the person who asked may use
 them; "Why?" and the saved note's link go to the presser's private chat.
 
+The memory of the notes: ``/about NAME`` (facts with their quotes and the notes that
+mention it), ``/related NOTE_ID|question``, each fact or pair with 👍 confirm / 👎 reject
+buttons (``mem:<verdict>:<id>``), and ``/reject ID`` / ``/confirm ID``. Always the
+asking or pressing person's Leanote user; answered where asked, like ``/search``.
+
 Capture (``host.capture``) writes into the person's own Leanote: ``/note``, a message
 (text, photo or document) forwarded to the bot in a private chat, ``/save`` replying
 to any message, ``/append``, ``/remember``, and ``/outbox`` for what is still waiting.
@@ -49,8 +54,10 @@ from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from .access import STRANGER, Access, Person
-from .common import (CHECK_TIMEOUT, COMMANDS, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key,
-                     count_error, hits_text, nobody_mapped, outbox_text, person_key, token_or_problem, trace_text)
+from .common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS, VERDICT_USAGE,
+                     CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key, count_error, hits_text,
+                     memory_problem, nobody_mapped, outbox_text, person_key, related_reply, token_or_problem,
+                     trace_text, verdict_reply)
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -106,6 +113,10 @@ class TelegramBot:
         a.add_handler(CommandHandler("remember", self.on_remember))
         a.add_handler(CommandHandler("save", self.on_save))
         a.add_handler(CommandHandler("outbox", self.on_outbox))
+        a.add_handler(CommandHandler("about", self.on_about))
+        a.add_handler(CommandHandler("related", self.on_related))
+        a.add_handler(CommandHandler("reject", self.on_reject))
+        a.add_handler(CommandHandler("confirm", self.on_confirm))
         # a photo or document: "/note ..." as its caption captures it, anywhere the bot listens
         a.add_handler(MessageHandler(MEDIA & filters.CaptionRegex(r"^/note(@\w+)?(\s|$)"), self.on_media_note))
         a.add_handler(MessageHandler(MEDIA & private, self.on_media_hint))
@@ -408,6 +419,90 @@ class TelegramBot:
             return [], _too_large(name, max_mb)
         return [Attachment(name, data, mime)], None
 
+    # --- the memory of the notes ---------------------------------------------------------------
+
+    async def on_about(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._memory(update, "about", " ".join(context.args or []))
+
+    async def on_related(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._memory(update, "related", " ".join(context.args or []))
+
+    async def _memory(self, update: Update, what: str, target: str) -> None:
+        """``/about`` or ``/related``: answered where asked (as ``/search``), with the buttons."""
+        person = await self._who(update)
+        if person is None:
+            return
+        message = update.effective_message
+        if not target.strip():
+            await message.reply_text(ABOUT_USAGE if what == "about" else RELATED_USAGE)
+            return
+        problem = memory_problem(self.host.settings)
+        if problem:
+            await message.reply_text(problem)
+            return
+        try:
+            if what == "about":
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target.strip())
+            else:
+                reply = await related_reply(self.host, person.leanote_user_id, target.strip())
+        except Exception:
+            log.exception("telegram /%s failed", what)
+            count_error(self.host, "telegram")
+            await message.reply_text(SORRY)
+            return
+        parts = _chunks(reply.text, 4000)
+        for i, part in enumerate(parts):
+            keys = _memory_buttons(reply) if i == len(parts) - 1 else None
+            await message.reply_text(part, link_preview_options=NO_PREVIEW, reply_markup=keys)
+
+    async def on_reject(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._verdict_command(update, context, "rejected")
+
+    async def on_confirm(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._verdict_command(update, context, "confirmed")
+
+    async def _verdict_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE, verdict: str) -> None:
+        person = await self._who(update)
+        if person is None:
+            return
+        args = context.args or []
+        if len(args) != 1:
+            await update.effective_message.reply_text(VERDICT_USAGE)
+            return
+        try:
+            _, text = await verdict_reply(self.host.settings, person.leanote_user_id, args[0], verdict,
+                                          self._key(update))
+        except Exception:
+            log.exception("telegram /%s failed", verdict)
+            count_error(self.host, "telegram")
+            text = SORRY
+        await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
+
+    async def _memory_button(self, query, verdict: str, item_id: str) -> None:
+        """👍 / 👎 under /about or /related: the presser's own memory, whoever asked. An id of
+        another Leanote user's memory does not resolve in the presser's: nothing changes."""
+        person = self.access.person("telegram", query.from_user.id)
+        if not isinstance(person, Person):
+            text = STRANGER["telegram"].format(id=query.from_user.id) if person is None else person
+            await query.answer(text[:200], show_alert=True)
+            return
+        try:
+            changed, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+                                                person_key("telegram", query.from_user.id))
+        except Exception:
+            log.exception("a Telegram memory button failed")
+            count_error(self.host, "telegram")
+            await query.answer(SORRY[:200], show_alert=True)
+            return
+        await query.answer(text[:200], show_alert=not changed)
+        if changed and verdict == "rejected" and query.message is not None:  # its buttons go with it
+            markup = query.message.reply_markup
+            rows = [[b for b in row if not (b.callback_data or "").endswith(f":{item_id}")]
+                    for row in (markup.inline_keyboard if markup else ())]
+            rows = [r for r in rows if r]
+            with suppress(TelegramError):
+                await query.edit_message_reply_markup(InlineKeyboardMarkup(rows) if rows else None)
+
     # --- the buttons under an answer ---------------------------------------------------------
 
     def _buttons(self, update: Update, person: Person, answer) -> InlineKeyboardMarkup | None:
@@ -429,6 +524,13 @@ class TelegramBot:
 
     async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         query = update.callback_query
+        if (query.data or "").startswith("mem:"):  # under /about or /related
+            _, verdict, item_id = query.data.split(":", 2) if query.data.count(":") == 2 else ("", "", "")
+            if verdict in ("rejected", "confirmed"):
+                await self._memory_button(query, verdict, item_id)
+            else:
+                await query.answer(EXPIRED, show_alert=True)
+            return
         kind, _, answer_id = (query.data or "").rpartition(":")
         presser = person_key("telegram", query.from_user.id)
         feedback = getattr(self.host, "feedback", None)
@@ -617,6 +719,14 @@ class TelegramBot:
                 await self._retrying(lambda text=plain, first=(i == 0), keys=keys: (
                     placeholder.edit_text(text, link_preview_options=NO_PREVIEW, reply_markup=keys) if first
                     else placeholder.chat.send_message(text, link_preview_options=NO_PREVIEW, reply_markup=keys)))
+
+
+def _memory_buttons(reply: MemoryReply) -> InlineKeyboardMarkup | None:
+    """👍 n confirm / 👎 n reject for each fact or pair with an id (a row each)."""
+    if not reply.items:
+        return None
+    return InlineKeyboardMarkup([[InlineKeyboardButton(f"{icon} {n} {word}", callback_data=f"mem:{verdict}:{item_id}")
+                                  for verdict, icon, word in VERDICT_BUTTONS] for n, item_id in reply.items])
 
 
 def _chunks(text: str, size: int) -> list[str]:
