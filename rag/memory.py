@@ -21,7 +21,7 @@ no call made for one user reaches another's rows.
 - ``facts``, ``related``, ``jobs``, ``corrections``: created for the LLM tier, related
   notes and corrections (issue 12), empty for now; ``remove_note`` already clears a
   note's facts, pairs and jobs. Corrections are per user and not per note: they outlive
-  re-extraction.
+  re-extraction; ``correction_log`` keeps every verdict given.
 """
 
 from __future__ import annotations
@@ -149,6 +149,29 @@ MIGRATIONS = [
     ALTER TABLE jobs ADD COLUMN payload TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE notes ADD COLUMN llm TEXT
     """,
+    # the log of verdicts (corrections). IF NOT EXISTS: before this migration the table was
+    # created on first use (by a ``_corrections_ready`` since removed), so a store that
+    # recorded a verdict already holds it, with this very shape, and keeps its rows
+    """
+    CREATE TABLE IF NOT EXISTS correction_log (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        by TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS correction_log_target ON correction_log(user_id, kind, target)
+    """,
+    # facts by their subject as compared (``norm``), for the facts about what a question
+    # names (``facts_named``) without reading all the user's facts. Rows written before
+    # this migration get theirs when the store is opened (``_norm_subjects``: SQL has no
+    # ``norm``)
+    """
+    ALTER TABLE facts ADD COLUMN subject_norm TEXT;
+    CREATE INDEX facts_subject_norm ON facts(user_id, status, subject_norm)
+    """,
 ]
 
 
@@ -206,6 +229,7 @@ class MemoryStore:
             "a readable memory store ({err}). Move it aside: a new one is built "
             "as notes are indexed (`leanote-rag index --reconcile` processes them all)",
         )
+        self._norm_subjects()
 
     @classmethod
     def open_for(cls, settings: Settings) -> "MemoryStore":
@@ -221,6 +245,14 @@ class MemoryStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _norm_subjects(self) -> None:
+        """Facts without ``subject_norm`` (written before the migration that added it) get it."""
+        with self._lock:
+            rows = self.db.execute("SELECT id, subject FROM facts WHERE subject_norm IS NULL").fetchall()
+        if rows:
+            self._write(lambda db: db.executemany("UPDATE facts SET subject_norm = ? WHERE id = ?",
+                                                  [(norm(s), i) for i, s in rows]))
 
     def _write(self, work: Callable[[sqlite3.Connection], object]):
         with self._lock:
@@ -482,19 +514,11 @@ class MemoryStore:
     # confirmed and superseded, never dropped quietly. The ids the doors show
     # (``correction_id``) are derived from the user and the content, so they are stable
     # across re-extraction and no other user's id resolves. Every verdict is logged in
-    # ``correction_log`` (created here on first use).
-
-    def _corrections_ready(self) -> None:
-        with self._lock:
-            self.db.execute(
-                "CREATE TABLE IF NOT EXISTS correction_log (id INTEGER PRIMARY KEY, user_id TEXT NOT NULL, "
-                "kind TEXT NOT NULL, target TEXT NOT NULL, verdict TEXT NOT NULL, by TEXT NOT NULL, "
-                "at REAL NOT NULL)")
+    # ``correction_log``.
 
     def resolve_correction(self, user_id: str, item_id: str) -> dict:
         """What a fact or pair id of the user names: kind, target (content), id; the fact
         rows or pair it covers now (none once rejected). UserError when it is not the user's."""
-        self._corrections_ready()
         item_id = item_id.strip()
         kind = {"f": "fact", "p": "pair"}.get(item_id[:1])
         if kind is None or len(item_id) != 13:
@@ -530,7 +554,6 @@ class MemoryStore:
         again) or both rows of the pair."""
         if verdict not in ("rejected", "confirmed") or kind not in ("fact", "pair"):
             raise UserError(f"cannot record {verdict!r} on a {kind!r}")
-        self._corrections_ready()
         when = self.clock() if at is None else at
 
         def work(db: sqlite3.Connection) -> dict:
@@ -626,7 +649,6 @@ class MemoryStore:
 
     def export_corrections(self, user_id: str | None = None) -> dict:
         """Every verdict (of one user, or all), with its log: the ``memory export`` file."""
-        self._corrections_ready()
         where, args = (" WHERE user_id = ?", (user_id,)) if user_id is not None else ("", ())
         with self._lock:
             rows = self.db.execute(f"SELECT user_id, kind, target, verdict, at, comment FROM corrections{where} "
@@ -822,9 +844,9 @@ class MemoryStore:
                 if _rejected(db, user_id, "fact", subject, predicate, f["object"]):
                     continue  # a person rejected it (corrections): never revived
                 db.execute(
-                    "INSERT INTO facts(user_id, subject, predicate, object, quote, note_id, char_start, char_end, time, "
-                    "origin, status, created) VALUES (?,?,?,?,?,?,?,?,?,'llm','active',?)",
-                    (user_id, subject, predicate, " ".join(f["object"].split()), f["quote"], note_id,
+                    "INSERT INTO facts(user_id, subject, subject_norm, predicate, object, quote, note_id, char_start, "
+                    "char_end, time, origin, status, created) VALUES (?,?,?,?,?,?,?,?,?,?,'llm','active',?)",
+                    (user_id, subject, norm(subject), predicate, " ".join(f["object"].split()), f["quote"], note_id,
                      f.get("char_start"), f.get("char_end"), when, now))
                 groups.add((subject, predicate))
             db.execute("UPDATE notes SET summary = ?, tier = ?, llm = ? WHERE note_id = ?",
@@ -941,25 +963,27 @@ class MemoryStore:
 
     def facts_named(self, user_id: str, text: str, subjects: Iterable[str] = (), limit: int = 20) -> list[dict]:
         """Active facts whose subject is one of ``subjects`` (compared as ``norm``) or occurs
-        in ``text``, the newest first, each with its source note's title, notebook and url."""
+        in ``text``, the newest first, each with its source note's title, notebook and url.
+
+        One query on ``facts_subject_norm``: only the user's active facts' subject keys are
+        compared with the text, and only the facts that match are read. Not by ``named_in``:
+        a fact's subject (the LLM's) need not be an entity the no-LLM tier found."""
         keys = sorted({norm(s) for s in subjects if norm(s)})
+        key = norm(text)
+        if not keys and not key:
+            return []
+        listed = f"f.subject_norm IN ({','.join('?' * len(keys))}) OR " if keys else ""
         with self._lock:
             rows = self.db.execute(
                 "SELECT f.id, f.subject, f.predicate, f.object, f.quote, f.note_id, f.time, "
                 "n.title, n.notebook, n.url FROM facts f JOIN notes n ON n.note_id = f.note_id AND n.user_id = f.user_id "
-                "WHERE f.user_id = ? AND f.status = 'active' AND length(f.subject) >= 2 "
-                "ORDER BY f.time DESC, f.id DESC", (user_id,),
+                "WHERE f.user_id = ? AND f.status = 'active' AND f.subject_norm != '' "
+                f"AND ({listed}instr(?, f.subject_norm) > 0) AND length(f.subject) >= 2 "
+                "ORDER BY f.time DESC, f.id DESC LIMIT ?", (user_id, *keys, key, limit),
             ).fetchall()
-        key = norm(text)
-        out = []
-        for fid, subject, predicate, obj, quote, note_id, when, title, notebook, url in rows:
-            s = norm(subject)
-            if s in keys or (s and s in key):
-                out.append({"id": fid, "subject": subject, "predicate": predicate, "object": obj, "quote": quote,
-                            "note_id": note_id, "time": when, "title": title, "notebook": notebook, "url": url})
-                if len(out) >= limit:
-                    break
-        return out
+        return [{"id": fid, "subject": subject, "predicate": predicate, "object": obj, "quote": quote,
+                 "note_id": note_id, "time": when, "title": title, "notebook": notebook, "url": url}
+                for fid, subject, predicate, obj, quote, note_id, when, title, notebook, url in rows]
 
     # --- end of for answers ---------------------------------------------------------------------
 
