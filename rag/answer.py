@@ -28,10 +28,11 @@ import statistics
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from . import llm as llm_mod
 from . import rerank as rerank_mod
@@ -374,17 +375,28 @@ class AnswerService:
         self.expander = Expander(self._stream)
         self._llm_failing = False
         self._llm_slots: asyncio.Semaphore | None = None  # answers the LLM writes at once
+        # Answers (rewrites, expansions, the answer itself) holding an LLM slot or waiting for
+        # one: the background work that shares the LLM (sync.memory_jobs) runs only at 0.
+        self.answers_waiting_or_writing = 0
         # Retrieval runs off the event loop, one search at a time: searches take a few ms,
         # and fewer threads fighting over the GIL keep the loop (the bots) responsive.
         self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
         # Called with every finished answer (metrics); an observer that raises is logged, never felt.
         self.observers: list[Callable[[Answer], None]] = []
 
-    @property
-    def llm_slots(self) -> asyncio.Semaphore:
+    @asynccontextmanager
+    async def llm_slot(self) -> AsyncIterator[None]:
+        """One of the ``bots.max_concurrent_llm`` slots for an answer's LLM call. Counted in
+        ``answers_waiting_or_writing`` from before it is acquired (an answer waiting for a
+        slot wants the LLM too) until it is released, however the call ends."""
         if self._llm_slots is None:
             self._llm_slots = asyncio.Semaphore(self.settings.bots.max_concurrent_llm)
-        return self._llm_slots
+        self.answers_waiting_or_writing += 1
+        try:
+            async with self._llm_slots:
+                yield
+        finally:
+            self.answers_waiting_or_writing -= 1
 
     @classmethod
     def from_settings(cls, settings: Settings, index: NoteIndex, one_shot: bool = False) -> "AnswerService":
@@ -445,7 +457,7 @@ class AnswerService:
         standalone = question
         if history and self.chat is not None:
             try:
-                async with self.llm_slots:
+                async with self.llm_slot():
                     standalone = (await self._complete(condense_messages(history, question))).strip() or question
             except LeanoteRagError as err:
                 log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
@@ -514,7 +526,7 @@ class AnswerService:
         parts: list[str] = []
         usage = Usage()
         try:
-            async with self.llm_slots:
+            async with self.llm_slot():
                 async for piece in self._stream(prompt, usage, plan.options):
                     if "first_token" not in timings:
                         mark("first_token")
@@ -609,7 +621,7 @@ class AnswerService:
         return max(0.0, min(budget, max(MIN_EXPAND_WAIT, needs * 2))), ""
 
     async def _expand(self, question: str, wait: float, person: str):
-        async with self.llm_slots:
+        async with self.llm_slot():
             return await self.expander.expand(question, timeout=max(0.1, wait), person=person)
 
     async def _expansion(self, task: asyncio.Task, left: float):

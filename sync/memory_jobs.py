@@ -8,13 +8,14 @@
 - ``memory.llm: off`` runs nothing; ``on`` runs whenever an LLM is configured; ``auto``
   also waits while the LLM's last call failed (an answer's or ours), trying again at
   most every ``probe`` seconds.
-- **Answers come first.** The worker never holds one of the answers' ``llm_slots`` (with
+- **Answers come first.** The worker never takes one of the answers' LLM slots (with
   one slot an answer would wait minutes behind an extraction on a CPU). It starts a job
-  only when no answer has held a slot for ``quiet`` seconds, and while its call runs it
-  looks every ``poll`` seconds: when an answer takes a slot (or waits for one), the
-  extraction is cancelled at once (closing the stream stops Ollama's generation) and the
-  job goes back to the queue as it was, no attempt counted. The price is the work of the
-  cancelled call; the answer waits at most ``poll`` seconds longer.
+  only when no answer has wanted the LLM (``AnswerService.answers_waiting_or_writing``:
+  holding a slot or waiting for one) for ``quiet`` seconds, and while its call runs it
+  looks every ``poll`` seconds: when an answer wants the LLM, the extraction is cancelled
+  at once (closing the stream stops Ollama's generation) and the job goes back to the
+  queue as it was, no attempt counted. The price is the work of the cancelled call; the
+  answer waits at most ``poll`` seconds longer.
 """
 
 from __future__ import annotations
@@ -39,15 +40,9 @@ def wanted(settings: Settings) -> bool:
     return settings.memory.enabled and settings.memory.llm != "off" and settings.ollama.enabled
 
 
-def answers_busy(answers, capacity: int) -> bool:
-    """Does an answer hold one of the LLM slots, or wait for one? (asyncio's Semaphore
-    keeps its free count in ``_value`` and its waiters in ``_waiters``.)"""
-    slots = answers.llm_slots
-    waiters = getattr(slots, "_waiters", None)
-    if waiters:
-        return True
-    value = getattr(slots, "_value", None)
-    return slots.locked() if value is None else value < capacity
+def answers_busy(answers) -> bool:
+    """Does an answer hold one of the LLM slots, or wait for one?"""
+    return answers.answers_waiting_or_writing > 0
 
 
 class Preempted(Exception):
@@ -60,11 +55,10 @@ class MemoryJobs:
                  quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0):
         self.settings = settings
         self.memory = memory
-        self.answers = answers  # rag.answer.AnswerService: its chat model, _stream, llm_slots
+        self.answers = answers  # rag.answer.AnswerService: its chat model, _stream, answers_waiting_or_writing
         self.clock = clock
         self.delays = tuple(delays)
         self.poll, self.quiet, self.idle, self.probe = poll, quiet, idle, probe
-        self._capacity = 0
         self._busy_until = 0.0  # monotonic: when the answers were last seen using the LLM, + quiet
         self._failing = False  # our own last call failed (Ollama unreachable)
         self._probed = float("-inf")  # monotonic: when the last job was started
@@ -74,9 +68,7 @@ class MemoryJobs:
     # --- when it may run --------------------------------------------------------------------
 
     def _busy(self) -> bool:
-        self._capacity = max(self._capacity, self.settings().bots.max_concurrent_llm,
-                             getattr(self.answers.llm_slots, "_value", 0) or 0)
-        busy = answers_busy(self.answers, self._capacity)
+        busy = answers_busy(self.answers)
         if busy:
             self._busy_until = time.monotonic() + self.quiet
         return busy or time.monotonic() < self._busy_until

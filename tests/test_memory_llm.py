@@ -219,9 +219,9 @@ def test_the_worker_gives_way_to_answers(world):
 
     async def scenario():
         add_note(w, "n1", POSTGRES, updated=100.0)
-        slots = w.answers.llm_slots
+        slots = w.answers.llm_slot
         # an answer holds the LLM: the worker does not start
-        async with slots:
+        async with slots():
             assert await w.jobs.step() is False
         assert w.fake.structured_chats() == []
         # an answer comes while the extraction runs: the extraction is cancelled, no attempt counted
@@ -229,14 +229,14 @@ def test_the_worker_gives_way_to_answers(world):
         w.fake.reply_structured(*pieces, delay=0.05)
         step = asyncio.create_task(w.jobs.step())
         await asyncio.sleep(0.3)
-        async with slots:
+        async with slots():
             started = asyncio.get_running_loop().time()
             assert await asyncio.wait_for(step, 2) is False
             assert asyncio.get_running_loop().time() - started < 0.5
         assert w.jobs.preempted == 1 and jobs_of(w.store)[0][1] == 0
         # with the quiet period, a just-finished answer still keeps it off
         w.jobs.quiet = 0.2
-        async with slots:
+        async with slots():
             assert await w.jobs.step() is False
         assert await w.jobs.step() is False
         await asyncio.sleep(0.25)
@@ -245,6 +245,80 @@ def test_the_worker_gives_way_to_answers(world):
 
     run(scenario())
     assert len(w.fake.structured_chats()) == 2
+
+
+def test_an_answer_waiting_for_a_slot_counts_and_the_count_falls_back_however_it_ends(tmp_path, settings_factory):
+    settings = settings_factory(bots={"max_concurrent_llm": 1})
+    answers = AnswerService(settings, index=None)
+    jobs = MemoryJobs(lambda: settings, lambda: None, answers, poll=0.01, quiet=0.0)
+
+    async def scenario():
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold(until: asyncio.Event):
+            async with answers.llm_slot():
+                holding.set()
+                await until.wait()
+
+        first = asyncio.create_task(hold(release))
+        await holding.wait()
+        waiting = asyncio.create_task(hold(release))  # the one slot is taken: this answer waits for it
+        await asyncio.sleep(0.02)
+        assert answers.answers_waiting_or_writing == 2 and jobs._busy()
+        release.set()
+        await asyncio.gather(first, waiting)
+        assert answers.answers_waiting_or_writing == 0 and not jobs._busy()
+        with pytest.raises(RuntimeError):  # an LLM call that fails
+            async with answers.llm_slot():
+                raise RuntimeError("down")
+        cancelled = asyncio.create_task(hold(asyncio.Event()))  # an expansion dropped while it runs
+        await asyncio.sleep(0.02)
+        assert answers.answers_waiting_or_writing == 1
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert answers.answers_waiting_or_writing == 0
+
+    run(scenario())
+    answers.close()
+
+
+def test_an_extraction_waits_while_an_answer_is_written(world, monkeypatch):
+    """A real answer, streamed slowly by the fake Ollama: the worker, running meanwhile,
+    calls the LLM only once the answer is done."""
+    import rag.answer as answer_mod
+    from rag.model import Hit
+
+    w = world
+    hit = Hit("p1", "n9", "u1", "Atlas 数据库", "", "", "", "项目 Atlas 的数据库是 PostgreSQL。", 0, 0, 20, 1.0,
+              dense_rank=1, dense_score=0.9)
+    monkeypatch.setattr(answer_mod, "search", lambda *a, **kw: [hit])
+    add_note(w, "n1", POSTGRES, updated=100.0)
+    w.fake.reply(*["Atlas 用 PostgreSQL[1]。"[i:i + 3] for i in range(0, 21, 3)], delay=0.1)
+    w.fake.reply_structured(ATLAS_PG)
+    w.jobs.idle = 0.02
+
+    async def scenario():
+        stopping = asyncio.Event()
+        asking = asyncio.create_task(w.answers.ask("Atlas 的数据库是什么？", "u1"))
+        while w.answers.answers_waiting_or_writing == 0:
+            await asyncio.sleep(0.005)
+        worker = asyncio.create_task(w.jobs.run(stopping))
+        while not asking.done():  # the answer takes ~0.7 s: no extraction meanwhile
+            assert w.fake.structured_chats() == [] and w.jobs.preempted == 0
+            await asyncio.sleep(0.01)
+        answer = asking.result()
+        assert answer.used_llm and answer.grounded
+        assert w.answers.answers_waiting_or_writing == 0
+        for _ in range(300):  # then the job runs
+            if w.jobs.done:
+                break
+            await asyncio.sleep(0.01)
+        stopping.set()
+        await worker
+        assert w.jobs.done == 1 and len(w.fake.structured_chats()) == 1 and len(w.fake.chats()) == 1
+
+    run(scenario())
 
 
 def test_facts_are_per_user_and_auto_waits_while_the_llm_fails(world):
