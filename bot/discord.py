@@ -20,6 +20,12 @@ Only people the rules above let in may write; every reply is private (the captur
 receipt: the note's link, queued, or why not). A file's size is checked against
 ``capture.max_file_mb`` before it is downloaded.
 
+The memory of the notes: ``/about name`` (facts with their quotes, the notes that mention
+it), ``/related target`` (a note id or a question), each fact or pair with 👍 confirm / 👎
+reject buttons (``MemoryButton``, custom id ``mem:<verdict>:<id>``, so a press works after a
+restart), and ``/reject id`` / ``/confirm id``. Always the person's own Leanote user;
+every reply is ephemeral, like ``/search``.
+
 Each final answer is recorded (``host.feedback``) and gets four buttons: 👍, 👎,
 "Why?" and "Save as note". A button carries only the answer's id in its custom id
 (``fb:up:<id>``) and is handled by a ``DynamicItem`` registered at start, so a press
@@ -43,9 +49,11 @@ from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from .access import Access, Person
-from .common import (CHECK_TIMEOUT, HELP, SORRY, CheckResult, Host, Pacer, Wait, conversation_key, count_error,
-                     hits_text, nobody_mapped, outbox_text, person_key, token_or_problem, trace_text)
-from .render import DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_pages, discord_plain_links, discord_sources
+from .common import (CHECK_TIMEOUT, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply, Pacer,
+                     Wait, about_reply, conversation_key, count_error, hits_text, memory_problem, nobody_mapped,
+                     outbox_text, person_key, related_reply, token_or_problem, trace_text, verdict_reply)
+from .render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
+                     discord_sources)
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
@@ -110,6 +118,26 @@ class DiscordBot:
         async def why(interaction: discord.Interaction) -> None:
             await bot.why(interaction)
 
+        @self.tree.command(name="about", description="记忆里关于它的事实和笔记 / what the memory knows about a name")
+        @app_commands.describe(name="一个项目、术语或标签 / a project, a term or a tag, as your notes write it")
+        async def about(interaction: discord.Interaction, name: str) -> None:
+            await bot.memory(interaction, "about", name)
+
+        @self.tree.command(name="related", description="相关笔记 / notes related to a note or a question")
+        @app_commands.describe(target="笔记 id 或问题 / a note id, or a question")
+        async def related(interaction: discord.Interaction, target: str) -> None:
+            await bot.memory(interaction, "related", target)
+
+        @self.tree.command(name="reject", description="删掉一条错的事实或相关 / reject a wrong fact or pair")
+        @app_commands.describe(id="/about 或 /related 显示的 id / the f… or p… id /about and /related show")
+        async def reject(interaction: discord.Interaction, id: str) -> None:
+            await bot.verdict(interaction, "rejected", id)
+
+        @self.tree.command(name="confirm", description="确认一条事实或相关 / confirm a fact or pair")
+        @app_commands.describe(id="/about 或 /related 显示的 id / the f… or p… id /about and /related show")
+        async def confirm(interaction: discord.Interaction, id: str) -> None:
+            await bot.verdict(interaction, "confirmed", id)
+
         @self.tree.command(name="help", description="帮助 / help")
         async def help_(interaction: discord.Interaction) -> None:
             await interaction.response.send_message(DISCORD_HELP, ephemeral=True)
@@ -155,7 +183,7 @@ class DiscordBot:
 
     async def _setup(self) -> None:
         # Presses on buttons under answers sent before this start are handled too.
-        self.client.add_dynamic_items(FeedbackButton)
+        self.client.add_dynamic_items(FeedbackButton, MemoryButton)
         if self.cfg.guild_ids:
             for gid in self.cfg.guild_ids:
                 guild = discord.Object(id=gid)
@@ -343,6 +371,52 @@ class DiscordBot:
             return
         trace = self.host.answers.conversations.trace(person.leanote_user_id, self.conversation(interaction))
         await interaction.response.send_message(trace_text(trace)[:DISCORD_CONTENT], ephemeral=True)
+
+    # --- the memory of the notes ------------------------------------------------------------------
+    # Ephemeral, like /search: only the asker sees it (and so only they can press its buttons).
+
+    async def memory(self, interaction: discord.Interaction, what: str, target: str) -> None:
+        """``/about`` or ``/related`` for the asker's Leanote user, with 👍 / 👎 buttons."""
+        person = await self._person(interaction)
+        if person is None:
+            return
+        problem = memory_problem(self.host.settings)
+        if problem or not (target or "").strip():
+            await interaction.response.send_message(problem or "请写下名称或问题。 / Please write a name or a question.",
+                                                    ephemeral=True)
+            return
+        await interaction.response.defer(thinking=True, ephemeral=True)
+        link = (lambda url: f"<{url}>" if url else "")
+        try:
+            if what == "about":
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target.strip(), link,
+                                          discord_escape)
+            else:
+                reply = await related_reply(self.host, person.leanote_user_id, target.strip(), link, discord_escape)
+        except Exception:
+            log.exception("discord /%s failed", what)
+            count_error(self.host, "discord")
+            await interaction.followup.send(SORRY, ephemeral=True)
+            return
+        parts = _lines_within(reply.text, DISCORD_CONTENT)
+        for i, part in enumerate(parts):
+            view = {"view": memory_view(reply)} if reply.items and i == len(parts) - 1 else {}
+            await interaction.followup.send(part, ephemeral=True, **view)
+
+    async def verdict(self, interaction: discord.Interaction, verdict: str, item_id: str) -> None:
+        """``/reject`` or ``/confirm``, and the 👍 / 👎 under /about and /related: the presser's
+        own memory; an id of another Leanote user's memory changes nothing."""
+        person = await self._person(interaction)
+        if person is None:
+            return
+        try:
+            _, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+                                          person_key("discord", interaction.user.id))
+        except Exception:
+            log.exception("discord %s failed", verdict)
+            count_error(self.host, "discord")
+            text = SORRY
+        await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     # --- capture: writing into the person's Leanote --------------------------------------------
     # Every reply here is ephemeral: what a person writes into their notes is theirs.
@@ -563,6 +637,53 @@ def feedback_view(answer_id: str) -> discord.ui.View:
     for action in ("up", "down", "why", "save"):
         view.add_item(FeedbackButton(action, answer_id))
     return view
+
+
+class MemoryButton(discord.ui.DynamicItem[discord.ui.Button],
+                   template=r"mem:(?P<verdict>rejected|confirmed):(?P<id>[fp][0-9a-f]{12})"):
+    """👍 confirm / 👎 reject under /about or /related: its custom id holds the verdict and the
+    fact's or pair's correction id, so a press is understood after a restart too."""
+
+    def __init__(self, verdict: str, item_id: str, n: int | None = None):
+        icon, word = next((i, w) for v, i, w in VERDICT_BUTTONS if v == verdict)
+        label = f"{n} {word}" if n is not None else word
+        style = discord.ButtonStyle.danger if verdict == "rejected" else discord.ButtonStyle.secondary
+        super().__init__(discord.ui.Button(style=style, emoji=icon, label=label,
+                                           custom_id=f"mem:{verdict}:{item_id}"))
+        self.verdict, self.item_id = verdict, item_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Button, match, /):
+        return cls(match["verdict"], match["id"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        bot = getattr(interaction.client, "leanote_bot", None)
+        if bot is not None:
+            await bot.verdict(interaction, self.verdict, self.item_id)
+
+
+def memory_view(reply: MemoryReply) -> discord.ui.View:
+    """Two items a row (👍 n confirm, 👎 n reject), at most Discord's five rows."""
+    view = discord.ui.View(timeout=None)
+    for k, (n, item_id) in enumerate(reply.items[:MEMORY_ITEMS]):
+        for verdict, _, _ in VERDICT_BUTTONS:
+            button = MemoryButton(verdict, item_id, n)
+            button.row = k // 2
+            view.add_item(button)
+    return view
+
+
+def _lines_within(text: str, limit: int) -> list[str]:
+    """Text cut between lines into parts of at most ``limit`` characters."""
+    parts, current = [], ""
+    for line in text.splitlines():
+        line = line[:limit]
+        if current and len(current) + 1 + len(line) > limit:
+            parts.append(current)
+            current = line
+        else:
+            current = f"{current}\n{line}" if current else line
+    return parts + [current] if current or not parts else parts
 
 
 def stored_trace(data: dict) -> Trace | None:
