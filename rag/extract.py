@@ -1,5 +1,5 @@
 """The memory's LLM tier: a note's summary, typed entities and relations, each relation
-with the quote it rests on (issue 12).
+with the quote it rests on.
 
 One call per note, constrained to a JSON schema (Ollama's ``format``): a small local
 model writes valid JSON only when the schema holds it to it. A long note is cut into

@@ -10,7 +10,7 @@ no call made for one user reaches another's rows.
 - ``notes``: one row per processed note: its user, the content hash and extraction
   version it was processed at, the tier done (``terms``: the no-LLM tier), when, the
   title/notebook/url/updated time to show it (from the ``Note``), its candidate terms
-  (for ``df``), and a summary (the LLM tier; NULL for now).
+  (for ``df``), a summary and what its LLM extraction cost (the LLM tier).
 - ``entities``: (user, kind, norm) -> id and the name as first written; kinds are
   ``rag.entities.KINDS``. An entity no note mentions any more is deleted.
 - ``mentions``: an entity in a note: the chunk (point id) it falls in, its span as
@@ -18,10 +18,14 @@ no call made for one user reaches another's rows.
   from; NULL for tags, which are not in the text) and a one-line snippet.
 - ``df``: per user and term, how many of the user's notes hold it (the IDF of
   distinctive terms).
-- ``facts``, ``related``, ``jobs``, ``corrections``: created for the LLM tier, related
-  notes and corrections (issue 12), empty for now; ``remove_note`` already clears a
-  note's facts, pairs and jobs. Corrections are per user and not per note: they outlive
-  re-extraction; ``correction_log`` keeps every verdict given.
+- ``facts``: the LLM tier's relations, each with the quote it rests on, its note, time,
+  status (active or superseded) and what superseded it.
+- ``related``: related note pairs with their score and reasons (``rag.related``).
+- ``jobs``: the LLM tier's queue (``sync.memory_jobs``) and related-notes recomputes.
+- ``corrections``: verdicts on facts and pairs, per user and keyed by content, not by
+  note, so they outlive re-extraction; ``correction_log`` keeps every verdict given.
+
+``remove_note`` clears a note's mentions, facts, pairs and jobs in one transaction.
 """
 
 from __future__ import annotations
@@ -504,7 +508,7 @@ class MemoryStore:
 
     # --- end of related notes ----------------------------------------------------------------
 
-    # --- corrections (issue 12, item 5) --------------------------------------------------------
+    # --- corrections --------------------------------------------------------------------------
     # A person's verdict on a fact or a related pair, per Leanote user, keyed by content and
     # not by row id, so it outlives re-extraction: a fact by its (subject, predicate, object),
     # a pair by its two notes in either order (``correction_target``). ``rejected`` is a
@@ -986,6 +990,81 @@ class MemoryStore:
                 for fid, subject, predicate, obj, quote, note_id, when, title, notebook, url in rows]
 
     # --- end of for answers ---------------------------------------------------------------------
+
+    # --- for the explorer (rag.explore, served by the daemon's API) ------------------------------
+
+    def find(self, user_id: str, text: str, limit: int = 20) -> dict:
+        """What a search box finds: the user's entities (and fact subjects and objects) whose
+        name contains ``text`` (as ``norm``), the exact name first, then those in most notes;
+        and the notes whose title contains it or whose id it is."""
+        key = norm(text)
+        if not key:
+            return {"entities": [], "notes": []}
+        like = "%" + key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._lock:
+            entities = self.db.execute(
+                "SELECT e.name, e.kind, COUNT(DISTINCT m.note_id) AS notes FROM entities e "
+                "JOIN mentions m ON m.entity_id = e.id WHERE e.user_id = ? AND e.norm LIKE ? ESCAPE '\\' "
+                "GROUP BY e.id ORDER BY e.norm = ? DESC, notes DESC, length(e.norm), e.norm LIMIT ?",
+                (user_id, like, key, limit)).fetchall()
+            named = self.db.execute(
+                "SELECT name, COUNT(DISTINCT note_id) FROM (SELECT subject AS name, note_id FROM facts WHERE user_id = ? "
+                "UNION ALL SELECT object, note_id FROM facts WHERE user_id = ?) GROUP BY name", (user_id, user_id)
+            ).fetchall()
+            notes = self.db.execute(
+                "SELECT note_id, title, notebook, url, updated_at FROM notes WHERE user_id = ? AND "
+                "(note_id = ? OR lower(title) LIKE lower(?) ESCAPE '\\') ORDER BY note_id = ? DESC, updated_at DESC "
+                "LIMIT ?", (user_id, text.strip(), like, text.strip(), limit)).fetchall()
+        found = {norm(n): {"name": n, "kind": k, "notes": c} for n, k, c in entities}
+        for name, count in named:  # what only the LLM tier's facts name
+            if key in norm(name) and norm(name) not in found:
+                found[norm(name)] = {"name": name, "kind": "fact", "notes": count}
+        ranked = sorted(found.items(), key=lambda kv: (kv[0] != key, -kv[1]["notes"], len(kv[0]), kv[0]))
+        return {"entities": [e for _, e in ranked[:limit]],
+                "notes": [{"note_id": i, "title": t, "notebook": nb, "url": u, "updated_at": up}
+                          for i, t, nb, u, up in notes]}
+
+    def note_entities(self, user_id: str, note_id: str, limit: int = 12) -> list[dict]:
+        """The entities a note mentions, the most mentioned in it first and, among equals, the
+        rarest in the user's notes (the most telling)."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT e.name, e.kind, COUNT(*) AS here, (SELECT COUNT(DISTINCT o.note_id) FROM mentions o "
+                "WHERE o.entity_id = e.id) AS notes FROM entities e JOIN mentions m ON m.entity_id = e.id "
+                "WHERE e.user_id = ? AND m.user_id = ? AND m.note_id = ? GROUP BY e.id "
+                "ORDER BY here DESC, notes, e.norm LIMIT ?", (user_id, user_id, note_id, limit)).fetchall()
+        return [{"name": n, "kind": k, "mentions": here, "notes": c} for n, k, here, c in rows]
+
+    def note_facts(self, user_id: str, note_id: str) -> list[dict]:
+        """The facts that rest on a note (every status), with the fields of ``facts_about``."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT f.subject, f.predicate, f.object, f.quote, f.time, f.status, s.note_id FROM facts f "
+                "LEFT JOIN facts s ON s.id = f.superseded_by WHERE f.user_id = ? AND f.note_id = ? "
+                "ORDER BY f.char_start, f.id", (user_id, note_id)).fetchall()
+            verdicts = dict(self.db.execute(
+                "SELECT target, verdict FROM corrections WHERE user_id = ? AND kind = 'fact'", (user_id,)).fetchall())
+        out = []
+        for subject, predicate, obj, quote, when, status, by_note in rows:
+            target = correction_target("fact", subject, predicate, obj)
+            out.append({"fact_id": correction_id(user_id, "fact", target), "subject": subject, "predicate": predicate,
+                        "object": obj, "quote": quote, "note_id": note_id, "time": when, "status": status,
+                        "superseded_by_note": by_note, "confirmed": verdicts.get(target) == "confirmed"})
+        return out
+
+    def note_card(self, user_id: str, note_id: str) -> dict | None:
+        """A processed note of the user as the explorer shows it, or None."""
+        with self._lock:
+            row = self.db.execute(
+                "SELECT title, notebook, url, updated_at, summary, tier FROM notes WHERE note_id = ? AND user_id = ?",
+                (note_id, user_id)).fetchone()
+        if row is None:
+            return None
+        title, notebook, url, updated, summary, tier = row
+        return {"note_id": note_id, "title": title, "notebook": notebook, "url": url, "updated_at": updated,
+                "summary": summary, "tier": tier}
+
+    # --- end of for the explorer --------------------------------------------------------------------
 
 
 def fact_key(subject: str, predicate: str) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""Corrections of the memory (issue 12, item 5): a rejected fact or related pair is a
+"""Corrections of the memory: a rejected fact or related pair is a
 tombstone keyed by content that re-extraction never revives, a confirmed one is marked, each
 verdict has a history, they are per Leanote user, and they travel as JSON (export, import).
 The LLM is the fake Ollama; the CLI is driven through ``main``."""

@@ -1,4 +1,4 @@
-"""The memory's LLM tier (issue 12): one schema-constrained call per note, quotes checked
+"""The memory's LLM tier: one schema-constrained call per note, quotes checked
 against the note, jobs with retries and parking on a fake clock, supersession between
 notes and its undoing when the newer note goes, stale jobs dropped, answers first, and
 each user's facts their own. The LLM is the fake Ollama."""
