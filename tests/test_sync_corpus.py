@@ -197,9 +197,12 @@ def test_killed_sync_resumes_to_the_same_index(servers, tmp_path):
     assert out.returncode == 0, out.stderr
 
     # then the change batch, applied to both, with one more kill in the middle
+    gone = set()  # notes the batch trashes or deletes
     for change in changes:
         if change["note"]["UserId"] != USER_ONE or leanote.notes.get(change["note"]["NoteId"]) or change["op"] == "create":
             leanote.apply_change(change)
+            if change["op"] in ("trash", "delete"):
+                gone.add(change["note"]["NoteId"])
     for cfg in (reference, crashed):
         out = subprocess.run([str(Path(sys.executable).with_name("leanote-rag")), "--config", str(cfg), "index"],
                              env=env, capture_output=True, text=True, timeout=300)
@@ -218,6 +221,15 @@ def test_killed_sync_resumes_to_the_same_index(servers, tmp_path):
 
     with MemoryStore.open_for(config_mod.load(reference)) as a, MemoryStore.open_for(config_mod.load(crashed)) as b:
         assert b.counts() == a.counts() and a.counts()["mentions"] > 0
+        # everything derived went with its note: the memory holds exactly the indexed notes, and
+        # no mention or related pair names a trashed or deleted one
+        live = {n for (n,) in sqlite3.connect(reference.parent / "data" / "state.db").execute(
+            "SELECT note_id FROM notes WHERE status = 'indexed'")}
+        assert gone and not gone & live
+        assert {n for (n,) in a.db.execute("SELECT note_id FROM notes")} == live
+        for sql in ("SELECT note_id FROM mentions", "SELECT note_a FROM related", "SELECT note_b FROM related"):
+            assert {n for (n,) in a.db.execute(sql)} <= live, sql
+        assert a.db.execute("SELECT COUNT(*) FROM related").fetchone()[0] > 0
 
 
 def test_sigterm_mid_sync_stops_within_seconds_and_a_restart_finishes_it(servers, tmp_path):
