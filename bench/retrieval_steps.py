@@ -16,6 +16,11 @@ Variants are a list of ``Variant(name, make)``: ``make(index)`` returns a functi
 ``(question, user_id, k) -> hits``. "(c) + expansion (stand-in)" fuses in the query
 expansion of a stand-in LLM that returns the question itself (an expansion must never
 make a question worse; a real LLM's terms can only be measured with a real LLM).
+"(d) + entities (memory)" is (b) with the "entities" ranking fused in at
+``rag.retrieve.ENTITY_WEIGHT``, made as ``AnswerService`` makes it (``named_entities`` then
+``entity_ranking`` over the index's memory, ``<state_dir>/memory.sqlite``; its time counts in
+the variant's p50); (b) is the same search without it, as with ``memory.enabled: false``.
+Left out (with a note) when the index has no memory.
 ``--variant "NAME:key=value,..."`` adds a variant with other ``retrieval`` settings
 from the command line.
 """
@@ -36,8 +41,9 @@ import yaml
 from rag import config
 from rag.eval import _outcome, load_questions, normalise
 from rag.index import NoteIndex
+from rag.memory import MemoryStore, path_for
 from rag.model import Hit
-from rag.retrieve import search
+from rag.retrieve import ENTITY_WEIGHT, entity_ranking, named_entities, search
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
@@ -82,11 +88,37 @@ def echoed(**retrieval) -> Callable[[NoteIndex], Search]:
     return make
 
 
+ENTITY_STATS: dict[str, set] = {"questions_with_entities": set()}
+MEMORIES: list[MemoryStore] = []  # opened by ``remembered`` variants, closed after the run
+
+
+def remembered(**retrieval) -> Callable[[NoteIndex], Search]:
+    """As ``hybrid``, with the entities ranking of the index's memory fused in, as an
+    answer fuses it (``AnswerService._remembered``)."""
+
+    def make(index: NoteIndex) -> Search:
+        view = _view(index, retrieval)
+        memory = MemoryStore(path_for(index.settings))
+        MEMORIES.append(memory)
+
+        def fn(question: str, user_id: str, k: int) -> list[Hit]:
+            named = named_entities(memory, user_id, question)
+            if named:
+                ENTITY_STATS["questions_with_entities"].add((user_id, question))
+            ranking = entity_ranking(memory, user_id, named, max(view.settings.retrieval.candidates, k))
+            return search(view, question, user_id, k, entities=ranking)
+
+        return fn
+
+    return make
+
+
 VARIANTS = [
     Variant("(a) hybrid", hybrid(passages=False)),
     Variant("(b) + passages", hybrid(passages=True)),
     Variant("(c) + expansion (stand-in)", echoed(passages=True)),
 ]
+ENTITIES = Variant(f"(d) (b) + entities (memory, weight {ENTITY_WEIGHT})", remembered(passages=True))
 
 
 def parse_variant(text: str) -> Variant:
@@ -154,6 +186,9 @@ def run(settings, questions: list[dict], variants: list[Variant], rounds: int = 
                 },
                 "hit@5_misses": [o.id for o, _ in rows if o.hit5 is False],
             }
+        for memory in MEMORIES:
+            memory.close()
+        MEMORIES.clear()
         return out
 
 
@@ -181,13 +216,22 @@ def main() -> None:
     ap.add_argument("--questions", default=str(DEV))
     ap.add_argument("--variant", action="append", default=[], help='"NAME:key=value,..." (retrieval settings)')
     ap.add_argument("--rounds", type=int, default=3, help="rounds over the questions; the first is a warm-up")
+    ap.add_argument("--no-entities", action="store_true", help="leave out the entities variant (d)")
     ap.add_argument("--out", default=str(OUT), help="where to write the JSON ('-': nowhere)")
     args = ap.parse_args()
     settings = config.load(args.config)
     questions = [
         q for q in load_questions(Path(args.questions)) if q.get("gold_note_ids") and not q.get("after_changes")
     ]
-    variants = VARIANTS + [parse_variant(v) for v in args.variant]
+    variants = list(VARIANTS)
+    memory_note = None
+    if not args.no_entities:
+        if path_for(settings).exists():
+            variants.append(ENTITIES)
+        else:
+            memory_note = f"no memory at {path_for(settings)}: the entities variant is left out"
+            print(memory_note)
+    variants += [parse_variant(v) for v in args.variant]
     results = run(settings, questions, variants, max(1, args.rounds))
     report = {
         "questions": len(questions),
@@ -196,6 +240,12 @@ def main() -> None:
         "variants": results,
         "table": table(results),
     }
+    if ENTITIES in variants:
+        report["entities"] = {"weight": ENTITY_WEIGHT,
+                              "questions_naming_an_entity": len(ENTITY_STATS["questions_with_entities"]),
+                              "memory": str(path_for(settings))}
+    elif memory_note:
+        report["entities"] = {"note": memory_note}
     text = json.dumps(report, ensure_ascii=False, indent=1)
     print(text)
     if args.out != "-":
