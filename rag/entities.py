@@ -23,6 +23,10 @@ chunks are cut from, so every span ``(start, end)`` is an offset into it and
 - ``heading``: Markdown heading texts.
 - ``link``: the labels of Markdown links ``[label](target)``.
 
+The LLM tier (``rag.extract``) adds typed entities of ``LLM_KINDS`` (``llm_kind``
+turns the type the model wrote into one of them), each located in the same cleaned
+text (``MemoryStore.store_llm``). ``KINDS`` is both.
+
 Pure functions: text in, entities out.
 """
 
@@ -42,7 +46,10 @@ from .lexical import STOPWORDS
 from .model import Chunk
 
 VERSION = 1  # bump when extraction changes what a note yields: notes are processed again
-KINDS = ("term", "code", "tag", "heading", "link")
+NO_LLM_KINDS = ("term", "code", "tag", "heading", "link")
+# the LLM tier's typed entities (``rag.extract``), stored with their type as kind
+LLM_KINDS = ("person", "project", "tool", "place", "organization", "concept", "other")
+KINDS = NO_LLM_KINDS + LLM_KINDS
 MAX_TERMS = 12
 MAX_CODE = 20
 MAX_MENTIONS = 20  # per entity and note: the first ones
@@ -107,6 +114,20 @@ class Extraction:
 def norm(name: str) -> str:
     """The key an entity is known by: NFKC, case folded, inner spaces collapsed."""
     return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+_LLM_KIND_ALIASES = {"organisation": "organization", "org": "organization", "company": "organization",
+                     "people": "person", "location": "place", "software": "tool", "library": "tool"}
+
+
+def llm_kind(kind: str) -> str:
+    """The LLM's entity type as one of ``LLM_KINDS`` (a plural or a common alias too);
+    anything else is ``other``."""
+    key = norm(kind or "")
+    key = _LLM_KIND_ALIASES.get(key, key)
+    if key not in LLM_KINDS and key.endswith("s"):
+        key = _LLM_KIND_ALIASES.get(key[:-1], key[:-1])
+    return key if key in LLM_KINDS else "other"
 
 
 def text_of(chunks: Sequence[Chunk]) -> str:

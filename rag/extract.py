@@ -7,13 +7,16 @@ sections at blank lines (``SECTION_CHARS`` each) and only the first ``MAX_CALLS`
 read, so no note costs more than ``MAX_CALLS`` calls. The reply is checked anyway: a
 reply that is not the schema's object fails the extraction (the job retries); a
 relation whose quote is not in the note (whitespace aside) is dropped and counted, so
-every fact kept can be traced to the words it came from. What the calls cost (prompt
+every fact kept can be traced to the words it came from. Typed entities are stored
+the same way (``MemoryStore.store_llm``): at their places in the note (``name_spans``),
+a name the note does not hold dropped and counted. What the calls cost (prompt
 and output tokens, as Ollama reports them) comes back with the result.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
@@ -62,6 +65,8 @@ MAX_CALLS = 3
 OUTPUT_TOKENS = 1024
 MAX_ENTITIES = 40
 MAX_RELATIONS = 40
+MAX_NAME_SPANS = 5  # per entity: its first places in the note
+_WORDISH = re.compile(r"[A-Za-z0-9_]")
 
 Stream = Callable[..., AsyncIterator[str]]  # AnswerService._stream(prompt, usage, options, format=..., timeout=...)
 
@@ -156,6 +161,37 @@ def find_quote(quote: str, text: str) -> tuple[int, int] | None:
     if i < 0:
         return None
     return where[i], where[i + len(q) - 1] + 1
+
+
+def name_spans(names, text: str, limit: int = MAX_NAME_SPANS) -> dict[str, list[tuple[int, int]]]:
+    """Where each of ``names`` occurs in ``text``: its first ``limit`` spans, whitespace
+    aside (as ``find_quote``), as written or else ignoring case; a Latin name only as a
+    whole word ("SQL" is not in "PostgreSQL"). Names not in the text map to []."""
+    flat, where = _normalised(text)
+    lower = flat.lower()
+    if len(lower) != len(flat):  # a case mapping that changes lengths: no offsets to trust
+        lower = None
+    out: dict[str, list[tuple[int, int]]] = {}
+    for name in names:
+        q = " ".join(name.split())
+        spans: list[tuple[int, int]] = []
+        for hay, needle in ((flat, q), (lower, q.lower())):
+            if not q or hay is None or len(needle) != len(q):
+                continue
+            i = hay.find(needle)
+            while i >= 0 and len(spans) < limit:
+                j = i + len(q)
+                cut_before = i > 0 and _WORDISH.match(q[0]) and _WORDISH.match(flat[i - 1])
+                cut_after = j < len(flat) and _WORDISH.match(q[-1]) and _WORDISH.match(flat[j])
+                if not cut_before and not cut_after:
+                    spans.append((where[i], where[j - 1] + 1))
+                    i = hay.find(needle, j)
+                else:
+                    i = hay.find(needle, i + 1)
+            if spans:
+                break
+        out[name] = spans
+    return out
 
 
 def parse(reply: str) -> dict:

@@ -12,7 +12,9 @@ no call made for one user reaches another's rows.
   title/notebook/url/updated time to show it (from the ``Note``), its candidate terms
   (for ``df``), a summary and what its LLM extraction cost (the LLM tier).
 - ``entities``: (user, kind, norm) -> id and the name as first written; kinds are
-  ``rag.entities.KINDS``. An entity no note mentions any more is deleted.
+  ``rag.entities.KINDS``: the no-LLM tier's and the LLM tier's typed entities
+  (``LLM_KINDS``, stored by ``store_llm`` at their places in the text). An entity no note
+  mentions any more is deleted.
 - ``mentions``: an entity in a note: the chunk (point id) it falls in, its span as
   offsets into the note's *cleaned* text (``rag.clean``, the text the chunks are cut
   from; NULL for tags, which are not in the text) and a one-line snippet.
@@ -42,8 +44,9 @@ from typing import Callable, Iterable, Sequence
 
 from . import entities as extraction
 from .config import Settings, prepare_state_dir
-from .entities import VERSION, Entity, norm
+from .entities import VERSION, Entity, Span, norm
 from .errors import UserError
+from .extract import name_spans
 from .index import PreparedNote, note_meta
 from .model import Chunk, Note
 from .sqlite import open_db
@@ -826,20 +829,26 @@ class MemoryStore:
             (attempts, next_try, error[:500], int(parked), job["note_id"], self.LLM_JOB, job["content_hash"])))
         return parked
 
-    def store_llm(self, job: dict, summary: str, facts: Sequence[dict], stats: dict) -> bool:
+    def store_llm(self, job: dict, summary: str, facts: Sequence[dict], stats: dict,
+                  entities: Sequence[tuple[str, str]] = ()) -> bool:
         """The LLM tier's result for the job's note: its summary, its facts (each a dict of
         subject, predicate, object, quote, char_start, char_end) in place of its old LLM
-        facts, supersession settled. False (nothing stored, the job dropped) when the note
-        changed or went meanwhile."""
+        facts, supersession settled, and its typed ``entities`` ((name, type), the LLM's) in
+        place of its old ones (``_llm_mentions``). ``stats`` gets ``entities_dropped`` (names
+        not in the job's text) and is stored with the note. False (nothing stored, the job
+        dropped) when the note changed or went meanwhile."""
         now = self.clock()
         when = job.get("updated") or now
         user_id, note_id = job["user_id"], job["note_id"]
+        found, dropped = _llm_entities(job.get("text") or "", entities)
+        stats["entities_dropped"] = dropped
 
         def work(db: sqlite3.Connection) -> bool:
             db.execute("DELETE FROM jobs WHERE note_id = ? AND kind = ? AND content_hash = ?",
                        (note_id, self.LLM_JOB, job["content_hash"]))
             if not self._job_current(db, job):
                 return False
+            _llm_mentions(db, user_id, note_id, job.get("text") or "", found)
             groups = set(db.execute("SELECT subject, predicate FROM facts WHERE note_id = ? AND origin = 'llm'",
                                     (note_id,)).fetchall())
             db.execute("DELETE FROM facts WHERE note_id = ? AND origin = 'llm'", (note_id,))
@@ -1124,6 +1133,53 @@ def _add_mentions(db: sqlite3.Connection, user_id: str, note_id: str,
         "INSERT INTO mentions(entity_id, user_id, note_id, point_id, char_start, char_end, snippet) VALUES (?,?,?,?,?,?,?)",
         rows,
     )
+
+
+def _llm_entities(text: str, entities: Sequence[tuple[str, str]]) -> tuple[list[Entity], int]:
+    """The LLM's (name, type) pairs as entities of an ``LLM_KINDS`` kind with their spans in
+    ``text`` (``name_spans``), and how many names are not in the text (dropped). One
+    entity per (norm, kind)."""
+    names = [(" ".join(n.split()), extraction.llm_kind(t)) for n, t in entities if isinstance(n, str) and n.strip()]
+    where = name_spans([n for n, _ in names], text)
+    out: list[Entity] = []
+    seen: set[tuple[str, str]] = set()
+    dropped = 0
+    for name, kind in names:
+        spans = [Span(a, b) for a, b in where.get(name, [])]
+        if not spans or not norm(name):
+            dropped += 1
+            continue
+        if (norm(name), kind) in seen:
+            continue
+        seen.add((norm(name), kind))
+        out.append(Entity(name, kind, spans))
+    return out, dropped
+
+
+def _llm_mentions(db: sqlite3.Connection, user_id: str, note_id: str, text: str, found: Sequence[Entity]) -> None:
+    """The note's LLM-kind mentions replaced by ``found`` (from ``_llm_entities`` over
+    ``text``), each with its snippet and the point id of a no-LLM mention of the note whose
+    span holds it (the smallest holding all of it first), else none; entities left without
+    mentions deleted."""
+    marks = ",".join("?" * len(extraction.LLM_KINDS))
+    llm_ids = f"SELECT id FROM entities WHERE user_id = ? AND kind IN ({marks})"
+    args = (note_id, user_id, *extraction.LLM_KINDS)
+    old = {r[0] for r in db.execute(f"SELECT DISTINCT entity_id FROM mentions WHERE note_id = ? "
+                                    f"AND entity_id IN ({llm_ids})", args)}
+    db.execute(f"DELETE FROM mentions WHERE note_id = ? AND entity_id IN ({llm_ids})", args)
+    if found:
+        placed = sorted(db.execute(
+            "SELECT char_start, char_end, point_id FROM mentions WHERE note_id = ? AND user_id = ? "
+            "AND point_id IS NOT NULL AND char_start IS NOT NULL", (note_id, user_id)).fetchall())
+
+        def point_of(a: int, b: int) -> str | None:
+            holding = [(b > e, e - s, p) for s, e, p in placed if s <= a < e]
+            return min(holding)[2] if holding else None
+
+        _add_mentions(db, user_id, note_id, [
+            (ent, [Mention(point_of(sp.start, sp.end), sp.start, sp.end, extraction.snippet(text, sp))
+                   for sp in ent.spans]) for ent in found])
+    _drop_orphans(db, old)
 
 
 def _drop_orphans(db: sqlite3.Connection, entity_ids: Iterable[int]) -> None:

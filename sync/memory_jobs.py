@@ -1,5 +1,6 @@
 """The memory's LLM tier in the daemon: a worker that takes the jobs the indexer queued
-(``MemoryStore.enqueue_llm``), oldest first, and stores what ``rag.extract`` finds.
+(``MemoryStore.enqueue_llm``), oldest first, and stores what ``rag.extract`` finds:
+the summary, the facts and the typed entities (``MemoryStore.store_llm``).
 
 - A job whose note changed or went since it was queued is dropped (its content hash);
   the note's newer text has a job of its own.
@@ -139,7 +140,7 @@ class MemoryJobs:
         self._failing = False
         stats = result.stats()
         stored = await asyncio.to_thread(memory.store_llm, job, result.summary,
-                                         [r.as_fact() for r in result.relations], stats)
+                                         [r.as_fact() for r in result.relations], stats, result.entities)
         if stored:
             self.done += 1
             self.last = stats

@@ -361,3 +361,139 @@ def test_status_shows_jobs_and_facts(world, settings_factory):
     assert counts["jobs_pending"] == 1 and counts["jobs_parked"] == 1
     assert counts["parked"][0]["error"] == "Ollama did not answer in time"
     assert memory_counts(settings, ["u2"])["llm"]["jobs_pending"] == 0
+
+
+# --- the LLM's typed entities ------------------------------------------------------------------
+
+ATLAS_TYPED = reply("Atlas 换数据库", [], entities=(
+    ("Atlas", "project"),
+    ("PostgreSQL", "Tools"),  # a plural: tool
+    ("pgbouncer", "TOOL"),
+    ("mysql", "database"),  # not a type the prompt names: other; found ignoring case
+    ("Redis", "tool"),  # not in the note: dropped
+    ("SQL", "tool"),  # only inside MySQL/PostgreSQL, never a word of its own: dropped
+))
+
+
+def remember_note(w, note_id: str, text: str, user: str = "u1", updated: float = 100.0):
+    """A note as the indexer handles it: the no-LLM tier (``remember``) and its LLM job,
+    carrying the cleaned text the chunks are cut from."""
+    from rag.entities import text_of
+
+    index = NoteIndex(w.settings, store=None, embedder=type("E", (), {"model_id": "x", "dim": 3})(), index_id="i")
+    prepared = index.prepare(Note(note_id, user, note_id, text))
+    w.store.remember(prepared, "http://leanote")
+    w.store.enqueue_llm(user, note_id, prepared.content_hash, text_of([pc.chunk for pc in prepared.chunks]),
+                        title=note_id, updated=updated)
+    w.clock.t += 1
+    return prepared
+
+
+def mentions_of_note(store, note_id: str, kinds=None) -> list[tuple]:
+    with store._lock:
+        rows = store.db.execute(
+            "SELECT e.user_id, e.name, e.kind, m.point_id, m.char_start, m.char_end, m.snippet FROM mentions m "
+            "JOIN entities e ON e.id = m.entity_id WHERE m.note_id = ? ORDER BY e.kind, e.name, m.char_start",
+            (note_id,)).fetchall()
+    return [r for r in rows if kinds is None or r[2] in kinds]
+
+
+def llm_stats(store, note_id: str) -> dict:
+    with store._lock:
+        return json.loads(store.db.execute("SELECT llm FROM notes WHERE note_id = ?", (note_id,)).fetchone()[0])
+
+
+def test_names_are_found_whitespace_and_case_aside_and_kinds_are_normalised():
+    from rag.entities import KINDS, LLM_KINDS, llm_kind
+    from rag.extract import name_spans
+
+    text = "Project  Atlas\nuses PostgreSQL, not MySQL; atlas again. ATLAS"
+    found = name_spans(["Project Atlas", "atlas", "SQL", "Redis", "postgresql"], text)
+    assert [text[a:b] for a, b in found["Project Atlas"]] == ["Project  Atlas"]
+    assert [text[a:b] for a, b in found["atlas"]] == ["atlas"]  # as written first; case aside only if none
+    assert found["SQL"] == [] and found["Redis"] == []
+    assert [text[a:b] for a, b in found["postgresql"]] == ["PostgreSQL"]
+    assert len(name_spans(["a"], " a" * 50)["a"]) == 5
+    assert [llm_kind(t) for t in ("Person", "projects", "organisation", "", "database", "tag")] == [
+        "person", "project", "organization", "other", "other", "other"]
+    assert set(LLM_KINDS) <= set(KINDS) and {"term", "code", "tag", "heading", "link"} <= set(KINDS)
+
+
+def test_the_cli_kind_choice_takes_the_llm_kinds():
+    from rag import cli
+
+    kind = next(p for p in cli.entities.params if p.name == "kind")
+    assert {"project", "tool", "person", "organization", "term"} <= set(kind.type.choices)
+
+
+def test_typed_entities_are_stored_with_kind_spans_and_the_no_llm_tiers_chunk(world):
+    w = world
+    prepared = remember_note(w, "n1", POSTGRES)
+    text = w.store.due_job()["text"]
+    no_llm = mentions_of_note(w.store, "n1")
+    w.fake.reply_structured(ATLAS_TYPED)
+    assert run(w.jobs.step()) is True and w.jobs.done == 1
+    stored = mentions_of_note(w.store, "n1", ("person", "project", "tool", "place", "organization", "concept", "other"))
+    assert {(name, kind) for _, name, kind, *_ in stored} == {
+        ("Atlas", "project"), ("PostgreSQL", "tool"), ("pgbouncer", "tool"), ("mysql", "other")}
+    points = {pc.point_id for pc in prepared.chunks}
+    placed = [(s, e, p) for _, _, _, p, s, e, _ in no_llm if p is not None and s is not None]
+    for user, name, kind, point_id, start, end, snip in stored:
+        assert user == "u1" and " ".join(text[start:end].split()).casefold() == name.casefold()
+        assert text[start:end] in snip
+        holding = [p for s, e, p in placed if s <= start < e]
+        assert point_id == (holding[0] if holding else None) and (point_id is None or point_id in points)
+    assert any(p is not None for *_, p, _, _, _ in stored)  # e.g. Atlas: the no-LLM tier's term holds it
+    assert mentions_of_note(w.store, "n1", ("term", "code", "tag", "heading", "link")) == no_llm  # untouched
+    assert w.jobs.last["entities_dropped"] == 2 and llm_stats(w.store, "n1")["entities_dropped"] == 2
+    assert llm_stats(w.store, "n1")["entities"] == 6  # what the LLM named, before the check
+    # everything that lists entities sees them
+    assert w.store.entities("u1", kind="project") == [{"name": "Atlas", "kind": "project", "notes": 1, "mentions": 1}]
+    assert [e["name"] for e in w.store.entities("u1", kind="tool")] == ["pgbouncer", "PostgreSQL"]
+    assert "project" in w.store.entity("u1", "atlas")[0]["kinds"]
+    assert any("project" in e["kinds"] for e in w.store.named_in("u1", "Atlas 用什么数据库"))
+    assert [n["note_id"] for n in w.store.notes_mentioning("u1", ["pgbouncer"])] == ["n1"]
+    assert w.store.entities("u2") == []
+    # a place no no-LLM mention holds (a number is no term): no chunk, rather than a guess
+    job = {"note_id": "n1", "user_id": "u1", "content_hash": prepared.content_hash, "text": text}
+    assert w.store.store_llm(job, "s", [], {}, [("Atlas", "project"), ("2023", "concept")])
+    points = {name: p for _, name, _, p, *_ in mentions_of_note(w.store, "n1", ("project", "concept"))}
+    assert points["2023"] is None and points["Atlas"] is not None
+
+
+def test_re_extraction_replaces_them_and_removal_removes_them_other_users_untouched(world):
+    w = world
+    remember_note(w, "n1", POSTGRES)
+    remember_note(w, "theirs", POSTGRES, user="u2")
+    w.fake.reply_structured(ATLAS_TYPED)
+    w.fake.reply_structured(ATLAS_TYPED)
+    assert run(w.jobs.step()) and run(w.jobs.step())
+    theirs = mentions_of_note(w.store, "theirs")
+    assert {r[0] for r in theirs} == {"u2"} and ("u2", "Atlas", "project") in {r[:3] for r in theirs}
+    # the note is edited: the no-LLM tier's pass clears its mentions, the new job brings new ones
+    remember_note(w, "n1", POSTGRES_2025, updated=200.0)
+    assert mentions_of_note(w.store, "n1", ("project", "tool", "other")) == []
+    w.fake.reply_structured(reply("Atlas 改用 SQLite", [], entities=(("SQLite", "tool"), ("Atlas", "concept"))))
+    assert run(w.jobs.step())
+    llm = {(name, kind) for _, name, kind, *_ in mentions_of_note(w.store, "n1", ("project", "tool", "concept", "other"))}
+    assert llm == {("SQLite", "tool"), ("Atlas", "concept")}
+    assert {e["name"] for e in w.store.entities("u1", kind="tool")} == {"SQLite"}  # orphans dropped
+    assert w.store.entities("u1", kind="project") == [] and w.store.entities("u1", kind="other") == []
+    # the same text extracted again (a retry, a new model): replaced, the no-LLM mentions kept
+    no_llm = mentions_of_note(w.store, "n1", ("term", "code", "tag", "heading", "link"))
+    job = {"note_id": "n1", "user_id": "u1", "content_hash": w.store.known("n1"), "text": POSTGRES_2025}
+    stats: dict = {}
+    assert w.store.store_llm(job, "s", [], stats, [("PostgreSQL", "tool"), ("Oracle", "tool")])
+    assert stats["entities_dropped"] == 1
+    llm = {(name, kind) for _, name, kind, *_ in mentions_of_note(w.store, "n1", ("project", "tool", "concept", "other"))}
+    assert llm == {("PostgreSQL", "tool")}
+    assert mentions_of_note(w.store, "n1", ("term", "code", "tag", "heading", "link")) == no_llm
+    assert [e["name"] for e in w.store.entities("u1", kind="concept")] == []
+    # the note goes: its mentions and the entities only it mentioned go too
+    w.store.remove_note("n1")
+    assert mentions_of_note(w.store, "n1") == [] and w.store.entities("u1") == []
+    with w.store._lock:
+        assert w.store.db.execute("SELECT COUNT(*) FROM entities WHERE user_id = 'u1'").fetchone()[0] == 0
+    # the other user's rows never moved
+    assert mentions_of_note(w.store, "theirs") == theirs
+    assert w.store.entities("u2", kind="project") == [{"name": "Atlas", "kind": "project", "notes": 1, "mentions": 1}]
