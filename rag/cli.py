@@ -373,9 +373,9 @@ def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json:
     if not found:
         click.echo("no entities yet")
         return
-    click.echo(f"{_cell('entity', 40)}  {'kind':<8} {'notes':>5} {'mentions':>8}")
+    click.echo(f"{_cell('entity', 40)}  {'kind':<12} {'notes':>5} {'mentions':>8}")
     for e in found:
-        click.echo(f"{_cell(e['name'], 40)}  {e['kind']:<8} {e['notes']:>5} {e['mentions']:>8}")
+        click.echo(f"{_cell(e['name'], 40)}  {e['kind']:<12} {e['notes']:>5} {e['mentions']:>8}")
 
 
 class _MemoryGroup(click.Group):

@@ -947,11 +947,17 @@ class MemoryStore:
         keys = sorted({norm(n) for n in norms if norm(n)})
         if not keys:
             return []
+        llm = ",".join(f"'{k}'" for k in extraction.LLM_KINDS)
         with self._lock:
             return self.db.execute(
                 f"SELECT m.point_id, m.note_id, e.norm, COUNT(*) FROM entities e JOIN mentions m ON m.entity_id = e.id "
                 f"WHERE e.user_id = ? AND m.user_id = ? AND m.point_id IS NOT NULL "
-                f"AND e.norm IN ({','.join('?' * len(keys))}) GROUP BY m.point_id, m.note_id, e.norm",
+                f"AND e.norm IN ({','.join('?' * len(keys))}) "
+                # a place the LLM typed that the no-LLM tier holds too counts once (as the no-LLM's)
+                f"AND NOT (e.kind IN ({llm}) AND EXISTS (SELECT 1 FROM mentions o JOIN entities oe ON oe.id = o.entity_id "
+                f"  WHERE o.note_id = m.note_id AND o.char_start = m.char_start AND oe.norm = e.norm "
+                f"  AND oe.kind NOT IN ({llm}))) "
+                f"GROUP BY m.point_id, m.note_id, e.norm",
                 (user_id, user_id, *keys),
             ).fetchall()
 

@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from .entities import LLM_KINDS, norm
 from .memory import MemoryStore
 from .store import Store
 
@@ -101,7 +102,12 @@ def compute(store: Store, memory: MemoryStore, user_id: str, note_id: str, chunk
     shared: dict[str, list[dict]] = defaultdict(list)
     idf: dict[str, float] = defaultdict(float)
     if n:
-        for other, name, kind, df in memory.shared_entities(user_id, note_id, rare_max(n)):
+        rows = memory.shared_entities(user_id, note_id, rare_max(n))
+        # a name the LLM typed that the no-LLM tier found too counts once (as the no-LLM's)
+        plain = {(other, norm(name)) for other, name, kind, _ in rows if kind not in LLM_KINDS}
+        for other, name, kind, df in rows:
+            if kind in LLM_KINDS and (other, norm(name)) in plain:
+                continue
             shared[other].append({"name": name, "kind": kind, "notes": df})
             idf[other] += math.log(n / df)
     links = {x for x in links if x != note_id}

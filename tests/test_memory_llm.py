@@ -431,6 +431,8 @@ def test_typed_entities_are_stored_with_kind_spans_and_the_no_llm_tiers_chunk(wo
     prepared = remember_note(w, "n1", POSTGRES)
     text = w.store.due_job()["text"]
     no_llm = mentions_of_note(w.store, "n1")
+    chunks_before = w.store.chunks_mentioning("u1", ["atlas"])
+    assert chunks_before and all(count == 1 for *_, count in chunks_before)
     w.fake.reply_structured(ATLAS_TYPED)
     assert run(w.jobs.step()) is True and w.jobs.done == 1
     stored = mentions_of_note(w.store, "n1", ("person", "project", "tool", "place", "organization", "concept", "other"))
@@ -446,6 +448,8 @@ def test_typed_entities_are_stored_with_kind_spans_and_the_no_llm_tiers_chunk(wo
     assert any(p is not None for *_, p, _, _, _ in stored)  # e.g. Atlas: the no-LLM tier's term holds it
     assert mentions_of_note(w.store, "n1", ("term", "code", "tag", "heading", "link")) == no_llm  # untouched
     assert w.jobs.last["entities_dropped"] == 2 and llm_stats(w.store, "n1")["entities_dropped"] == 2
+    # a place both tiers hold counts once in the answers' entity ranking
+    assert w.store.chunks_mentioning("u1", ["atlas"]) == chunks_before
     assert llm_stats(w.store, "n1")["entities"] == 6  # what the LLM named, before the check
     # everything that lists entities sees them
     assert w.store.entities("u1", kind="project") == [{"name": "Atlas", "kind": "project", "notes": 1, "mentions": 1}]
