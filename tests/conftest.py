@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,14 @@ def free_port() -> int:
 def write_config(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+async def until(check, timeout=15.0, what="the condition"):
+    """``check()``'s first truthy value, polled every 50 ms on the running loop."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")

@@ -13,7 +13,6 @@ off.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 import yarl
@@ -22,7 +21,7 @@ from discord.gateway import DiscordWebSocket
 from bot.discord import SAVE_MENU, service
 from sync.daemon import Daemon
 
-from conftest import make_settings
+from conftest import make_settings, until
 from fakes.discord import FakeDiscord
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
@@ -64,16 +63,6 @@ def world(tmp_path, monkeypatch):
         # the plain discord.py Client connects to its built-in gateway: point it at the fake
         monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.gateway_url))
         yield World(tmp_path, fake, ollama, leanote)
-
-
-async def until(check, timeout=15.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def run(settings, fake, scenario):

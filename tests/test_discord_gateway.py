@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import discord
 import pytest
@@ -22,7 +21,7 @@ from bot.discord import service
 from rag.errors import ConfigError
 from sync.daemon import Daemon
 
-from conftest import make_settings
+from conftest import make_settings, until
 from fakes.discord import EPHEMERAL, FakeDiscord, embed_text
 from fakes.ollama import FakeOllama
 
@@ -60,16 +59,6 @@ def world(tmp_path, monkeypatch):
         # only the REST base elsewhere, so the test points the gateway at the fake.
         monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.gateway_url))
         yield World(tmp_path, fake, ollama)
-
-
-async def until(check, timeout=15.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def run(settings, fake, scenario, commands_in=GUILD):

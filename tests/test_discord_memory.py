@@ -6,26 +6,24 @@ is ephemeral, like /search, and reads the person's own Leanote user."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 
 import pytest
 import yarl
 from discord.gateway import DiscordWebSocket
 
 from bot.common import MEMORY_OFF
-from bot.discord import service
 from rag.memory import MemoryStore
-from sync.daemon import Daemon
 
+from conftest import until
 from fakes.discord import FakeDiscord
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
 from memory_world import A_ATLAS, A_BACKUP, A_POOL, ALICE, B_ATLAS, BOB, BOB_WORDS, PASSWORDS, build, facts_of, verdicts
+from test_discord_capture import GUILD, run
 
 TOKEN = "MTAx.fake.discord-token"
 ONE, FRIEND, BOBBY = 410000000000000001, 410000000000000002, 410000000000000003  # ONE, FRIEND: Alice; BOBBY: Bob
-GUILD, CHANNEL = 420000000000000042, 420000000000004201
+CHANNEL = 420000000000004201
 
 
 @pytest.fixture(scope="module")
@@ -50,33 +48,6 @@ def settings_for(world, fake, **sections):
         users=[{"leanote_user_id": ALICE, "discord_ids": [ONE], "admin": True},
                {"leanote_user_id": ALICE, "discord_ids": [FRIEND]},
                {"leanote_user_id": BOB, "discord_ids": [BOBBY]}], **sections)
-
-
-async def until(check, timeout=15.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def run(settings, fake, scenario):
-    async def main():
-        before = fake.session
-        daemon = Daemon(settings, services=[service])
-        task = asyncio.create_task(daemon.run())
-        try:
-            await daemon.wait_for_pass(0)
-            await until(lambda: fake.ready and fake.session is not before and fake.commands_for(GUILD),
-                        what="the bot to connect and sync")
-            await scenario(daemon)
-        finally:
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=30)
-
-    asyncio.run(main())
 
 
 async def command(fake, user, name, options=None):
