@@ -26,7 +26,7 @@ from typing import Callable
 from .answer import Answer
 from .config import Settings, prepare_state_dir
 from .errors import UserError
-from .sqlite import open_db
+from .sqlite import LockedDB, open_db
 
 FILE = "feedback.sqlite"
 KEEP_DAYS = 180
@@ -112,7 +112,7 @@ def path_for(settings: Settings) -> Path:
     return Path(settings.state_dir) / FILE
 
 
-class FeedbackStore:
+class FeedbackStore(LockedDB):
     """The answers sent and their verdicts. One connection behind a lock: the bots call
     it from their event loop and from worker threads, each call is a few milliseconds."""
 
@@ -130,16 +130,6 @@ class FeedbackStore:
     def open_for(cls, settings: Settings) -> "FeedbackStore":
         prepare_state_dir(settings.state_dir)
         return cls(path_for(settings))
-
-    def close(self) -> None:
-        with self._lock:
-            self.db.close()
-
-    def __enter__(self) -> "FeedbackStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # --- what the bots call -----------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from .errors import UserError
 from .extract import name_spans
 from .index import PreparedNote, note_meta
 from .model import Chunk, Note
-from .sqlite import open_db
+from .sqlite import LockedDB, open_db
 
 FILE = "memory.sqlite"
 TIER_TERMS = "terms"
@@ -224,7 +224,7 @@ def path_for(settings: Settings) -> Path:
     return Path(settings.state_dir) / FILE
 
 
-class MemoryStore:
+class MemoryStore(LockedDB):
     """One connection behind a lock: the sync thread writes, the API and bots read."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time):
@@ -242,16 +242,6 @@ class MemoryStore:
     def open_for(cls, settings: Settings) -> "MemoryStore":
         prepare_state_dir(settings.state_dir)
         return cls(path_for(settings))
-
-    def close(self) -> None:
-        with self._lock:
-            self.db.close()
-
-    def __enter__(self) -> "MemoryStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _norm_subjects(self) -> None:
         """Facts without ``subject_norm`` (written before the migration that added it) get it."""

@@ -4,6 +4,8 @@ by ``PRAGMA user_version``."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+from typing import Self
 from pathlib import Path
 
 from .errors import BrokenState, UserError
@@ -47,3 +49,21 @@ def migrate(db: sqlite3.Connection, migrations: list[str]) -> None:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+
+
+class LockedDB:
+    """A store over one ``open_db`` connection shared by threads behind ``_lock``: closed
+    under the lock, and usable as a context manager."""
+
+    db: sqlite3.Connection
+    _lock: threading.Lock
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
