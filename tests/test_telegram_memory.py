@@ -5,14 +5,11 @@ fake Leanote (tests/memory_world.py). Every reply and press reads the person's o
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
 from bot.common import MEMORY_NOT_YET, MEMORY_OFF, memory_problem
-from bot.telegram import service
 from rag.memory import MemoryStore, path_for
-from sync.daemon import Daemon
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote
@@ -20,7 +17,7 @@ from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
 from memory_world import (A_ATLAS, A_BACKUP, A_POOL, ALICE, B_ATLAS, BOB, BOB_WORDS, PASSWORDS, build, facts_of,
                           verdicts)
-from test_telegram import until
+from test_telegram import run as run_daemon, until
 
 OWNER, FRIEND, BOBBY, GROUP = 111, 222, 333, -100500  # OWNER and FRIEND read Alice's notes, BOBBY Bob's
 
@@ -44,18 +41,7 @@ def run(world, scenario, **sections):
                    {"leanote_user_id": BOB, "telegram_ids": [BOBBY]}], **sections)
         settings = settings.model_copy(update={"telegram": settings.telegram.model_copy(update={"allowed_chats": [GROUP]})})
 
-        async def main():
-            daemon = Daemon(settings, services=[service])
-            task = asyncio.create_task(daemon.run())
-            try:
-                await daemon.wait_for_pass(0)
-                await until(lambda: tg.method_calls("getUpdates"))
-                await scenario(tg, settings)
-            finally:
-                daemon.stop()
-                await asyncio.wait_for(task, timeout=30)
-
-        asyncio.run(main())
+        run_daemon(settings, tg, lambda daemon: scenario(tg, settings))
 
 
 async def ask(tg, user, text, chat=None) -> tuple[int, dict]:
