@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Callable
 from .answer import Answer
 from .config import Settings, prepare_state_dir
 from .errors import UserError
-from .sqlite import LockedDB, open_db
+from .sqlite import LockedDB
 
 FILE = "feedback.sqlite"
 KEEP_DAYS = 180
@@ -117,14 +116,9 @@ class FeedbackStore(LockedDB):
     it from their event loop and from worker threads, each call is a few milliseconds."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time):
-        self.path = Path(path)
+        super().__init__(path, MIGRATIONS, "a readable feedback store ({err}). Move it aside (a new one is "
+                         "started) or restore it from a backup")
         self.clock = clock
-        self._lock = threading.Lock()
-        self.db = open_db(
-            self.path, MIGRATIONS,
-            "a readable feedback store ({err}). Move it aside (a new one is started) "
-            "or restore it from a backup",
-        )
 
     @classmethod
     def open_for(cls, settings: Settings) -> "FeedbackStore":

@@ -36,7 +36,6 @@ import bisect
 import hashlib
 import json
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from .errors import UserError
 from .extract import name_spans
 from .index import PreparedNote, note_meta
 from .model import Chunk, Note
-from .sqlite import LockedDB, open_db
+from .sqlite import LockedDB
 
 FILE = "memory.sqlite"
 TIER_TERMS = "terms"
@@ -228,14 +227,9 @@ class MemoryStore(LockedDB):
     """One connection behind a lock: the sync thread writes, the API and bots read."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time):
-        self.path = Path(path)
+        super().__init__(path, MIGRATIONS, "a readable memory store ({err}). Move it aside: a new one is built "
+                         "as notes are indexed (`leanote-rag index --reconcile` processes them all)")
         self.clock = clock
-        self._lock = threading.Lock()
-        self.db = open_db(
-            self.path, MIGRATIONS,
-            "a readable memory store ({err}). Move it aside: a new one is built "
-            "as notes are indexed (`leanote-rag index --reconcile` processes them all)",
-        )
         self._norm_subjects()
 
     @classmethod

@@ -55,8 +55,10 @@ class LockedDB:
     """A store over one ``open_db`` connection shared by threads behind ``_lock``: closed
     under the lock, and usable as a context manager."""
 
-    db: sqlite3.Connection
-    _lock: threading.Lock
+    def __init__(self, path: Path, migrations: list[str], broken: str):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self.db = open_db(self.path, migrations, broken)
 
     def close(self) -> None:
         with self._lock:
