@@ -20,6 +20,7 @@ import unicodedata
 from datetime import datetime
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -38,6 +39,10 @@ from .retrieve import RETRIEVERS, resolve_user
 
 log = logging.getLogger("leanote_rag")
 
+# Other names of a Leanote user than its id, from the packages that know them (sync/ adds
+# the emails of source.accounts): each ``(settings, name) -> user id or None``.
+USER_NAMES: list[Callable[[config_mod.Settings, str], str | None]] = []
+
 
 class App:
     """What every command gets: the config (loaded on first use) and output helpers."""
@@ -54,6 +59,21 @@ class App:
             if not self.debug:
                 logging.getLogger().setLevel(self._settings.log_level)
         return self._settings
+
+    def user_id(self, name: str | None) -> str | None:
+        """``--user`` as given: a Leanote user id, or another name of one that ``users:``
+        takes too (the email of a ``source.accounts`` account, once it has synced)."""
+        if not name:
+            return name
+        for lookup in USER_NAMES:
+            found = lookup(self.settings, name)
+            if found:
+                return found
+        return name
+
+    def pick_user(self, users: dict[str, int], name: str | None) -> str:
+        """Whose notes: ``--user`` (an id or another name of one), or the only user there is."""
+        return resolve_user(users, self.user_id(name))
 
     def open_index(self, **kwargs) -> NoteIndex:
         return NoteIndex.open(self.settings, **kwargs)
@@ -107,7 +127,7 @@ def _print_hits(hits, query: str) -> None:
 @click.option("--queries", "queries_file", type=click.Path(path_type=Path), help="JSONL file: {id, question, user_id} per line")
 @click.option("--json", "as_json", is_flag=True, help="JSON output (one line per query)")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=None, help="hits to return (default retrieval.top_k)")
-@click.option("--user", "user_id", metavar="USER_ID", help="whose notes to search (needed when the index holds several users)")
+@click.option("--user", "user_id", metavar="USER", help="whose notes to search: a Leanote user id or an account's email (needed when the index holds several users)")
 @click.option("--retriever", type=click.Choice(RETRIEVERS), default="hybrid", show_default=True)
 @pass_app
 def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> None:
@@ -118,7 +138,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     with app.door() as door:
         users = door.users()
         if batch is None:
-            user = resolve_user(users, user_id)
+            user = app.pick_user(users, user_id)
             hits = door.search(query, user, k, retriever)
             if as_json:
                 _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
@@ -128,7 +148,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
         failed = 0
         for q in batch:
             try:
-                user = resolve_user(users, q.get("user_id") or user_id)
+                user = app.pick_user(users, q.get("user_id") or user_id)
                 hits = door.search(q["question"], user, k, retriever)
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
             except UserError as err:
@@ -146,7 +166,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 @cli.command()
 @click.argument("question")
 @click.option("--json", "as_json", is_flag=True, help="JSON output")
-@click.option("--user", "user_id", metavar="USER_ID", help="whose notes to ask (needed when the index holds several users)")
+@click.option("--user", "user_id", metavar="USER", help="whose notes to ask: a Leanote user id or an account's email (needed when the index holds several users)")
 @click.option("--trace", "show_trace", is_flag=True, help="show why: the rewritten question, candidates and scores, evidence")
 @pass_app
 def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace: bool) -> None:
@@ -157,7 +177,7 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
         click.echo(text, nl=False)
 
     with app.door() as door:
-        user = resolve_user(door.users(), user_id)
+        user = app.pick_user(door.users(), user_id)
         answer = door.ask(question, user, on_token=printer if stream else None)
     if as_json:
         _print_json(answer.as_json(with_trace=show_trace))
@@ -325,7 +345,7 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     records = []
     if path.exists():
         with FeedbackStore.open_for(app.settings) as store:
-            records = store.export(user_id, since)
+            records = store.export(app.user_id(user_id), since)
     if as_json:
         _print_json(records)
         return
@@ -365,7 +385,7 @@ def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json:
     """What your notes are about: the entities most notes mention (terms, code, tags,
     headings, link labels)."""
     with _open_memory(app) as memory:
-        user = resolve_user(memory.users(), user_id)
+        user = app.pick_user(memory.users(), user_id)
         found = memory.entities(user, top, kind)
     if as_json:
         _print_json({"user_id": user, "entities": found})
@@ -411,7 +431,7 @@ def _date(when: float | None) -> str:
 def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
     """The facts about ENTITY (as subject or object) and the notes that mention it, and where."""
     with _open_memory(app) as store:
-        user = resolve_user(store.users(), user_id)
+        user = app.pick_user(store.users(), user_id)
         notes = store.entity(user, entity)
         facts = store.facts_about(user, entity)
     for n in notes:
@@ -453,7 +473,7 @@ def _verdict_command(verdict: str):
     @pass_app
     def command(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
         with _open_memory(app) as store:
-            user = resolve_user(store.users(), user_id)
+            user = app.pick_user(store.users(), user_id)
             done = store.correct(user, item_id, verdict)
         if as_json:
             _print_json(done)
@@ -484,7 +504,7 @@ def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -
     """A fact's or pair's verdicts (who, when, what) and, for a fact, its supersession history
     with sources."""
     with _open_memory(app) as store:
-        user = resolve_user(store.users(), user_id)
+        user = app.pick_user(store.users(), user_id)
         h = store.correction_history(user, item_id)
     if as_json:
         _print_json(h)
@@ -512,7 +532,7 @@ def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -
 def memory_export(app: App, user_id: str | None) -> None:
     """Every correction (verdicts and their log) as JSON on stdout: `memory export > corrections.json`."""
     with _open_memory(app) as store:
-        _print_json(store.export_corrections(user_id))
+        _print_json(store.export_corrections(app.user_id(user_id)))
 
 
 @memory.command(name="import")
@@ -530,7 +550,7 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{file} is not JSON ({err}); give a file `leanote-rag memory export` wrote") from None
     with _open_memory(app) as store:
-        result = store.import_corrections(data, user_id)
+        result = store.import_corrections(data, app.user_id(user_id))
     if as_json:
         _print_json(result)
         return
@@ -550,7 +570,7 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     from . import related as related_mod
 
     with _open_memory(app) as store:
-        user = resolve_user(store.users(), user_id)
+        user = app.pick_user(store.users(), user_id)
         if store.note_info(user, target) is not None:
             notes, about = store.related_of(user, target, k), {"note_id": target}
             for n in notes:  # the id `memory reject|confirm` takes
