@@ -623,6 +623,7 @@ def _load_plugins() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    config_mod.private_files()  # state.db, the index, the memory...: 0600 whatever the umask
     _load_plugins()
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
