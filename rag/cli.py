@@ -47,17 +47,20 @@ USER_NAMES: list[Callable[[config_mod.Settings, str], str | None]] = []
 class App:
     """What every command gets: the config (loaded on first use) and output helpers."""
 
-    def __init__(self, config_path: str | None, debug: bool):
+    def __init__(self, config_path: str | None, debug: bool, verbose: int = 0, serving: bool = False):
         self.config_path = config_path
         self.debug = debug
+        self.verbose = verbose
+        self.serving = serving
         self._settings: config_mod.Settings | None = None
 
     @property
     def settings(self) -> config_mod.Settings:
         if self._settings is None:
             self._settings = config_mod.load(self.config_path)
-            if not self.debug:
-                logging.getLogger().setLevel(self._settings.log_level)
+            if not (self.debug or self.verbose):  # log_level is the daemon's; one-shot commands print results
+                level = logging.getLevelName(self._settings.log_level)
+                logging.getLogger().setLevel(level if self.serving else max(level, logging.WARNING))
         return self._settings
 
     def user_id(self, name: str | None) -> str | None:
@@ -86,10 +89,17 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-def _setup_logging(debug: bool) -> None:
+def _setup_logging(debug: bool, verbose: int = 0, serving: bool = False) -> None:
+    """The daemon (``serve``) logs what it does (INFO: a line per pass and per change of
+    state); a one-shot command prints its results and logs only warnings, unless ``-v``
+    (INFO) or ``-vv`` (DEBUG; ``--debug`` also the libraries' and tracebacks)."""
     # Under systemd (JOURNAL_STREAM set) journald adds timestamps; a terminal gets them.
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=fmt, stream=sys.stderr)
+    if debug or verbose >= 2:
+        level = logging.DEBUG
+    else:
+        level = logging.INFO if verbose or serving else logging.WARNING
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
     # Libraries that narrate every request, job or connection: their warnings only, unless --debug.
     for noisy in ("httpx", "httpcore", "urllib3", "jieba", "apscheduler", "uvicorn", "pymongo", "watchfiles",
                   "telegram.ext", "discord.gateway", "discord.client"):
@@ -99,13 +109,15 @@ def _setup_logging(debug: bool) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml, else {config_mod.SYSTEM_CONFIG})")
-@click.option("--debug", is_flag=True, help="debug logging and tracebacks")
+@click.option("--debug", is_flag=True, help="debug logging (the libraries' too) and tracebacks")
+@click.option("-v", "--verbose", count=True, help="log what it does (INFO); -vv: debug. Default: warnings only (serve: log_level)")
 @click.version_option(package_name="leanote-rag")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:
+def cli(ctx: click.Context, config_path: str | None, debug: bool, verbose: int) -> None:
     """Ask questions of your Leanote notes."""
-    _setup_logging(debug)
-    ctx.obj = App(config_path, debug)
+    serving = ctx.invoked_subcommand == "serve"
+    _setup_logging(debug, verbose, serving)
+    ctx.obj = App(config_path, debug, verbose, serving)
 
 
 def _print_json(obj) -> None:

@@ -122,7 +122,7 @@ class OllamaChat:
                 if self._refused(err) and not started and attempt < self.cfg.connect_retries:
                     attempt += 1
                     delay = 0.5 * 2 ** (attempt - 1)
-                    log.info("Ollama refused the connection; retry %d in %.1f s", attempt, delay)
+                    log.debug("Ollama refused the connection; retry %d in %.1f s", attempt, delay)
                     await asyncio.sleep(delay)
                     continue
                 raise self._error(err) from None

@@ -10,7 +10,7 @@ import click
 from tqdm import tqdm
 
 from rag.cli import USER_NAMES, App, pass_app
-from rag.client import find_daemon
+from rag.client import find_daemon, say_door
 from rag.errors import Unavailable, UserError
 from rag.store import open_store
 
@@ -92,6 +92,7 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
     """One sync pass from the configured source: only what changed since the last one.
     While `serve` runs, the daemon makes the pass (now, waiting for it)."""
     client = find_daemon(app.settings)
+    say_door(app.settings, client)
     if client is not None:
         with client:
             summary, failures = _index_through(client, rebuild, reconcile)
@@ -133,6 +134,7 @@ def _status_here(settings) -> dict:
 def status(app: App, as_json: bool) -> None:
     """Per source and account: cursor vs server USN, notes indexed, last success and error, next run."""
     client = find_daemon(app.settings)
+    say_door(app.settings, client)
     if client is not None:
         with client:
             report = client.get("/status")

@@ -238,3 +238,21 @@ def test_batch_search_with_a_failing_query_exits_1(cli_config, capsys, tmp_path)
     assert code == 1
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[0]["hits"] and "no notes of user 'nobody'" in lines[1]["error"]
+
+
+def test_one_shot_commands_print_results_and_log_only_with_v(cli_config):
+    """status, search, index: results on stdout, no INFO log lines unless -v (-vv: DEBUG)."""
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+
+    def cli(*args):
+        out = subprocess.run([exe, "--config", str(cli_config), *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    for args in (("status",), ("search", "retry_count", "-k", "1"), ("index",)):
+        quiet = cli(*args)
+        assert quiet.stdout and " INFO " not in quiet.stderr and " DEBUG " not in quiet.stderr, (args, quiet.stderr)
+        told = cli("-v", *args)
+        assert told.stdout == quiet.stdout or args == ("index",)
+        assert "INFO rag.client: no daemon runs for" in told.stderr and " DEBUG " not in told.stderr, told.stderr
+    assert " DEBUG " in cli("-vv", "search", "retry_count").stderr
