@@ -184,8 +184,10 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace: bool) -> None:
     """Answer QUESTION from your notes, citing them."""
     stream = not as_json and sys.stdout.isatty()
+    streamed = []
 
     def printer(text: str) -> None:
+        streamed.append(text)
         click.echo(text, nl=False)
 
     with app.door() as door:
@@ -197,11 +199,12 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
     if stream and answer.used_llm:
         click.echo()
     else:
+        if streamed:  # the LLM stopped halfway: what follows replaces it
+            click.echo()
+        offline = _without_llm(question, answer)
+        if offline:  # first: what the passages below are
+            click.echo(click.style(offline, dim=True))
         click.echo(answer.answer)
-    if answer.notice:
-        click.echo(click.style(answer.notice, dim=True))
-        if answer.trace is not None and answer.trace.llm_error:  # what the operator can fix
-            click.echo(click.style(f"({answer.trace.llm_error})", dim=True))
     if answer.citations:
         click.echo("\n" + click.style("来源 / Sources:", bold=True))
         for c in answer.citations:
@@ -212,6 +215,24 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
             click.echo(f"- {c.label}  {c.url}")
     if show_trace:
         _print_trace(answer)
+
+
+def _without_llm(question: str, answer) -> str | None:
+    """One plain line saying that no LLM wrote this answer, why, and that the passages are
+    the answer; None when an LLM wrote it (or nothing was found)."""
+    trace = answer.trace
+    zh = any("\u3400" <= ch <= "\u9fff" for ch in question)
+    if answer.notice:
+        if trace is None or not trace.llm_error:
+            return answer.notice
+        if zh:
+            return f"语言模型没有回答（{trace.llm_error}），以下笔记段落就是回答。"
+        return f"No language model answered ({trace.llm_error}), so the passages below from your notes are the answer."
+    if trace is not None and trace.outcome == "extractive" and answer.citations:
+        if zh:
+            return "没有配置语言模型（ollama.enabled: false），以下笔记段落就是回答。"
+        return "No language model is configured (ollama.enabled: false), so the passages below from your notes are the answer."
+    return None
 
 
 def _print_trace(answer) -> None:

@@ -71,6 +71,11 @@ class OllamaChat:
             return Unavailable(f"Ollama failed: {err.error}")
         if isinstance(err, (self._httpx.TimeoutException, asyncio.TimeoutError)):
             return Unavailable(f"Ollama at {self.where} did not answer in time")
+        if isinstance(err, ConnectionRefusedError) or (
+                isinstance(err, self._httpx.ConnectError) and ("All connection attempts failed" in str(err)
+                                                              or "refused" in str(err).lower())):
+            return Unavailable(f"cannot reach Ollama at {self.where}: nothing answers there; start Ollama, "
+                               f"or set ollama.enabled: false")
         return Unavailable(safe_url(f"cannot reach Ollama at {self.where}: {err}"))
 
     def _refused(self, err: Exception) -> bool:
