@@ -20,6 +20,7 @@ import unicodedata
 from datetime import datetime
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -38,22 +39,44 @@ from .retrieve import RETRIEVERS, resolve_user
 
 log = logging.getLogger("leanote_rag")
 
+# Other names of a Leanote user than its id, from the packages that know them (sync/ adds
+# the emails of source.accounts): each ``(settings, name) -> user id or None``.
+USER_NAMES: list[Callable[[config_mod.Settings, str], str | None]] = []
+
 
 class App:
     """What every command gets: the config (loaded on first use) and output helpers."""
 
-    def __init__(self, config_path: str | None, debug: bool):
+    def __init__(self, config_path: str | None, debug: bool, verbose: int = 0, serving: bool = False):
         self.config_path = config_path
         self.debug = debug
+        self.verbose = verbose
+        self.serving = serving
         self._settings: config_mod.Settings | None = None
 
     @property
     def settings(self) -> config_mod.Settings:
         if self._settings is None:
             self._settings = config_mod.load(self.config_path)
-            if not self.debug:
-                logging.getLogger().setLevel(self._settings.log_level)
+            if not (self.debug or self.verbose):  # log_level is the daemon's; one-shot commands print results
+                level = logging.getLevelName(self._settings.log_level)
+                logging.getLogger().setLevel(level if self.serving else max(level, logging.WARNING))
         return self._settings
+
+    def user_id(self, name: str | None) -> str | None:
+        """``--user`` as given: a Leanote user id, or another name of one that ``users:``
+        takes too (the email of a ``source.accounts`` account, once it has synced)."""
+        if not name:
+            return name
+        for lookup in USER_NAMES:
+            found = lookup(self.settings, name)
+            if found:
+                return found
+        return name
+
+    def pick_user(self, users: dict[str, int], name: str | None) -> str:
+        """Whose notes: ``--user`` (an id or another name of one), or the only user there is."""
+        return resolve_user(users, self.user_id(name))
 
     def open_index(self, **kwargs) -> NoteIndex:
         return NoteIndex.open(self.settings, **kwargs)
@@ -66,10 +89,17 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-def _setup_logging(debug: bool) -> None:
+def _setup_logging(debug: bool, verbose: int = 0, serving: bool = False) -> None:
+    """The daemon (``serve``) logs what it does (INFO: a line per pass and per change of
+    state); a one-shot command prints its results and logs only warnings, unless ``-v``
+    (INFO) or ``-vv`` (DEBUG; ``--debug`` also the libraries' and tracebacks)."""
     # Under systemd (JOURNAL_STREAM set) journald adds timestamps; a terminal gets them.
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=fmt, stream=sys.stderr)
+    if debug or verbose >= 2:
+        level = logging.DEBUG
+    else:
+        level = logging.INFO if verbose or serving else logging.WARNING
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
     # Libraries that narrate every request, job or connection: their warnings only, unless --debug.
     for noisy in ("httpx", "httpcore", "urllib3", "jieba", "apscheduler", "uvicorn", "pymongo", "watchfiles",
                   "telegram.ext", "discord.gateway", "discord.client"):
@@ -79,13 +109,15 @@ def _setup_logging(debug: bool) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml, else {config_mod.SYSTEM_CONFIG})")
-@click.option("--debug", is_flag=True, help="debug logging and tracebacks")
+@click.option("--debug", is_flag=True, help="debug logging (the libraries' too) and tracebacks")
+@click.option("-v", "--verbose", count=True, help="log what it does (INFO); -vv: debug. Default: warnings only (serve: log_level)")
 @click.version_option(package_name="leanote-rag")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:
+def cli(ctx: click.Context, config_path: str | None, debug: bool, verbose: int) -> None:
     """Ask questions of your Leanote notes."""
-    _setup_logging(debug)
-    ctx.obj = App(config_path, debug)
+    serving = ctx.invoked_subcommand == "serve"
+    _setup_logging(debug, verbose, serving)
+    ctx.obj = App(config_path, debug, verbose, serving)
 
 
 def _print_json(obj) -> None:
@@ -107,7 +139,7 @@ def _print_hits(hits, query: str) -> None:
 @click.option("--queries", "queries_file", type=click.Path(path_type=Path), help="JSONL file: {id, question, user_id} per line")
 @click.option("--json", "as_json", is_flag=True, help="JSON output (one line per query)")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=None, help="hits to return (default retrieval.top_k)")
-@click.option("--user", "user_id", metavar="USER_ID", help="whose notes to search (needed when the index holds several users)")
+@click.option("--user", "user_id", metavar="USER", help="whose notes to search: a Leanote user id or an account's email (needed when the index holds several users)")
 @click.option("--retriever", type=click.Choice(RETRIEVERS), default="hybrid", show_default=True)
 @pass_app
 def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> None:
@@ -118,7 +150,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     with app.door() as door:
         users = door.users()
         if batch is None:
-            user = resolve_user(users, user_id)
+            user = app.pick_user(users, user_id)
             hits = door.search(query, user, k, retriever)
             if as_json:
                 _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
@@ -128,7 +160,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
         failed = 0
         for q in batch:
             try:
-                user = resolve_user(users, q.get("user_id") or user_id)
+                user = app.pick_user(users, q.get("user_id") or user_id)
                 hits = door.search(q["question"], user, k, retriever)
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
             except UserError as err:
@@ -146,18 +178,20 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 @cli.command()
 @click.argument("question")
 @click.option("--json", "as_json", is_flag=True, help="JSON output")
-@click.option("--user", "user_id", metavar="USER_ID", help="whose notes to ask (needed when the index holds several users)")
+@click.option("--user", "user_id", metavar="USER", help="whose notes to ask: a Leanote user id or an account's email (needed when the index holds several users)")
 @click.option("--trace", "show_trace", is_flag=True, help="show why: the rewritten question, candidates and scores, evidence")
 @pass_app
 def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace: bool) -> None:
     """Answer QUESTION from your notes, citing them."""
     stream = not as_json and sys.stdout.isatty()
+    streamed = []
 
     def printer(text: str) -> None:
+        streamed.append(text)
         click.echo(text, nl=False)
 
     with app.door() as door:
-        user = resolve_user(door.users(), user_id)
+        user = app.pick_user(door.users(), user_id)
         answer = door.ask(question, user, on_token=printer if stream else None)
     if as_json:
         _print_json(answer.as_json(with_trace=show_trace))
@@ -165,11 +199,12 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
     if stream and answer.used_llm:
         click.echo()
     else:
+        if streamed:  # the LLM stopped halfway: what follows replaces it
+            click.echo()
+        offline = _without_llm(question, answer)
+        if offline:  # first: what the passages below are
+            click.echo(click.style(offline, dim=True))
         click.echo(answer.answer)
-    if answer.notice:
-        click.echo(click.style(answer.notice, dim=True))
-        if answer.trace is not None and answer.trace.llm_error:  # what the operator can fix
-            click.echo(click.style(f"({answer.trace.llm_error})", dim=True))
     if answer.citations:
         click.echo("\n" + click.style("来源 / Sources:", bold=True))
         for c in answer.citations:
@@ -180,6 +215,24 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
             click.echo(f"- {c.label}  {c.url}")
     if show_trace:
         _print_trace(answer)
+
+
+def _without_llm(question: str, answer) -> str | None:
+    """One plain line saying that no LLM wrote this answer, why, and that the passages are
+    the answer; None when an LLM wrote it (or nothing was found)."""
+    trace = answer.trace
+    zh = any("\u3400" <= ch <= "\u9fff" for ch in question)
+    if answer.notice:
+        if trace is None or not trace.llm_error:
+            return answer.notice
+        if zh:
+            return f"语言模型没有回答（{trace.llm_error}），以下笔记段落就是回答。"
+        return f"No language model answered ({trace.llm_error}), so the passages below from your notes are the answer."
+    if trace is not None and trace.outcome == "extractive" and answer.citations:
+        if zh:
+            return "没有配置语言模型（ollama.enabled: false），以下笔记段落就是回答。"
+        return "No language model is configured (ollama.enabled: false), so the passages below from your notes are the answer."
+    return None
 
 
 def _print_trace(answer) -> None:
@@ -325,7 +378,7 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     records = []
     if path.exists():
         with FeedbackStore.open_for(app.settings) as store:
-            records = store.export(user_id, since)
+            records = store.export(app.user_id(user_id), since)
     if as_json:
         _print_json(records)
         return
@@ -365,7 +418,7 @@ def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json:
     """What your notes are about: the entities most notes mention (terms, code, tags,
     headings, link labels)."""
     with _open_memory(app) as memory:
-        user = resolve_user(memory.users(), user_id)
+        user = app.pick_user(memory.users(), user_id)
         found = memory.entities(user, top, kind)
     if as_json:
         _print_json({"user_id": user, "entities": found})
@@ -411,7 +464,7 @@ def _date(when: float | None) -> str:
 def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
     """The facts about ENTITY (as subject or object) and the notes that mention it, and where."""
     with _open_memory(app) as store:
-        user = resolve_user(store.users(), user_id)
+        user = app.pick_user(store.users(), user_id)
         notes = store.entity(user, entity)
         facts = store.facts_about(user, entity)
     for n in notes:
@@ -453,7 +506,7 @@ def _verdict_command(verdict: str):
     @pass_app
     def command(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
         with _open_memory(app) as store:
-            user = resolve_user(store.users(), user_id)
+            user = app.pick_user(store.users(), user_id)
             done = store.correct(user, item_id, verdict)
         if as_json:
             _print_json(done)
@@ -484,7 +537,7 @@ def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -
     """A fact's or pair's verdicts (who, when, what) and, for a fact, its supersession history
     with sources."""
     with _open_memory(app) as store:
-        user = resolve_user(store.users(), user_id)
+        user = app.pick_user(store.users(), user_id)
         h = store.correction_history(user, item_id)
     if as_json:
         _print_json(h)
@@ -512,7 +565,7 @@ def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -
 def memory_export(app: App, user_id: str | None) -> None:
     """Every correction (verdicts and their log) as JSON on stdout: `memory export > corrections.json`."""
     with _open_memory(app) as store:
-        _print_json(store.export_corrections(user_id))
+        _print_json(store.export_corrections(app.user_id(user_id)))
 
 
 @memory.command(name="import")
@@ -530,7 +583,7 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{file} is not JSON ({err}); give a file `leanote-rag memory export` wrote") from None
     with _open_memory(app) as store:
-        result = store.import_corrections(data, user_id)
+        result = store.import_corrections(data, app.user_id(user_id))
     if as_json:
         _print_json(result)
         return
@@ -550,7 +603,7 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     from . import related as related_mod
 
     with _open_memory(app) as store:
-        user = resolve_user(store.users(), user_id)
+        user = app.pick_user(store.users(), user_id)
         if store.note_info(user, target) is not None:
             notes, about = store.related_of(user, target, k), {"note_id": target}
             for n in notes:  # the id `memory reject|confirm` takes
@@ -603,6 +656,7 @@ def _load_plugins() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    config_mod.private_files()  # state.db, the index, the memory...: 0600 whatever the umask
     _load_plugins()
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args

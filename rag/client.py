@@ -11,6 +11,7 @@ and are raised as the same exception classes a local run raises, so exit codes m
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -23,6 +24,7 @@ from .errors import LeanoteRagError, Unavailable, UserError
 
 BASE = "http://leanote-rag"  # the host part is ignored on a Unix socket
 SOCKET_PATH_MAX = 107  # sockaddr_un.sun_path, minus the terminating NUL
+log = logging.getLogger(__name__)
 
 
 def check_socket_path(path: Path) -> None:
@@ -129,7 +131,16 @@ def find_daemon(settings: Settings) -> DaemonClient | None:
             f"the service's user or as root (sudo leanote-rag …)"
         ) from None
     except OSError:
+        log.debug("no daemon answers on %s: a stale socket", path)
         return None  # stale: nobody listens
     finally:
         probe.close()
     return DaemonClient(path)
+
+
+def say_door(settings: Settings, client: "DaemonClient | None") -> None:
+    """For ``-v``: whether a command goes through the running daemon or works here."""
+    if client is not None:
+        log.info("through the running daemon's API on %s", client.path)
+    else:
+        log.info("no daemon runs for %s: working on it here", settings.state_dir)

@@ -12,7 +12,7 @@ import asyncio
 from typing import Callable, Protocol
 
 from .answer import Answer, AnswerService
-from .client import DaemonClient, find_daemon
+from .client import DaemonClient, find_daemon, say_door
 from .config import Settings
 from .errors import Unavailable
 from .index import NoteIndex
@@ -115,4 +115,5 @@ class DaemonDoor(_Closing):
 
 def open_door(settings: Settings) -> Door:
     client = find_daemon(settings)
+    say_door(settings, client)
     return DaemonDoor(client) if client is not None else LocalDoor(settings)

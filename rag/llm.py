@@ -71,6 +71,11 @@ class OllamaChat:
             return Unavailable(f"Ollama failed: {err.error}")
         if isinstance(err, (self._httpx.TimeoutException, asyncio.TimeoutError)):
             return Unavailable(f"Ollama at {self.where} did not answer in time")
+        if isinstance(err, ConnectionRefusedError) or (
+                isinstance(err, self._httpx.ConnectError) and ("All connection attempts failed" in str(err)
+                                                              or "refused" in str(err).lower())):
+            return Unavailable(f"cannot reach Ollama at {self.where}: nothing answers there; start Ollama, "
+                               f"or set ollama.enabled: false")
         return Unavailable(safe_url(f"cannot reach Ollama at {self.where}: {err}"))
 
     def _refused(self, err: Exception) -> bool:
@@ -122,7 +127,7 @@ class OllamaChat:
                 if self._refused(err) and not started and attempt < self.cfg.connect_retries:
                     attempt += 1
                     delay = 0.5 * 2 ** (attempt - 1)
-                    log.info("Ollama refused the connection; retry %d in %.1f s", attempt, delay)
+                    log.debug("Ollama refused the connection; retry %d in %.1f s", attempt, delay)
                     await asyncio.sleep(delay)
                     continue
                 raise self._error(err) from None

@@ -9,7 +9,8 @@ FastAPI on uvicorn, inside the daemon's event loop, on two listeners:
   ``users`` and, unless ``admin``, cannot start syncs or see other accounts.
 
 Endpoints: ``GET /health`` (liveness; 503 when not ready: index not open, or the last
-sync failed), ``GET /status``, ``GET /users``, ``GET /search``, ``POST /ask`` (NDJSON:
+sync failed; over TCP without a token only that and why in general terms, no paths or
+pids: the index's details need a token or the socket), ``GET /status``, ``GET /users``, ``GET /search``, ``POST /ask`` (NDJSON:
 ``token`` events as the answer streams, then one ``answer`` event: what the bots
 render), ``POST /sync`` (a pass now; with ``wait`` NDJSON ``progress`` events and a
 ``result``; ``rebuild`` empties the index first), ``GET /metrics`` (Prometheus; admin),
@@ -148,17 +149,23 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     async def pick_user(who: Caller, user: str | None) -> str:
         return resolve_user(await scoped_users(who), daemon.resolve_user_name(user) if user else None)
 
-    @app.get("/health", summary="liveness and readiness")
-    async def health() -> JSONResponse:
+    @app.get("/health", summary="liveness and readiness (the details with a token, or on the socket)")
+    async def health(request: Request) -> JSONResponse:
         last = daemon.last_pass
-        body = {
-            "live": True,
-            "ready": daemon.index is not None and daemon.answers is not None and (last is None or last.ok),
-            "index": "open" if daemon.index is not None else (daemon.not_ready or "not open yet"),
-            "last_sync_ok": None if last is None else last.ok,
-            "passes": daemon.passes,
-        }
-        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+        is_open = daemon.index is not None and daemon.answers is not None
+        ready = is_open and (last is None or last.ok)
+        reason = None if ready else "the index is not open yet" if not is_open else "the last sync failed"
+        body = {"live": True, "ready": ready, "reason": reason}
+        header = request.headers.get("authorization")
+        if auth is None or header:  # the socket's user, or a token (a wrong one is refused)
+            if auth is not None:
+                auth.caller(header)
+            body.update({
+                "index": "open" if daemon.index is not None else (daemon.not_ready or "not open yet"),
+                "last_sync_ok": None if last is None else last.ok,
+                "passes": daemon.passes,
+            })
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/status", summary="sync and index status (the CLI's `status --json`)")
     async def status(who: Caller = Depends(caller)) -> dict:
@@ -167,7 +174,8 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
 
         def report() -> dict:  # off the event loop, on a connection of its own
             with contextlib.closing(State(daemon.settings.state_dir)) as state:
-                return status_report(daemon.settings, state, store, users=who.users)
+                # an admin sees every account; anyone else only their own (no other's email or error)
+                return status_report(daemon.settings, state, store, users=None if who.admin else who.users)
 
         return await daemon.answers.in_search_thread(report)
 

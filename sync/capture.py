@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from rag.capture import Attachment, Origin, Receipt, answer_note, compose, has_marker, with_marker
-from rag.config import Account, Settings, secret
+from rag.config import Account, Settings, prepare_state_dir, secret
 from rag.errors import AuthFailed, LeanoteRagError, Refused, Unavailable
 
 from .sources.leanote_api import LeanoteApi, LeanoteWriter
@@ -267,8 +267,7 @@ class Capture:
         self._settings = settings
         self.on_written = on_written
         self.clock = clock
-        state_dir = Path(settings().state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir = prepare_state_dir(Path(settings().state_dir))
         self.outbox = Outbox(state_dir / FILE)
         self._apis: dict[str, LeanoteApi] = {}  # account email -> its connection
         self._users: dict[str, str] = {}  # Leanote user id -> account email

@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import click
 from tqdm import tqdm
 
-from rag.cli import App, pass_app
-from rag.client import find_daemon
+from rag.cli import USER_NAMES, App, pass_app
+from rag.client import find_daemon, say_door
 from rag.errors import Unavailable, UserError
 from rag.store import open_store
 
 from .report import print_pass, print_status, status_report
 from .service import SyncService
 from .state import State
+
+
+def account_user_id(settings, name: str) -> str | None:
+    """The Leanote user id of a ``source.accounts`` account, named by its email (or login
+    name) as ``users:`` takes it: what ``--user`` resolves it to. None when ``name`` is no
+    account; an error when it is one that has not synced yet."""
+    key = name.strip().lower()
+    if settings.source.kind != "leanote_api" or key not in {a.email.strip().lower() for a in settings.source.accounts}:
+        return None
+    if (settings.state_dir / "state.db").exists():
+        with contextlib.closing(State(settings.state_dir)) as state:
+            found = next((a.user_id for a in state.accounts() if a.account == key and a.user_id), None)
+        if found:
+            return found
+    raise UserError(f"account {name} has not synced yet, so its Leanote user is not known: run `leanote-rag index` "
+                    f"(`leanote-rag status` says why it failed, if it did), or pass its Leanote user id")
+
+
+USER_NAMES.append(account_user_id)
 
 
 def _bar(total: int | None):
@@ -72,6 +92,7 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
     """One sync pass from the configured source: only what changed since the last one.
     While `serve` runs, the daemon makes the pass (now, waiting for it)."""
     client = find_daemon(app.settings)
+    say_door(app.settings, client)
     if client is not None:
         with client:
             summary, failures = _index_through(client, rebuild, reconcile)
@@ -113,6 +134,7 @@ def _status_here(settings) -> dict:
 def status(app: App, as_json: bool) -> None:
     """Per source and account: cursor vs server USN, notes indexed, last success and error, next run."""
     client = find_daemon(app.settings)
+    say_door(app.settings, client)
     if client is not None:
         with client:
             report = client.get("/status")

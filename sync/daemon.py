@@ -418,8 +418,9 @@ class Daemon:
     # --- for the bots (bot.common.Host) ------------------------------------------------------
 
     def resolve_user_name(self, name: str) -> str:
-        """A Leanote user id, given an id or the email of an API account."""
-        return (self.user_for_email(name.strip().lower()) or name) if "@" in name else name
+        """A Leanote user id, given an id or the email (login name) of an API account, as
+        ``users:`` and ``--user`` take them."""
+        return self.user_for_email(name.strip().lower()) or name
 
     def user_for_email(self, email: str) -> str | None:
         """The Leanote user id of an API account, once it has synced."""

@@ -17,13 +17,19 @@ the summary, the facts and the typed entities (``MemoryStore.store_llm``).
   at once (closing the stream stops Ollama's generation) and the job goes back to the
   queue as it was, no attempt counted. The price is the work of the cancelled call; the
   answer waits at most ``poll`` seconds longer.
+- **The log** says what the tier did in one line per batch (when nothing is due any more,
+  or the LLM may not be used now), at most one per ``report_every`` seconds (5 minutes):
+  ``memory: extracted 40 notes in 5 min, 2 failed (last: …), 120 waiting``. A job that is
+  parked is named once, as a warning; each note's attempt is a debug line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections import Counter
 from typing import Callable
 
 from rag import extract as extract_mod
@@ -53,7 +59,7 @@ class Preempted(Exception):
 class MemoryJobs:
     def __init__(self, settings: Callable[[], Settings], memory: Callable[[], MemoryStore | None], answers,
                  *, clock: Callable[[], float] = time.time, delays=DELAYS, poll: float = 0.05,
-                 quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0):
+                 quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0, report_every: float = 300.0):
         self.settings = settings
         self.memory = memory
         self.answers = answers  # rag.answer.AnswerService: its chat model, _stream, answers_waiting_or_writing
@@ -65,6 +71,12 @@ class MemoryJobs:
         self._probed = float("-inf")  # monotonic: when the last job was started
         self.done = self.failed = self.parked = self.dropped = self.preempted = 0
         self.last: dict | None = None  # the last extraction's stats
+        self.report_every = report_every
+        self._tally: Counter = Counter()  # since the last log line: done, failed, parked
+        self._since: float | None = None  # self.clock() of the first of them ...
+        self._until = 0.0  # ... and of the last
+        self._reported = float("-inf")  # self.clock() of the last log line
+        self._last_error = ""
 
     # --- when it may run --------------------------------------------------------------------
 
@@ -100,6 +112,38 @@ class MemoryJobs:
                     await asyncio.wait_for(stopping.wait(), timeout=self._pause())
                 except asyncio.TimeoutError:
                     pass
+        with contextlib.suppress(Exception):  # what the last batch did, before the daemon stops
+            await self.report(self.memory(), force=True)
+
+    def _count(self, outcome: str, error: str = "") -> None:
+        if self._since is None:
+            self._since = self.clock()
+        self._until = self.clock()
+        self._tally[outcome] += 1
+        if error:
+            self._last_error = error
+
+    async def report(self, memory: MemoryStore | None, force: bool = False) -> None:
+        """One log line for the jobs since the last one: at the end of a batch (``force``),
+        unless the last line is less than ``report_every`` seconds old (retries that come
+        due one by one are not a line each), or once a batch has run that long."""
+        if self._since is None or memory is None:
+            return
+        now = self.clock()
+        if now - self._since < self.report_every and not (force and now - self._reported >= self.report_every):
+            return
+        took = self._until - self._since
+        waiting = (await asyncio.to_thread(memory.llm_counts))["jobs_pending"]
+        t = self._tally
+        parts = [f"extracted {t['done']} note{'s' if t['done'] != 1 else ''} in {_duration(took)}",
+                 f"{t['failed']} failed" + (f" (last: {self._last_error[:200]})" if t["failed"] else ""),
+                 f"{waiting} waiting"]
+        if t["parked"]:
+            parts.append(f"{t['parked']} parked (`leanote-rag status` lists them)")
+        log.info("memory: %s", ", ".join(parts))
+        self._tally.clear()
+        self._since = None
+        self._reported = now
 
     def _pause(self) -> float:
         if self._busy_until > time.monotonic():
@@ -109,11 +153,15 @@ class MemoryJobs:
     async def step(self) -> bool:
         """Run the oldest due job if the LLM may be used now; True when one was taken."""
         memory = self.memory()
-        if memory is None or not self.ready() or self._busy():
+        if memory is None or not self.ready():
+            await self.report(memory, force=True)  # the batch ends here: the LLM may not be used now
+            return False
+        if self._busy():
             return False
         await asyncio.to_thread(memory.settle_facts)
         job = await asyncio.to_thread(memory.due_job, self.clock())
         if job is None:
+            await self.report(memory, force=True)  # nothing due any more
             return False
         if not await asyncio.to_thread(memory.job_current, job):
             self.dropped += 1
@@ -129,13 +177,16 @@ class MemoryJobs:
         except (LeanoteRagError, ValueError) as err:
             self.failed += 1
             self._failing = not isinstance(err, extract_mod.ExtractError)
+            self._count("failed", str(err))
             if await asyncio.to_thread(memory.fail_job, job, str(err), self.delays):
                 self.parked += 1
+                self._count("parked")
                 log.warning("memory: extraction of %s parked after %d attempts: %s", job["note_id"],
                             job["attempts"] + 1, err)
             else:
-                log.info("memory: extraction of %s failed (attempt %d), retried later: %s", job["note_id"],
-                         job["attempts"] + 1, err)
+                log.debug("memory: extraction of %s failed (attempt %d), retried later: %s", job["note_id"],
+                          job["attempts"] + 1, err)
+            await self.report(memory)
             return True
         self._failing = False
         stats = result.stats()
@@ -144,8 +195,11 @@ class MemoryJobs:
         if stored:
             self.done += 1
             self.last = stats
+            self._count("done")
+            log.debug("memory: extracted %s", job["note_id"])
         else:
             self.dropped += 1
+        await self.report(memory)
         return True
 
     async def _extract(self, job: dict) -> extract_mod.Extraction:
@@ -171,3 +225,7 @@ class MemoryJobs:
                     await task
                 except BaseException:
                     pass
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

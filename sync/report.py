@@ -53,11 +53,14 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
     else:
         chunks, manifest, location = store.count_by_user(), store.manifest() or {}, store.location
     known = sorted(set(notes) | set(chunks))
+    last_sync = last and {**last, "ok": last["error"] is None}
     if users is not None:
         allowed = set(users)
         known = [u for u in known if u in allowed]
-        accounts = [a for a in accounts if a["user_id"] in allowed]
+        # an account is the caller's by its user id, or by its email while it has none (never logged in)
+        accounts = [a for a in accounts if a["user_id"] in allowed or a["account"] in {u.lower() for u in allowed}]
         skipped = [s for s in skipped if any(s["account"] == a["account"] for a in accounts)]
+        last_sync = _scoped_run(last, {a["account"] for a in accounts}, settings.source.incremental)
     return {
         "index": location,
         "backend": settings.qdrant.kind,
@@ -66,7 +69,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "source": {"kind": settings.source.kind, "path": str(settings.source.path) if settings.source.path else None},
         "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in known],
         "accounts": accounts,
-        "last_sync": last and {**last, "ok": last["error"] is None},
+        "last_sync": last_sync,
         "skipped": skipped,
         "llm": {model: {"read_tps": speed.read_tps and round(speed.read_tps, 1),
                         "write_tps": speed.write_tps and round(speed.write_tps, 1),
@@ -76,6 +79,27 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed)),
         "memory": memory_counts(settings, None if users is None else list(allowed)),
     }
+
+
+SHARED_FAILURE = "the last sync failed (the admin can see why)"
+
+
+def _scoped_run(last: dict | None, mine: set[str], incremental: bool) -> dict | None:
+    """The last pass as a caller who may see only the accounts ``mine`` sees it: ok unless
+    one of theirs failed, and only their accounts' errors; nothing of another account (its
+    email, its error, the pass's counts, which are everyone's). A failure that is no one
+    account's (a snapshot source's, the pass itself) shows without its details."""
+    if last is None:
+        return None
+    failures = (last["summary"] or {}).get("failures")
+    if failures is None:  # the pass failed as a whole (or was written before failures were kept)
+        error = SHARED_FAILURE if last["error"] else None
+    else:
+        own = [f"{account}: {err}" for account, err in failures.items() if account in mine]
+        shared = any(account == "*" or not incremental for account in failures if account not in mine)
+        error = "; ".join(own) or (SHARED_FAILURE if shared else None)
+    return {"source": last["source"], "started": last["started"], "finished": last["finished"], "summary": None,
+            "error": error, "ok": error is None}
 
 
 def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:

@@ -168,6 +168,7 @@ class SyncService:
             summary["reconcile"] = reconcile
             summary["stopped"] = result.stopped
             summary["related"] = result.related
+            summary["failures"] = result.failures  # by account: `status` shows each caller only their own
             self.state.finish_run(run_id, summary, error=error)
             self._notify(result)
             return result

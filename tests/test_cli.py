@@ -238,3 +238,45 @@ def test_batch_search_with_a_failing_query_exits_1(cli_config, capsys, tmp_path)
     assert code == 1
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[0]["hits"] and "no notes of user 'nobody'" in lines[1]["error"]
+
+
+def test_one_shot_commands_print_results_and_log_only_with_v(cli_config):
+    """status, search, index: results on stdout, no INFO log lines unless -v (-vv: DEBUG)."""
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+
+    def cli(*args):
+        out = subprocess.run([exe, "--config", str(cli_config), *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    for args in (("status",), ("search", "retry_count", "-k", "1"), ("index",)):
+        quiet = cli(*args)
+        assert quiet.stdout and " INFO " not in quiet.stderr and " DEBUG " not in quiet.stderr, (args, quiet.stderr)
+        told = cli("-v", *args)
+        assert told.stdout == quiet.stdout or args == ("index",)
+        assert "INFO rag.client: no daemon runs for" in told.stderr and " DEBUG " not in told.stderr, told.stderr
+    assert " DEBUG " in cli("-vv", "search", "retry_count").stderr
+
+
+def test_ask_without_an_llm_says_so_first_in_one_plain_line(cli_config, capsys):
+    """Nobody answers at ollama.host, or no LLM is configured: the first line says so (and
+    what to do), then the passages are the answer; no library's error text."""
+    from conftest import free_port
+
+    nobody = f"http://127.0.0.1:{free_port()}"
+    down = cli_config.with_name("ollama-down.yaml")
+    down.write_text(cli_config.read_text() + f"ollama: {{host: '{nobody}', connect_retries: 0}}\n")
+    off = cli_config.with_name("ollama-off.yaml")
+    off.write_text(cli_config.read_text() + "ollama: {enabled: false}\n")
+    question = "How do I follow one service's logs live?"
+    code, out, err = run(capsys, "--config", str(down), "ask", question)
+    assert code == 0 and err == ""
+    first, second = out.splitlines()[:2]
+    assert first == (f"No language model answered (cannot reach Ollama at {nobody}: nothing answers there; start Ollama, "
+                     "or set ollama.enabled: false), so the passages below from your notes are the answer.")
+    assert second.startswith("[1] ") and "All connection attempts failed" not in out and "journalctl" in out
+    code, out, _ = run(capsys, "--config", str(down), "ask", "家里路由器自动分给设备的 IP 是从哪到哪？")
+    assert code == 0 and out.startswith("语言模型没有回答（cannot reach Ollama at ") and "以下笔记段落就是回答。\n[1] " in out
+    code, out, _ = run(capsys, "--config", str(off), "ask", question)
+    assert code == 0 and out.startswith("No language model is configured (ollama.enabled: false), so the passages "
+                                        "below from your notes are the answer.\n[1] ")

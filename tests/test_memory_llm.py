@@ -501,3 +501,47 @@ def test_re_extraction_replaces_them_and_removal_removes_them_other_users_untouc
     # the other user's rows never moved
     assert mentions_of_note(w.store, "theirs") == theirs
     assert w.store.entities("u2", kind="project") == [{"name": "Atlas", "kind": "project", "notes": 1, "mentions": 1}]
+
+
+
+def test_the_log_says_what_a_batch_did_in_one_line_and_a_parked_job_once(world, caplog):
+    """Not a line per note per attempt: one line per batch, at most one per report_every
+    (5 min), each attempt a debug line, a parked job a warning of its own."""
+    import logging
+
+    w = world
+    caplog.set_level("DEBUG", logger="sync.memory_jobs")
+    for i in range(6):
+        add_note(w, f"n{i}", POSTGRES, updated=100.0 + i)
+    for _ in range(5):
+        w.fake.reply_structured(reply("摘要", []))
+    for _ in range(5):  # n5's replies are never JSON: now and at once again, then after 2, 10, 30 min
+        w.fake.reply_structured('{"summary": "cut off')
+
+    def take(level):
+        """Our log lines of this level (since the last retry())."""
+        return [r.getMessage() for r in caplog.records if r.name == "sync.memory_jobs" and r.levelno == level]
+
+    def retry():
+        w.clock.t = jobs_of(w.store)[-1][4]  # n5's next try
+        caplog.clear()
+        assert run(w.jobs.step()) is True
+        assert run(w.jobs.step()) is False  # nothing else due: the batch ends
+
+    while run(w.jobs.step()):
+        pass
+    [line] = take(logging.INFO)
+    assert line.startswith("memory: extracted 5 notes in 0 s, 2 failed (last: ") and "not JSON" in line
+    assert line.endswith("), 1 waiting")
+    assert len(take(logging.DEBUG)) == 7 and take(logging.WARNING) == []  # each attempt: a debug line
+    retry()  # 2 min after the last line: no line of its own
+    assert take(logging.INFO) == [] and len(take(logging.DEBUG)) == 1
+    retry()  # 10 min later: one line for both attempts
+    [line] = take(logging.INFO)
+    assert line.startswith("memory: extracted 0 notes in 10 min, 2 failed (last: ") and line.endswith(", 1 waiting")
+    retry()  # 30 min later the 5th failure parks it: a warning naming it once, and the batch's line
+    [warning] = take(logging.WARNING)
+    assert warning.startswith("memory: extraction of n5 parked after 5 attempts: ")
+    [line] = take(logging.INFO)
+    assert line.startswith("memory: extracted 0 notes in 0 s, 1 failed") and line.endswith(
+        ", 0 waiting, 1 parked (`leanote-rag status` lists them)")

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from rag.errors import AuthFailed
+from rag.errors import AuthFailed, Unavailable
 from rag.index import NoteIndex
 from rag.retrieve import search
 from sync.service import SyncService
@@ -352,3 +352,34 @@ def test_login_with_username_and_wrong_password_messages(leanote):
     bad = LeanoteApi(leanote.url, "alice@example.com", "nope")
     with pytest.raises(AuthFailed, match="refused the login of alice@example.com"):
         bad.server_usn()
+
+
+def test_an_answer_that_is_not_json_is_named_and_backed_off(leanote, world):
+    """A proxy's page or a PHP error as HTTP 200 is not "HTTP 200": the message says what
+    came back, and the account backs off like any outage."""
+    _, sync, find, clock, opened = world
+    sync()
+    page = b"<!DOCTYPE html>\n<html><head><title>Leanote</title></head><body>" + b"x" * 500 + b"</body></html>"
+    leanote.fail("note/getSyncNotes", times=100, status=200, body=page, content_type="text/html")
+    leanote.put_note(note(ALICE, WORK, "稍后", "NOT-JSON-31"))
+    failed = sync()
+    error = failed.failures["alice@example.com"]
+    assert error.startswith(f"Leanote at {leanote.url} answered /api/note/getSyncNotes with something that is not "
+                            "JSON: <!DOCTYPE html> <html><head><title>Leanote</title>")
+    assert error.endswith("…") and "HTTP 200" not in error and len(error) < 250
+    acc = opened["state"].account(opened["service"].source.name, "alice@example.com")
+    assert acc.next_run == pytest.approx(clock.t + 30.0)  # Unavailable: backoff_min, jitter at its middle
+    assert "bob@example.com" not in failed.failures  # Bob had nothing new: his idle pass is one good call
+    leanote.fail("note/getSyncNotes", times=0)
+    clock.t += 31
+    assert sync().ok and find("NOT-JSON-31")[0].title == "稍后"
+
+
+def test_a_login_answer_that_is_not_json_says_what_it_was(leanote):
+    leanote.fail("auth/login", status=200, body=b"Fatal error: Allowed memory size exhausted")
+    with pytest.raises(Unavailable, match="answered /api/auth/login with something that is not JSON: Fatal error: "
+                                          "Allowed memory size exhausted$"):
+        LeanoteApi(leanote.url, "alice@example.com", "alice-pw").server_usn()
+    leanote.fail("auth/login", status=200, body=b"")
+    with pytest.raises(Unavailable, match="not JSON: an empty body"):
+        LeanoteApi(leanote.url, "alice@example.com", "alice-pw").server_usn()

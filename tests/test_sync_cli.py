@@ -95,3 +95,24 @@ def test_a_one_shot_index_reports_a_failure_without_promising_a_retry(setup, cap
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert code == 1 and "HTTP 500" in err
     assert "sync of alice@example.com failed" in logged and "retrying in" not in logged + err
+
+
+def test_user_takes_an_account_email_as_users_does(setup, capsys):
+    """`--user` takes what `users:` takes: a Leanote user id, or the email of a source.accounts
+    account (any case), which names its Leanote user once it has synced."""
+    _, cfg = setup
+    cfg.write_text(cfg.read_text().replace(
+        "password_env: LR_PW_ALICE}\n", "password_env: LR_PW_ALICE}\n    - {email: carol@example.com, password_env: LR_PW_ALICE}\n"))
+    assert run(capsys, "--config", str(cfg), "index")[0] == 1  # carol is no user of this Leanote: never synced
+    for name in ("alice@example.com", "Alice@Example.COM", ALICE):
+        code, out, err = run(capsys, "--config", str(cfg), "search", "CLI-SYNC-1", "--user", name, "--json")
+        assert code == 0, err
+        assert json.loads(out)["user_id"] == ALICE and json.loads(out)["hits"][0]["title"] == "周报"
+    code, out, _ = run(capsys, "--config", str(cfg), "ask", "CLI-SYNC-1 是什么？", "--user", "alice@example.com", "--json")
+    assert code == 0 and json.loads(out)["citations"][0]["title"] == "周报"
+    code, out, _ = run(capsys, "--config", str(cfg), "entities", "--user", "alice@example.com", "--json")
+    assert code == 0 and json.loads(out)["user_id"] == ALICE
+    code, _, err = run(capsys, "--config", str(cfg), "search", "x", "--user", "carol@example.com")
+    assert code == 2 and "account carol@example.com has not synced yet" in err and "leanote-rag status" in err
+    code, _, err = run(capsys, "--config", str(cfg), "search", "x", "--user", "bob@example.com")
+    assert code == 2 and "no notes of user 'bob@example.com'" in err  # no such account: taken as an id, and unknown

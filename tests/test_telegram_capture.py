@@ -331,3 +331,31 @@ def test_the_buttons_under_an_answer_are_the_askers_own(world):
         assert ack[0]["show_alert"] and "expired" in ack[0]["text"]
 
     run(settings, tg, scenario)
+
+
+def test_a_restarted_bot_is_not_given_what_it_confirmed_and_captures_once(world):
+    """Telegram forgets updates once an offset confirms them: a bot that restarts (a new
+    process asks without an offset) gets only what came since. A capture before the restart
+    is one note in Leanote, the one after it one more, each answered once."""
+    make, tg, ollama, leanote = world
+    settings = make()
+
+    async def before(daemon):
+        got = await said(tg, OWNER, "/note 重启之前记的 RESTART-ONE")
+        assert "已记下" in got["text"]
+        await until(lambda: not daemon.capture.pending(f"telegram:{OWNER}"))
+        confirmed = tg.method_calls("getUpdates")
+        await until(lambda: len(tg.method_calls("getUpdates")) > len(confirmed) + 1)  # its offset was sent
+
+    run(settings, tg, before)
+    replies = len(tg.sent_to(OWNER))
+
+    async def after(daemon):
+        got = await said(tg, OWNER, "/note 重启之后记的 RESTART-TWO")  # updates come in order: the old one first
+        assert "已记下" in got["text"]
+        await until(lambda: not daemon.capture.pending(f"telegram:{OWNER}"))
+
+    run(settings, tg, after)
+    assert [n["Title"] for n in leanote.notes.values() if "RESTART-" in n["Content"]] == [
+        "重启之前记的 RESTART-ONE", "重启之后记的 RESTART-TWO"]
+    assert len(tg.sent_to(OWNER)) == replies + 1

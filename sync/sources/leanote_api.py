@@ -10,7 +10,9 @@
   last one until a page comes back short.
 - Bodies come one by one from ``getNoteContent`` (a bounded number in flight); an
   empty ``NoteId`` in the answer means the note is gone.
-- Errors arrive as HTTP 200 ``{"Ok": false}``; a malformed id gets a non-JSON 500.
+- Errors arrive as HTTP 200 ``{"Ok": false}``; a malformed id gets a non-JSON 500. An
+  HTTP 200 that is not JSON (a proxy's page, a PHP error) is ``Unavailable`` (the account
+  backs off), named by its first bytes.
 """
 
 from __future__ import annotations
@@ -74,7 +76,20 @@ def usn_pages(fetch: Callable[[int, int], list[dict]], after: int, max_entry: in
 @dataclass
 class _Answer:
     status: int
-    body: Any
+    body: Any  # the parsed JSON; None when it was not JSON
+    raw: bytes = b""
+
+    def not_json(self, where: str, action: str) -> str | None:
+        """What is wrong with an answer that is not JSON, or None: an HTTP 200 saying
+        what it said (a proxy's page, a PHP error...), another status by its number."""
+        if self.body is not None:
+            return None
+        if self.status != 200:
+            return f"Leanote at {where} answered {action} with HTTP {self.status}"
+        text = " ".join(self.raw[:200].decode("utf-8", "replace").split())
+        shown = text[:80] + ("…" if len(text) > 80 or len(self.raw) > 200 else "")
+        return (f"Leanote at {where} answered /api/{action} with something that is not JSON: "
+                + (shown or "an empty body"))
 
 
 # --- HTTP with a total deadline ------------------------------------------------------------
@@ -210,13 +225,15 @@ class LeanoteApi:
             body = json.loads(content)
         except ValueError:
             body = None
-        return _Answer(r.status_code, body)
+        return _Answer(r.status_code, body, content)
 
     def login(self) -> None:
         answer = self._request("auth/login", {"email": self.email, "pwd": self._password})
         body = answer.body
         if answer.status != 200 or not isinstance(body, dict):
-            raise Unavailable(f"Leanote at {self.where} answered the login with HTTP {answer.status}")
+            raise Unavailable(answer.not_json(self.where, "auth/login") or (
+                f"Leanote at {self.where} answered the login with HTTP {answer.status}" if answer.status != 200
+                else f"Leanote at {self.where} answered /api/auth/login with JSON that is not a login answer"))
         if not body.get("Ok") or not body.get("Token"):
             raise AuthFailed(
                 f"Leanote refused the login of {self.email}: {body.get('Msg') or 'wrong username or password'}. "
@@ -241,7 +258,8 @@ class LeanoteApi:
                     raise AuthFailed(f"Leanote keeps answering NOTLOGIN to {self.email} right after a login")
                 continue
             if answer.status != 200 or body is None:
-                raise Unavailable(f"Leanote at {self.where} answered {action} with HTTP {answer.status}")
+                raise Unavailable(answer.not_json(self.where, action)
+                                  or f"Leanote at {self.where} answered {action} with HTTP {answer.status}")
             if isinstance(body, dict) and body.get("Ok") is False:
                 if _refusals:
                     reason = str(body.get("Msg") or "")

@@ -39,7 +39,8 @@ have Mongo's millisecond precision. Parameters come from the query string and th
 name wins); uploads are kept in ``files`` (id -> ``UserId``, ``NoteId``, ``IsAttach``,
 ``Title``, ``Type``, ``Data``, ``ContentType``). ``NOTLOGIN`` as HTTP 200 for an unknown token.
 
-Test controls: ``fail(action, times, status)``, ``stall(action, seconds)``,
+Test controls: ``fail(action, times, status, body, content_type)`` (a raw answer instead of
+Leanote's), ``stall(action, seconds)``,
 ``expire_tokens()``, ``calls`` per action; ``down(refuse=False)`` / ``up()`` (the proxy
 answers every request with an HTML 502, or with ``refuse`` the port is closed);
 ``after(action, callback)`` (once, after Leanote handled the call, before it answers:
@@ -168,7 +169,7 @@ class FakeLeanote(LocalServer):
                     time.sleep(stall)
                 if fault and fault[0] > 0:
                     fault[0] -= 1
-                    return self._send(fault[1], b"Internal Server Error: injected", raw=True)
+                    return self._send(fault[1], fault[2], raw=True, content_type=fault[3])
                 status, body, raw = fake.dispatch(action, params)
                 with fake.lock:
                     callback = fake._after.pop(action, None)
@@ -189,8 +190,9 @@ class FakeLeanote(LocalServer):
 
     # --- controls ---------------------------------------------------------------------------
 
-    def fail(self, action: str, times: int = 1, status: int = 500) -> None:
-        self._faults[action] = [times, status]
+    def fail(self, action: str, times: int = 1, status: int = 500, body: bytes = b"Internal Server Error: injected",
+             content_type: str = "text/plain") -> None:
+        self._faults[action] = [times, status, body, content_type]
 
     def stall(self, action: str, seconds: float) -> None:
         self._stalls[action] = seconds

@@ -2,7 +2,9 @@
 ``base_url`` exactly as to api.telegram.org (``POST /bot<token>/<method>``, form or JSON
 bodies, ``{"ok": true, "result": ...}`` answers).
 
-Methods: getMe, deleteWebhook, getUpdates (long polling by offset), sendMessage,
+Methods: getMe, deleteWebhook, getUpdates (long polling by offset; as in Telegram, an
+offset confirms every update below it, which is never sent again, also to a bot that
+restarts and asks without one; ``limit``; a negative offset), sendMessage,
 editMessageText, editMessageReplyMarkup, answerCallbackQuery, getFile, sendChatAction,
 setMyCommands, and file downloads (``GET /file/bot<token>/<file_path>``). Like Telegram
 it refuses an edit that changes nothing (400 "message is not modified"), HTML that does
@@ -77,6 +79,7 @@ class FakeTelegram(LocalServer):
         self.user_messages: dict[int, dict] = {}  # message_id -> what a user sent (for replies)
         self.chat_types: dict[int, str] = {}  # chat id -> its type, as seen in updates
         self._next_update = 1
+        self.confirmed = 0  # updates below this id were confirmed by an offset: gone for good
         self._next_query = 1
         self._next_message = 100
         self.cond = threading.Condition()
@@ -276,6 +279,9 @@ class FakeTelegram(LocalServer):
                              "parameters": {"retry_after": throttle[1]}}
         if method == "getMe":
             return 200, {"ok": True, "result": BOT}
+        if method == "deleteWebhook" and p.get("drop_pending_updates") in (True, "true", "True"):
+            with self.cond:
+                self.confirmed = self._next_update  # what waited is dropped, as Telegram does
         if method in ("deleteWebhook", "sendChatAction", "answerCallbackQuery"):
             return 200, {"ok": True, "result": True}
         if method == "getFile":
@@ -302,10 +308,15 @@ class FakeTelegram(LocalServer):
             return 200, {"ok": True, "result": True}
         if method == "getUpdates":
             offset = int(p.get("offset") or 0)
+            limit = min(max(int(p.get("limit") or 100), 1), 100)
             deadline = time.monotonic() + min(float(p.get("timeout") or 0), 0.5)
             with self.cond:
+                if offset < 0:  # the last -offset updates; every one before them is confirmed
+                    waiting = [u["update_id"] for u in self.updates if u["update_id"] >= self.confirmed]
+                    offset = waiting[offset] if len(waiting) >= -offset else self.confirmed
+                self.confirmed = max(self.confirmed, offset)
                 while True:
-                    ready = [u for u in self.updates if u["update_id"] >= offset]
+                    ready = [u for u in self.updates if u["update_id"] >= self.confirmed][:limit]
                     left = deadline - time.monotonic()
                     if ready or left <= 0:
                         return 200, {"ok": True, "result": ready}
