@@ -34,6 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
+from . import limits
 from . import llm as llm_mod
 from . import rerank as rerank_mod
 from .config import AnswerConfig, Settings
@@ -429,11 +430,13 @@ class AnswerService:
     # --- the pipeline ---------------------------------------------------------------------
 
     async def in_search_thread(self, fn, *args):
-        """Run index work (a search, a count) on the one search thread, off the event loop."""
+        """Run index work (a search, a count) on a search thread, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self._search_pool, partial(fn, *args))
 
     async def search(self, query: str, user_id: str, k: int | None = None, retriever: str = "hybrid") -> list[Hit]:
-        """Hits only (``/search``), on the same thread the answers search on."""
+        """Hits only (``/search``), on the threads the answers search on; the query cut to
+        ``limits.question_chars``."""
+        query, _ = limits.cut(query, self.settings.limits.question_chars)
         return await self.in_search_thread(partial(search, self.index, query, user_id, k, retriever=retriever))
 
     async def ask(
@@ -450,7 +453,9 @@ class AnswerService:
         def mark(name: str) -> None:
             timings[name] = round((time.perf_counter() - started) * 1000, 1)
 
-        question = " ".join((question or "").split())
+        # Every step below (memory, retrieval, the history, the prompt) reads at most this.
+        most = self.settings.limits.question_chars
+        question, _ = limits.cut(question, most)
         if not question:
             raise UserError("the question is empty")
         history = self.conversations.history(user_id, conversation)
@@ -458,7 +463,8 @@ class AnswerService:
         if history and self.chat is not None:
             try:
                 async with self.llm_slot():
-                    standalone = (await self._complete(condense_messages(history, question))).strip() or question
+                    rewritten = await self._complete(condense_messages(history, question))
+                standalone = limits.cut(rewritten, most)[0] or question
             except LeanoteRagError as err:
                 log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
             mark("rewrite")

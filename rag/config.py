@@ -255,6 +255,27 @@ class BotsConfig(Section):
     max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
 
 
+class LimitsConfig(Section):
+    """How much one request may bring, checked at every door before any work (``rag.limits``)."""
+
+    question_chars: int = Field(
+        default=2000, ge=10, le=20_000,
+        description="a question, search or name longer than this is refused by the API (413) and the CLI "
+        "(exit 2) and cut by the bots (they say so); no step (search, memory, history, the LLM) reads more",
+    )
+    request_kb: int = Field(
+        default=64, ge=4, le=10_240,
+        description="the API refuses a request body larger than this (413), before reading it",
+    )
+
+    @model_validator(mode="after")
+    def _body_holds_a_question(self) -> "LimitsConfig":
+        needs = -(-(self.question_chars * 6 + 1024) // 1024)  # a question of \uXXXX escapes, and the rest
+        if self.request_kb < needs:
+            raise ValueError(f"limits.request_kb must hold a question of limits.question_chars: at least {needs}")
+        return self
+
+
 class ExcludeConfig(Section):
     notebooks: list[str] = Field(default=[], description="notebook titles or ids; their sub-notebooks too")
     tags: list[str] = Field(default=[], description="notes with any of these tags")
@@ -374,7 +395,7 @@ class RetrievalConfig(Section):
         description="chunks each of those notes may place in the results (never fewer than max_chunks_per_note)",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
-    max_query_chars: int = Field(default=2000, ge=10, description="longer questions are cut")
+    max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")
 
 
 class Settings(Section):
@@ -395,6 +416,7 @@ class Settings(Section):
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     bots: BotsConfig = BotsConfig()
+    limits: LimitsConfig = LimitsConfig()
     capture: CaptureConfig = CaptureConfig()
     memory: MemoryConfig = MemoryConfig()
     api: ApiConfig = ApiConfig()

@@ -1,0 +1,160 @@
+"""No request can jam the door: size limits at every door before any work (the API's 413,
+the CLI's exit 2, the bots cut a long message and say so), every step bounded in what it
+reads, a search held up for one person leaves the others' answers alone, rate limits on
+every bot command that searches. The real daemon (its API on a Unix socket, the Telegram
+bot against the fake Bot API), the real index and memory over the sample notes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.telegram import service as telegram
+from rag.answer import AnswerService
+from rag.index import NoteIndex
+from rag.limits import cut
+from rag.memory import MATCH_CHARS, MemoryStore
+from sync.daemon import Daemon
+
+from conftest import EXAMPLES, make_settings, run_pass, until
+from fakes.ollama import FakeOllama
+from fakes.telegram import FakeTelegram
+
+OWNER, FRIEND, GROUP = 111, 222, -100500
+EXE = str(Path(sys.executable).with_name("leanote-rag"))
+LONG = "番茄炒蛋怎么做才不酸？" + "请详细说明。" * 500  # 3,011 characters: over limits.question_chars (2,000)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """Settings for the daemon over the sample notes: the API on a short socket path, the
+    Telegram bot on a fake Bot API, a fake Ollama; and those fakes."""
+    monkeypatch.setenv("LR_TG_TOKEN", "123:TEST")
+    sock = Path(f"/tmp/lr-doors-{uuid.uuid4().hex[:8]}.sock")
+    with FakeTelegram() as tg, FakeOllama() as ollama:
+        def settings(**sections):
+            base = dict(
+                telegram={"enabled": True, "token_env": "LR_TG_TOKEN", "base_url": tg.base_url, "edit_interval": 0.3},
+                users=[{"leanote_user_id": "local", "telegram_ids": [OWNER], "admin": True},
+                       {"leanote_user_id": "local", "telegram_ids": [FRIEND]}],
+                ollama={"host": ollama.url}, rerank={"kind": "none"}, retrieval={"expand": "off"},
+                sync={"interval": "1h"}, api={"socket": str(sock)},
+            )
+            return make_settings(tmp_path, **{**base, **sections})
+
+        yield settings, tg, ollama
+    sock.unlink(missing_ok=True)
+
+
+def run(settings, scenario, services=(telegram,)):
+    """``scenario(daemon)`` inside the running daemon, once its first pass is done (and the
+    bot polls)."""
+    async def main():
+        daemon = Daemon(settings, services=list(services))
+        task = asyncio.create_task(daemon.run())
+        try:
+            await daemon.wait_for_pass(0)
+            await until(lambda: settings.api.socket.exists(), what="the API's socket")
+            await scenario(daemon)
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())
+
+
+def api(settings) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(settings.api.socket)),
+                             base_url="http://leanote-rag", timeout=60)
+
+
+async def raw_exchange(path: Path, head: bytes, body_parts) -> tuple[int, dict]:
+    """Send a request's head and then ``body_parts`` one by one, not ending the body, and
+    read the response: it must come while the body is still unfinished."""
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    try:
+        writer.write(head)
+        for part in body_parts:
+            writer.write(part)
+            await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), timeout=60)
+        headers = {}
+        while (line := await asyncio.wait_for(reader.readline(), timeout=60)) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), timeout=60)
+        return int(status_line.split()[1]), json.loads(body)
+    finally:
+        writer.close()
+
+
+# --- every step bounded -------------------------------------------------------------------------
+
+
+def test_every_step_reads_at_most_the_limit_of_a_huge_question(tmp_path, use_embedder):
+    """A 3 M-character question through the answer service itself (no door in front): the search,
+    the memory, the history and the LLM prompt see at most limits.question_chars of it."""
+    with FakeOllama() as ollama:
+        settings = make_settings(tmp_path, ollama={"host": ollama.url}, rerank={"kind": "none"},
+                                 retrieval={"expand": "off"}, limits={"question_chars": 100})
+        run_pass(settings, use_embedder)
+        huge = "番茄炒蛋怎么做才不酸？ " * 250_000  # 3 M characters
+
+        async def main():
+            with NoteIndex.open(settings, embedder=use_embedder) as index:
+                service = AnswerService.from_settings(settings, index)
+                try:
+                    ollama.reply("先把鸡蛋炒好盛出[1]。")
+                    first = await service.ask(huge, "local", conversation="c")
+                    ollama.reply("番茄炒蛋怎么做才不酸？")  # the follow-up's rewrite, then its answer
+                    ollama.reply("加一小勺糖[1]。")
+                    second = await service.ask(huge, "local", conversation="c")
+                    hits = await service.search(huge, "local", 3)
+                finally:
+                    service.close()
+            return first, second, hits
+
+        first, second, hits = asyncio.run(main())
+    assert len(first.trace.question) <= 100 and first.trace.question.startswith("番茄炒蛋怎么做才不酸？")
+    assert first.citations and first.citations[0].title == "番茄炒蛋" and hits[0].title == "番茄炒蛋"
+    for chat in ollama.chats():  # the answer's prompt, the rewrite's (with the history), the second answer's
+        assert sum(len(m["content"]) for m in chat["messages"]) < 20_000
+        assert max(len(m["content"]) for m in chat["messages"] if m["role"] == "user") < 12_000
+    assert second.answer == "加一小勺糖[1]。"
+
+
+def test_the_memorys_name_matching_reads_a_bounded_part_of_any_text(tmp_path, use_embedder):
+    settings = make_settings(tmp_path)
+    run_pass(settings, use_embedder)
+    with MemoryStore.open_for(settings) as memory:
+        near = "怎么看 journalctl 的日志？"
+        assert [e["norm"] for e in memory.named_in("local", near) if e["norm"] == "journalctl"]
+        far = " ".join(["x"] * MATCH_CHARS) + near  # the name only past what is read
+        assert not [e for e in memory.named_in("local", far) if e["norm"] == "journalctl"]
+        assert memory.find("local", far)["entities"] == []
+        assert memory.facts_named("local", far) == memory.facts_named("local", "x")
+
+
+def test_cut_reads_no_more_than_it_keeps():
+    assert cut("  a \n\t b  ", 10) == ("a b", False)
+    assert cut("abc", 3) == ("abc", False) and cut("abcd", 3) == ("abc", True)
+    assert cut(" " * 100 + "ab" + " " * 100, 2) == ("ab", False)
+    assert cut("ab" + " " * 100 + "c", 2) == ("ab", True)  # past what it read, there was more
+    assert cut("", 5) == ("", False) and cut(None, 5) == ("", False) and cut(" \n ", 5) == ("", False)
+
+
+# --- the bots -------------------------------------------------------------------------------------
+
+
+def final(tg, chat, containing):
+    return [m for m in tg.sent_to(chat) if containing in m["text"]]
