@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from . import config as config_mod
+from . import limits
 from .door import Door, open_door
 from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
@@ -115,6 +116,9 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     if (query is None) == (queries_file is None):
         raise click.UsageError("give either QUERY or --queries FILE")
     batch = load_questions(queries_file, required=("question",)) if queries_file else None
+    most = app.settings.limits.question_chars
+    if batch is None:
+        limits.check(query, most, "the query")
     with app.door() as door:
         users = door.users()
         if batch is None:
@@ -128,6 +132,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
         failed = 0
         for q in batch:
             try:
+                limits.check(q["question"], most, f"query {q.get('id')}")
                 user = resolve_user(users, q.get("user_id") or user_id)
                 hits = door.search(q["question"], user, k, retriever)
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
@@ -151,6 +156,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 @pass_app
 def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace: bool) -> None:
     """Answer QUESTION from your notes, citing them."""
+    limits.check(question, app.settings.limits.question_chars)
     stream = not as_json and sys.stdout.isatty()
 
     def printer(text: str) -> None:
@@ -410,6 +416,7 @@ def _date(when: float | None) -> str:
 @pass_app
 def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
     """The facts about ENTITY (as subject or object) and the notes that mention it, and where."""
+    limits.check(entity, app.settings.limits.question_chars, "the name")
     with _open_memory(app) as store:
         user = resolve_user(store.users(), user_id)
         notes = store.entity(user, entity)
@@ -549,6 +556,7 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     """Notes related to a note (its id) or to a question (the notes found for it, then theirs)."""
     from . import related as related_mod
 
+    limits.check(target, app.settings.limits.question_chars, "the question")
     with _open_memory(app) as store:
         user = resolve_user(store.users(), user_id)
         if store.note_info(user, target) is not None:

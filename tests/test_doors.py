@@ -98,6 +98,62 @@ async def raw_exchange(path: Path, head: bytes, body_parts) -> tuple[int, dict]:
         writer.close()
 
 
+# --- the API ------------------------------------------------------------------------------------
+
+
+def test_the_api_refuses_an_oversized_body_before_reading_it_and_a_long_question_before_any_work(world):
+    settings, tg, ollama = world
+    settings = settings()
+
+    async def scenario(daemon):
+        # A 20 MB body announced by Content-Length: refused after its first kilobyte arrived.
+        head = (b"POST /ask HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 20000000\r\n\r\n")
+        status, body = await raw_exchange(settings.api.socket, head, [b'{"question": "' + b"a" * 1024])
+        assert status == 413 and body["kind"] == "user" and "limits.request_kb" in body["error"]
+        # ... and one sent in chunks, without a length: refused once past the limit (64 KB).
+        head = (b"POST /ask HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"a" * 16384
+        parts = [b'4000\r\n' + chunk + b"\r\n" for _ in range(6)]  # 96 KB, and no last chunk
+        status, body = await raw_exchange(settings.api.socket, head, parts)
+        assert status == 413 and "limits.request_kb" in body["error"]
+
+        async with api(settings) as http:
+            # A question over limits.question_chars: 413 before any work (no search, no LLM).
+            reply = await http.post("/ask", json={"question": LONG})
+            assert reply.status_code == 413 and reply.json()["kind"] == "user"
+            assert "limits.question_chars" in reply.json()["error"] and "3,011" in reply.json()["error"]
+            for path, params in (("/search", {"q": LONG}), ("/memory/find", {"q": LONG}),
+                                 ("/memory/entity", {"name": LONG})):
+                reply = await http.get(path, params=params)
+                assert reply.status_code == 413 and "limits.question_chars" in reply.json()["error"], path
+            assert ollama.chats() == []
+            # A query of the most it may hold, 2,000 CJK characters (18 KB percent-encoded), is served.
+            reply = await http.get("/search", params={"q": "番茄炒蛋" * 500})
+            assert reply.status_code == 200 and reply.json()["hits"]
+            ollama.reply("先把鸡蛋炒好盛出[1]。")
+            async with http.stream("POST", "/ask", json={"question": "番茄炒蛋怎么做才不酸？"}) as reply:
+                events = [json.loads(line) async for line in reply.aiter_lines() if line]
+            assert reply.status_code == 200 and events[-1]["event"] == "answer"
+
+    run(settings, scenario, services=())
+
+
+def test_the_cli_refuses_an_oversized_question_with_exit_2(world, tmp_path):
+    settings, tg, ollama = world
+    config = tmp_path / "config.yaml"
+    config.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\n"
+                      f"ollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\n")
+    for args in (("ask", LONG), ("search", LONG), ("related", LONG), ("memory", LONG)):
+        out = subprocess.run([EXE, "--config", str(config), *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, (args[0], out.stderr)
+        assert "too long: 3,011 characters" in out.stderr and "limits.question_chars" in out.stderr, args[0]
+        assert "Traceback" not in out.stderr
+    assert ollama.requests == []
+    assert not (tmp_path / "data" / "qdrant").exists()  # refused before the index was opened
+
+
 # --- every step bounded -------------------------------------------------------------------------
 
 
