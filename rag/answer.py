@@ -58,6 +58,13 @@ log = logging.getLogger(__name__)
 
 REFUSAL = AnswerConfig().refusal
 MAX_PASSAGES = 3
+# Threads that run searches and the memory's reads for answers: one slow search (waiting on
+# an embedding model, or on SQLite) holds one of them, not everyone's answers. The index
+# (Qdrant Edge), the embedders and the memory (behind its lock) were already used from two
+# threads at once (the sync writes while answers search); tests/test_doors.py checks that
+# concurrent answers come out as one at a time. Qdrant Edge holds the GIL while it queries
+# (a 20k-point query ~5 ms), so its part interleaves rather than runs in parallel.
+SEARCH_WORKERS = 4
 LLM_DOWN_ZH = "（语言模型暂时不可用，以下是笔记里最相关的段落。）"
 LLM_DOWN_EN = "(The language model is unavailable right now; here are the most relevant passages of your notes.)"
 # Extractive passages from notes scoring below this share of the best hit's score are
@@ -379,9 +386,9 @@ class AnswerService:
         # Answers (rewrites, expansions, the answer itself) holding an LLM slot or waiting for
         # one: the background work that shares the LLM (sync.memory_jobs) runs only at 0.
         self.answers_waiting_or_writing = 0
-        # Retrieval runs off the event loop, one search at a time: searches take a few ms,
-        # and fewer threads fighting over the GIL keep the loop (the bots) responsive.
-        self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
+        # Retrieval runs off the event loop on a few threads, so one slow search (a slow
+        # embedder, a large memory) cannot hold another person's answer (SEARCH_WORKERS).
+        self._search_pool = ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="search")
         # Called with every finished answer (metrics); an observer that raises is logged, never felt.
         self.observers: list[Callable[[Answer], None]] = []
 

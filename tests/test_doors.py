@@ -209,6 +209,67 @@ def test_cut_reads_no_more_than_it_keeps():
     assert cut("", 5) == ("", False) and cut(None, 5) == ("", False) and cut(" \n ", 5) == ("", False)
 
 
+# --- the search threads ---------------------------------------------------------------------------
+
+
+def test_a_search_held_up_for_one_request_does_not_hold_another_persons_answer(world):
+    """An API question whose search waits on the embedding model (the fake Ollama holds it)
+    and, meanwhile, a Telegram question of another person: the second is answered while
+    the first is still held; then the first is answered too."""
+    settings, tg, ollama = world
+    settings = settings(embedder={"kind": "ollama", "host": ollama.url})
+    release = ollama.hold_embed("SLOWQUESTION")
+
+    async def scenario(daemon):
+        async with api(settings) as http:
+            async def slow():
+                body = {"question": "SLOWQUESTION 红烧肉怎么做？"}
+                async with http.stream("POST", "/ask", json=body) as reply:
+                    return [json.loads(line) async for line in reply.aiter_lines() if line]
+
+            held = asyncio.create_task(slow())
+            await until(lambda: ollama.held, what="the first question's search to be held")
+            ollama.reply("先把鸡蛋炒好盛出[1]。")
+            tg.say(FRIEND, "番茄炒蛋怎么做才不酸？")
+            done = await until(lambda: [m for m in tg.sent_to(FRIEND) if "来源" in m["text"]], timeout=60,
+                               what="the other person's answer")
+            assert "先把鸡蛋炒好盛出" in done[0]["text"]
+            assert not held.done() and ollama.held == ["SLOWQUESTION"]  # still held
+            ollama.reply("红烧肉要小火慢炖[1]。")
+            release.set()
+            events = await asyncio.wait_for(held, timeout=60)
+        assert events[-1]["event"] == "answer" and "小火慢炖" in events[-1]["answer"]["answer"]
+
+    run(settings, scenario)
+
+
+def test_concurrent_answers_find_what_one_at_a_time_finds(tmp_path, use_embedder):
+    """The search threads share the index (Qdrant Edge), the embedder and the memory: answers
+    asked all at once come out as they do one by one."""
+    settings = make_settings(tmp_path, ollama={"enabled": False}, rerank={"kind": "none"})
+    run_pass(settings, use_embedder)
+    questions = ["番茄炒蛋怎么做才不酸？", "怎么实时看一个服务的日志", "家里路由器的 DHCP 范围是多少？",
+                 "pool_size 在事故之后调成了多少？", "restic 备份多久一次", "我写过哪些关于 journalctl 的笔记？",
+                 "How do I read systemd journal logs", "短链服务怎么部署"]
+
+    def comparable(answer):
+        return (answer.answer, [c.note_id for c in answer.citations], answer.trace.entities,
+                [c.point_id for c in answer.trace.candidates])
+
+    async def main():
+        with NoteIndex.open(settings, embedder=use_embedder) as index:
+            service = AnswerService.from_settings(settings, index)
+            try:
+                alone = [comparable(await service.ask(q, "local")) for q in questions]
+                together = await asyncio.gather(*(service.ask(q, "local") for q in questions * 3))
+            finally:
+                service.close()
+        return alone, [comparable(a) for a in together]
+
+    alone, together = asyncio.run(main())
+    assert together == alone * 3
+
+
 # --- the bots -------------------------------------------------------------------------------------
 
 
