@@ -275,3 +275,95 @@ def test_concurrent_answers_find_what_one_at_a_time_finds(tmp_path, use_embedder
 
 def final(tg, chat, containing):
     return [m for m in tg.sent_to(chat) if containing in m["text"]]
+
+
+def test_telegram_cuts_a_long_message_says_so_and_reads_only_the_cut(world):
+    settings, tg, ollama = world
+    settings = settings()
+
+    async def scenario(daemon):
+        ollama.reply("先把鸡蛋炒好盛出[1]。")
+        tg.say(OWNER, LONG)
+        done = await until(lambda: final(tg, OWNER, "来源"))
+        assert "only its first 2,000 characters were read" in done[0]["text"]
+        [chat] = ollama.chats()
+        question = chat["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+        assert question.startswith("番茄炒蛋怎么做才不酸？") and len(question) <= 2000
+        tg.say(OWNER, "/search " + LONG)
+        hits = await until(lambda: final(tg, OWNER, "番茄炒蛋  "))
+        assert "only its first 2,000 characters were read" in hits[0]["text"]
+
+    run(settings, scenario)
+
+
+def test_every_telegram_command_that_searches_counts_against_the_persons_rate_limit(world):
+    settings, tg, ollama = world
+    settings = settings(bots={"rate_limit": 3})
+
+    async def scenario(daemon):
+        for text in ("/search 番茄", "/about journalctl", "/related 番茄炒蛋怎么做", "/search 红烧肉"):
+            tg.say(OWNER, text)
+            await until(lambda: len(tg.sent_to(OWNER)) == len([t for t in tg.updates if t["message"]["from"]["id"]
+                                                                == OWNER]), what=f"the reply to {text}")
+        replies = [m["text"] for m in tg.sent_to(OWNER)]
+        assert "questions a minute" not in "".join(replies[:3]) and "questions a minute" in replies[3]
+        tg.say(OWNER, "番茄炒蛋怎么做？")  # a question counts in the same minute
+        await until(lambda: len(final(tg, OWNER, "questions a minute")) == 2)
+        tg.say(FRIEND, "/search 红烧肉")  # another person's minute is their own
+        await until(lambda: final(tg, FRIEND, "红烧肉（妈妈的做法）"))
+        assert ollama.chats() == []
+
+    run(settings, scenario)
+
+
+def test_a_blank_telegram_message_gets_a_short_reply_and_no_error(world, caplog):
+    settings, tg, ollama = world
+    settings = settings(telegram={"enabled": True, "token_env": "LR_TG_TOKEN", "base_url": tg.base_url,
+                                  "allowed_chats": [GROUP]})
+
+    async def scenario(daemon):
+        tg.say(OWNER, "   \n  ")
+        tg.say(FRIEND, "@notes_bot", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: final(tg, OWNER, "Please write a question") and final(tg, GROUP, "Please write a question"))
+
+    run(settings, scenario)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not final(tg, OWNER, "Sorry") and ollama.chats() == []
+
+
+# --- Discord ----------------------------------------------------------------------------------------
+
+
+def test_discord_cuts_a_long_question_and_rate_limits_every_command_that_searches(world):
+    from test_discord import FakeInteraction, run as run_discord
+
+    settings, tg, ollama = world
+    ONE, TWO = 3001, 3002
+    settings = settings(discord={"enabled": True}, telegram={"enabled": False}, bots={"rate_limit": 4},
+                        users=[{"leanote_user_id": "local", "discord_ids": [ONE, TWO]}])
+
+    async def scenario(daemon, bot, command):
+        ollama.reply("先把鸡蛋炒好盛出[1]。")
+        it = FakeInteraction(ONE)
+        await command("ask")(it, question=LONG)
+        shown = it.events[-1][1]["embed"].description
+        assert "先把鸡蛋炒好盛出" in shown and "only its first 2,000 characters were read" in shown
+        question = ollama.chats()[-1]["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+        assert question.startswith("番茄炒蛋怎么做才不酸？") and len(question) <= 2000
+        it = FakeInteraction(ONE)
+        await command("search")(it, query=LONG)
+        assert "only its first 2,000 characters were read" in it.events[-1][1]["content"]
+        await command("about")(FakeInteraction(ONE), name="journalctl")
+        await command("related")(FakeInteraction(ONE), target="番茄炒蛋怎么做")
+        for name, options in (("search", {"query": "红烧肉"}), ("about", {"name": "journalctl"}),
+                              ("related", {"target": "番茄"}), ("ask", {"question": "番茄炒蛋怎么做？"})):
+            it = FakeInteraction(ONE)  # the fifth within the minute, whichever command: refused before any work
+            await command(name)(it, **options)
+            assert it.names() == ["send_message"] and "questions a minute" in it.events[0][1]["content"], name
+            assert it.events[0][1]["ephemeral"] is True
+        it = FakeInteraction(TWO)  # another person's minute is their own
+        await command("search")(it, query="红烧肉")
+        assert "红烧肉（妈妈的做法）" in it.events[-1][1]["content"]
+        assert len(ollama.chats()) == 1
+
+    run_discord(settings, scenario)
