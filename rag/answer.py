@@ -226,8 +226,24 @@ def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES,
             break
     if not citations:
         return Answer(question, refusal, used_llm=False, grounded=False)
-    body = "\n\n".join(f"[{c.n}] {c.excerpt}" for c in citations)
+    body = "\n\n".join(passage_text(c) for c in citations)
     return Answer(question, body, used_llm=False, grounded=True, citations=citations)
+
+
+_HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+
+
+def passage_text(c: Citation) -> str:
+    """A passage as an extractive answer shows it: ``[n]`` and where it is from (the note's
+    title › heading) on a line of its own, then the passage, Markdown as in the note (each
+    door renders it). A heading the passage begins with that the first line already names
+    is left out, so no passage starts with the note's own ``# title``."""
+    lines = c.excerpt.split("\n")
+    first = _HEADING_LINE.match(lines[0].lstrip("…"))
+    if first and first.group(1).strip() in {c.title.strip(), *c.heading.split(HEADING_SEP)} - {""}:
+        lines = lines[1:]
+    text = "\n".join(lines).strip("\n")
+    return f"[{c.n}] {c.label}\n{text}" if text else f"[{c.n}] {c.label}"
 
 
 class Conversations:

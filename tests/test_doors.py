@@ -331,6 +331,26 @@ def test_a_blank_telegram_message_gets_a_short_reply_and_no_error(world, caplog)
     assert not final(tg, OWNER, "Sorry") and ollama.chats() == []
 
 
+def test_the_fallback_without_the_llm_shows_passages_readably(world):
+    """Ollama down: the best passages, each under its note's title, with no Markdown
+    marks of the note's own heading in front (``[1] # title``)."""
+    settings, tg, ollama = world
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    settings = settings(ollama={"host": f"http://127.0.0.1:{port}", "connect_retries": 0})
+
+    async def scenario(daemon):
+        tg.say(OWNER, "How do I read systemd journal logs")
+        done = await until(lambda: final(tg, OWNER, "unavailable"), timeout=60)
+        text = done[0]["text"]
+        assert text.startswith("[1] Reading systemd journal logs\n") and "journalctl" in text
+        assert "[1] #" not in text and not re.search(r"^#+ ", text, re.M)  # headings rendered, as <b>
+
+    run(settings, scenario)
+
+
 # --- Discord ----------------------------------------------------------------------------------------
 
 
