@@ -429,12 +429,9 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
         info, notes = found
         return related_text(f"“{info['title']}”", notes, link, esc)
     hits = await host.answers.search(target, user_id, k)
-    seen: dict[str, float] = {}
-    for h in hits:
-        seen.setdefault(h.note_id, h.score)
 
     def of_text(store: MemoryStore) -> list[dict]:
-        notes = related_mod.for_text(store, user_id, list(seen.items()), k)
+        notes = related_mod.for_text(store, user_id, target, hits, k, settings.memory.related_question_min_score)
         for n in notes:
             via = (n.get("reasons") or {}).get("via")
             if via:

@@ -566,15 +566,14 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
         else:
             with app.door() as door:
                 hits = door.search(target, user, k, "hybrid")
-            seen: dict[str, float] = {}
-            for h in hits:
-                seen.setdefault(h.note_id, h.score)
-            notes, about = related_mod.for_text(store, user, list(seen.items()), k), {"query": target}
+            notes = related_mod.for_text(store, user, target, hits, k, app.settings.memory.related_question_min_score)
+            about = {"query": target}
     if as_json:
         _print_json({**about, "user_id": user, "notes": notes})
         return
     if not notes:
-        click.echo("no related notes (pairs below memory.related_min_score are not kept)")
+        click.echo("no related notes (pairs below memory.related_min_score are not kept)" if "note_id" in about else
+                   "no notes related to the question (none scores memory.related_question_min_score)")
     for i, n in enumerate(notes, start=1):
         where = f"  ({n['notebook']})" if n["notebook"] else ""
         click.echo(click.style(f"{i}. {n['title']}", bold=True) + where + f"  score {n['score']:.3f}")

@@ -248,6 +248,11 @@ class MemoryConfig(Section):
         default=0.7, ge=0.0, le=2.0,
         description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
     )
+    related_question_min_score: float = Field(
+        default=0.35, ge=0.0, le=2.0,
+        description="related notes of a question: notes less similar to it than this (their best chunk's cosine "
+        "with the question + shared rare entities) are left out",
+    )
 
 
 class BotsConfig(Section):

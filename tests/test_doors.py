@@ -351,6 +351,30 @@ def test_the_fallback_without_the_llm_shows_passages_readably(world):
     run(settings, scenario)
 
 
+# --- related QUESTION -----------------------------------------------------------------------------
+
+
+def test_related_to_a_question_scores_on_the_pairs_scale_and_leaves_out_the_weak(tmp_path, capsys, use_embedder):
+    from rag.cli import main
+    from rag.related import ENTITY_WEIGHT
+
+    settings = make_settings(tmp_path)
+    run_pass(settings, use_embedder)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: {settings.state_dir}\n")
+
+    assert main(["--config", str(cfg), "search", "番茄炒蛋怎么做", "--json", "-k", "10"]) == 0
+    found = {h["note_id"] for h in json.loads(capsys.readouterr().out)["hits"]}
+    assert main(["--config", str(cfg), "related", "番茄炒蛋怎么做", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes and notes[0]["title"] == "番茄炒蛋" and len(notes) < len(found)  # not every note search found
+    for n in notes:  # a similarity (a cosine, plus shared rare entities), never a rank's 2.0, 1.5, 1.33...
+        assert settings.memory.related_question_min_score <= n["score"] <= 1 + ENTITY_WEIGHT, n
+        assert n["reasons"]["search"] >= 1 and 0 < n["reasons"]["similarity"] <= 1
+    assert main(["--config", str(cfg), "related", "量子计算机的原理是什么"]) == 0
+    assert "no notes related to the question" in capsys.readouterr().out
+
+
 # --- Discord ----------------------------------------------------------------------------------------
 
 
