@@ -119,7 +119,7 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
                   description="Ask questions of your Leanote notes: the running daemon's API.")
     too_large = (f"the request body is larger than {body_kb} KB (limits.request_kb): send a shorter question "
                  f"(at most {daemon.settings.limits.question_chars:,} characters are read)")
-    app.add_middleware(BodyLimit, most=body_kb * 1024, refusal=too_large)
+    app.add_middleware(BodyLimit, most=body_kb * 1024, refusal=too_large, close=auth is None)
 
     def small(text: str | None, what: str) -> str:
         """``text`` within ``limits.question_chars``, checked before any work (else 413)."""
@@ -293,17 +293,24 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
 class BodyLimit:
     """ASGI middleware: a request body larger than ``most`` bytes is refused with 413 and
     ``refusal`` before it is read whole: at once when its Content-Length says so, else as
-    soon as what has streamed in passes the limit (the app reads no further)."""
+    soon as what has streamed in passes the limit (the app reads no further).
 
-    def __init__(self, app, most: int, refusal: str):
+    ``close`` (the Unix socket): the 413 also closes the connection, so the rest of the body
+    is never received (a client stops sending at once, and reads its 413: data already sent
+    on a Unix socket stays readable). Over TCP a close with unread data can reset the
+    connection before the client reads the answer, so there the rest is received and dropped.
+    """
+
+    def __init__(self, app, most: int, refusal: str, close: bool = False):
         self.app, self.most, self.refusal = app, most, refusal
+        self.headers = {"Connection": "close"} if close else None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length", b"0")
         if not length.isdigit() or int(length) > self.most:
-            response = JSONResponse({"error": self.refusal, "kind": "user"}, status_code=413)
+            response = JSONResponse({"error": self.refusal, "kind": "user"}, status_code=413, headers=self.headers)
             return await response(scope, receive, send)
         seen = 0
 
@@ -313,7 +320,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.most:  # FastAPI passes an HTTPException from reading the body on
-                    raise HTTPException(413, self.refusal)
+                    raise HTTPException(413, self.refusal, headers=self.headers)
             return message
 
         await self.app(scope, limited, send)

@@ -83,10 +83,13 @@ async def raw_exchange(path: Path, head: bytes, body_parts) -> tuple[int, dict]:
     read the response: it must come while the body is still unfinished."""
     reader, writer = await asyncio.open_unix_connection(str(path))
     try:
-        writer.write(head)
-        for part in body_parts:
-            writer.write(part)
-            await writer.drain()
+        try:
+            writer.write(head)
+            for part in body_parts:
+                writer.write(part)
+                await writer.drain()
+        except ConnectionError:  # the server refused and closed: its answer is still there to read
+            pass
         status_line = await asyncio.wait_for(reader.readline(), timeout=60)
         headers = {}
         while (line := await asyncio.wait_for(reader.readline(), timeout=60)) not in (b"\r\n", b""):
