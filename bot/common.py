@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Awaitable, Callable, Iterator, Protocol
 
+from rag import limits
 from rag import related as related_mod
 from rag.answer import AnswerService, Trace
 from rag.capture import Attachment, Origin, Receipt
@@ -171,6 +172,31 @@ def conversation_key(platform: str, place: int | str, person: int | str) -> str:
     """One person's conversation in one chat: history, the last trace and /reset are
     never shared with others in a group or channel."""
     return f"{platform}:{place}:{person}"
+
+
+# --- how much of a message is read ---------------------------------------------------------
+# A question, a search or a name is cut to limits.question_chars (Telegram messages reach 4,096
+# characters, Discord's options 6,000) and the person is told; the answer reads only that much.
+# Captures are meant to be long: they keep their own cap (capture.max_chars) and are refused
+# past it with a message saying so (sync.capture).
+
+EMPTY = "请写下问题。 / Please write a question."
+
+
+def cut_message(settings: Settings, text: str) -> tuple[str, str | None]:
+    """``text`` as a question or search, cut to ``limits.question_chars``; and, when it was
+    cut, the notice for the person."""
+    most = settings.limits.question_chars
+    kept, over = limits.cut(text, most)
+    if not over:
+        return kept, None
+    return kept, (f"（消息太长，只读了前 {most} 个字符。） / (Your message was long: only its first {most:,} "
+                  f"characters were read.)")
+
+
+def with_notice(text: str, notice: str | None) -> str:
+    """A reply with the cut notice first, when there is one."""
+    return f"{notice}\n\n{text}" if notice else text
 
 
 # What a person sees when something unexpected goes wrong; the details go to the log.
@@ -403,12 +429,9 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
         info, notes = found
         return related_text(f"“{info['title']}”", notes, link, esc)
     hits = await host.answers.search(target, user_id, k)
-    seen: dict[str, float] = {}
-    for h in hits:
-        seen.setdefault(h.note_id, h.score)
 
     def of_text(store: MemoryStore) -> list[dict]:
-        notes = related_mod.for_text(store, user_id, list(seen.items()), k)
+        notes = related_mod.for_text(store, user_id, target, hits, k, settings.memory.related_question_min_score)
         for n in notes:
             via = (n.get("reasons") or {}).get("via")
             if via:

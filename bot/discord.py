@@ -49,9 +49,10 @@ from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from .access import Access, Person
-from .common import (CHECK_TIMEOUT, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply, Pacer,
-                     Wait, about_reply, conversation_key, count_error, hits_text, memory_problem, nobody_mapped,
-                     outbox_text, person_key, related_reply, token_or_problem, trace_text, verdict_reply)
+from .common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
+                     Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
+                     nobody_mapped, outbox_text, person_key, related_reply, token_or_problem, trace_text,
+                     verdict_reply, with_notice)
 from .render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
                      discord_sources)
 
@@ -252,12 +253,11 @@ class DiscordBot:
         if person is None:
             return
         if not (question or "").strip():
-            await interaction.response.send_message("请写下问题。 / Please write a question.", ephemeral=True)
+            await interaction.response.send_message(EMPTY, ephemeral=True)
             return
-        wait = self.access.rate("discord", interaction.user.id)
-        if wait:
-            await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
+        if not await self._may_search(interaction):
             return
+        question, notice = cut_message(self.host.settings, question)
         if private is None:
             private = not self.cfg.public_answers
         await interaction.response.defer(thinking=True, ephemeral=private)
@@ -286,7 +286,16 @@ class DiscordBot:
             await self._error(interaction)
             return
         answer_id = self._record(interaction, person, answer)
-        await self._deliver(interaction, answer, private, answer_id)
+        await self._deliver(interaction, answer, private, answer_id, notice)
+
+    async def _may_search(self, interaction: discord.Interaction) -> bool:
+        """Counts a question or a search against the person's ``bots.rate_limit``; when it
+        is over, says so (privately) and returns False."""
+        wait = self.access.rate("discord", interaction.user.id)
+        if wait:
+            await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
+            return False
+        return True
 
     def _record(self, interaction: discord.Interaction, person: Person, answer) -> str | None:
         """The answer, remembered for the buttons under it; None without a feedback store
@@ -309,12 +318,12 @@ class DiscordBot:
         await interaction.followup.send(SORRY, ephemeral=True)
 
     async def _deliver(self, interaction: discord.Interaction, answer, private: bool,
-                       answer_id: str | None = None) -> None:
+                       answer_id: str | None = None, notice: str | None = None) -> None:
         if answer.citations:
             sources = discord_sources(answer.citations, "来源 Sources")
         else:
             sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
-        body = discord_plain_links(answer.answer) + (f"\n\n*{answer.notice}*" if answer.notice else "")
+        body = discord_plain_links(answer.answer) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
         embeds = embeds_for(body, sources)
         first, rest = embeds[0], embeds[1:]
         # the buttons go under the last part of the answer
@@ -328,10 +337,16 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
+        if not (query or "").strip():
+            await interaction.response.send_message("请写下关键词。 / Please write what to search for.", ephemeral=True)
+            return
+        if not await self._may_search(interaction):
+            return
+        query, notice = cut_message(self.host.settings, query)
         await interaction.response.defer(thinking=True, ephemeral=True)
         try:
             hits = await self.host.answers.search(query, person.leanote_user_id, 8)
-            text = hits_text(hits)
+            text = with_notice(hits_text(hits), notice)
         except Exception:
             log.exception("discord /search failed")
             count_error(self.host, "discord")
@@ -385,20 +400,22 @@ class DiscordBot:
             await interaction.response.send_message(problem or "请写下名称或问题。 / Please write a name or a question.",
                                                     ephemeral=True)
             return
+        if not await self._may_search(interaction):
+            return
+        target, notice = cut_message(self.host.settings, target)
         await interaction.response.defer(thinking=True, ephemeral=True)
         link = (lambda url: f"<{url}>" if url else "")
         try:
             if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target.strip(), link,
-                                          discord_escape)
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape)
             else:
-                reply = await related_reply(self.host, person.leanote_user_id, target.strip(), link, discord_escape)
+                reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         except Exception:
             log.exception("discord /%s failed", what)
             count_error(self.host, "discord")
             await interaction.followup.send(SORRY, ephemeral=True)
             return
-        parts = _lines_within(reply.text, DISCORD_CONTENT)
+        parts = _lines_within(with_notice(reply.text, notice), DISCORD_CONTENT)
         for i, part in enumerate(parts):
             view = {"view": memory_view(reply)} if reply.items and i == len(parts) - 1 else {}
             await interaction.followup.send(part, ephemeral=True, **view)

@@ -54,10 +54,10 @@ from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from .access import STRANGER, Access, Person
-from .common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS, VERDICT_USAGE,
-                     CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key, count_error, hits_text,
-                     memory_problem, nobody_mapped, outbox_text, person_key, related_reply, token_or_problem,
-                     trace_text, verdict_reply)
+from .common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
+                     VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
+                     count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key,
+                     related_reply, token_or_problem, trace_text, verdict_reply, with_notice)
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,9 @@ class TelegramBot:
         if not query.strip():
             await update.effective_message.reply_text("用法 usage: /search 关键词")
             return
+        if not await self._may_search(update):
+            return
+        query, notice = cut_message(self.host.settings, query)
         try:
             hits = await self.host.answers.search(query, person.leanote_user_id, 8)
         except Exception:
@@ -239,7 +242,16 @@ class TelegramBot:
             count_error(self.host, "telegram")
             await update.effective_message.reply_text(SORRY)
             return
-        await update.effective_message.reply_text(hits_text(hits), link_preview_options=NO_PREVIEW)
+        await update.effective_message.reply_text(with_notice(hits_text(hits), notice), link_preview_options=NO_PREVIEW)
+
+    async def _may_search(self, update: Update) -> bool:
+        """Counts a question or a search against the person's ``bots.rate_limit``; when it
+        is over, says so and returns False."""
+        wait = self.access.rate("telegram", update.effective_user.id)
+        if wait:
+            await update.effective_message.reply_text(self.access.slow_down(wait))
+            return False
+        return True
 
     async def on_reset(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         person = await self._who(update)
@@ -440,17 +452,20 @@ class TelegramBot:
         if problem:
             await message.reply_text(problem)
             return
+        if not await self._may_search(update):
+            return
+        target, notice = cut_message(self.host.settings, target)
         try:
             if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target.strip())
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target)
             else:
-                reply = await related_reply(self.host, person.leanote_user_id, target.strip())
+                reply = await related_reply(self.host, person.leanote_user_id, target)
         except Exception:
             log.exception("telegram /%s failed", what)
             count_error(self.host, "telegram")
             await message.reply_text(SORRY)
             return
-        parts = _chunks(reply.text, 4000)
+        parts = _chunks(with_notice(reply.text, notice), 4000)
         for i, part in enumerate(parts):
             keys = _memory_buttons(reply) if i == len(parts) - 1 else None
             await message.reply_text(part, link_preview_options=NO_PREVIEW, reply_markup=keys)
@@ -633,11 +648,12 @@ class TelegramBot:
         person = await self._who(update)
         if person is None:
             return
-        user = update.effective_user
-        wait = self.access.rate("telegram", user.id)
-        if wait:
-            await update.effective_message.reply_text(self.access.slow_down(wait))
+        if not (question or "").strip():  # a blank message, or only the bot's @name
+            await update.effective_message.reply_text(EMPTY)
             return
+        if not await self._may_search(update):
+            return
+        question, notice = cut_message(self.host.settings, question)
         chat = update.effective_chat
         placeholder = await self._retrying(lambda: update.effective_message.reply_text("…"))
 
@@ -668,7 +684,7 @@ class TelegramBot:
         if answer is None:
             await self._final(placeholder, [SORRY], html=False)
             return
-        body = answer.answer + (f"\n\n*{answer.notice}*" if answer.notice else "")
+        body = answer.answer + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
         if answer.citations:
             sources = telegram_sources(answer.citations, "来源 Sources")
         else:

@@ -34,6 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
+from . import limits
 from . import llm as llm_mod
 from . import rerank as rerank_mod
 from .config import AnswerConfig, Settings
@@ -57,6 +58,13 @@ log = logging.getLogger(__name__)
 
 REFUSAL = AnswerConfig().refusal
 MAX_PASSAGES = 3
+# Threads that run searches and the memory's reads for answers: one slow search (waiting on
+# an embedding model, or on SQLite) holds one of them, not everyone's answers. The index
+# (Qdrant Edge), the embedders and the memory (behind its lock) were already used from two
+# threads at once (the sync writes while answers search); tests/test_doors.py checks that
+# concurrent answers come out as one at a time. Qdrant Edge holds the GIL while it queries
+# (a 20k-point query ~5 ms), so its part interleaves rather than runs in parallel.
+SEARCH_WORKERS = 4
 LLM_DOWN_ZH = "（语言模型暂时不可用，以下是笔记里最相关的段落。）"
 LLM_DOWN_EN = "(The language model is unavailable right now; here are the most relevant passages of your notes.)"
 # Extractive passages from notes scoring below this share of the best hit's score are
@@ -218,8 +226,24 @@ def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES,
             break
     if not citations:
         return Answer(question, refusal, used_llm=False, grounded=False)
-    body = "\n\n".join(f"[{c.n}] {c.excerpt}" for c in citations)
+    body = "\n\n".join(passage_text(c) for c in citations)
     return Answer(question, body, used_llm=False, grounded=True, citations=citations)
+
+
+_HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+
+
+def passage_text(c: Citation) -> str:
+    """A passage as an extractive answer shows it: ``[n]`` and where it is from (the note's
+    title › heading) on a line of its own, then the passage, Markdown as in the note (each
+    door renders it). A heading the passage begins with that the first line already names
+    is left out, so no passage starts with the note's own ``# title``."""
+    lines = c.excerpt.split("\n")
+    first = _HEADING_LINE.match(lines[0].lstrip("…"))
+    if first and first.group(1).strip() in {c.title.strip(), *c.heading.split(HEADING_SEP)} - {""}:
+        lines = lines[1:]
+    text = "\n".join(lines).strip("\n")
+    return f"[{c.n}] {c.label}\n{text}" if text else f"[{c.n}] {c.label}"
 
 
 class Conversations:
@@ -378,9 +402,9 @@ class AnswerService:
         # Answers (rewrites, expansions, the answer itself) holding an LLM slot or waiting for
         # one: the background work that shares the LLM (sync.memory_jobs) runs only at 0.
         self.answers_waiting_or_writing = 0
-        # Retrieval runs off the event loop, one search at a time: searches take a few ms,
-        # and fewer threads fighting over the GIL keep the loop (the bots) responsive.
-        self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
+        # Retrieval runs off the event loop on a few threads, so one slow search (a slow
+        # embedder, a large memory) cannot hold another person's answer (SEARCH_WORKERS).
+        self._search_pool = ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="search")
         # Called with every finished answer (metrics); an observer that raises is logged, never felt.
         self.observers: list[Callable[[Answer], None]] = []
 
@@ -429,11 +453,13 @@ class AnswerService:
     # --- the pipeline ---------------------------------------------------------------------
 
     async def in_search_thread(self, fn, *args):
-        """Run index work (a search, a count) on the one search thread, off the event loop."""
+        """Run index work (a search, a count) on a search thread, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self._search_pool, partial(fn, *args))
 
     async def search(self, query: str, user_id: str, k: int | None = None, retriever: str = "hybrid") -> list[Hit]:
-        """Hits only (``/search``), on the same thread the answers search on."""
+        """Hits only (``/search``), on the threads the answers search on; the query cut to
+        ``limits.question_chars``."""
+        query, _ = limits.cut(query, self.settings.limits.question_chars)
         return await self.in_search_thread(partial(search, self.index, query, user_id, k, retriever=retriever))
 
     async def ask(
@@ -450,7 +476,9 @@ class AnswerService:
         def mark(name: str) -> None:
             timings[name] = round((time.perf_counter() - started) * 1000, 1)
 
-        question = " ".join((question or "").split())
+        # Every step below (memory, retrieval, the history, the prompt) reads at most this.
+        most = self.settings.limits.question_chars
+        question, _ = limits.cut(question, most)
         if not question:
             raise UserError("the question is empty")
         history = self.conversations.history(user_id, conversation)
@@ -458,7 +486,8 @@ class AnswerService:
         if history and self.chat is not None:
             try:
                 async with self.llm_slot():
-                    standalone = (await self._complete(condense_messages(history, question))).strip() or question
+                    rewritten = await self._complete(condense_messages(history, question))
+                standalone = limits.cut(rewritten, most)[0] or question
             except LeanoteRagError as err:
                 log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
             mark("rewrite")

@@ -25,6 +25,7 @@ from typing import Callable
 import click
 
 from . import config as config_mod
+from . import limits
 from .door import Door, open_door
 from .excerpt import excerpt
 from .errors import LeanoteRagError, UserError
@@ -147,6 +148,9 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     if (query is None) == (queries_file is None):
         raise click.UsageError("give either QUERY or --queries FILE")
     batch = load_questions(queries_file, required=("question",)) if queries_file else None
+    most = app.settings.limits.question_chars
+    if batch is None:
+        limits.check(query, most, "the query")
     with app.door() as door:
         users = door.users()
         if batch is None:
@@ -160,6 +164,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
         failed = 0
         for q in batch:
             try:
+                limits.check(q["question"], most, f"query {q.get('id')}")
                 user = app.pick_user(users, q.get("user_id") or user_id)
                 hits = door.search(q["question"], user, k, retriever)
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
@@ -183,6 +188,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
 @pass_app
 def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace: bool) -> None:
     """Answer QUESTION from your notes, citing them."""
+    limits.check(question, app.settings.limits.question_chars)
     stream = not as_json and sys.stdout.isatty()
     streamed = []
 
@@ -463,6 +469,7 @@ def _date(when: float | None) -> str:
 @pass_app
 def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
     """The facts about ENTITY (as subject or object) and the notes that mention it, and where."""
+    limits.check(entity, app.settings.limits.question_chars, "the name")
     with _open_memory(app) as store:
         user = app.pick_user(store.users(), user_id)
         notes = store.entity(user, entity)
@@ -602,6 +609,7 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     """Notes related to a note (its id) or to a question (the notes found for it, then theirs)."""
     from . import related as related_mod
 
+    limits.check(target, app.settings.limits.question_chars, "the question")
     with _open_memory(app) as store:
         user = app.pick_user(store.users(), user_id)
         if store.note_info(user, target) is not None:
@@ -611,15 +619,14 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
         else:
             with app.door() as door:
                 hits = door.search(target, user, k, "hybrid")
-            seen: dict[str, float] = {}
-            for h in hits:
-                seen.setdefault(h.note_id, h.score)
-            notes, about = related_mod.for_text(store, user, list(seen.items()), k), {"query": target}
+            notes = related_mod.for_text(store, user, target, hits, k, app.settings.memory.related_question_min_score)
+            about = {"query": target}
     if as_json:
         _print_json({**about, "user_id": user, "notes": notes})
         return
     if not notes:
-        click.echo("no related notes (pairs below memory.related_min_score are not kept)")
+        click.echo("no related notes (pairs below memory.related_min_score are not kept)" if "note_id" in about else
+                   "no notes related to the question (none scores memory.related_question_min_score)")
     for i, n in enumerate(notes, start=1):
         where = f"  ({n['notebook']})" if n["notebook"] else ""
         click.echo(click.style(f"{i}. {n['title']}", bold=True) + where + f"  score {n['score']:.3f}")

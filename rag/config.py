@@ -252,11 +252,37 @@ class MemoryConfig(Section):
         default=0.7, ge=0.0, le=2.0,
         description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
     )
+    related_question_min_score: float = Field(
+        default=0.35, ge=0.0, le=2.0,
+        description="related notes of a question: notes less similar to it than this (their best chunk's cosine "
+        "with the question + shared rare entities) are left out",
+    )
 
 
 class BotsConfig(Section):
     rate_limit: int = Field(default=6, ge=1, description="questions per person per minute")
     max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
+
+
+class LimitsConfig(Section):
+    """How much one request may bring, checked at every door before any work (``rag.limits``)."""
+
+    question_chars: int = Field(
+        default=2000, ge=10, le=20_000,
+        description="a question, search or name longer than this is refused by the API (413) and the CLI "
+        "(exit 2) and cut by the bots (they say so); no step (search, memory, history, the LLM) reads more",
+    )
+    request_kb: int = Field(
+        default=64, ge=4, le=10_240,
+        description="the API refuses a request body larger than this (413), before reading it",
+    )
+
+    @model_validator(mode="after")
+    def _body_holds_a_question(self) -> "LimitsConfig":
+        needs = -(-(self.question_chars * 6 + 1024) // 1024)  # a question of \uXXXX escapes, and the rest
+        if self.request_kb < needs:
+            raise ValueError(f"limits.request_kb must hold a question of limits.question_chars: at least {needs}")
+        return self
 
 
 class ExcludeConfig(Section):
@@ -378,7 +404,7 @@ class RetrievalConfig(Section):
         description="chunks each of those notes may place in the results (never fewer than max_chunks_per_note)",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
-    max_query_chars: int = Field(default=2000, ge=10, description="longer questions are cut")
+    max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")
 
 
 class Settings(Section):
@@ -399,6 +425,7 @@ class Settings(Section):
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     bots: BotsConfig = BotsConfig()
+    limits: LimitsConfig = LimitsConfig()
     capture: CaptureConfig = CaptureConfig()
     memory: MemoryConfig = MemoryConfig()
     api: ApiConfig = ApiConfig()

@@ -1,7 +1,8 @@
 """One exception tree, split by who can act on it.
 
 - ``UserError``: the user must change something (config, arguments, a rebuild);
-  the CLI prints the message without a traceback and exits 2.
+  the CLI prints the message without a traceback and exits 2. ``TooLarge``: a
+  question or request over ``limits`` (the API's 413).
 - ``Unavailable``: a service or resource is down or busy; retrying later may work.
   The CLI exits 1.
 - ``AuthFailed``: a source refused the credentials; that account's sync stops
@@ -19,6 +20,11 @@ class LeanoteRagError(Exception):
 
 class UserError(LeanoteRagError):
     """Bad configuration, arguments or state that the user must fix."""
+
+
+class TooLarge(UserError):
+    """A request larger than the door takes (``limits``): refused before any work
+    (the API answers 413, the CLI exits 2)."""
 
 
 class ConfigError(UserError):

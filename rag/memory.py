@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import entities as extraction
+from . import limits
 from .config import Settings, prepare_state_dir
 from .entities import VERSION, Entity, Span, norm
 from .errors import UserError
@@ -53,6 +54,9 @@ from .sqlite import LockedDB
 FILE = "memory.sqlite"
 TIER_TERMS = "terms"
 _IN_BATCH = 500  # SQLite's variable limit is far above; keeps statements small
+# The most of a text (a question) the memory compares with names: what a question may hold
+# (limits.question_chars at most), so however long the text, the matching's work is bounded.
+MATCH_CHARS = 20_000
 
 MIGRATIONS = [
     """
@@ -230,6 +234,8 @@ class MemoryStore(LockedDB):
         super().__init__(path, MIGRATIONS, "a readable memory store ({err}). Move it aside: a new one is built "
                          "as notes are indexed (`leanote-rag index --reconcile` processes them all)")
         self.clock = clock
+        self._writes = 0  # this connection's commits (``_names``)
+        self._name_index: dict[str, tuple[tuple[int, int], dict[str, list[str]]]] = {}
         self._norm_subjects()
 
     @classmethod
@@ -254,6 +260,7 @@ class MemoryStore(LockedDB):
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
+            self._writes += 1
             return result
 
     # --- what the indexer calls ---------------------------------------------------------------
@@ -617,7 +624,7 @@ class MemoryStore(LockedDB):
         """The user's facts whose subject or object is ``name`` (compared as ``norm``), newest
         first: the fact and its quote, ``fact_id``, its source note (title, notebook, url,
         updated_at), status, what superseded it, and ``confirmed``."""
-        key = norm(name)
+        key = _matched(name)
         with self._lock:
             rows = self.db.execute(
                 "SELECT f.subject, f.predicate, f.object, f.quote, f.note_id, f.time, f.status, s.note_id, "
@@ -703,7 +710,7 @@ class MemoryStore(LockedDB):
                 "n.title, n.notebook, n.url, n.updated_at "
                 "FROM entities e JOIN mentions m ON m.entity_id = e.id JOIN notes n ON n.note_id = m.note_id "
                 "WHERE e.user_id = ? AND m.user_id = ? AND e.norm = ? ORDER BY m.note_id, m.char_start",
-                (user_id, user_id, norm(name)),
+                (user_id, user_id, _matched(name)),
             ).fetchall()
         notes: dict[str, dict] = {}
         for note_id, ename, kind, point_id, start, end, snip, title, notebook, url, updated in rows:
@@ -910,20 +917,51 @@ class MemoryStore(LockedDB):
     # --- for answers (rag.answer: entities named in a question, their notes and facts) ------
 
     def named_in(self, user_id: str, text: str) -> list[dict]:
-        """The user's entities whose key (``norm``) occurs in ``text`` (compared as ``norm``),
-        one row per key: its name, kinds, how many notes and mentions it has."""
-        key = norm(text)
+        """The user's entities whose key (``norm``) occurs in ``text`` (compared as ``norm``;
+        its first ``MATCH_CHARS``), one row per key: its name, kinds, how many notes and
+        mentions it has.
+
+        The names are found by walking the text once, looking each position's two characters
+        up among the user's names (``_names``), so the work grows with the text, not with the
+        text times the number of names; then only the names found are read."""
+        key = _matched(text)
         if not key:
             return []
+        names = self._names(user_id)
+        found = set()
+        for i in range(len(key)):
+            for start in {key[i : i + 2], key[i]}:
+                found.update(n for n in names.get(start, ()) if key.startswith(n, i))
+        rows: list[tuple] = []
+        keys = sorted(found)
         with self._lock:
-            rows = self.db.execute(
-                "SELECT e.norm, MIN(e.name), GROUP_CONCAT(DISTINCT e.kind), COUNT(DISTINCT m.note_id), COUNT(*) "
-                "FROM entities e JOIN mentions m ON m.entity_id = e.id "
-                "WHERE e.user_id = ? AND m.user_id = ? AND instr(?, e.norm) > 0 GROUP BY e.norm",
-                (user_id, user_id, key),
-            ).fetchall()
+            for at in range(0, len(keys), _IN_BATCH):
+                batch = keys[at : at + _IN_BATCH]
+                rows += self.db.execute(
+                    "SELECT e.norm, MIN(e.name), GROUP_CONCAT(DISTINCT e.kind), COUNT(DISTINCT m.note_id), COUNT(*) "
+                    "FROM entities e JOIN mentions m ON m.entity_id = e.id "
+                    f"WHERE e.user_id = ? AND m.user_id = ? AND e.norm IN ({','.join('?' * len(batch))}) GROUP BY e.norm",
+                    (user_id, user_id, *batch),
+                ).fetchall()
         return [{"norm": k, "name": n, "kinds": sorted(set(kinds.split(","))), "notes": c, "mentions": m}
-                for k, n, kinds, c, m in rows]
+                for k, n, kinds, c, m in sorted(rows)]
+
+    def _names(self, user_id: str) -> dict[str, list[str]]:
+        """The user's entity keys by their first two characters (a one-character key by its
+        character), kept until the file changes (``PRAGMA data_version`` tells another
+        connection's commits; ``_writes`` this one's)."""
+        with self._lock:
+            version = (self.db.execute("PRAGMA data_version").fetchone()[0], self._writes)
+            cached = self._name_index.get(user_id)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            keys = [k for (k,) in self.db.execute("SELECT DISTINCT norm FROM entities WHERE user_id = ?", (user_id,))]
+        names: dict[str, list[str]] = {}
+        for k in keys:
+            if k:
+                names.setdefault(k[:2], []).append(k)
+        self._name_index[user_id] = (version, names)
+        return names
 
     def chunks_mentioning(self, user_id: str, norms: Iterable[str]) -> list[tuple[str, str, str, int]]:
         """The chunks holding a mention of any of ``norms``: (point id, note id, norm, mentions
@@ -972,7 +1010,7 @@ class MemoryStore(LockedDB):
         compared with the text, and only the facts that match are read. Not by ``named_in``:
         a fact's subject (the LLM's) need not be an entity the no-LLM tier found."""
         keys = sorted({norm(s) for s in subjects if norm(s)})
-        key = norm(text)
+        key = _matched(text)
         if not keys and not key:
             return []
         listed = f"f.subject_norm IN ({','.join('?' * len(keys))}) OR " if keys else ""
@@ -995,7 +1033,8 @@ class MemoryStore(LockedDB):
     def find(self, user_id: str, text: str, limit: int = 20) -> dict:
         """What a search box finds: the user's entities (and fact subjects and objects) whose
         name contains ``text`` (as ``norm``), the exact name first, then those in most notes;
-        and the notes whose title contains it or whose id it is."""
+        and the notes whose title contains it or whose id it is (``text``: its first ``MATCH_CHARS``)."""
+        text = limits.cut(text, MATCH_CHARS)[0]
         key = norm(text)
         if not key:
             return {"entities": [], "notes": []}
@@ -1064,6 +1103,11 @@ class MemoryStore(LockedDB):
                 "summary": summary, "tier": tier}
 
     # --- end of for the explorer --------------------------------------------------------------------
+
+
+def _matched(text: str) -> str:
+    """What of a text the memory compares with names: its first ``MATCH_CHARS``, as ``norm``."""
+    return norm(limits.cut(text, MATCH_CHARS)[0])
 
 
 def fact_key(subject: str, predicate: str) -> tuple[str, str]:

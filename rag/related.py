@@ -19,6 +19,10 @@ Pairs under ``min_score`` (``memory.related_min_score``) are not kept; at most `
 note. Each pair keeps its reasons: ``{"similarity", "entities": [{name, kind, notes}],
 "passages": {"chunk", "other_chunk", "snippet", "other_snippet", "similarity"}, "link"}``.
 
+A question (``for_text``: ``related QUESTION``, ``/related question``) is scored on the same
+scale: the notes a search finds for it by their similarity to it, then those notes' related
+notes; under ``memory.related_question_min_score`` they are left out.
+
 Storage (``MemoryStore.replace_related``) is per direction, written both ways: computing a
 note replaces its own list and puts itself in the list of each note it found.
 """
@@ -36,11 +40,17 @@ import numpy as np
 
 from .entities import LLM_KINDS, norm
 from .memory import MemoryStore
+from .model import Hit
+from .retrieve import named_entities
 from .store import Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MIN_SCORE = 0.7  # the highest that loses no recall@5 on the shared corpus (bench/related.py)
+# related QUESTION: the least similarity to the question a note may have (USE's scale). On the
+# dev set's answerable questions it keeps 59 of the 60 gold notes found in the top 10, and
+# drops 31 % of the other notes found.
+QUESTION_MIN_SCORE = 0.35
 NEIGHBOURS = 20  # chunks each chunk asks for
 TOP = 10  # pairs kept per note
 ENTITY_WEIGHT = 0.25
@@ -180,18 +190,54 @@ def refresh(store: Store, memory: MemoryStore, vectors_of: Callable[[str], Chunk
     return result
 
 
-def for_text(memory: MemoryStore, user_id: str, hit_notes: Sequence[tuple[str, float]], k: int) -> list[dict]:
-    """Notes most related to a question: the top notes found for it (``hit_notes``: note id
-    and search score, best first), then their related notes, each scored by its best
-    (search rank weight × pair score); the hits themselves come first."""
+def for_text(memory: MemoryStore, user_id: str, question: str, hits: Sequence[Hit], k: int,
+             min_score: float = QUESTION_MIN_SCORE) -> list[dict]:
+    """Notes related to a question, on one scale: their similarity to it.
+
+    A note a search found for it (``hits``, best first) scores its best chunk's dense cosine
+    with the question (as ``search`` reports it; 0 for a note only BM25 found) plus, as pairs
+    do, ``ENTITY_WEIGHT * min(1, Σ idf / ENTITY_CAP)`` for the rare entities the question
+    names that the note mentions; a note related to one of those scores that note's score
+    times the pair's (at most 1), so it never outranks the note it came through. Notes under
+    ``min_score`` (``memory.related_question_min_score``) are left out; the best ``k``."""
+    rank: dict[str, int] = {}
+    cosine: dict[str, float] = {}
+    for h in hits:
+        rank.setdefault(h.note_id, len(rank) + 1)
+        if h.dense_score is not None:
+            cosine[h.note_id] = max(cosine.get(h.note_id, 0.0), h.dense_score)
+    shared = _named_shared(memory, user_id, question, list(rank))
     out: dict[str, dict] = {}
-    for rank, (note_id, _) in enumerate(hit_notes):
-        weight = 1.0 / (1 + rank)
+    for note_id, place in rank.items():
         info = memory.note_info(user_id, note_id)
-        if info is not None and note_id not in out:
-            out[note_id] = {**info, "score": round(1.0 + weight, 4), "reasons": {"search": rank + 1}}
+        entities = shared.get(note_id, [])
+        idf = sum(e["idf"] for e in entities)
+        score = cosine.get(note_id, 0.0) + ENTITY_WEIGHT * min(1.0, idf / ENTITY_CAP)
+        if info is None or score < min_score:
+            continue
+        out[note_id] = {**info, "score": round(score, 4), "reasons": {
+            "search": place, "similarity": round(cosine.get(note_id, 0.0), 4),
+            "entities": [{k: e[k] for k in ("name", "kind", "notes")} for e in entities]}}
+    for note_id, found in list(out.items()):
         for r in memory.related_of(user_id, note_id):
-            score = round(weight * r["score"], 4)
-            if r["note_id"] not in out or out[r["note_id"]]["score"] < score:
+            score = round(found["score"] * min(1.0, r["score"]), 4)
+            if score >= min_score and (r["note_id"] not in out or out[r["note_id"]]["score"] < score):
                 out[r["note_id"]] = {**r, "score": score, "reasons": {**r["reasons"], "via": note_id}}
     return sorted(out.values(), key=lambda x: (-x["score"], x["note_id"]))[:k]
+
+
+def _named_shared(memory: MemoryStore, user_id: str, question: str, note_ids: list[str]) -> dict[str, list[dict]]:
+    """Per note of ``note_ids``: the rare entities (as pairs count them) the question names
+    that it mentions, each with its idf over the user's notes."""
+    n = memory.users().get(user_id, 0)
+    named = [e for e in named_entities(memory, user_id, question) if e["notes"] <= rare_max(n)] if n else []
+    if not named:
+        return {}
+    by_norm = {e["norm"]: e for e in named}
+    wanted = set(note_ids)
+    out: dict[str, list[dict]] = {}
+    for note_id, norms in memory.notes_for(user_id, by_norm):
+        if note_id in wanted:
+            out[note_id] = [{"name": by_norm[k]["name"], "kind": by_norm[k]["kinds"][0], "notes": by_norm[k]["notes"],
+                             "idf": math.log(n / max(1, by_norm[k]["notes"]))} for k in norms]
+    return out

@@ -64,6 +64,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from . import limits
 from .config import RetrievalConfig
 from .entities import norm
 from .errors import UserError
@@ -314,10 +315,12 @@ def passage_step(
 
 
 def normalise_query(query: str, cfg: RetrievalConfig) -> str:
-    query = " ".join((query or "").split())
+    """The query with its whitespace collapsed, cut to ``retrieval.max_query_chars`` (reading
+    no more of it than that needs, however long it is)."""
+    query, _ = limits.cut(query, cfg.max_query_chars)
     if not query:
         raise UserError("the question is empty")
-    return query[: cfg.max_query_chars]
+    return query
 
 
 def resolve_user(users: dict[str, int], user_id: str | None) -> str:

@@ -22,7 +22,10 @@ The memory (``rag.explore``): ``GET /memory/find``, ``/memory/graph``, ``/memory
 ``pyvis`` package; the page asks for a token when it is opened over TCP).
 
 Errors are JSON ``{"error", "kind"}``: 400 ``user`` (fix the request), 401/403 (token),
-503 ``unavailable`` (retry later), 500 ``internal`` (a bug; see the log).
+413 ``user`` (too large: a body over ``limits.request_kb``, refused before it is read, or a
+question, query or name over ``limits.question_chars``, refused before any work), 503
+``unavailable`` (retry later), 500 ``internal`` (a bug; see the log). A request line and
+headers longer than a question of ``limits.question_chars`` needs get uvicorn's plain 400.
 """
 
 from __future__ import annotations
@@ -44,10 +47,10 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from rag import explore
+from rag import explore, limits
 from rag.client import check_socket_path
 from rag.config import secret
-from rag.errors import LeanoteRagError, Unavailable, UserError
+from rag.errors import LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.memory import MemoryStore
 from rag.retrieve import RETRIEVERS, resolve_user
 
@@ -99,6 +102,8 @@ def _event(**fields) -> bytes:
 
 
 def _error_body(err: Exception) -> tuple[int, dict]:
+    if isinstance(err, TooLarge):
+        return 413, {"error": str(err), "kind": "user"}
     if isinstance(err, UserError):
         return 400, {"error": str(err), "kind": "user"}
     if isinstance(err, Unavailable):
@@ -110,8 +115,16 @@ def _error_body(err: Exception) -> tuple[int, dict]:
 
 def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     """The API over what the daemon holds. ``auth`` None: the local socket (full access)."""
+    body_kb = daemon.settings.limits.request_kb
     app = FastAPI(title="leanote-rag", version="1", docs_url=None, redoc_url=None,
                   description="Ask questions of your Leanote notes: the running daemon's API.")
+    too_large = (f"the request body is larger than {body_kb} KB (limits.request_kb): send a shorter question "
+                 f"(at most {daemon.settings.limits.question_chars:,} characters are read)")
+    app.add_middleware(BodyLimit, most=body_kb * 1024, refusal=too_large, close=auth is None)
+
+    def small(text: str | None, what: str) -> str:
+        """``text`` within ``limits.question_chars``, checked before any work (else 413)."""
+        return limits.check(text, daemon.settings.limits.question_chars, what)
 
     async def caller(request: Request) -> Caller:
         return LOCAL if auth is None else auth.caller(request.headers.get("authorization", ""))
@@ -187,6 +200,7 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     async def search(q: str = Query(description="the query"), user: str | None = None,
                      k: int | None = Query(default=None, ge=1, le=100), retriever: str = "hybrid",
                      who: Caller = Depends(caller)) -> dict:
+        q = small(q, "the query")
         if retriever not in RETRIEVERS:
             raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
         user_id = await pick_user(who, user)
@@ -196,9 +210,10 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     @app.post("/ask", summary="an answer from the notes, streamed as NDJSON events",
               response_class=StreamingResponse, responses={200: {"content": {NDJSON: {}}}})
     async def ask(body: AskIn, who: Caller = Depends(caller)) -> StreamingResponse:
+        question = small(body.question, "the question")
         user_id = await pick_user(who, body.user)
         conversation = f"api:{who.name}:{body.conversation}" if body.conversation else None
-        return StreamingResponse(_answer_events(daemon, body.question, user_id, conversation), media_type=NDJSON)
+        return StreamingResponse(_answer_events(daemon, question, user_id, conversation), media_type=NDJSON)
 
     @app.post("/sync", summary="a sync pass now (admin)",
               responses={200: {"content": {NDJSON: {}}, "description": "with wait: progress events, then the result"}})
@@ -229,6 +244,7 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
     @app.get("/memory/find", summary="entities and notes whose name or title contains q")
     async def memory_find(q: str = Query(description="part of a name or title, or a note id"), user: str | None = None,
                           limit: int = Query(default=20, ge=1, le=100), who: Caller = Depends(caller)) -> dict:
+        q = small(q, "the search")
         user_id = await pick_user(who, user)
         return {"query": q, "user_id": user_id, **await read(lambda s: s.find(user_id, q, limit))}
 
@@ -237,6 +253,7 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
                            who: Caller = Depends(caller)) -> dict:
         if (entity is None) == (note is None):
             raise UserError("give entity=NAME or note=NOTE_ID")
+        small(entity or note, "the name")
         user_id = await pick_user(who, user)
         if entity is not None:
             graph = await read(explore.entity_graph, user_id, entity)
@@ -256,6 +273,7 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
 
     @app.get("/memory/entity", summary="an entity's card: its facts with sources, the notes that mention it")
     async def memory_entity(name: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        small(name, "the name")
         user_id = await pick_user(who, user)
         return {"user_id": user_id, **await read(explore.entity_card, user_id, name)}
 
@@ -278,6 +296,42 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
         return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
     return app
+
+
+class BodyLimit:
+    """ASGI middleware: a request body larger than ``most`` bytes is refused with 413 and
+    ``refusal`` before it is read whole: at once when its Content-Length says so, else as
+    soon as what has streamed in passes the limit (the app reads no further).
+
+    ``close`` (the Unix socket): the 413 also closes the connection, so the rest of the body
+    is never received (a client stops sending at once, and reads its 413: data already sent
+    on a Unix socket stays readable). Over TCP a close with unread data can reset the
+    connection before the client reads the answer, so there the rest is received and dropped.
+    """
+
+    def __init__(self, app, most: int, refusal: str, close: bool = False):
+        self.app, self.most, self.refusal = app, most, refusal
+        self.headers = {"Connection": "close"} if close else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.most:
+            response = JSONResponse({"error": self.refusal, "kind": "user"}, status_code=413, headers=self.headers)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.most:  # FastAPI passes an HTTPException from reading the body on
+                    raise HTTPException(413, self.refusal, headers=self.headers)
+            return message
+
+        await self.app(scope, limited, send)
 
 
 EXPLORER = Path(__file__).with_name("explorer")
@@ -374,9 +428,12 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _config(app: FastAPI) -> uvicorn.Config:
+def _config(app: FastAPI, question_chars: int) -> uvicorn.Config:
+    # h11 holds a request's line and headers whole up to this: room for a query of
+    # question_chars (CJK percent-encoded: 9 bytes a character) and the headers, no more.
+    head = max(16 * 1024, question_chars * 9 + 8 * 1024)
     return uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
-                          server_header=False)
+                          server_header=False, h11_max_incomplete_event_size=head)
 
 
 def unix_listener(path) -> socket.socket:
@@ -418,14 +475,15 @@ async def service(daemon: "Daemon") -> None:
     if not cfg.enabled:
         return
     servers: list[tuple[_Server, socket.socket]] = []
+    chars = daemon.settings.limits.question_chars
     remote = ""
     if cfg.listen:  # a problem here leaves the local socket working, and says what is wrong
         try:
-            servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)))), tcp_listener(cfg.listen)))
+            servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)), chars)), tcp_listener(cfg.listen)))
             remote = f" and http://{cfg.listen} (tokens)"
         except UserError as err:
             log.error("the API's TCP listener is off: %s", err)
-    servers.append((_Server(_config(create_app(daemon))), unix_listener(cfg.socket)))
+    servers.append((_Server(_config(create_app(daemon), chars)), unix_listener(cfg.socket)))
     log.info("API on %s%s", cfg.socket, remote)
     tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
     try:

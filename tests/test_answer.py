@@ -34,7 +34,7 @@ def test_extractive_answer_numbers_passages_one_per_note_with_links():
     assert answer.grounded and not answer.used_llm
     assert [(c.n, c.note_id) for c in answer.citations] == [(1, "n1"), (2, "n2")]
     assert answer.citations[0].url == "http://leanote/note/n1"
-    assert answer.answer.startswith("[1] ") and "\n\n[2] 退避上限 7 秒。" in answer.answer
+    assert answer.answer.startswith("[1] 重试 › H\n") and "\n\n[2] 退避 › H\n退避上限 7 秒。" in answer.answer
     assert "200 毫秒" in answer.citations[0].excerpt
 
 

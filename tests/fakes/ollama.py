@@ -2,7 +2,8 @@
 client uses. Embeddings are deterministic bags of character bigrams, so texts that
 share words are close, as with a real model.
 
-Served: ``POST /api/embed``, ``POST /api/chat`` (streamed NDJSON or one JSON object),
+Served: ``POST /api/embed`` (``hold_embed(marker)``: requests with that text wait until
+released, as a busy model makes them), ``POST /api/chat`` (streamed NDJSON or one JSON object),
 ``GET /api/tags``, ``GET /api/version``, ``POST /api/show``; an unknown model gets HTTP 404
 ``{"error": "model ... not found, try pulling it first"}`` as Ollama does.
 
@@ -163,6 +164,8 @@ class FakeOllama(LocalServer):
         self.replies: list[Reply] = []
         self.structured: list[Reply] = []  # for requests with a ``format``
         self.release = threading.Event()  # set to end every stall
+        self.holds: dict[str, threading.Event] = {}  # hold_embed: marker -> its release
+        self.held: list[str] = []  # the markers of embed requests that waited, as they began to
         fake = self
 
         class Handler(QuietHandler):
@@ -242,6 +245,10 @@ class FakeOllama(LocalServer):
                         return self._missing(model)
                     inputs = body.get("input")
                     inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+                    for marker, release in list(fake.holds.items()):
+                        if any(marker in t for t in inputs):  # a model slow on this text
+                            fake.held.append(marker)
+                            release.wait(timeout=60)
                     self._send(200, {"model": model, "embeddings": [fake_embedding(t) for t in inputs]})
                 elif self.path == "/api/chat":
                     if model not in fake.models:
@@ -266,6 +273,12 @@ class FakeOllama(LocalServer):
     def reply(self, *pieces: str, stall_after: int | None = None, error_after: int | None = None, delay: float = 0.0) -> None:
         """Script the next chat reply."""
         self.replies.append(Reply(list(pieces), stall_after, error_after, delay))
+
+    def hold_embed(self, marker: str) -> threading.Event:
+        """Embed requests with ``marker`` in one of their texts wait until the returned event
+        is set (as a busy model makes them wait); ``held`` lists them as they begin to."""
+        self.holds[marker] = threading.Event()
+        return self.holds[marker]
 
     def reply_structured(self, *pieces: str, stall_after: int | None = None, delay: float = 0.0) -> None:
         """Script the next reply to a request with a ``format`` (a JSON schema)."""
@@ -294,3 +307,5 @@ class FakeOllama(LocalServer):
 
     def before_stop(self) -> None:
         self.release.set()  # end every stalled reply
+        for release in self.holds.values():
+            release.set()

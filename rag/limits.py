@@ -1,0 +1,41 @@
+"""How much of a request any step reads: one size for a question, ``limits.question_chars``.
+
+The doors check before any work: the API answers 413 and the CLI exits 2 (``check``), the
+bots cut the message and tell the person (``cut``). Inside, the answer pipeline, the search
+and the memory cut again, so whoever calls them, no step (retrieval, the memory's name
+matching, the conversation history, the LLM prompt) reads more than the limit, and none
+does work in proportion to what it was sent.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import TooLarge
+
+SCAN = 4  # characters read per character kept, while collapsing whitespace
+_TEXT = re.compile(r"\S")
+
+
+def cut(text: str | None, limit: int) -> tuple[str, bool]:
+    """``text`` as every step sees a question (whitespace collapsed), at most ``limit``
+    characters, and whether some of it was left out. However long ``text`` is, about
+    ``SCAN * limit`` characters of it are read."""
+    text = text or ""
+    first = _TEXT.search(text)
+    if first is None:
+        return "", False
+    end = first.start() + SCAN * limit + 1
+    words = " ".join(text[first.start() : end].split())
+    if len(words) > limit:
+        return words[:limit].rstrip(), True
+    return words, _TEXT.search(text, end) is not None
+
+
+def check(text: str | None, limit: int, what: str = "the question") -> str:
+    """``text`` as ``cut`` makes it, or ``TooLarge`` when it is longer than ``limit``."""
+    kept, over = cut(text, limit)
+    if over:
+        raise TooLarge(f"{what} is too long: {len(text):,} characters, at most {limit:,} are read "
+                       f"(limits.question_chars). Shorten it, or raise limits.question_chars in the config")
+    return kept
