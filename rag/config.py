@@ -248,6 +248,11 @@ class MemoryConfig(Section):
         default=0.7, ge=0.0, le=2.0,
         description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
     )
+    busy_timeout: Duration = Field(
+        default=10.0,
+        description="how long a write to memory.sqlite waits while another process writes to it; past that the "
+        "sync goes on without it and its next pass brings the memory in line",
+    )
 
 
 class BotsConfig(Section):
