@@ -277,16 +277,21 @@ class MemoryStore(LockedDB):
         with self._lock:
             return {r[0] for r in self.db.execute("SELECT note_id FROM notes WHERE version = ?", (VERSION,))}
 
-    def holdings(self) -> set[tuple[str, str]]:
-        """Every (note id, user) anything here is derived from: processed notes, facts, related
-        pairs on either side, queued jobs. (Mentions and the terms' counts are written and
-        deleted with their note's row, in one transaction.) What the sync compares with the
-        notes the index holds (``sync.service``)."""
+    def holdings(self) -> dict[str, str]:
+        """Every note anything here is derived from, with its user as processed ("" when
+        only facts or pairs name it: they are written with their note's row, so that is
+        left over): processed notes, queued jobs, facts, related pairs on either side.
+        (Mentions and the terms' counts are written and deleted with their note's row, in
+        one transaction.) What the sync compares with the notes the index holds
+        (``sync.service``); each query reads an index, none a table."""
         with self._lock:
-            return set(self.db.execute(
-                "SELECT note_id, user_id FROM notes UNION SELECT note_id, user_id FROM facts "
-                "UNION SELECT note_a, user_id FROM related UNION SELECT note_b, user_id FROM related "
-                "UNION SELECT note_id, user_id FROM jobs").fetchall())
+            held = dict(self.db.execute("SELECT note_id, user_id FROM jobs"))
+            held.update(self.db.execute("SELECT note_id, user_id FROM notes"))
+            for sql in ("SELECT DISTINCT note_id FROM facts", "SELECT DISTINCT note_a FROM related",
+                        "SELECT DISTINCT note_b FROM related"):
+                for (note_id,) in self.db.execute(sql):
+                    held.setdefault(note_id, "")
+        return held
 
     def labels(self) -> dict[str, tuple[str, str, str, frozenset[str]]]:
         """How each processed note is shown: note id -> (user, title, notebook, its tags as
@@ -294,8 +299,9 @@ class MemoryStore(LockedDB):
         with self._lock:
             rows = self.db.execute("SELECT note_id, user_id, title, notebook FROM notes").fetchall()
             tags: dict[str, set[str]] = {}
-            for note_id, key in self.db.execute("SELECT m.note_id, e.norm FROM mentions m JOIN entities e "
-                                                "ON e.id = m.entity_id WHERE e.kind = 'tag'"):
+            # the tag entities first, then their mentions by index (not every mention)
+            for note_id, key in self.db.execute("SELECT m.note_id, e.norm FROM entities e CROSS JOIN mentions m "
+                                                "ON m.entity_id = e.id WHERE e.kind = 'tag'"):
                 tags.setdefault(note_id, set()).add(key)
         return {n: (u, t, nb, frozenset(tags.get(n, ()))) for n, u, t, nb in rows}
 

@@ -16,8 +16,9 @@ accounts always carry on.
 accounts, and cuts HTTP calls in flight: the pass ends within seconds, keeping what
 it committed; the next one carries on from there.
 
-What is derived from notes goes with them whatever failed before (``align_derived``,
-before and after every pass). The memory (``rag.memory``) loses every note the index no
+What is derived from notes goes with them whatever failed before (``align_derived``:
+at a process's first pass, after every pass that changed notes, failed or stopped, and
+until an alignment succeeds; an idle pass skips it). The memory (``rag.memory``) loses every note the index no
 longer holds (gone, trashed, deleted, excluded by the privacy rules), whether the write
 that should have removed it failed, a kill came between the index's commit and the
 memory's, or the rules changed while it was not running; the notes it keeps are shown
@@ -118,6 +119,9 @@ class SyncService:
         self.source = open_source(settings)
         self.memory = open_memory(settings)
         self.feedback: FeedbackStore | None = None  # opened once the daemon has made it (align_derived)
+        # align_derived is due: at the first pass (what a crash left), after a pass that changed
+        # notes, failed or stopped, and after an alignment that failed; an idle pass skips it
+        self._memory_due = self._feedback_due = True
         self.clock = clock
         self.rng = rng
         self.lock = threading.Lock()  # one pass at a time
@@ -170,11 +174,16 @@ class SyncService:
                     self.memory.reset()
             run_id = self.state.start_run(self.source.name)
             try:
-                self.align_derived()  # what a crash or a failed write left behind, before anything is read
+                if self._memory_due:  # what a crash or a failed write left behind, before anything is read
+                    self.align_derived(memory=True)
                 result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
+                summary = result.summary
+                unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
+                self._feedback_due |= unsettled
                 # this pass's failed memory writes; the feedback store only after a complete
                 # pass (a rebuild cut short holds fewer notes than there are)
-                self.align_derived(feedback=result.ok and not result.stopped)
+                self.align_derived(memory=self._memory_due or unsettled,
+                                   feedback=self._feedback_due and result.ok and not result.stopped)
             except BaseException as err:
                 self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
                 if isinstance(err, Exception):  # observers hear of it as a failed pass
@@ -191,28 +200,29 @@ class SyncService:
             self._notify(result)
             return result
 
-    def align_derived(self, feedback: bool = False) -> None:
-        """Bring what is derived from notes in line with the notes the index holds: the
-        memory loses every note it holds that the index does not (or holds for another
-        user); with ``feedback``, the feedback store's answers stop naming such notes.
-        Never fails the pass: a failure is logged, naming the notes, and the next pass
-        tries again."""
-        if self.memory is None and not feedback:
+    def align_derived(self, memory: bool = True, feedback: bool = False) -> None:
+        """Bring what is derived from notes in line with the notes the index holds: with
+        ``memory``, the memory loses every note it holds that the index does not (or holds
+        for another user) and shows the others as indexed; with ``feedback``, the feedback
+        store's answers stop naming notes the index does not hold. Never fails the pass: a
+        failure is logged, naming the notes, and the next pass tries again."""
+        memory = memory and self.memory is not None
+        if not memory and not feedback:
             return
         indexed = self.state.indexed_notes()
-        if self.memory is not None:
-            self._align_memory(indexed)
+        if memory:
+            self._memory_due = not self._align_memory(indexed)
         if feedback:
-            self._align_feedback(indexed)
+            self._feedback_due = not self._align_feedback(indexed)
 
-    def _align_memory(self, indexed: dict[str, Indexed]) -> None:
+    def _align_memory(self, indexed: dict[str, Indexed]) -> bool:
         try:
             held = self.memory.holdings()
         except Exception as err:
             log.warning("memory: cannot compare it with the index: %s; the next pass tries again", err,
                         exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
-            return
-        stale = sorted({n for n, user in held if n not in indexed or indexed[n].user_id != user})
+            return False
+        stale = sorted(n for n, user in held.items() if n not in indexed or indexed[n].user_id != user)
         if stale:
             try:
                 self.memory.remove_notes(stale)
@@ -220,7 +230,7 @@ class SyncService:
                 log.warning("memory: cannot remove %d note(s) the index no longer holds (%s): %s; the next pass "
                             "tries again", len(stale), _some(stale), err,
                             exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
-                return
+                return False
             log.info("memory: removed %d note(s) the index no longer holds (%s)", len(stale), _some(stale))
         # shown under another title, notebook or tags than indexed (a retag whose write failed,
         # a notebook renamed)
@@ -238,12 +248,14 @@ class SyncService:
         except Exception as err:
             log.warning("memory: cannot update how notes are shown: %s; the next pass tries again", err,
                         exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
+            return False
+        return True
 
-    def _align_feedback(self, indexed: dict[str, Indexed]) -> None:
+    def _align_feedback(self, indexed: dict[str, Indexed]) -> bool:
         try:
             if self.feedback is None:
                 if not feedback_path(self.settings).exists():
-                    return  # no answer was ever recorded
+                    return True  # no answer was ever recorded
                 self.feedback = FeedbackStore.open_for(self.settings)
             gone = sorted(self.feedback.named_notes() - indexed.keys())
             if gone:
@@ -253,6 +265,8 @@ class SyncService:
         except Exception as err:
             log.warning("feedback: cannot compare it with the index: %s; the next pass tries again", err,
                         exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
+            return False
+        return True
 
     def _refresh_related(self) -> int:
         """After a pass: related notes of the notes it changed and of those whose pairs
