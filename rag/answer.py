@@ -598,14 +598,23 @@ class AnswerService:
         limit = max(self.settings.retrieval.candidates, k)
         ranking = entity_ranking(self.memory, user_id, named, limit)
         facts = self.memory.facts_named(user_id, question, [e["norm"] for e in named]) if named else []
-        return ranking, facts
+        return ranking, self._indexed(user_id, facts)
+
+    def _indexed(self, user_id: str, rows: list[dict]) -> list[dict]:
+        """The memory's rows (facts, notes) whose note the index holds: a note that left it
+        (trashed, made private) and whose memory the sync has not removed yet (a failed
+        write, a crash: its next pass does) is never evidence nor listed."""
+        if not rows or self.index is None:
+            return rows
+        held = self.index.store.holding(user_id, [r["note_id"] for r in rows])
+        return [r for r in rows if r["note_id"] in held]
 
     def _listing(self, question: str, about: str, user_id: str, trace: Trace) -> Answer | None:
         """The notes mentioning ``about``, newest first, as the answer (no LLM); None when
         the memory knows no entity by that name (the question is answered as any other)."""
         names = [about] if self.memory.notes_mentioning(user_id, [about]) else \
             [e["norm"] for e in named_entities(self.memory, user_id, about, common=True)]
-        notes = self.memory.notes_mentioning(user_id, names) if names else []
+        notes = self._indexed(user_id, self.memory.notes_mentioning(user_id, names) if names else [])
         if not notes:
             return None
         named = self.memory.named_in(user_id, " ".join(names))

@@ -257,6 +257,11 @@ class MemoryConfig(Section):
         description="related notes of a question: notes less similar to it than this (their best chunk's cosine "
         "with the question + shared rare entities) are left out",
     )
+    busy_timeout: Duration = Field(
+        default=10.0,
+        description="how long a write to memory.sqlite waits while another process writes to it; past that the "
+        "sync goes on without it and its next pass brings the memory in line",
+    )
 
 
 class BotsConfig(Section):

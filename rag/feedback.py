@@ -11,6 +11,12 @@ and the prompt with the questions that went wrong.
 One SQLite file, ``<state_dir>/feedback.sqlite`` (WAL: the CLI reads it while the daemon
 writes), with a schema version (``PRAGMA user_version``) so later versions migrate it.
 Records older than ``KEEP_DAYS`` are the daemon's to ``forget``.
+
+An answer is derived from the notes it cites, and goes with them: ``named`` lists the
+notes each answer names (its citations, the candidates in its trace), and once the index
+no longer holds one of them (trashed, deleted, excluded by the privacy rules) the sync
+calls ``forget_notes``: the record keeps the question and the verdict, but no longer the
+note's title, link or heading, nor the answer's text or the facts that rested on it.
 """
 
 from __future__ import annotations
@@ -58,7 +64,26 @@ MIGRATIONS = [
     CREATE INDEX answers_time ON answers(time);
     CREATE INDEX answers_user_time ON answers(user_id, time);
     """,
+    # the notes each answer names, for ``forget_notes``; filled from the answers already kept
+    """
+    CREATE TABLE named (
+        note_id TEXT NOT NULL,
+        answer_id TEXT NOT NULL,
+        PRIMARY KEY (note_id, answer_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX named_answer ON named(answer_id);
+    INSERT OR IGNORE INTO named(note_id, answer_id)
+        SELECT json_extract(c.value, '$.note_id'), a.id FROM answers a, json_each(a.cited) c
+        WHERE json_extract(c.value, '$.note_id') IS NOT NULL;
+    INSERT OR IGNORE INTO named(note_id, answer_id)
+        SELECT json_extract(c.value, '$.note_id'), a.id FROM answers a, json_each(a.trace, '$.candidates') c
+        WHERE a.trace IS NOT NULL AND json_extract(c.value, '$.note_id') IS NOT NULL
+    """,
 ]
+# What an answer says once a note it cited has left the index.
+FORGOTTEN = ("（这个回答引用的笔记已不在索引中，回答的文字不再保留。）/ (A note this answer cited is no longer "
+             "indexed: the answer's text is not kept.)")
+GONE_TITLE = "（已不在索引中）/ (no longer indexed)"  # in place of such a note's title
 
 _COLUMNS = (
     "id, time, person, user_id, conversation, question, standalone, answer, cited, outcome, used_llm, grounded, "
@@ -133,16 +158,25 @@ class FeedbackStore(LockedDB):
         question = trace.question if trace is not None else answer.question
         cited = [{"n": c.n, "note_id": c.note_id, "title": c.title, "url": c.url} for c in answer.citations]
         answer_id = secrets.token_urlsafe(ID_BYTES)
+        named = {c["note_id"] for c in cited} | {c.note_id for c in (trace.candidates if trace is not None else [])}
         with self._lock:
-            self.db.execute(
-                f"INSERT INTO answers({_COLUMNS}) VALUES ({','.join('?' * 17)})",
-                (answer_id, self.clock(), person, user_id, conversation, question,
-                 trace.standalone if trace is not None else question, answer.answer,
-                 json.dumps(cited, ensure_ascii=False), trace.outcome if trace is not None else "",
-                 int(answer.used_llm), int(answer.grounded),
-                 json.dumps(asdict(trace), ensure_ascii=False) if trace is not None else None,
-                 None, None, None, None),
-            )
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute(
+                    f"INSERT INTO answers({_COLUMNS}) VALUES ({','.join('?' * 17)})",
+                    (answer_id, self.clock(), person, user_id, conversation, question,
+                     trace.standalone if trace is not None else question, answer.answer,
+                     json.dumps(cited, ensure_ascii=False), trace.outcome if trace is not None else "",
+                     int(answer.used_llm), int(answer.grounded),
+                     json.dumps(asdict(trace), ensure_ascii=False) if trace is not None else None,
+                     None, None, None, None),
+                )
+                self.db.executemany("INSERT OR IGNORE INTO named(note_id, answer_id) VALUES (?, ?)",
+                                    [(n, answer_id) for n in sorted(named) if n])
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
         return answer_id
 
     def get(self, answer_id: str, person: str | None = None) -> Record | None:
@@ -220,4 +254,74 @@ class FeedbackStore(LockedDB):
         """Delete answers sent before ``before`` (``clock() - KEEP_DAYS * 86400`` for the
         retention period); how many went."""
         with self._lock:
-            return self.db.execute("DELETE FROM answers WHERE time < ?", (before,)).rowcount
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("DELETE FROM named WHERE answer_id IN (SELECT id FROM answers WHERE time < ?)",
+                                (before,))
+                gone = self.db.execute("DELETE FROM answers WHERE time < ?", (before,)).rowcount
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return gone
+
+    # --- the notes answers name (what the sync calls) -------------------------------------------
+
+    def named_notes(self) -> set[str]:
+        """Every note some kept answer still names."""
+        with self._lock:
+            return {r[0] for r in self.db.execute("SELECT DISTINCT note_id FROM named")}
+
+    def forget_notes(self, note_ids) -> int:
+        """The notes left the index: the answers naming them keep the question and the
+        verdict, but lose those notes' titles, links and headings (citations and trace),
+        the facts that rested on them and, if they cited one, their text (``FORGOTTEN``).
+        In one transaction; how many answers changed."""
+        gone = set(note_ids)
+        if not gone:
+            return 0
+        ids = sorted(gone)
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                answers: set[str] = set()
+                for i in range(0, len(ids), 500):
+                    part = ids[i : i + 500]
+                    answers.update(r[0] for r in self.db.execute(
+                        f"SELECT answer_id FROM named WHERE note_id IN ({','.join('?' * len(part))})", part))
+                for answer_id in sorted(answers):
+                    row = self.db.execute("SELECT answer, cited, trace FROM answers WHERE id = ?",
+                                          (answer_id,)).fetchone()
+                    if row is not None:
+                        self.db.execute("UPDATE answers SET answer = ?, cited = ?, trace = ? WHERE id = ?",
+                                        (*_without(gone, *row), answer_id))
+                    self.db.executemany("DELETE FROM named WHERE note_id = ? AND answer_id = ?",
+                                        [(n, answer_id) for n in ids])
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return len(answers)
+
+
+def _without(gone: set[str], answer: str, cited: str, trace: str | None) -> tuple[str, str, str | None]:
+    """An answer's text, citations and trace (as stored) without the notes in ``gone``."""
+    citations = json.loads(cited)
+    blocks = set()  # evidence blocks of the notes that went: a citation [n] is block n
+    for c in citations:
+        if c.get("note_id") in gone:
+            blocks.add(c.get("n"))
+            c["title"], c["url"] = GONE_TITLE, ""
+    if blocks:
+        answer = FORGOTTEN
+    if trace is not None:
+        t = json.loads(trace)
+        for c in t.get("candidates") or []:
+            if c.get("note_id") in gone:
+                c["title"], c["heading"] = GONE_TITLE, ""
+                if c.get("evidence") is not None:
+                    blocks.add(c["evidence"])
+        # "[n] subject — predicate — object": a fact of a block that went
+        t["facts"] = [f for f in t.get("facts") or [] if not any(f.startswith(f"[{n}]") for n in blocks)]
+        trace = json.dumps(t, ensure_ascii=False)
+    return answer, json.dumps(citations, ensure_ascii=False), trace

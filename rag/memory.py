@@ -228,11 +228,14 @@ def path_for(settings: Settings) -> Path:
 
 
 class MemoryStore(LockedDB):
-    """One connection behind a lock: the sync thread writes, the API and bots read."""
+    """One connection behind a lock: the sync thread writes, the API and bots read.
+    ``busy_timeout``: seconds a write waits for another connection's write before it fails
+    (``sqlite3.OperationalError``: the sync logs it and its next pass brings the memory in line)."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time, busy_timeout: float = 10.0):
         super().__init__(path, MIGRATIONS, "a readable memory store ({err}). Move it aside: a new one is built "
                          "as notes are indexed (`leanote-rag index --reconcile` processes them all)")
+        self.db.execute(f"PRAGMA busy_timeout = {max(0, int(busy_timeout * 1000))}")
         self.clock = clock
         self._writes = 0  # this connection's commits (``_names``)
         self._name_index: dict[str, tuple[tuple[int, int], dict[str, list[str]]]] = {}
@@ -241,7 +244,7 @@ class MemoryStore(LockedDB):
     @classmethod
     def open_for(cls, settings: Settings) -> "MemoryStore":
         prepare_state_dir(settings.state_dir)
-        return cls(path_for(settings))
+        return cls(path_for(settings), busy_timeout=settings.memory.busy_timeout)
 
     def _norm_subjects(self) -> None:
         """Facts without ``subject_norm`` (written before the migration that added it) get it."""
@@ -281,6 +284,43 @@ class MemoryStore(LockedDB):
         with self._lock:
             return {r[0] for r in self.db.execute("SELECT note_id FROM notes WHERE version = ?", (VERSION,))}
 
+    def holdings(self) -> dict[str, str]:
+        """Every note anything here is derived from, with its user as processed ("" when
+        only facts or pairs name it: they are written with their note's row, so that is
+        left over): processed notes, queued jobs, facts, related pairs on either side.
+        (Mentions and the terms' counts are written and deleted with their note's row, in
+        one transaction.) What the sync compares with the notes the index holds
+        (``sync.service``); each query reads an index, none a table."""
+        with self._lock:
+            held = dict(self.db.execute("SELECT note_id, user_id FROM jobs"))
+            held.update(self.db.execute("SELECT note_id, user_id FROM notes"))
+            for sql in ("SELECT DISTINCT note_id FROM facts", "SELECT DISTINCT note_a FROM related",
+                        "SELECT DISTINCT note_b FROM related"):
+                for (note_id,) in self.db.execute(sql):
+                    held.setdefault(note_id, "")
+        return held
+
+    def labels(self) -> dict[str, tuple[str, str, str, frozenset[str]]]:
+        """How each processed note is shown: note id -> (user, title, notebook, its tags as
+        ``norm``), for the sync to compare with the index (a retag whose write failed)."""
+        with self._lock:
+            rows = self.db.execute("SELECT note_id, user_id, title, notebook FROM notes").fetchall()
+            tags: dict[str, set[str]] = {}
+            # the tag entities first, then their mentions by index (not every mention)
+            for note_id, key in self.db.execute("SELECT m.note_id, e.norm FROM entities e CROSS JOIN mentions m "
+                                                "ON m.entity_id = e.id WHERE e.kind = 'tag'"):
+                tags.setdefault(note_id, set()).add(key)
+        return {n: (u, t, nb, frozenset(tags.get(n, ()))) for n, u, t, nb in rows}
+
+    def relabel(self, user_id: str, note_id: str, title: str, notebook: str, tags: Iterable[str]) -> None:
+        """``update_meta`` with the title, notebook and tags given; the link and the updated
+        time stay as they are."""
+        with self._lock:
+            row = self.db.execute("SELECT url, updated_at FROM notes WHERE note_id = ? AND user_id = ?",
+                                  (note_id, user_id)).fetchone()
+        if row is not None:
+            self.update_meta(user_id, note_id, NoteInfo(title, notebook, row[0], row[1]), extraction.tags(tags))
+
     def term_stats(self, user_id: str, note_id: str, terms: Sequence[str]) -> tuple[dict[str, int], int]:
         """Document frequencies of ``terms`` over the user's notes other than ``note_id``,
         and how many those notes are."""
@@ -306,9 +346,11 @@ class MemoryStore(LockedDB):
         *,
         terms: Iterable[str] = (),
         info: NoteInfo = NoteInfo(),
+        llm_job: str | None = None,
     ) -> None:
         """The note's entities as of ``content_hash``, in one transaction: its old mentions
-        go, the new ones come, entities left without mentions are deleted."""
+        go, the new ones come, entities left without mentions are deleted; with ``llm_job``
+        (``_llm_payload``) its LLM extraction is queued in the same transaction."""
         terms = sorted(set(terms))
 
         def work(db: sqlite3.Connection) -> None:
@@ -326,6 +368,8 @@ class MemoryStore(LockedDB):
             )
             _add_mentions(db, user_id, note_id, entities)
             _drop_orphans(db, old)
+            if llm_job is not None:
+                _queue_llm(db, note_id, user_id, content_hash, llm_job, self.clock())
 
         self._write(work)
 
@@ -365,9 +409,30 @@ class MemoryStore(LockedDB):
 
         self._write(work)
 
-    def remember(self, prepared: PreparedNote, base_url: str) -> int:
+    def remove_notes(self, note_ids: Iterable[str]) -> int:
+        """Notes the index no longer holds lose everything derived from them, all in one
+        transaction: as ``remove_note`` for each, the notes whose pairs pointed at them
+        queued for their related notes, the fact groups they led settled. How many notes
+        had anything here."""
+        ids = sorted(set(note_ids))
+
+        def work(db: sqlite3.Connection) -> int:
+            _queue_related(db, {}, ids, self.clock())
+            had, orphans = 0, set()
+            for note_id in ids:
+                before = db.total_changes
+                orphans |= _forget(db, note_id)
+                had += db.total_changes > before
+            _drop_orphans(db, orphans)
+            _settle_all(db)
+            return had
+
+        return self._write(work) if ids else 0
+
+    def remember(self, prepared: PreparedNote, base_url: str, *, queue_llm: bool = False) -> int:
         """Extract a prepared note's entities (the no-LLM tier) and put them in place of
-        its old ones; how many entities it has."""
+        its old ones (with ``queue_llm``, its LLM extraction queued in the same
+        transaction); how many entities it has."""
         note = prepared.note
         chunks = [pc.chunk for pc in prepared.chunks]
         points = [pc.point_id for pc in prepared.chunks]
@@ -377,8 +442,12 @@ class MemoryStore(LockedDB):
             stats=lambda terms: self.term_stats(note.user_id, note.id, terms),
         )
         rows = [(ent, mentions_of(ent, text, chunks, points)) for ent in found.entities]
+        job = None
+        if queue_llm:
+            updated = note.updated_at.timestamp() if note.updated_at is not None else None
+            job = _llm_payload(text, note.title, updated)
         self.replace_note(note.user_id, note.id, prepared.content_hash, rows, terms=found.terms,
-                          info=info_of(note, base_url))
+                          info=info_of(note, base_url), llm_job=job)
         return len(rows)
 
     def remember_meta(self, note: Note, base_url: str) -> None:
@@ -396,26 +465,10 @@ class MemoryStore(LockedDB):
         """Before the memory follows a transaction (``_forget`` drops pairs on both sides):
         queue the ``changed`` notes (note id -> user) and every note whose stored pairs point
         at a changed or ``removed`` note. How many notes are queued."""
-        touched = list(dict.fromkeys([*changed, *removed]))
-        gone = set(removed)
-
-        def work(db: sqlite3.Connection) -> int:
-            todo = {n: u for n, u in changed.items() if n not in gone}
-            for i in range(0, len(touched), _IN_BATCH):
-                part = touched[i : i + _IN_BATCH]
-                marks = ",".join("?" * len(part))
-                for a, user in db.execute(f"SELECT note_a, user_id FROM related WHERE note_b IN ({marks})", part):
-                    if a not in gone:
-                        todo.setdefault(a, user)
-            now = self.clock()
-            db.executemany(
-                "INSERT OR IGNORE INTO jobs(note_id, kind, user_id, content_hash, next_try, created) "
-                "VALUES (?, ?, ?, '', ?, ?)",
-                [(n, self.RELATED_JOB, u, now, now) for n, u in todo.items()],
-            )
-            return len(todo)
-
-        return self._write(work) if touched else 0
+        removed = list(removed)
+        if not changed and not removed:
+            return 0
+        return self._write(lambda db: _queue_related(db, changed, removed, self.clock()))
 
     def related_jobs(self) -> list[tuple[str, str]]:
         """Notes waiting for their related notes: (note id, user), oldest first."""
@@ -764,12 +817,8 @@ class MemoryStore(LockedDB):
     def enqueue_llm(self, user_id: str, note_id: str, content_hash: str, text: str, *, title: str = "",
                     updated: float | None = None) -> None:
         """Queue (or replace) the note's LLM extraction, due now."""
-        payload = json.dumps({"text": text, "title": title, "updated": updated}, ensure_ascii=False)
-        now = self.clock()
-        self._write(lambda db: db.execute(
-            "INSERT OR REPLACE INTO jobs(note_id, kind, user_id, content_hash, attempts, next_try, error, parked, "
-            "created, payload) VALUES (?,?,?,?,0,?,NULL,0,?,?)",
-            (note_id, self.LLM_JOB, user_id, content_hash, now, now, payload)))
+        payload = _llm_payload(text, title, updated)
+        self._write(lambda db: _queue_llm(db, note_id, user_id, content_hash, payload, self.clock()))
 
     def due_job(self, now: float | None = None) -> dict | None:
         """The oldest due, unparked LLM job, or None."""
@@ -864,16 +913,7 @@ class MemoryStore(LockedDB):
     def settle_facts(self) -> int:
         """Groups whose newest fact went (its note edited, trashed, deleted): the newest
         fact left is active again. How many groups were settled."""
-        def work(db: sqlite3.Connection) -> int:
-            groups = db.execute(
-                "SELECT DISTINCT user_id, subject, predicate FROM facts f WHERE status = 'superseded' "
-                "AND NOT EXISTS (SELECT 1 FROM facts g WHERE g.id = f.superseded_by AND g.status = 'active')"
-            ).fetchall()
-            for user_id, subject, predicate in groups:
-                _settle_group(db, user_id, subject, predicate)
-            return len(groups)
-
-        return self._write(work)
+        return self._write(_settle_all)
 
     def facts(self, user_id: str, subject: str | None = None, status: str | None = None) -> list[dict]:
         """The user's facts (about ``subject``), the newest first, each with its source note
@@ -1131,6 +1171,47 @@ def _settle_group(db: sqlite3.Connection, user_id: str, subject: str, predicate:
             db.execute("UPDATE facts SET status = 'active', superseded_by = NULL WHERE id = ?", (fact_id,))
         else:
             db.execute("UPDATE facts SET status = 'superseded', superseded_by = ? WHERE id = ?", (head_id, fact_id))
+
+
+def _settle_all(db: sqlite3.Connection) -> int:
+    """``settle_facts`` in a transaction under way."""
+    groups = db.execute(
+        "SELECT DISTINCT user_id, subject, predicate FROM facts f WHERE status = 'superseded' "
+        "AND NOT EXISTS (SELECT 1 FROM facts g WHERE g.id = f.superseded_by AND g.status = 'active')"
+    ).fetchall()
+    for user_id, subject, predicate in groups:
+        _settle_group(db, user_id, subject, predicate)
+    return len(groups)
+
+
+def _queue_related(db: sqlite3.Connection, changed: dict[str, str], removed: Sequence[str], now: float) -> int:
+    """``related_mark`` in a transaction under way."""
+    touched = list(dict.fromkeys([*changed, *removed]))
+    gone = set(removed)
+    todo = {n: u for n, u in changed.items() if n not in gone}
+    for i in range(0, len(touched), _IN_BATCH):
+        part = touched[i : i + _IN_BATCH]
+        marks = ",".join("?" * len(part))
+        for a, user in db.execute(f"SELECT note_a, user_id FROM related WHERE note_b IN ({marks})", part):
+            if a not in gone:
+                todo.setdefault(a, user)
+    db.executemany(
+        "INSERT OR IGNORE INTO jobs(note_id, kind, user_id, content_hash, next_try, created) VALUES (?, ?, ?, '', ?, ?)",
+        [(n, MemoryStore.RELATED_JOB, u, now, now) for n, u in todo.items()],
+    )
+    return len(todo)
+
+
+def _llm_payload(text: str, title: str, updated: float | None) -> str:
+    """What an LLM job carries: the note's text, title and updated time."""
+    return json.dumps({"text": text, "title": title, "updated": updated}, ensure_ascii=False)
+
+
+def _queue_llm(db: sqlite3.Connection, note_id: str, user_id: str, content_hash: str, payload: str, now: float) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO jobs(note_id, kind, user_id, content_hash, attempts, next_try, error, parked, "
+        "created, payload) VALUES (?,?,?,?,0,?,NULL,0,?,?)",
+        (note_id, MemoryStore.LLM_JOB, user_id, content_hash, now, now, payload))
 
 
 def _forget(db: sqlite3.Connection, note_id: str, keep_jobs: bool = False) -> set[int]:

@@ -87,6 +87,7 @@ class Store(Protocol):
     def payloads(self, ids: list[str]) -> dict[str, dict]: ...
     def count_by_user(self) -> dict[str, int]: ...
     def note_ids(self, user_id: str | None = None) -> set[str]: ...
+    def holding(self, user_id: str, note_ids: list[str]) -> set[str]: ...
     def optimize(self) -> None: ...
     def drop(self, dim: int) -> None:
         """Delete every point and the manifest: an empty index of this dimension."""
@@ -285,6 +286,16 @@ class EdgeStore:
         response = self._shard.facet(qe.FacetRequest(key="note_id", limit=10_000_000, exact=True, filter=flt))
         return {str(h.value) for h in response.hits if h.count > 0}
 
+    def holding(self, user_id: str, note_ids: list[str]) -> set[str]:
+        """Those of ``note_ids`` the user has points of (a few ids: one facet over their points)."""
+        ids = sorted(set(note_ids))
+        if not ids:
+            return set()
+        qe = self._qe
+        response = self._shard.facet(qe.FacetRequest(key="note_id", limit=len(ids), exact=True,
+                                                     filter=self._filter(ids, user_id=user_id)))
+        return {str(h.value) for h in response.hits if h.count > 0}
+
     def optimize(self) -> None:
         self._shard.optimize()
 
@@ -439,6 +450,14 @@ class ServerStore:
             self._client.facet, self.collection, "note_id", facet_filter=flt, limit=10_000_000, exact=True
         )
         return {str(h.value) for h in response.hits}
+
+    def holding(self, user_id: str, note_ids: list[str]) -> set[str]:
+        ids = sorted(set(note_ids))
+        if not ids:
+            return set()
+        response = self._call(self._client.facet, self.collection, "note_id", facet_filter=self._filter(ids, user_id=user_id),
+                              limit=len(ids), exact=True)
+        return {str(h.value) for h in response.hits if h.count > 0}
 
     def optimize(self) -> None:
         """The server optimizes on its own."""

@@ -128,13 +128,13 @@ class AccountSync:
         memory = self.indexer.memory
         if memory is None:
             return
-        hashes = self.indexer._memory_call(memory.hashes, default=None)
-        if hashes is None:
+        indexed = {r.note_id: r.content_hash for r in self.state.notes_of(self.source, self.session.account)
+                   if r.status == INDEXED}
+        behind = self.indexer.memory_behind(indexed)
+        if not behind:
             return
-        missing = [r.note_id for r in self.state.notes_of(self.source, self.session.account)
-                   if r.status == INDEXED and hashes.get(r.note_id) != r.content_hash]
-        if not missing:
-            return
+        # in the order they were indexed: a note's distinctive terms depend on the notes before it
+        missing = [n for n in indexed if n in behind]
         log.info("memory: reading %d note(s) again that it missed", len(missing))
         paths = notebook_paths(self.state.notebooks(self.source))
         for i in range(0, len(missing), 100):

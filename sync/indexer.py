@@ -17,9 +17,13 @@ With a ``MemoryStore`` (``rag.memory``), each commit also brings the memory in l
 exactly the notes of its transaction, right after it: a note (re)indexed with new text
 gets its entities extracted anew, a note moved or retagged gets its tags and notebook
 updated, a note that left the index (gone, trashed, deleted, made private) loses
-everything derived from it. A failure there is logged and never fails the sync; a note
-whose new text the memory missed is processed on its next pass (``apply`` compares the
-memory's content hash, ``known()`` asks snapshot sources to read such notes again).
+everything derived from it. A failure there never fails the sync: it is logged every
+time, naming the notes left out, and once the memory cannot be written (locked by another
+process, a full disk) the rest of the run leaves it alone instead of waiting on every
+note. The next pass repairs both ways: a note the memory holds and the index does not
+is removed by ``sync.service`` (before and after every pass); a note indexed at a text
+the memory lacks is processed again (``memory_behind``: ``known()`` asks snapshot
+sources to read such notes again, ``sync.incremental`` reads them by id).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
@@ -36,7 +41,6 @@ import numpy as np
 from rag.config import ExcludeConfig
 from rag.errors import LeanoteRagError, NoteError, UserError
 from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
-from rag.entities import text_of
 from rag.memory import MemoryStore
 from rag.model import Note, rule_key
 
@@ -46,6 +50,7 @@ from .state import INDEXED, AccountRecord, NoteRecord, State
 
 log = logging.getLogger(__name__)
 
+_FAILED = object()  # what a failed memory step returns
 PIPELINE_VERSION = 1  # bump when cleaning/chunking/term code changes what an index holds
 BATCH_CHUNKS = 256
 
@@ -131,6 +136,8 @@ def privacy_rules(exclude: ExcludeConfig) -> tuple[frozenset[str], frozenset[str
 
 
 class Indexer:
+    _memory_down: str | None = None  # why the memory cannot be written in this run
+
     def __init__(self, index: NoteIndex, state: State, source_name: str, account: str = "",
                  should_stop: Callable[[], bool] = lambda: False, memory: MemoryStore | None = None):
         self.index = index
@@ -150,7 +157,7 @@ class Indexer:
         self._remember: dict[str, PreparedNote] = {}  # memory: notes to extract after the commit
         self._retagged: dict[str, Note] = {}  # memory: notes whose metadata alone changed
         self.memory_seconds = 0.0
-        self._memory_errors: set[str] = set()
+        self._memory_errors: set[str] = set()  # kinds of error whose traceback was logged
         self._skips: list[tuple[str, str, str]] = []  # (note id, origin, reason) to record
         self._skips_seen: list[tuple[str, str, str]] = []  # every skip of this run
         self._rows: dict[str, tuple[str, str, str]] | None = None  # snapshot: this source's rows before the run
@@ -166,10 +173,11 @@ class Indexer:
         checkpoint while the rows are still the ones it left."""
         rows = self._snapshot_rows()
         fingerprints = {note_id: fp for note_id, (fp, _, pipeline) in rows.items() if fp and pipeline == self.pipeline}
-        if self.memory is not None:  # notes indexed but not (or no longer) in the memory are read again
-            processed = self._memory_call(self.memory.processed, default=None)
-            if processed is not None:
-                fingerprints = {n: fp for n, fp in fingerprints.items() if rows[n][1] != INDEXED or n in processed}
+        if self.memory is not None:  # notes indexed at a text the memory lacks are read again
+            indexed = self.state.indexed_notes()
+            behind = self.memory_behind({n: indexed[n].content_hash for n in rows if n in indexed})
+            if behind:
+                fingerprints = {n: fp for n, fp in fingerprints.items() if n not in behind}
         checkpoint = None
         saved = self.state.get_meta(self._checkpoint_key())
         if saved:
@@ -455,45 +463,77 @@ class Indexer:
 
     # --- the memory -----------------------------------------------------------------------
 
+    def memory_behind(self, indexed: dict[str, str]) -> set[str] | None:
+        """Among notes indexed at a content hash (note id -> hash), those the memory lacks
+        or holds at another text (or extraction version): to be processed again. None when
+        the memory cannot be read now."""
+        hashes = self._memory_call(self.memory.hashes, default=None)
+        if hashes is None:
+            return None
+        return {n for n, h in indexed.items() if hashes.get(n) != h}
+
     def _update_memory(self, pending: dict[str, NoteRecord | None], remember: dict[str, PreparedNote],
                        retagged: dict[str, Note]) -> None:
         """The memory follows the notes of the transaction just committed."""
         started = time.monotonic()
         llm_jobs = llm_wanted(self.index.settings)
+        steps: list[tuple[str, str, Callable[[], object]]] = []  # (note id or "", what, the call)
         # related notes (rag.related): queue the changed notes and those whose pairs point at a
         # changed or removed one, before the memory drops those pairs; recomputed after the pass
         removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
-        self._memory_call(self.memory.related_mark, {n: p.note.user_id for n, p in remember.items()}, removed)
+        changed = {n: p.note.user_id for n, p in remember.items()}
+        steps.append(("", "queueing related notes", lambda: self.memory.related_mark(changed, removed)))
         for note_id, rec in pending.items():
             if rec is None or rec.status != INDEXED:
-                self._memory_call(self.memory.remove_note, note_id)
-            elif note_id in retagged and note_id not in remember:
-                self._memory_call(self.memory.remember_meta, retagged[note_id], self.base_url)
+                steps.append((note_id, "removing", lambda n=note_id: self.memory.remove_note(n)))
+            elif note_id in retagged and note_id not in remember:  # (the next pass: ``sync.service``)
+                steps.append((note_id, "updating",
+                              lambda n=note_id: self.memory.remember_meta(retagged[n], self.base_url)))
         for note_id, prepared in remember.items():
             rec = pending.get(note_id, self.state.note(note_id) if note_id not in pending else None)
             if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
-                self._memory_call(self.memory.remember, prepared, self.base_url)
-                if llm_jobs:  # the LLM tier, in the background (sync.memory_jobs)
-                    self._memory_call(self._enqueue_llm, prepared)
+                # with the LLM tier on, its job is queued with the entities (sync.memory_jobs)
+                steps.append((note_id, "processing", lambda p=prepared: self.memory.remember(
+                    p, self.base_url, queue_llm=llm_jobs)))
         if pending or remember:  # facts whose newest statement went: the one before is active again
-            self._memory_call(self.memory.settle_facts)
+            steps.append(("", "settling facts", self.memory.settle_facts))
+        self._memory_steps(steps)
         self.memory_seconds += time.monotonic() - started
 
-    def _enqueue_llm(self, prepared: PreparedNote) -> None:
-        note = prepared.note
-        updated = note.updated_at.timestamp() if note.updated_at is not None else None
-        self.memory.enqueue_llm(note.user_id, note.id, prepared.content_hash,
-                                text_of([pc.chunk for pc in prepared.chunks]), title=note.title, updated=updated)
+    def _memory_steps(self, steps: list[tuple[str, str, Callable[[], object]]]) -> None:
+        """Run the steps; each failure is logged with its note. Once the memory cannot be
+        written (``sqlite3.OperationalError``: locked by another process, a full disk) the
+        rest of this run leaves it alone, and says which notes wait for the next pass."""
+        for i, (note_id, what, call) in enumerate(steps):
+            if self._memory_down is None:
+                if self._memory_call(call, what=what, note=note_id, default=_FAILED) is not _FAILED:
+                    continue
+                if self._memory_down is None:
+                    continue  # this note's own problem: the others go on
+                left = steps[i + 1:]
+            else:
+                left = steps[i:]
+            notes = list(dict.fromkeys(n for n, _, _ in left if n))
+            if notes:
+                shown = ", ".join(notes[:10]) + (f" and {len(notes) - 10} more" if len(notes) > 10 else "")
+                log.warning("memory: not brought in line with %d more note(s) (%s): %s; the next pass does it",
+                            len(notes), shown, self._memory_down)
+            return
 
-    def _memory_call(self, fn, *args, default=None):
-        """A call into the memory that must not fail the sync: an error is logged (once per
-        kind of error and run) and ``default`` returned."""
+    def _memory_call(self, fn, *args, default=None, what: str = "", note: str = ""):
+        """A call into the memory that must not fail the sync: every failure is logged (with
+        the note it was for; the traceback of an unexpected kind of error once per run) and
+        ``default`` returned. A ``sqlite3.OperationalError`` marks the memory as not
+        writable for the rest of the run (``_memory_steps``)."""
         try:
             return fn(*args)
         except Exception as err:
             key = f"{type(err).__name__}: {err}"
-            if key not in self._memory_errors:
-                self._memory_errors.add(key)
-                log.warning("memory: %s failed: %s", getattr(fn, "__name__", fn), key,
-                            exc_info=not isinstance(err, (OSError, LeanoteRagError)))
+            expected = isinstance(err, (OSError, LeanoteRagError, sqlite3.OperationalError))
+            trace = not expected and key not in self._memory_errors
+            self._memory_errors.add(key)
+            if isinstance(err, sqlite3.OperationalError):
+                self._memory_down = f"{err} ({self.memory.path})"
+            log.warning("memory: %s%s failed: %s; the next pass tries again", what or getattr(fn, "__name__", fn),
+                        f" note {note}" if note else "", key, exc_info=trace)
             return default

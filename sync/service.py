@@ -15,6 +15,18 @@ accounts always carry on.
 ``request_stop()`` (SIGTERM) is heard between notes, pages, embedding batches and
 accounts, and cuts HTTP calls in flight: the pass ends within seconds, keeping what
 it committed; the next one carries on from there.
+
+What is derived from notes goes with them whatever failed before (``align_derived``:
+at a process's first pass, after every pass that changed notes, failed or stopped, and
+until an alignment succeeds; an idle pass skips it). The memory (``rag.memory``) loses every note the index no
+longer holds (gone, trashed, deleted, excluded by the privacy rules), whether the write
+that should have removed it failed, a kill came between the index's commit and the
+memory's, or the rules changed while it was not running; the notes it keeps are shown
+with the title, notebook and tags the index has (a retag whose write failed). The
+feedback store (``rag.feedback``) stops showing the text and titles of the notes an
+answer cited that the index no longer holds. Each compares note ids (and labels) read in
+one query per table, never a query per note. The other way round (a note indexed at a
+text the memory lacks) is the indexer's (``memory_behind``).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import sqlite3
 import threading
 import time
 from contextlib import closing
@@ -30,6 +43,8 @@ from typing import Callable
 
 from rag.config import Settings
 from rag.errors import AuthFailed, LeanoteRagError, Unavailable, UserError
+from rag.entities import norm
+from rag.feedback import FeedbackStore, path_for as feedback_path
 from rag.index import NoteIndex
 from rag.memory import MemoryStore
 from rag import related
@@ -37,7 +52,7 @@ from rag import related
 from .incremental import AccountResult, AccountSync
 from .indexer import Indexer, Progress, Stopped, Summary
 from .sources import Known, open_source
-from .state import State
+from .state import Indexed, State
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +118,10 @@ class SyncService:
         self.state = state
         self.source = open_source(settings)
         self.memory = open_memory(settings)
+        self.feedback: FeedbackStore | None = None  # opened once the daemon has made it (align_derived)
+        # align_derived is due: at the first pass (what a crash left), after a pass that changed
+        # notes, failed or stopped, and after an alignment that failed; an idle pass skips it
+        self._memory_due = self._feedback_due = True
         self.clock = clock
         self.rng = rng
         self.lock = threading.Lock()  # one pass at a time
@@ -155,7 +174,16 @@ class SyncService:
                     self.memory.reset()
             run_id = self.state.start_run(self.source.name)
             try:
+                if self._memory_due:  # what a crash or a failed write left behind, before anything is read
+                    self.align_derived(memory=True)
                 result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
+                summary = result.summary
+                unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
+                self._feedback_due |= unsettled
+                # this pass's failed memory writes; the feedback store only after a complete
+                # pass (a rebuild cut short holds fewer notes than there are)
+                self.align_derived(memory=self._memory_due or unsettled,
+                                   feedback=self._feedback_due and result.ok and not result.stopped)
             except BaseException as err:
                 self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
                 if isinstance(err, Exception):  # observers hear of it as a failed pass
@@ -172,6 +200,74 @@ class SyncService:
             self.state.finish_run(run_id, summary, error=error)
             self._notify(result)
             return result
+
+    def align_derived(self, memory: bool = True, feedback: bool = False) -> None:
+        """Bring what is derived from notes in line with the notes the index holds: with
+        ``memory``, the memory loses every note it holds that the index does not (or holds
+        for another user) and shows the others as indexed; with ``feedback``, the feedback
+        store's answers stop naming notes the index does not hold. Never fails the pass: a
+        failure is logged, naming the notes, and the next pass tries again."""
+        memory = memory and self.memory is not None
+        if not memory and not feedback:
+            return
+        indexed = self.state.indexed_notes()
+        if memory:
+            self._memory_due = not self._align_memory(indexed)
+        if feedback:
+            self._feedback_due = not self._align_feedback(indexed)
+
+    def _align_memory(self, indexed: dict[str, Indexed]) -> bool:
+        try:
+            held = self.memory.holdings()
+        except Exception as err:
+            log.warning("memory: cannot compare it with the index: %s; the next pass tries again", err,
+                        exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
+            return False
+        stale = sorted(n for n, user in held.items() if n not in indexed or indexed[n].user_id != user)
+        if stale:
+            try:
+                self.memory.remove_notes(stale)
+            except Exception as err:
+                log.warning("memory: cannot remove %d note(s) the index no longer holds (%s): %s; the next pass "
+                            "tries again", len(stale), _some(stale), err,
+                            exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
+                return False
+            log.info("memory: removed %d note(s) the index no longer holds (%s)", len(stale), _some(stale))
+        # shown under another title, notebook or tags than indexed (a retag whose write failed,
+        # a notebook renamed)
+        try:
+            relabelled = []
+            for note_id, (user, title, notebook, tags) in self.memory.labels().items():
+                row = indexed.get(note_id)
+                if row is not None and row.user_id == user and (row.title, row.notebook, frozenset(
+                        norm(t) for t in row.tags if norm(t))) != (title, notebook, tags):
+                    self.memory.relabel(user, note_id, row.title, row.notebook, row.tags)
+                    relabelled.append(note_id)
+            if relabelled:
+                log.info("memory: %d note(s) now shown with their title, notebook and tags as indexed (%s)",
+                         len(relabelled), _some(relabelled))
+        except Exception as err:
+            log.warning("memory: cannot update how notes are shown: %s; the next pass tries again", err,
+                        exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
+            return False
+        return True
+
+    def _align_feedback(self, indexed: dict[str, Indexed]) -> bool:
+        try:
+            if self.feedback is None:
+                if not feedback_path(self.settings).exists():
+                    return True  # no answer was ever recorded
+                self.feedback = FeedbackStore.open_for(self.settings)
+            gone = sorted(self.feedback.named_notes() - indexed.keys())
+            if gone:
+                answers = self.feedback.forget_notes(gone)
+                log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
+                         answers, len(gone), _some(gone))
+        except Exception as err:
+            log.warning("feedback: cannot compare it with the index: %s; the next pass tries again", err,
+                        exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
+            return False
+        return True
 
     def _refresh_related(self) -> int:
         """After a pass: related notes of the notes it changed and of those whose pairs
@@ -322,3 +418,12 @@ class SyncService:
         if self.memory is not None:
             self.memory.close()
             self.memory = None
+        if self.feedback is not None:
+            self.feedback.close()
+            self.feedback = None
+
+
+def _some(note_ids: list[str], shown: int = 10) -> str:
+    """Note ids for a log line: the first few, and how many more."""
+    more = len(note_ids) - shown
+    return ", ".join(note_ids[:shown]) + (f" and {more} more" if more > 0 else "")

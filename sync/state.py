@@ -28,7 +28,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
@@ -176,6 +176,16 @@ _NOTE_COLUMNS = (
 )
 
 
+class Indexed(NamedTuple):
+    """A note the index holds: whose it is, the text it is at, how it is shown."""
+
+    user_id: str
+    content_hash: str
+    title: str
+    notebook: str
+    tags: tuple[str, ...]
+
+
 def _note(row) -> NoteRecord:
     return NoteRecord(
         *row[:8], json.loads(row[8]), json.loads(row[9]), row[10], row[11], row[12], row[13], json.loads(row[14]),
@@ -311,6 +321,13 @@ class State:
                 time.time(),
             ),
         )
+
+    def indexed_notes(self) -> dict[str, "Indexed"]:
+        """Every note the index holds, as it is indexed. What the stores derived from notes
+        (the memory, the feedback store) are brought in line with."""
+        rows = self.db.execute("SELECT note_id, user_id, content_hash, title, notebook, tags FROM notes "
+                               "WHERE status = ?", (INDEXED,))
+        return {r[0]: Indexed(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in rows}
 
     def snapshot_rows(self, source: str) -> dict[str, tuple[str, str, str]]:
         """A snapshot source's notes: note id -> (fingerprint, status, pipeline)."""
