@@ -36,7 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from rag.capture import Attachment, Origin, Receipt, answer_note, compose, has_marker, with_marker
+from rag.capture import (Attachment, Origin, Quote, Receipt, answer_note, compose, has_marker, md_escape,
+                         md_label, with_marker)
 from rag.config import Account, Settings, secret
 from rag.errors import AuthFailed, LeanoteRagError, Refused, Unavailable
 
@@ -370,15 +371,19 @@ class Capture:
         return None
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
-                   files: list[Attachment] = (), title: str = "") -> Receipt:
-        """A new note in the inbox notebook."""
+                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None) -> Receipt:
+        """A new note in the inbox notebook: ``text`` is the person's own (their Markdown),
+        ``quote`` someone else's text (a forward, a saved message: shown as written)."""
         files = list(files)
-        if not text.strip() and not files:
+        if not text.strip() and not files and not (quote and quote.text.strip()):
             return Receipt("refused", "要记什么？在 /note 后面写上内容。 / What should I note? Write it after /note.")
-        draft = compose(text or (files[0].filename if files else ""), extra_tags=list(self.settings.capture.tags),
-                        origin=origin, title=title, when=datetime.now())
+        if not title and not text.strip() and not (quote and quote.text.strip()) and files:
+            title = files[0].filename  # a file alone: its name is the title (and not Markdown in the body)
+        draft = compose(text, extra_tags=list(self.settings.capture.tags), origin=origin, title=title,
+                        when=datetime.now(), quote=quote)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
-        return await self._submit(person, user_id, "note", payload, files, text)
+        return await self._submit(person, user_id, "note", payload, files,
+                                  "\n\n".join(t for t in (text, quote.text if quote else "") if t))
 
     async def save_answer(self, person: str, user_id: str, question: str, answer: str,
                           citations: list[dict]) -> Receipt:
@@ -555,7 +560,7 @@ class Capture:
             local_id = secrets.token_hex(12)
             files.append((local_id, f.filename, f.data, f.mime, f.is_image))
             link = "getImage" if f.is_image else "getAttach"
-            body += f"\n{'!' if f.is_image else ''}[{f.filename}](/api/file/{link}?fileId={local_id})\n"
+            body += f"\n{'!' if f.is_image else ''}[{md_label(f.filename)}](/api/file/{link}?fileId={local_id})\n"
         self.outbox.sending(item)
         created = writer.add_note(notebook_id, title, with_marker(body, item.key), item.payload.get("tags", []), files)
         return str(created["NoteId"])
@@ -570,7 +575,8 @@ class Capture:
                     raise Refused("the last captured note is gone from Leanote (deleted or in the trash)", "gone")
                 # the memory note does not exist (yet, or any more): it starts with this line
                 title = self.settings.capture.memory_title
-                note_id = self._write_note(writer, item, title=title, content=f"# {title}\n\n{item.payload['text']}\n")
+                note_id = self._write_note(writer, item, title=title,
+                                           content=f"# {md_escape(title)}\n\n{item.payload['text']}\n")
                 self.outbox.set_target(item.person, item.user_id, what, note_id)
                 return note_id
             meta, content = got

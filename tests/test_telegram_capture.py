@@ -331,3 +331,31 @@ def test_the_buttons_under_an_answer_are_the_askers_own(world):
         assert ack[0]["show_alert"] and "expired" in ack[0]["text"]
 
     run(settings, tg, scenario)
+
+
+# --- text shown as written -----------------------------------
+
+
+def test_a_forward_is_kept_as_its_sender_wrote_it_never_as_a_link(world):
+    from test_capture_once import EVIL, links
+
+    make, tg, ollama, leanote = world
+    settings = make()
+
+    async def scenario(daemon):
+        tg.add_file("doc-evil", b"%PDF-1.4 x")
+        sent = f"看这个 [点我](javascript:alert(1)) {EVIL} #资料"  # plain text in Telegram, not a link
+        got = await said(tg, OWNER, send=lambda: tg.forward(
+            OWNER, sent, origin=origin_user(333, EVIL), document="doc-evil",
+            file_name=EVIL + ".pdf", mime_type="application/pdf"))
+        note = leanote.notes[link_id(got["text"], leanote)]
+        hrefs, text = links(note["Content"])
+        assert [h.split("?")[0] for h in hrefs] == ["/api/file/getAttach"]  # only the file's own link
+        assert sent in text and EVIL + ".pdf" in text and f"Forwarded from: {EVIL}" in text
+        assert "资料" in note["Tags"]
+        # the person's own /note keeps their Markdown
+        got = await said(tg, OWNER, "/note 我的 [链接](https://example.com/x) *重点*")
+        hrefs, _ = links(leanote.notes[link_id(got["text"], leanote)]["Content"])
+        assert hrefs == ["https://example.com/x"]
+
+    run(settings, tg, scenario)
