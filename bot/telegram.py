@@ -26,7 +26,8 @@ Capture (``host.capture``) writes into the person's own Leanote: ``/note``, a me
 to any message, ``/append``, ``/remember``, and ``/outbox`` for what is still waiting.
 A file is checked against ``capture.max_file_mb`` before it is downloaded. The
 person's own words keep their Markdown; someone else's text (a forward, ``/save`` on
-another's message) goes in as they wrote it (``rag.capture.Quote``).
+another's message) goes in as they wrote it (``rag.capture.Quote``). "Save as note"
+writes only into the presser's current Leanote user: the one the answer came from.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ MEDIA_HINT = ("要把它存成笔记吗？把 /note 写在说明里，或回复�
               "caption or reply to it with /save.")
 UNSUPPORTED = ("这种消息还存不了：只能存文字、图片和文件。 / This kind of message cannot be saved yet: only text, "
                "photos and documents.")
+REMAPPED = ("这个回答来自另一个 Leanote 账号的笔记，不能保存到你现在的账号。 / This answer came from another Leanote "
+            "account's notes; it cannot be saved into yours.")
 MEDIA = filters.PHOTO | filters.Document.ALL
 _COMMAND = re.compile(r"^/\w+(@\w+)?(?=\s|$)")
 
@@ -552,7 +555,8 @@ class TelegramBot:
         if record is None:
             await query.answer(EXPIRED, show_alert=True)
             return
-        if not isinstance(self.access.person("telegram", query.from_user.id), Person):
+        person = self.access.person("telegram", query.from_user.id)  # as the config says now
+        if not isinstance(person, Person):
             await query.answer(STRANGER["telegram"].format(id=query.from_user.id)[:200], show_alert=True)
             return
         try:
@@ -565,7 +569,7 @@ class TelegramBot:
                                        f"问题 question: {record.question}\n这个回答没有记录依据。 / No trace was kept "
                                        f"for this answer.")
             else:
-                await self._save_answer(query, presser, record)
+                await self._save_answer(query, presser, person, record)
         except NotYours:
             await query.answer(NOT_YOURS, show_alert=True)
         except UnknownAnswer:
@@ -576,7 +580,7 @@ class TelegramBot:
             with suppress(TelegramError):  # (the press may have been answered already)
                 await query.answer(SORRY[:200], show_alert=True)
 
-    async def _save_answer(self, query, presser: str, record) -> None:
+    async def _save_answer(self, query, presser: str, person: Person, record) -> None:
         capture = getattr(self.host, "capture", None)
         if capture is None:
             await query.answer(NO_CAPTURE, show_alert=True)
@@ -584,6 +588,9 @@ class TelegramBot:
         base = self.host.settings.leanote.base_url
         if record.saved_note_id:
             await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{record.saved_note_id}")
+            return
+        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
+            await query.answer(REMAPPED[:200], show_alert=True)
             return
         queued = self._saving.get(record.id)
         if queued:  # an earlier press was queued: still waiting, written meanwhile, or refused

@@ -333,7 +333,31 @@ def test_the_buttons_under_an_answer_are_the_askers_own(world):
     run(settings, tg, scenario)
 
 
-# --- text shown as written -----------------------------------
+# --- the person's current Leanote user; text shown as written -----------------------------------
+
+
+def test_save_as_note_after_the_person_was_remapped_is_refused(world):
+    """An answer from the notes of the Leanote user the person was mapped to then: after the
+    owner maps them to another user (a reload), its "Save as note" writes into neither."""
+    make, tg, ollama, leanote = world
+    settings = make()
+
+    async def scenario(daemon):
+        ollama.reply("先炒蛋再炒番茄[1]。")
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        done = (await until(lambda: final(tg, OWNER, "来源")))[0]
+        mid = next(i for i, m in tg.messages.items() if m is done)
+        save = next(data for _, data in tg.buttons(mid) if data.startswith("save:"))
+        users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
+                 for u in daemon.settings.users]
+        daemon.settings = daemon.settings.model_copy(update={"users": users})  # as a reload applies it
+        q = tg.press(OWNER, OWNER, mid, save)
+        ack = (await until(lambda: tg.answered(q)))[0]
+        assert ack["show_alert"] and "another Leanote account" in ack["text"]
+        await asyncio.sleep(0.5)
+        assert not leanote.notes and not daemon.capture.pending(f"telegram:{OWNER}")
+
+    run(settings, tg, scenario)
 
 
 def test_a_forward_is_kept_as_its_sender_wrote_it_never_as_a_link(world):
