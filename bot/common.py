@@ -14,7 +14,7 @@ from typing import Awaitable, Callable, Iterator, Protocol
 from rag import limits
 from rag import related as related_mod
 from rag.answer import AnswerService, Trace
-from rag.capture import Attachment, Origin, Receipt
+from rag.capture import Attachment, Origin, Quote, Receipt
 from rag.config import Settings, secret
 from rag.errors import UserError
 from rag.feedback import FeedbackStore
@@ -27,10 +27,11 @@ from rag.metrics import Metrics
 class Capturer(Protocol):
     """Writing from chat into the person's own Leanote (``sync.capture.Capture``). Every
     call answers with a ``Receipt`` whose ``message`` is ready to show: written (with
-    the note's link), queued (Leanote is down; retried), or refused (and why)."""
+    the note's link), queued (Leanote is down; retried), or refused (and why). ``text`` is
+    the person's own (kept as their Markdown), ``quote`` someone else's (shown as written)."""
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
-                   files: list[Attachment] = (), title: str = "") -> Receipt: ...
+                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None) -> Receipt: ...
     async def append(self, person: str, user_id: str, text: str) -> Receipt: ...
     async def remember(self, person: str, user_id: str, text: str) -> Receipt: ...
     async def save_answer(self, person: str, user_id: str, question: str, answer: str,

@@ -42,7 +42,7 @@ import discord
 from discord import app_commands
 
 from rag.answer import Candidate, Trace
-from rag.capture import Attachment, Origin
+from rag.capture import Attachment, Origin, Quote
 from rag.config import secret
 from rag.errors import ConfigError
 from rag.feedback import NotYours, UnknownAnswer
@@ -457,8 +457,12 @@ class DiscordBot:
                 await interaction.response.send_message(
                     "这条消息没有可保存的文字或文件。 / That message has no text or files to save.", ephemeral=True)
             return
-        await self._capture(interaction, "note", text, list(message.attachments),
-                            origin=origin_of(message, interaction))
+        if message.author.id == interaction.user.id:  # their own message: their words, as they wrote them
+            await self._capture(interaction, "note", text, list(message.attachments),
+                                origin=origin_of(message, interaction))
+        else:  # someone else's: shown in the note as they wrote it, not as Markdown of ours
+            await self._capture(interaction, "note", "", list(message.attachments),
+                                origin=origin_of(message, interaction), quote=Quote(text))
 
     async def outbox(self, interaction: discord.Interaction) -> None:
         person = await self._person(interaction)
@@ -476,7 +480,8 @@ class DiscordBot:
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def _capture(self, interaction: discord.Interaction, kind: str, text: str,
-                       files: list[discord.Attachment] = (), origin: Origin | None = None) -> None:
+                       files: list[discord.Attachment] = (), origin: Origin | None = None,
+                       quote: Quote | None = None) -> None:
         person = await self._person(interaction)
         if person is None:
             return
@@ -504,7 +509,8 @@ class DiscordBot:
                     return
                 attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
             if kind == "note":
-                receipt = await capture.note(me, person.leanote_user_id, text or "", origin=origin, files=attachments)
+                receipt = await capture.note(me, person.leanote_user_id, text or "", origin=origin, files=attachments,
+                                             quote=quote)
             elif kind == "append":
                 receipt = await capture.append(me, person.leanote_user_id, text or "")
             else:

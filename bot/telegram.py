@@ -24,7 +24,10 @@ asking or pressing person's Leanote user; answered where asked, like ``/search``
 Capture (``host.capture``) writes into the person's own Leanote: ``/note``, a message
 (text, photo or document) forwarded to the bot in a private chat, ``/save`` replying
 to any message, ``/append``, ``/remember``, and ``/outbox`` for what is still waiting.
-A file is checked against ``capture.max_file_mb`` before it is downloaded.
+A file is checked against ``capture.max_file_mb`` before it is downloaded. The
+person's own words keep their Markdown; someone else's text (a forward, ``/save`` on
+another's message) goes in as they wrote it (``rag.capture.Quote``). "Save as note"
+writes only into the presser's current Leanote user: the one the answer came from.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler,
                           MessageHandler, filters)
 
 from rag.answer import Candidate, Trace
-from rag.capture import Attachment, Origin, Receipt
+from rag.capture import Attachment, Origin, Quote, Receipt, md_escape, md_label, md_url
 from rag.config import secret
 from rag.errors import ConfigError
 from rag.feedback import NotYours, UnknownAnswer
@@ -75,6 +78,8 @@ MEDIA_HINT = ("要把它存成笔记吗？把 /note 写在说明里，或回复�
               "caption or reply to it with /save.")
 UNSUPPORTED = ("这种消息还存不了：只能存文字、图片和文件。 / This kind of message cannot be saved yet: only text, "
                "photos and documents.")
+REMAPPED = ("这个回答来自另一个 Leanote 账号的笔记，不能保存到你现在的账号。 / This answer came from another Leanote "
+            "account's notes; it cannot be saved into yours.")
 MEDIA = filters.PHOTO | filters.Document.ALL
 _COMMAND = re.compile(r"^/\w+(@\w+)?(?=\s|$)")
 
@@ -313,7 +318,7 @@ class TelegramBot:
         if not _capturable(message):
             await message.reply_text(UNSUPPORTED)
             return
-        await self._capture(update, person, _message_text(message), origin=_origin(message), source=message)
+        await self._capture(update, person, "", origin=_origin(message), source=message, quote=_quote(message))
 
     async def on_media_hint(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A photo or document in a private chat, neither forwarded nor with /note: how to keep it."""
@@ -335,8 +340,13 @@ class TelegramBot:
             await message.reply_text(UNSUPPORTED)
             return
         extra = _after_command(message.text)
-        text = "\n\n".join(t for t in (extra, _message_text(target)) if t.strip())
-        await self._capture(update, person, text, origin=_origin(target), source=target)
+        own = target.forward_origin is None and target.from_user is not None and \
+            target.from_user.id == update.effective_user.id
+        if own:  # their own message: their words, as they wrote them
+            text = "\n\n".join(t for t in (extra, _message_text(target)) if t.strip())
+            await self._capture(update, person, text, origin=_origin(target), source=target)
+        else:  # someone else's: shown as they wrote it
+            await self._capture(update, person, extra, origin=_origin(target), source=target, quote=_quote(target))
 
     async def on_append(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         await self._add_text(update, "append")
@@ -377,7 +387,7 @@ class TelegramBot:
         await update.effective_message.reply_text(receipt.message, link_preview_options=NO_PREVIEW)
 
     async def _capture(self, update: Update, person: Person, text: str, *, origin: Origin | None = None,
-                       source: Message | None = None) -> None:
+                       source: Message | None = None, quote: Quote | None = None) -> None:
         """A new note from ``text`` and the photo or document of ``source``; the receipt as the reply."""
         capture = await self._capturer(update)
         if capture is None:
@@ -400,7 +410,7 @@ class TelegramBot:
                 await update.effective_message.reply_text(problem)
                 return
         try:
-            receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files)
+            receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files, quote=quote)
         except Exception:
             log.exception("a Telegram capture failed")
             count_error(self.host, "telegram")
@@ -560,7 +570,8 @@ class TelegramBot:
         if record is None:
             await query.answer(EXPIRED, show_alert=True)
             return
-        if not isinstance(self.access.person("telegram", query.from_user.id), Person):
+        person = self.access.person("telegram", query.from_user.id)  # as the config says now
+        if not isinstance(person, Person):
             await query.answer(STRANGER["telegram"].format(id=query.from_user.id)[:200], show_alert=True)
             return
         try:
@@ -573,7 +584,7 @@ class TelegramBot:
                                        f"问题 question: {record.question}\n这个回答没有记录依据。 / No trace was kept "
                                        f"for this answer.")
             else:
-                await self._save_answer(query, presser, record)
+                await self._save_answer(query, presser, person, record)
         except NotYours:
             await query.answer(NOT_YOURS, show_alert=True)
         except UnknownAnswer:
@@ -584,7 +595,7 @@ class TelegramBot:
             with suppress(TelegramError):  # (the press may have been answered already)
                 await query.answer(SORRY[:200], show_alert=True)
 
-    async def _save_answer(self, query, presser: str, record) -> None:
+    async def _save_answer(self, query, presser: str, person: Person, record) -> None:
         capture = getattr(self.host, "capture", None)
         if capture is None:
             await query.answer(NO_CAPTURE, show_alert=True)
@@ -592,6 +603,9 @@ class TelegramBot:
         base = self.host.settings.leanote.base_url
         if record.saved_note_id:
             await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{record.saved_note_id}")
+            return
+        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
+            await query.answer(REMAPPED[:200], show_alert=True)
             return
         queued = self._saving.get(record.id)
         if queued:  # an earlier press was queued: still waiting, written meanwhile, or refused
@@ -765,19 +779,25 @@ def _too_large(name: str, max_mb: float) -> str:
     return f"文件 {name} 太大：最多 {max_mb:g} MB，没有保存。 / {name} is too large: at most {max_mb:g} MB; nothing was saved."
 
 
-def _markdown(text: str, entities) -> str:
-    """The text with its hidden links (``text_link``: words that link somewhere) kept as
-    Markdown links; everything else as written. Offsets are in UTF-16 code units."""
+def _markdown(text: str, entities, literal: bool = False) -> str:
+    """The text with its hidden links (``text_link``: words that link somewhere) as Markdown
+    links, their words shown as written; the rest as written: the person's own Markdown, or
+    with ``literal`` (someone else's text) escaped so that it shows as written. Offsets are
+    in UTF-16 code units."""
     links = sorted((e for e in (entities or ()) if e.type == MessageEntity.TEXT_LINK and e.url),
-                   key=lambda e: e.offset, reverse=True)
-    if not links:
-        return text
+                   key=lambda e: e.offset)
+    plain = md_escape if literal else (lambda part: part)
     units = text.encode("utf-16-le")
+    out, pos = [], 0
     for e in links:
         start, end = e.offset * 2, (e.offset + e.length) * 2
-        words = units[start:end].decode("utf-16-le")
-        units = units[:start] + f"[{words}]({e.url})".encode("utf-16-le") + units[end:]
-    return units.decode("utf-16-le")
+        if start < pos or end > len(units):
+            continue
+        out.append(plain(units[pos:start].decode("utf-16-le", "replace")))
+        out.append(f"[{md_label(units[start:end].decode('utf-16-le', 'replace'))}]({md_url(e.url)})")
+        pos = end
+    out.append(plain(units[pos:].decode("utf-16-le", "replace")))
+    return "".join(out)
 
 
 def _capturable(message: Message) -> bool:
@@ -789,6 +809,13 @@ def _message_text(message: Message) -> str:
     if message.text is not None:
         return _markdown(message.text, message.entities)
     return _markdown(message.caption or "", message.caption_entities)
+
+
+def _quote(message: Message) -> Quote:
+    """Someone else's message (its text or caption) for a capture: as they wrote it, links kept."""
+    text, entities = ((message.text, message.entities) if message.text is not None
+                      else (message.caption or "", message.caption_entities))
+    return Quote(text, _markdown(text, entities, literal=True))
 
 
 def _name(user) -> str:

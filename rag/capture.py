@@ -7,6 +7,11 @@ It becomes a Markdown note: the title from the first line, ``#hashtags`` as tags
 Every note or appended block we write ends with a marker line, an HTML comment holding
 the capture's key: Leanote's Markdown view hides it, the indexer drops it, and after a
 crash between Leanote's write and our acknowledgement it tells us the write happened.
+
+Markdown: the person's own words stay their Markdown, as they typed them. Everything else
+put into the note is shown as written (``md_escape``): someone else's text (a forward, a
+saved message, ``Quote``), names and chat titles, file names, the question and the cited
+titles of a saved answer. A file named ``a](javascript:…) [b`` stays that name, never a link.
 """
 
 from __future__ import annotations
@@ -25,6 +30,27 @@ _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 KINDS = ("note", "append", "remember", "save")
+# What can start Markdown (or HTML) inside a line, and at the start of one (headings, quotes,
+# lists, rules, setext underlines): backslash-escaped, as CommonMark allows for any ASCII punctuation.
+_INLINE_MARKUP = re.compile(r"[\\`*_\[\]()<>!~|&{}]")
+_LINE_MARKUP = re.compile(r"^([ \t]*)(?:([#>+=-])|(\d+)([.)]))", re.M)
+_SAFE_LINK = re.compile(r"^https?://[^\s<>()\\]+$")
+
+
+def md_escape(text: str) -> str:
+    """``text`` as Markdown that shows exactly this text: no link, emphasis, heading, list or HTML."""
+    text = _INLINE_MARKUP.sub(lambda m: "\\" + m[0], text)
+    return _LINE_MARKUP.sub(lambda m: m[1] + ("\\" + m[2] if m[2] else m[3] + "\\" + m[4]), text)
+
+
+def md_label(text: str) -> str:
+    """A link's (or image's) label: shown as written, on one line."""
+    return md_escape(" ".join(str(text).split()))
+
+
+def md_url(url: str) -> str:
+    """A link target that stays one: the characters that would end it percent-encoded."""
+    return "".join(f"%{ord(c):02X}" if c in "()<> \t\n\r\\" else c for c in url)
 
 
 @dataclass(frozen=True)
@@ -37,10 +63,27 @@ class Origin:
     link: str = ""  # a link to the original when the chat is public
 
     def line(self) -> str:
-        parts = [p for p in (self.who, self.chat and f"「{self.chat}」", self.when and self.when.strftime("%Y-%m-%d %H:%M"))
-                 if p]
+        """The line under a forward, as Markdown: names and titles as written, the link if it is a web link."""
+        who = " ".join(self.who.split())
+        chat = " ".join(self.chat.split())
+        parts = [p for p in (md_escape(who), chat and f"「{md_escape(chat)}」",
+                             self.when and self.when.strftime("%Y-%m-%d %H:%M")) if p]
         text = " · ".join(parts) or "?"
-        return f"转发自 / Forwarded from: {text}" + (f" — {self.link}" if self.link else "")
+        link = self.link if _SAFE_LINK.match(self.link or "") else ""
+        return f"转发自 / Forwarded from: {text}" + (f" — {link}" if link else "")
+
+
+@dataclass(frozen=True)
+class Quote:
+    """Someone else's text in a capture (a forwarded or saved message): shown as they wrote
+    it. ``markdown``: the same text as Markdown when the bot knows more (its hidden links);
+    by default the text escaped."""
+
+    text: str
+    markdown: str = ""
+
+    def body(self) -> str:
+        return self.markdown or md_escape(self.text)
 
 
 @dataclass(frozen=True)
@@ -96,16 +139,20 @@ def title_of(text: str) -> str:
 
 
 def compose(text: str, *, extra_tags: list[str] = (), origin: Origin | None = None, title: str = "",
-            when: datetime | None = None) -> Draft:
+            when: datetime | None = None, quote: Quote | None = None) -> Draft:
     """The note a capture becomes: Markdown, the title from the first line (or the one
-    given), ``#hashtags`` and ``extra_tags`` as tags, the origin of a forward below."""
+    given), ``#hashtags`` and ``extra_tags`` as tags, the origin of a forward below.
+    ``text``: the person's own words (their Markdown, kept); ``quote``: someone else's
+    text after them (shown as written)."""
     text = text.strip()
-    title = title.strip() or title_of(text) or f"Captured {(when or datetime.now()).strftime('%Y-%m-%d %H:%M')}"
-    body = text
+    quoted = quote.text.strip() if quote is not None else ""
+    title = (title.strip() or title_of(text) or title_of(quoted)
+             or f"Captured {(when or datetime.now()).strftime('%Y-%m-%d %H:%M')}")
+    body = "\n\n".join(part for part in (text, quote.body().strip() if quoted else "") if part)
     if origin is not None:
         body += f"\n\n> {origin.line()}"
-    tags = list(dict.fromkeys([*hashtags(text), *extra_tags]))
-    return Draft(title, body + "\n", tags)
+    tags = list(dict.fromkeys([*hashtags(text), *hashtags(quoted), *extra_tags]))
+    return Draft(title, body.lstrip("\n") + "\n", tags)
 
 
 def with_marker(content: str, key: str) -> str:
@@ -119,12 +166,12 @@ def has_marker(content: str, key: str) -> bool:
 
 def answer_note(question: str, answer: str, citations: list[dict]) -> str:
     """A saved answer as Markdown: the question, the answer, its sources as links."""
-    lines = [f"**问 / Q:** {question}", "", answer.strip(), ""]
+    lines = [f"**问 / Q:** {md_escape(' '.join(question.split()))}", "", answer.strip(), ""]
     if citations:
         lines.append("来源 / Sources:")
         for c in citations:
             n = c.get("n")
             label = f"[{n}] " if n else ""
-            title = c.get("title") or c.get("note_id") or "note"
-            lines.append(f"- {label}[{title}]({c['url']})" if c.get("url") else f"- {label}{title}")
+            title = md_label(c.get("title") or c.get("note_id") or "note")
+            lines.append(f"- {label}[{title}]({md_url(c['url'])})" if c.get("url") else f"- {label}{title}")
     return "\n".join(lines).rstrip() + "\n"

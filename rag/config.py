@@ -236,6 +236,11 @@ class CaptureConfig(Section):
     api_url: str | None = Field(default=None, description="where to call the API (default: source.api_url, else leanote.base_url)")
     retry_min: Duration = Field(default=30.0, description="a capture that could not be written is tried again after this, doubling")
     retry_max: Duration = 1800.0
+    resend_after: Duration = Field(
+        default=120.0,
+        description="a write whose answer never came is looked for in Leanote again, and sent again only this long "
+        "after it went out (at least twice sync.http_timeout): a slow Leanote may still apply it",
+    )
     sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
 
 

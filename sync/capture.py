@@ -7,12 +7,24 @@ pass, which runs ``capture.sync_after`` after a write.
 
 - **Durable.** Every capture is first a row in ``<state_dir>/capture.sqlite``, then
   written. While Leanote is down or the login fails, it waits there and is tried
-  again with backoff (``capture.retry_min`` doubling to ``retry_max``), each Leanote
-  user's captures in the order they were made; the person is told it is queued.
-- **Exactly once.** Before a write goes out, its row says ``sending``; every note or
-  block we write carries the capture's key in a hidden marker line (``rag.capture``).
-  A row found ``sending`` (the process died between Leanote's write and our
-  acknowledgement) is looked for in Leanote before it is sent again.
+  again with backoff (``capture.retry_min`` doubling to ``retry_max`` with each
+  failed try), each Leanote user's captures in the order they were made; the person
+  is told it is queued.
+- **One account's trouble is its own.** Each Leanote user's captures are written by a
+  worker of their own: a login that hangs or is refused, or a Leanote that stalls for
+  one user, delays nobody else, and its error is only in that user's captures. Which
+  login is whose is learnt by logging in (all unknown ones at once) and kept in the
+  outbox, so a login that fails later is known to be its own user's.
+- **Exactly once.** Before a write goes out, its row says ``sending`` with the time it
+  was sent and the user's USN before it; every note or block we write carries the
+  capture's key in a hidden marker line (``rag.capture``). A write whose answer never
+  came (a timeout, a cut connection, the process killed) is looked for in Leanote
+  (the notes changed since that USN, by their marker) and sent again only
+  ``capture.resend_after`` after it went out, when it can no longer be on its way.
+  If a copy lands even later, the capture is looked for once more after that grace,
+  and the copy the person was not given is moved to the trash. ``/append`` and
+  ``/remember`` onto an existing note need none of this: an update carries the note's
+  ``Usn``, so of two sends only one can apply.
 - **Never overwrites an edit.** ``/append`` and ``/remember`` read the note and send it
   back with its ``Usn``; when someone changed it meanwhile Leanote answers
   ``conflict`` and changes nothing, and we read it again and retry.
@@ -31,12 +43,16 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from rag.capture import Attachment, Origin, Receipt, answer_note, compose, has_marker, with_marker
+from rag.capture import (Attachment, Origin, Quote, Receipt, answer_note, compose, has_marker, md_escape,
+                         md_label, with_marker)
 from rag.config import Account, Settings, prepare_state_dir, secret
 from rag.errors import AuthFailed, LeanoteRagError, Refused, Unavailable
 
@@ -73,6 +89,17 @@ MIGRATIONS = [
     CREATE TABLE notebooks (user_id TEXT NOT NULL, title TEXT NOT NULL, notebook_id TEXT NOT NULL,
         PRIMARY KEY (user_id, title));
     """,
+    # sent_at: when the last addNote went out (0: none); usn_before: the user's USN before the
+    # first; unanswered: a send got no answer (look for copies once written); check_at: when to
+    # look (0: no need); failures: failed tries in a row (the backoff). logins: whose login is whose.
+    """
+    ALTER TABLE items ADD COLUMN sent_at REAL NOT NULL DEFAULT 0;
+    ALTER TABLE items ADD COLUMN usn_before INTEGER;
+    ALTER TABLE items ADD COLUMN unanswered INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE items ADD COLUMN check_at REAL NOT NULL DEFAULT 0;
+    ALTER TABLE items ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE logins (email TEXT PRIMARY KEY, user_id TEXT NOT NULL);
+    """,
 ]
 OPEN_STATES = ("pending", "sending")
 
@@ -91,6 +118,11 @@ class Item:
     error: str
     created: float
     note_id: str = ""
+    sent_at: float = 0.0
+    usn_before: int | None = None
+    unanswered: int = 0
+    check_at: float = 0.0
+    failures: int = 0
     files: list[Attachment] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -161,21 +193,86 @@ class Outbox:
         items = [self.get(i) for i in ids]
         return [i for i in items if i is not None and i.next_try <= now]
 
-    def next_due(self) -> float | None:
+    def head(self, user_id: str, now: float) -> Item | None:
+        """This Leanote user's next capture, if its time has come."""
+        ids = self._ids("SELECT MIN(id) FROM items WHERE state IN ('pending', 'sending') AND user_id = ?", (user_id,))
+        item = self.get(ids[0]) if ids and ids[0] is not None else None
+        return item if item is not None and item.next_try <= now else None
+
+    def checks_due(self, now: float, user_id: str | None = None) -> list[Item]:
+        """Written captures whose look for a late copy is due."""
+        sql = "SELECT id FROM items WHERE state = 'done' AND check_at > 0 AND check_at <= ?"
+        args: tuple = (now,)
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            args += (user_id,)
+        return [i for i in (self.get(x) for x in self._ids(sql + " ORDER BY id", args)) if i is not None]
+
+    def users_due(self, now: float) -> list[str]:
+        """The Leanote users with a capture to write or a write to check now."""
+        users = dict.fromkeys(i.user_id for i in self.due(now))
+        users.update(dict.fromkeys(i.user_id for i in self.checks_due(now)))
+        return list(users)
+
+    def next_due(self, busy: list[str] = ()) -> float | None:
+        """When the next capture (the first waiting one of each user) or check is due; users
+        in ``busy`` (being written right now) are left out."""
+        skip = f" AND user_id NOT IN ({','.join('?' * len(busy))})" if busy else ""
         with self.lock:
-            row = self.db.execute("SELECT MIN(next_try) FROM items WHERE state IN ('pending', 'sending')").fetchone()
+            row = self.db.execute(
+                f"SELECT MIN(t) FROM (SELECT next_try AS t FROM items WHERE id IN (SELECT MIN(id) FROM items "
+                f"WHERE state IN ('pending', 'sending'){skip} GROUP BY user_id) "
+                f"UNION ALL SELECT check_at FROM items WHERE state = 'done' AND check_at > 0{skip})",
+                (*busy, *busy)).fetchone()
         return row[0]
 
-    def sending(self, item: Item) -> None:
+    def sending(self, item: Item, now: float, adding: bool) -> None:
+        """About to send: for a new note (``adding``), when it went out."""
+        sent_at = now if adding else 0.0
         with self.lock:
-            self.db.execute("UPDATE items SET state = 'sending', attempts = attempts + 1 WHERE id = ?", (item.id,))
-        item.state = "sending"
+            self.db.execute("UPDATE items SET state = 'sending', attempts = attempts + 1, sent_at = ? WHERE id = ?",
+                            (sent_at, item.id))
+        item.state, item.sent_at = "sending", sent_at
 
-    def done(self, item: Item, note_id: str, now: float) -> None:
-        """Written: the row stays a while (``/save`` asks where an answer went), its files go."""
+    def set_usn_before(self, item: Item, usn: int) -> None:
         with self.lock:
-            self.db.execute("UPDATE items SET state = 'done', note_id = ?, finished = ?, error = '', "
-                            "payload = json_remove(payload, '$.files') WHERE id = ?", (note_id, now, item.id))
+            self.db.execute("UPDATE items SET usn_before = ? WHERE id = ?", (usn, item.id))
+        item.usn_before = usn
+
+    def mark_unanswered(self, item: Item) -> None:
+        """A send of this capture got no answer: once written, it is looked for again (copies)."""
+        if not item.unanswered:
+            with self.lock:
+                self.db.execute("UPDATE items SET unanswered = 1 WHERE id = ?", (item.id,))
+            item.unanswered = 1
+
+    def wait_until(self, item: Item, when: float) -> None:
+        """Not tried again before ``when`` (an unanswered write may still land); not a failure."""
+        with self.lock:
+            self.db.execute("UPDATE items SET next_try = ? WHERE id = ?", (when, item.id))
+        item.next_try = when
+
+    def done(self, item: Item, note_id: str, now: float, check_at: float = 0.0) -> None:
+        """Written: the row stays a while (``/save`` asks where an answer went), its files go.
+        ``check_at``: when to look for a late copy of it (a send went unanswered)."""
+        with self.lock:
+            self.db.execute("UPDATE items SET state = 'done', note_id = ?, finished = ?, error = '', check_at = ?, failures = 0, "
+                            "payload = json_remove(payload, '$.files') WHERE id = ?", (note_id, now, check_at, item.id))
+
+    def checked(self, item: Item, again: float = 0.0) -> None:
+        """Looked for copies (``again``: could not, look then, backing off)."""
+        with self.lock:
+            self.db.execute("UPDATE items SET check_at = ?, failures = failures + ? WHERE id = ?",
+                            (again, 1 if again else 0, item.id))
+
+    def login_user(self, email: str) -> str | None:
+        with self.lock:
+            row = self.db.execute("SELECT user_id FROM logins WHERE email = ?", (email,)).fetchone()
+        return row[0] if row else None
+
+    def set_login_user(self, email: str, user_id: str) -> None:
+        with self.lock:
+            self.db.execute("INSERT OR REPLACE INTO logins VALUES (?, ?)", (email, user_id))
 
     def prune(self, before: float) -> int:
         """Forget captures written (or refused) before this time."""
@@ -186,13 +283,14 @@ class Outbox:
     def later(self, item: Item, error: str, when: float) -> None:
         """Not written this time (the outcome is known: nothing was written)."""
         with self.lock:
-            self.db.execute("UPDATE items SET state = 'pending', error = ?, next_try = ? WHERE id = ?",
-                            (error, when, item.id))
+            self.db.execute("UPDATE items SET state = 'pending', error = ?, next_try = ?, failures = failures + 1 "
+                            "WHERE id = ?", (error, when, item.id))
 
     def unsure(self, item: Item, error: str, when: float) -> None:
         """Not acknowledged: it may have been written; the next try looks first."""
         with self.lock:
-            self.db.execute("UPDATE items SET error = ?, next_try = ? WHERE id = ?", (error, when, item.id))
+            self.db.execute("UPDATE items SET error = ?, next_try = ?, failures = failures + 1, "
+                            "unanswered = unanswered OR sent_at > 0 WHERE id = ?", (error, when, item.id))
 
     def park(self, item: Item, error: str, now: float) -> None:
         with self.lock:
@@ -257,6 +355,21 @@ class Outbox:
                               "AND state IN ('pending', 'sending') LIMIT 1", (person, user_id, kind)))
 
 
+class _NotYet(Exception):
+    """An unanswered write may still land: not sent again before ``when``."""
+
+    def __init__(self, when: float):
+        super().__init__(when)
+        self.when = when
+
+
+NOT_IDENTIFIED = ("还没能确认哪个 Leanote 登录是你的：有一个登录失败了（主人可在日志里看到原因），稍后自动重试。 / Could not "
+                  "tell yet which Leanote login is yours: a login failed (the owner sees why in the log); "
+                  "retried later.")
+REMAPPED = ("你现在对应的是另一个 Leanote 用户：这条是给之前那个用户记的，没有写入。 / You are mapped to another Leanote "
+            "user now: this capture was for the previous one, and was not written.")
+
+
 class Capture:
     """Captures from chat: checked, queued, written in the background (``run``)."""
 
@@ -270,19 +383,29 @@ class Capture:
         state_dir = prepare_state_dir(Path(settings().state_dir))
         self.outbox = Outbox(state_dir / FILE)
         self._apis: dict[str, LeanoteApi] = {}  # account email -> its connection
-        self._users: dict[str, str] = {}  # Leanote user id -> account email
+        self._users: dict[str, str] = {}  # account email -> the Leanote user it logs in as
+        self._account_locks: dict[str, threading.Lock] = {}
         self._rates: dict[str, deque] = {}
         self._wake = asyncio.Event()
         self._finished: dict[int, asyncio.Event] = {}
         self._lock = threading.Lock()
+        # each Leanote user's captures in a thread of its own; logins to learn whose is whose apart
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="capture")
+        self._logins = ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture-login")
+        self._closing = False
 
     @property
     def settings(self) -> Settings:
         return self._settings()
 
     def close(self) -> None:
-        for api in self._apis.values():
+        """Cut the calls in flight (what they carried stays in the outbox), then close."""
+        self._closing = True
+        for api in list(self._apis.values()):
             api.stop()
+        self._logins.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for api in list(self._apis.values()):
             api.http.close()
         self.outbox.close()
 
@@ -304,34 +427,104 @@ class Capture:
                 "Capture writes through Leanote's API with your account: ask the owner to add your email and "
                 "password_env under capture.accounts in the config.")
 
+    def _user_of(self, email: str) -> str | None:
+        """The Leanote user an account logs in as, once known (learnt this run, or kept from before)."""
+        user_id = self._users.get(email)
+        if user_id is None:
+            user_id = self.outbox.login_user(email)
+            if user_id is not None:
+                self._users[email] = user_id
+        return user_id
+
+    def _learn(self, email: str, user_id: str) -> None:
+        if user_id and self._users.get(email) != user_id:
+            self._users[email] = user_id
+            self.outbox.set_login_user(email, user_id)
+
+    def _account_lock(self, email: str) -> threading.Lock:
+        with self._lock:
+            return self._account_locks.setdefault(email, threading.Lock())
+
     def _writer(self, user_id: str) -> LeanoteWriter | None:
         """The login writing as this Leanote user; None when no configured account is
-        theirs. Accounts are logged in to learn whose they are (Unavailable if Leanote is down)."""
-        with self._lock:
-            email = self._users.get(user_id)
-            if email is None:
-                for account in self._accounts():
-                    key = account.email.strip().lower()
-                    if key in self._users.values():
-                        continue
-                    api = self._api(account)
-                    if not api.user_id:
-                        api.login()
-                    self._users[api.user_id] = key
-                email = self._users.get(user_id)
+        theirs. Its own login's failure is raised (it is this user's); other accounts are
+        only logged in to learn whose they are, side by side, and their errors go to the log."""
+        accounts = {a.email.strip().lower(): a for a in self._accounts()}
+        email = next((e for e in accounts if self._user_of(e) == user_id), None)
+        if email is None:
+            email = self._identify(user_id, accounts)
             if email is None:
                 return None
-            account = next((a for a in self._accounts() if a.email.strip().lower() == email), None)
-            return LeanoteWriter(self._api(account)) if account is not None else None
+        api = self._api(accounts[email])
+        with self._account_lock(email):
+            if not api.user_id:
+                api.login()
+        if api.user_id != user_id:  # the account logs in as someone else now: never write as them
+            self._learn(email, api.user_id)
+            raise Unavailable(NOT_IDENTIFIED)
+        self._learn(email, api.user_id)
+        return LeanoteWriter(api)
+
+    def _identify(self, user_id: str, accounts: dict[str, Account]) -> str | None:
+        """Log in every account not known yet, all at once, until one turns out to be this
+        user's: its email; None when none is (every login worked). ``Unavailable`` (saying no
+        other account's name or error) when some login failed, so it may have been theirs."""
+        unknown = [e for e in accounts if self._user_of(e) is None]
+        if not unknown:
+            return None
+        try:
+            futures = {self._logins.submit(self._login, accounts[e]): e for e in unknown}
+        except RuntimeError:  # closing
+            raise Unavailable("capture is stopping") from None
+        failed = False
+        try:
+            for future in as_completed(futures, timeout=2 * self.settings.sync.http_timeout + 5):
+                got = None if future.cancelled() else future.result()
+                if got == user_id:
+                    return futures[future]
+                failed = failed or got is None
+        except FuturesTimeout:
+            failed = True
+        if failed:
+            raise Unavailable(NOT_IDENTIFIED)
+        return None
+
+    def _login(self, account: Account) -> str | None:
+        """Log in to learn whose account this is: the Leanote user, or None (logged)."""
+        email = account.email.strip().lower()
+        try:
+            api = self._api(account)
+            with self._account_lock(email):
+                if not api.user_id:
+                    api.login()
+            self._learn(email, api.user_id)
+            return api.user_id or None
+        except (LeanoteRagError, OSError) as err:
+            log.warning("capture: cannot log in to Leanote as %s: %s", email, err)
+            return None
 
     def _api(self, account: Account) -> LeanoteApi:
         key = account.email.strip().lower()
-        api = self._apis.get(key)
-        if api is None:
-            password = secret(account.password_env, f"the password_env of account {account.email}")
-            api = LeanoteApi(self._base_url(), key, password, timeout=self.settings.sync.http_timeout)
-            self._apis[key] = api
+        with self._lock:
+            api = self._apis.get(key)
+            if api is None:
+                if self._closing:
+                    raise Unavailable("capture is stopping")
+                password = secret(account.password_env, f"the password_env of account {account.email}")
+                api = LeanoteApi(self._base_url(), key, password, timeout=self.settings.sync.http_timeout)
+                self._apis[key] = api
         return api
+
+    def _mapped_elsewhere(self, item: Item) -> bool:
+        """The person who captured this is mapped (``users:``) to another Leanote user now."""
+        platform, _, who = item.person.partition(":")
+        if platform not in ("telegram", "discord") or not who.lstrip("-").isdigit():
+            return False
+        for entry in self.settings.users:
+            if int(who) in (entry.telegram_ids if platform == "telegram" else entry.discord_ids):
+                now = entry.leanote_user_id or self._user_of(entry.leanote_email.strip().lower())
+                return bool(now) and now != item.user_id
+        return False
 
     # --- asking ---------------------------------------------------------------------------
 
@@ -369,15 +562,19 @@ class Capture:
         return None
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
-                   files: list[Attachment] = (), title: str = "") -> Receipt:
-        """A new note in the inbox notebook."""
+                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None) -> Receipt:
+        """A new note in the inbox notebook: ``text`` is the person's own (their Markdown),
+        ``quote`` someone else's text (a forward, a saved message: shown as written)."""
         files = list(files)
-        if not text.strip() and not files:
+        if not text.strip() and not files and not (quote and quote.text.strip()):
             return Receipt("refused", "要记什么？在 /note 后面写上内容。 / What should I note? Write it after /note.")
-        draft = compose(text or (files[0].filename if files else ""), extra_tags=list(self.settings.capture.tags),
-                        origin=origin, title=title, when=datetime.now())
+        if not title and not text.strip() and not (quote and quote.text.strip()) and files:
+            title = files[0].filename  # a file alone: its name is the title (and not Markdown in the body)
+        draft = compose(text, extra_tags=list(self.settings.capture.tags), origin=origin, title=title,
+                        when=datetime.now(), quote=quote)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
-        return await self._submit(person, user_id, "note", payload, files, text)
+        return await self._submit(person, user_id, "note", payload, files,
+                                  "\n\n".join(t for t in (text, quote.text if quote else "") if t))
 
     async def save_answer(self, person: str, user_id: str, question: str, answer: str,
                           citations: list[dict]) -> Receipt:
@@ -445,46 +642,85 @@ class Capture:
 
     # --- writing --------------------------------------------------------------------------
 
+    def _grace(self) -> float:
+        """How long after an unanswered write it may still land: ``capture.resend_after``, and
+        at least twice the client's own deadline."""
+        return max(self.settings.capture.resend_after, 2 * self.settings.sync.http_timeout)
+
     async def run(self, stopping: asyncio.Event) -> None:
-        """Write what is due, then sleep until the next is due or a capture arrives."""
-        while not stopping.is_set():
-            self.outbox.prune(self.clock() - KEEP_DAYS * 86400)
-            await self.drain(stopping)
-            nxt = self.outbox.next_due()
-            wait = 30.0 if nxt is None else min(30.0, max(0.05, nxt - self.clock()))
-            self._wake.clear()
-            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stopping.wait())]
-            await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            for w in waiters:
-                w.cancel()
+        """Write what is due, each Leanote user's captures by a worker of its own, and sleep
+        until the next is due or a capture arrives. At a stop, calls still in flight after a
+        moment are cut (what they carried stays in the outbox, looked for at the next start)."""
+        self._wake = asyncio.Event()
+        for api in list(self._apis.values()):
+            api.stopping = False  # this Capture ran before (and was stopped): its connections serve again
+        workers: dict[str, asyncio.Task] = {}
+        try:
+            while not stopping.is_set():
+                self.outbox.prune(self.clock() - KEEP_DAYS * 86400)
+                self._wake.clear()
+                for user_id in self.outbox.users_due(self.clock()):
+                    if user_id not in workers or workers[user_id].done():
+                        workers[user_id] = asyncio.create_task(self._work(user_id, stopping))
+                busy = [u for u, t in workers.items() if not t.done()]
+                nxt = self.outbox.next_due(busy)
+                wait = 30.0 if nxt is None else min(30.0, max(0.05, nxt - self.clock()))
+                waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stopping.wait())]
+                await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+        finally:
+            running = [t for t in workers.values() if not t.done()]
+            if running:
+                _, late = await asyncio.wait(running, timeout=1.0)
+                if late:
+                    for api in list(self._apis.values()):
+                        api.stop()
+                    await asyncio.wait(late, timeout=1.5)
+
+    async def _work(self, user_id: str, stopping: asyncio.Event) -> None:
+        try:
+            await self._drain_user(user_id, stopping)
+        except Exception:
+            log.exception("capture: writing the captures of Leanote user %s failed", user_id)
+        finally:
+            self._wake.set()
 
     async def drain(self, stopping: asyncio.Event | None = None) -> int:
-        """Write every capture that is due, each user's in order; how many were written.
-        A stop is heard between captures (what is not written stays in the outbox)."""
+        """Write every capture that is due, each user's in order and the users side by side
+        (one slow account holds nobody else); how many were written. A stop is heard between
+        captures (what is not written stays in the outbox)."""
+        users = self.outbox.users_due(self.clock())
+        return sum(await asyncio.gather(*(self._drain_user(u, stopping) for u in users)))
+
+    async def _drain_user(self, user_id: str, stopping: asyncio.Event | None) -> int:
+        loop = asyncio.get_running_loop()
         written = 0
-        while True:
-            due = self.outbox.due(self.clock())
-            if not due:
+        while stopping is None or not stopping.is_set():
+            for item in self.outbox.checks_due(self.clock(), user_id):
+                await loop.run_in_executor(self._pool, self._check, item)
+            item = self.outbox.head(user_id, self.clock())
+            if item is None:
                 return written
-            progressed = False
-            for item in due:
-                if stopping is not None and stopping.is_set():
-                    return written
-                state = await asyncio.to_thread(self._deliver, item)
-                event = self._finished.get(item.id)
-                if event is not None:  # the person hears now: written, refused, or queued
-                    event.set()
-                if state == "done":
-                    written += 1
-                    self.on_written()
-                progressed = progressed or state in ("done", "failed")
-            if not progressed:
+            state = await loop.run_in_executor(self._pool, self._deliver, item)
+            event = self._finished.get(item.id)
+            if event is not None:  # the person hears now: written, refused, or queued
+                event.set()
+            if state == "done":
+                written += 1
+                self.on_written()
+            elif state == "retry":
                 return written
+        return written
 
     def _deliver(self, item: Item) -> str:
         """Write one capture: "done", "failed" (parked) or "retry" (later)."""
         now = self.clock
         try:
+            if self._mapped_elsewhere(item):
+                self.outbox.park(item, REMAPPED, now())
+                log.warning("capture %s not written: %s is mapped to another Leanote user now", item.key, item.person)
+                return "failed"
             writer = self._writer(item.user_id)
             if writer is None:
                 self.outbox.park(item, "no Leanote API account for this user: " + self.how_to_enable(), now())
@@ -495,9 +731,14 @@ class Capture:
                     self.outbox.set_target(item.person, item.user_id, "last", note_id)
             else:
                 note_id = self._write_append(writer, item)
-            self.outbox.done(item, note_id, now())
+            self.outbox.done(item, note_id, now(), now() + self._grace() if item.unanswered else 0.0)
             log.info("capture %s (%s) written to note %s", item.key, item.kind, note_id)
             return "done"
+        except _NotYet as wait:
+            self.outbox.wait_until(item, wait.when)
+            log.info("capture %s: not in Leanote yet; sent again at %s unless it lands by then", item.key,
+                     datetime.fromtimestamp(wait.when).strftime("%H:%M:%S"))
+            return "retry"
         except Refused as err:
             if err.reason in ("conflict",):  # kept conflicting: try again later
                 self._retry(item, str(err), sure=True)
@@ -505,16 +746,20 @@ class Capture:
             self.outbox.park(item, str(err), now())
             log.warning("capture %s refused by Leanote: %s", item.key, err)
             return "failed"
-        except (Unavailable, AuthFailed, OSError) as err:
+        except (LeanoteRagError, OSError) as err:
             self._retry(item, str(err), sure=item.state != "sending")
             return "retry"
-        except LeanoteRagError as err:
-            self._retry(item, str(err), sure=item.state != "sending")
+        except Exception as err:  # a bug: this capture backs off, the others go on
+            log.exception("capture %s failed unexpectedly", item.key)
+            self._retry(item, f"unexpected error ({type(err).__name__}); the owner can see it in the log",
+                        sure=item.state != "sending")
             return "retry"
 
     def _retry(self, item: Item, error: str, sure: bool) -> None:
+        """Tried again after ``retry_min``, doubling with each failed try up to ``retry_max``
+        (the first capture of a Leanote user holds the ones behind it: the user's backoff)."""
         cfg = self.settings.capture
-        delay = min(cfg.retry_max, cfg.retry_min * 2 ** max(0, item.attempts - 1))
+        delay = min(cfg.retry_max, cfg.retry_min * 2 ** item.failures)
         when = self.clock() + delay
         (self.outbox.later if sure else self.outbox.unsure)(item, error, when)
         log.info("capture %s not written (%s); next try in %.0f s", item.key, error, delay)
@@ -532,32 +777,75 @@ class Capture:
         self.outbox.set_notebook(user_id, title, notebook_id)
         return notebook_id
 
-    def _find(self, writer: LeanoteWriter, notebook_id: str, title: str, key: str) -> str:
-        """A note of ours in the notebook carrying capture ``key`` (written before a crash)."""
-        for meta in writer.notes_in(notebook_id):
-            if (meta.get("Title") or "") == title and not meta.get("IsTrash"):
-                got = writer.note(str(meta.get("NoteId")))
-                if got is not None and has_marker(got[1], key):
-                    return str(meta["NoteId"])
-        return ""
+    def _marked(self, writer: LeanoteWriter, item: Item, title: str, notebook_id: str) -> list[dict]:
+        """The notes carrying capture ``item``'s marker (in the trash too), among those changed
+        since the USN before its first send that have its title or are in its notebook; the
+        ones not in the trash first, then by USN."""
+        found = []
+        for meta in writer.notes_since(item.usn_before or 0):
+            if meta.get("IsDeleted") or not meta.get("NoteId"):
+                continue
+            if (meta.get("Title") or "") != title and meta.get("NotebookId") != notebook_id:
+                continue
+            content = writer.content(str(meta["NoteId"]))
+            if content is not None and has_marker(content, item.key):
+                found.append(meta)
+        return sorted(found, key=lambda m: (bool(m.get("IsTrash")), int(m.get("Usn") or 0)))
 
     def _write_note(self, writer: LeanoteWriter, item: Item, title: str | None = None, content: str | None = None) -> str:
         notebook_id = self._inbox(writer, item.user_id)
         title = title or item.payload["title"]
-        if item.state == "sending":  # the last try may have been written: look before writing again
-            found = self._find(writer, notebook_id, title, item.key)
+        if item.state == "sending":  # an earlier send got no answer: it may have been written
+            self.outbox.mark_unanswered(item)
+            found = self._marked(writer, item, title, notebook_id)
             if found:
-                return found
+                return str(found[0]["NoteId"])
+            settle = item.sent_at + self._grace()
+            if item.sent_at and self.clock() < settle:
+                raise _NotYet(settle)
+        if item.usn_before is None:  # where to look from, if this send goes unanswered
+            self.outbox.set_usn_before(item, writer.server_usn())
         body = content if content is not None else item.payload["content"]
         files = []
         for f in item.files:
             local_id = secrets.token_hex(12)
             files.append((local_id, f.filename, f.data, f.mime, f.is_image))
             link = "getImage" if f.is_image else "getAttach"
-            body += f"\n{'!' if f.is_image else ''}[{f.filename}](/api/file/{link}?fileId={local_id})\n"
-        self.outbox.sending(item)
+            body += f"\n{'!' if f.is_image else ''}[{md_label(f.filename)}](/api/file/{link}?fileId={local_id})\n"
+        self.outbox.sending(item, self.clock(), adding=True)
         created = writer.add_note(notebook_id, title, with_marker(body, item.key), item.payload.get("tags", []), files)
         return str(created["NoteId"])
+
+    def _check(self, item: Item) -> None:
+        """A written capture one of whose sends got no answer, looked for once more after the
+        grace: a late copy (not the note the person was given) is moved to the trash."""
+        try:
+            writer = self._writer(item.user_id)
+            if writer is None:
+                self.outbox.checked(item)
+                return
+            title = item.payload.get("title") or self.settings.capture.memory_title
+            notebook_id = self.outbox.notebook(item.user_id, self.settings.capture.notebook)
+            for meta in self._marked(writer, item, title, notebook_id):
+                copy = str(meta["NoteId"])
+                if copy == item.note_id or meta.get("IsTrash"):
+                    continue
+                got = writer.note(copy)
+                if got is None:
+                    continue
+                writer.trash(copy, int(got[0].get("Usn") or 0),
+                             [f for f in got[0].get("Files") or [] if isinstance(f, dict)])
+                log.warning("capture %s: Leanote wrote it twice (a send went unanswered); moved the copy %s to "
+                            "the trash, kept %s", item.key, copy, item.note_id)
+            self.outbox.checked(item)
+        except (LeanoteRagError, OSError) as err:
+            cfg = self.settings.capture
+            delay = min(cfg.retry_max, cfg.retry_min * 2 ** item.failures)
+            log.info("capture %s: could not look for a late copy (%s); again in %.0f s", item.key, err, delay)
+            self.outbox.checked(item, self.clock() + delay)
+        except Exception:
+            log.exception("capture %s: looking for a late copy failed unexpectedly; not looked for again", item.key)
+            self.outbox.checked(item)
 
     def _write_append(self, writer: LeanoteWriter, item: Item) -> str:
         what = "last" if item.kind == "append" else "memory"
@@ -569,13 +857,14 @@ class Capture:
                     raise Refused("the last captured note is gone from Leanote (deleted or in the trash)", "gone")
                 # the memory note does not exist (yet, or any more): it starts with this line
                 title = self.settings.capture.memory_title
-                note_id = self._write_note(writer, item, title=title, content=f"# {title}\n\n{item.payload['text']}\n")
+                note_id = self._write_note(writer, item, title=title,
+                                           content=f"# {md_escape(title)}\n\n{item.payload['text']}\n")
                 self.outbox.set_target(item.person, item.user_id, what, note_id)
                 return note_id
             meta, content = got
             if has_marker(content, item.key):
                 return note_id  # the last try was written
-            self.outbox.sending(item)
+            self.outbox.sending(item, self.clock(), adding=False)
             try:
                 writer.update_content(note_id, int(meta.get("Usn") or 0),
                                       with_marker(content.rstrip("\n") + "\n\n" + item.payload["text"], item.key),

@@ -382,3 +382,23 @@ def test_with_capture_turned_off_a_note_gets_a_polite_refusal(world):
         assert leanote.notes == {} and fake.downloads == []
 
     run(world.settings(capture={"enabled": False}), fake, scenario)
+
+
+def test_save_to_leanote_shows_someone_elses_message_as_written_and_keeps_your_own_markdown(world):
+    from test_capture_once import links
+
+    fake, leanote = world.fake, world.leanote
+
+    async def scenario(daemon):
+        sent = "看 [点我](javascript:alert(1)) **重要** #资料"
+        await save_menu(fake, ONE, fake.user_message(ALICE, sent, channel_id=CHANNEL, author_name="a](x:y) [b"))
+        [note] = inbox(leanote)
+        hrefs, text = links(note["Content"])
+        assert not [h for h in hrefs if not h.startswith("https://discord.com/")]  # not a link of Alice's
+        assert sent in text and "a](x:y) [b" in text.lower() and "资料" in note["Tags"]  # (the fake title-cases names)
+        mine = "我的 [链接](https://example.com/x)"
+        await save_menu(fake, ONE, fake.user_message(ONE, mine, channel_id=CHANNEL))
+        hrefs, _ = links(inbox(leanote)[-1]["Content"])
+        assert hrefs == ["https://example.com/x"]  # their own message: their Markdown
+
+    run(world.settings(), fake, scenario)

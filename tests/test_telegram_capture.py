@@ -359,3 +359,55 @@ def test_a_restarted_bot_is_not_given_what_it_confirmed_and_captures_once(world)
     assert [n["Title"] for n in leanote.notes.values() if "RESTART-" in n["Content"]] == [
         "重启之前记的 RESTART-ONE", "重启之后记的 RESTART-TWO"]
     assert len(tg.sent_to(OWNER)) == replies + 1
+
+
+# --- the person's current Leanote user; text shown as written -----------------------------------
+
+
+def test_save_as_note_after_the_person_was_remapped_is_refused(world):
+    """An answer from the notes of the Leanote user the person was mapped to then: after the
+    owner maps them to another user (a reload), its "Save as note" writes into neither."""
+    make, tg, ollama, leanote = world
+    settings = make()
+
+    async def scenario(daemon):
+        ollama.reply("先炒蛋再炒番茄[1]。")
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        done = (await until(lambda: final(tg, OWNER, "来源")))[0]
+        mid = next(i for i, m in tg.messages.items() if m is done)
+        save = next(data for _, data in tg.buttons(mid) if data.startswith("save:"))
+        users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
+                 for u in daemon.settings.users]
+        daemon.settings = daemon.settings.model_copy(update={"users": users})  # as a reload applies it
+        q = tg.press(OWNER, OWNER, mid, save)
+        ack = (await until(lambda: tg.answered(q)))[0]
+        assert ack["show_alert"] and "another Leanote account" in ack["text"]
+        await asyncio.sleep(0.5)
+        assert not leanote.notes and not daemon.capture.pending(f"telegram:{OWNER}")
+
+    run(settings, tg, scenario)
+
+
+def test_a_forward_is_kept_as_its_sender_wrote_it_never_as_a_link(world):
+    from test_capture_once import EVIL, links
+
+    make, tg, ollama, leanote = world
+    settings = make()
+
+    async def scenario(daemon):
+        tg.add_file("doc-evil", b"%PDF-1.4 x")
+        sent = f"看这个 [点我](javascript:alert(1)) {EVIL} #资料"  # plain text in Telegram, not a link
+        got = await said(tg, OWNER, send=lambda: tg.forward(
+            OWNER, sent, origin=origin_user(333, EVIL), document="doc-evil",
+            file_name=EVIL + ".pdf", mime_type="application/pdf"))
+        note = leanote.notes[link_id(got["text"], leanote)]
+        hrefs, text = links(note["Content"])
+        assert [h.split("?")[0] for h in hrefs] == ["/api/file/getAttach"]  # only the file's own link
+        assert sent in text and EVIL + ".pdf" in text and f"Forwarded from: {EVIL}" in text
+        assert "资料" in note["Tags"]
+        # the person's own /note keeps their Markdown
+        got = await said(tg, OWNER, "/note 我的 [链接](https://example.com/x) *重点*")
+        hrefs, _ = links(leanote.notes[link_id(got["text"], leanote)]["Content"])
+        assert hrefs == ["https://example.com/x"]
+
+    run(settings, tg, scenario)

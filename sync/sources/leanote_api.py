@@ -354,6 +354,31 @@ class LeanoteWriter:
             raise Unavailable("Leanote answered addNote without a NoteId")
         return body
 
+    def server_usn(self) -> int:
+        return self.api.server_usn()
+
+    def notes_since(self, usn: int, page_size: int = 100) -> list[dict]:
+        """Every note changed after ``usn`` (metadata, trashed and deleted ones too), by getSyncNotes."""
+        return [d for page, _ in usn_pages(self.api._listing("note/getSyncNotes"), usn, page_size, "NoteId")
+                for d in page]
+
+    def content(self, note_id: str) -> str | None:
+        """A note's body (also in the trash); None when it is gone."""
+        return self.api.content(note_id)
+
+    def trash(self, note_id: str, usn: int, files: list[dict] = ()) -> int:
+        """Move a note to the trash (``updateNote`` with ``IsTrash``), if it is still at ``usn``;
+        its attachments are listed again so Leanote keeps them. ``Refused`` ``conflict`` otherwise."""
+        params: dict[str, Any] = {"NoteId": note_id, "Usn": usn, "IsTrash": "true"}
+        for i, f in enumerate(files):
+            params.update({f"Files[{i}][FileId]": f.get("FileId") or "", f"Files[{i}][HasBody]": "false",
+                           f"Files[{i}][IsAttach]": "true" if f.get("IsAttach") else "false",
+                           f"Files[{i}][Type]": f.get("Type") or "", f"Files[{i}][Title]": f.get("Title") or ""})
+        body = self.api.call("note/updateNote", _refusals=True, **params)
+        if not isinstance(body, dict):
+            raise Unavailable("Leanote answered updateNote with no object")
+        return fields.usn_or_zero(body.get("Usn"))
+
     def note(self, note_id: str) -> tuple[dict, str] | None:
         """A note's metadata (with its ``Usn``) and body; None when it is gone or trashed."""
         body = self.api.call("note/getNoteAndContent", noteId=note_id)

@@ -41,7 +41,9 @@ name wins); uploads are kept in ``files`` (id -> ``UserId``, ``NoteId``, ``IsAtt
 
 Test controls: ``fail(action, times, status, body, content_type)`` (a raw answer instead of
 Leanote's), ``stall(action, seconds)``,
-``expire_tokens()``, ``calls`` per action; ``down(refuse=False)`` / ``up()`` (the proxy
+``expire_tokens()``, ``calls`` per action; ``hold(action, user_id=None)`` (the next such call
+waits, received and not yet handled, until the test sets the returned event: a slow Leanote
+that applies a write after the client gave up); ``down(refuse=False)`` / ``up()`` (the proxy
 answers every request with an HTML 502, or with ``refuse`` the port is closed);
 ``after(action, callback)`` (once, after Leanote handled the call, before it answers:
 ``callback(params, body)``); ``drop_response(action, times)`` (handle the call, then close
@@ -122,6 +124,8 @@ class FakeLeanote(LocalServer):
         self.max_upload_mb: float = 1000  # Leanote's uploadImageSize / uploadAttachSize default
         self._faults: dict[str, list] = {}
         self._stalls: dict[str, float] = {}
+        self._holds: list[tuple[str, str | None, threading.Event]] = []
+        self._hold_events: list[threading.Event] = []  # every hold's, to let go at the end
         self._after: dict[str, Callable[[dict, object], None]] = {}
         self._drops: Counter = Counter()
         self._down: str | None = None  # None, "502" or "refuse"
@@ -167,6 +171,9 @@ class FakeLeanote(LocalServer):
                     stall = fake._stalls.get(action, 0)
                 if stall:
                     time.sleep(stall)
+                held = fake._held(action, params)
+                if held is not None:
+                    held.wait(120)  # released by the test (or when the fake stops)
                 if fault and fault[0] > 0:
                     fault[0] -= 1
                     return self._send(fault[1], fault[2], raw=True, content_type=fault[3])
@@ -196,6 +203,37 @@ class FakeLeanote(LocalServer):
 
     def stall(self, action: str, seconds: float) -> None:
         self._stalls[action] = seconds
+
+    def hold(self, action: str, user_id: str | None = None) -> threading.Event:
+        """The next ``action`` call (of this user, if given) is received and then waits until
+        the returned event is set; only then does Leanote handle it (a write is applied) and
+        answer, to whoever still listens: a client that gave up meanwhile does not stop it,
+        as with the real server, which goes on with a request whose client hung up."""
+        event = threading.Event()
+        with self.lock:
+            self._holds.append((action, user_id, event))
+            self._hold_events.append(event)
+        return event
+
+    def _held(self, action: str, params: dict) -> threading.Event | None:
+        with self.lock:
+            if action == "auth/login":
+                who = (params.get("email") or "").strip().lower()
+                user = next((u for u, d in self.users.items() if who in (d["Email"], d["Username"])), None)
+            else:
+                user = self.tokens.get(params.get("token", ""))
+            for i, (held_action, held_user, event) in enumerate(self._holds):
+                if held_action == action and held_user in (None, user):
+                    del self._holds[i]
+                    return event
+        return None
+
+    def before_stop(self) -> None:
+        """Calls still held are let go: the server can stop."""
+        with self.lock:
+            events, self._holds = list(self._hold_events), []
+        for event in events:
+            event.set()
 
     def expire_tokens(self) -> None:
         self.tokens.clear()
