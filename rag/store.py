@@ -27,6 +27,13 @@ another segment layout differ in their last bit or two; so scores are kept to
 ``SCORE_DIGITS`` significant digits and equal ones ordered by point id, and when the
 cut at ``limit`` falls inside a group of equal scores, more are fetched until the group
 is whole.
+
+Dense search is exact for a user with at most ``EXACT_DENSE_UP_TO`` chunks (a scan of a
+few milliseconds at 512 dimensions), HNSW above. HNSW's answers depend on how its graph
+was built, so two indexes holding the same points, one optimized after an undisturbed sync
+and one whose sync was cut short and resumed (which writes less in its last run and is
+optimized later or not at all), would rank apart: with the tests' fake embedder at 512
+dimensions, 24 of the 70 dev questions' dense top-10 lists from HNSW differ from exact ones.
 """
 
 from __future__ import annotations
@@ -83,6 +90,31 @@ class Ranked:
 
 SCORE_DIGITS = 5  # float32 noise between segment layouts is ~2e-7 of a score
 MAX_FETCH = 4096  # candidates one query may grow to while a group of equal scores goes on
+
+
+EXACT_DENSE_UP_TO = 20_000  # a user's chunks the dense side searches exactly; HNSW above
+
+
+class _Counts:
+    """Chunks per user, for whether a user's dense search is exact (module docstring):
+    counted again after this process changed the store, or (``_shared``: other processes
+    write too) for every search."""
+
+    _counts: dict[str, int] | None = None
+    _writes = 0
+    _shared = False
+
+    def _changed(self) -> None:
+        self._writes += 1
+        self._counts = None
+
+    def _exact_dense(self, user_id: str) -> bool:
+        counts, writes = self._counts, self._writes
+        if counts is None:
+            counts = self.count_by_user()
+            if writes == self._writes and not self._shared:  # no write since: keep it
+                self._counts = counts
+        return counts.get(user_id, 0) <= EXACT_DENSE_UP_TO
 
 
 def rounded(score: float) -> float:
@@ -176,7 +208,7 @@ class ProcessLock:
 # --- Qdrant Edge ------------------------------------------------------------------------
 
 
-class EdgeStore:
+class EdgeStore(_Counts):
     """Qdrant Edge: the Qdrant engine in-process, one shard under a folder. With ``fresh``
     (``index --rebuild``) whatever is in the folder is deleted first, readable or not."""
 
@@ -263,6 +295,7 @@ class EdgeStore:
         qe = self._qe
         if not points:
             return
+        self._changed()
         self._shard.update(
             qe.UpdateOperation.upsert_points(
                 [
@@ -278,9 +311,11 @@ class EdgeStore:
 
     def delete(self, ids: list[str]) -> None:
         if ids:
+            self._changed()
             self._shard.update(self._qe.UpdateOperation.delete_points(list(ids)))
 
     def delete_note(self, note_id: str) -> None:
+        self._changed()
         self._shard.update(self._qe.UpdateOperation.delete_points_by_filter(self._filter(note_id=note_id)))
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
@@ -292,7 +327,8 @@ class EdgeStore:
         flt = self._filter(note_ids, user_id=user_id)
         queries = {}
         if dense is not None:
-            queries[DENSE] = (qe.Query.Nearest(dense.tolist(), using=DENSE), qe.SearchParams(hnsw_ef=hnsw_ef))
+            queries[DENSE] = (qe.Query.Nearest(dense.tolist(), using=DENSE),
+                              qe.SearchParams(hnsw_ef=hnsw_ef, exact=self._exact_dense(user_id)))
         if sparse is not None and len(sparse):
             queries[SPARSE] = (qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE),
                                self._live_idf)
@@ -328,6 +364,7 @@ class EdgeStore:
         self._shard.optimize()
 
     def drop(self, dim: int) -> None:
+        self._changed()
         self._shard.close()
         self._shard = None
         shutil.rmtree(self.path)
@@ -344,8 +381,10 @@ class EdgeStore:
 # --- Qdrant server (qdrant-client) --------------------------------------------------------
 
 
-class ServerStore:
+class ServerStore(_Counts):
     """A Qdrant server through qdrant-client (or its local mode, as a test double)."""
+
+    _shared = True
 
     def __init__(self, cfg: QdrantConfig, dim: int, *, create: bool = True):
         from qdrant_client import QdrantClient
@@ -454,7 +493,7 @@ class ServerStore:
         flt = self._filter(note_ids, user_id=user_id)
         queries = {}
         if dense is not None:
-            queries[DENSE] = (dense.tolist(), qm.SearchParams(hnsw_ef=hnsw_ef))
+            queries[DENSE] = (dense.tolist(), qm.SearchParams(hnsw_ef=hnsw_ef, exact=self._exact_dense(user_id)))
         if sparse is not None and len(sparse):
             queries[SPARSE] = (qm.SparseVector(indices=sparse.indices, values=sparse.values), self._live_idf)
 

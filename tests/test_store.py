@@ -262,3 +262,33 @@ def test_equal_scores_come_back_by_id_whatever_order_the_points_were_written_in(
             s.close()
     best = sorted(p.id for p in same)[:5]
     assert lists[0] == lists[1] == lists[2] == (best, best)
+
+
+def test_dense_search_is_exact_also_once_the_index_is_optimized(tmp_path):
+    """An index past Qdrant's indexing threshold (~10 MB of vectors) gets an HNSW graph when it
+    is optimized; the dense side still returns the exact nearest chunks, which do not depend
+    on how that graph happened to be built."""
+    dim, n = 1024, 2700
+    rng = np.random.default_rng(18)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    store = EdgeStore(tmp_path / "qdrant", dim)
+    try:
+        for i in range(0, n, 300):
+            store.upsert([PointData(point_id(f"n{j}", 0), vectors[j], document_vector("x"),
+                                    {"note_id": f"n{j}", "user_id": "u1"}) for j in range(i, min(n, i + 300))])
+        store.optimize()
+        assert any(info.get("index", {}).get("type") == "hnsw" for info in _dense_segment_indexes(tmp_path / "qdrant"))
+        for q in rng.standard_normal((20, dim)).astype(np.float32):
+            q /= np.linalg.norm(q)
+            exact = [point_id(f"n{j}", 0) for j in np.argsort(-(vectors @ q))[:10]]
+            dense, _ = store.search(q, None, "u1", 10)
+            assert [r.id for r in dense] == exact
+    finally:
+        store.close()
+
+
+def _dense_segment_indexes(path):
+    import json
+
+    return [json.loads(f.read_text())["config"]["vector_data"]["dense"] for f in path.glob("segments/*/segment.json")]
