@@ -295,7 +295,6 @@ class EdgeStore(_Counts):
         qe = self._qe
         if not points:
             return
-        self._changed()
         self._shard.update(
             qe.UpdateOperation.upsert_points(
                 [
@@ -308,15 +307,16 @@ class EdgeStore(_Counts):
                 ]
             )
         )
+        self._changed()  # after the write: a count taken meanwhile is not kept
 
     def delete(self, ids: list[str]) -> None:
         if ids:
-            self._changed()
             self._shard.update(self._qe.UpdateOperation.delete_points(list(ids)))
+            self._changed()
 
     def delete_note(self, note_id: str) -> None:
-        self._changed()
         self._shard.update(self._qe.UpdateOperation.delete_points_by_filter(self._filter(note_id=note_id)))
+        self._changed()
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
@@ -364,11 +364,11 @@ class EdgeStore(_Counts):
         self._shard.optimize()
 
     def drop(self, dim: int) -> None:
-        self._changed()
         self._shard.close()
         self._shard = None
         shutil.rmtree(self.path)
         self._shard = self._open(dim, create=True)
+        self._changed()
 
     def close(self) -> None:
         if getattr(self, "_shard", None) is not None:
