@@ -11,8 +11,9 @@ Tokenizing:
 
 Weights: the document vector holds BM25's saturated, length-normalised term
 frequency ``tf·(k1+1) / (tf + k1·(1-b+b·len/avg_len))``; the query vector holds 1 per
-term; the store multiplies in IDF at query time (Qdrant's ``Modifier.Idf``), so the
-IDF follows the collection as notes come and go without re-weighting stored vectors.
+term; the store multiplies in IDF at query time (Qdrant's ``Modifier.Idf``, counted over
+the points the index holds: ``rag.store``), so the IDF follows the collection as notes
+come and go without re-weighting stored vectors.
 Term ids are the first 4 bytes of a BLAKE2b hash: stable across processes and runs.
 """
 

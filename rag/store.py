@@ -10,6 +10,30 @@
 One collection, named vectors ``dense`` (cosine) and ``bm25`` (sparse, IDF), one
 point per chunk with a deterministic id, so re-indexing a note overwrites it.
 A manifest (embedder id, dimension, schema) is kept with the index.
+
+BM25's IDF is counted over the live points. Qdrant's collection-wide IDF statistics
+(``Modifier.Idf`` alone) come from posting lists that keep a deleted point, and the
+old copy of a point updated out of an optimized segment, until the segment is rebuilt:
+an in-memory segment on the next load, an optimized one only when a vacuum runs (20 %
+deleted). An index that went through deletes, or through a crash and the pass that
+repeated its work, would rank otherwise than one with the same points that did not.
+Every sparse query therefore names its IDF corpus, a filter matching every point
+(``IdfParams(corpus=Filter())``): statistics from the points that are there, the same
+for any history that left the same points.
+
+Candidates come back in an order that depends on the points alone (``settle``). Qdrant
+orders equal scores by where the points sit in its segments, and float32 sums taken in
+another segment layout differ in their last bit or two; so scores are kept to
+``SCORE_DIGITS`` significant digits and equal ones ordered by point id, and when the
+cut at ``limit`` falls inside a group of equal scores, more are fetched until the group
+is whole.
+
+Dense search is exact for a user with at most ``EXACT_DENSE_UP_TO`` chunks (a scan of a
+few milliseconds at 512 dimensions), HNSW above. HNSW's answers depend on how its graph
+was built, so two indexes holding the same points, one optimized after an undisturbed sync
+and one whose sync was cut short and resumed (which writes less in its last run and is
+optimized later or not at all), would rank apart: with the tests' fake embedder at 512
+dimensions, 24 of the 70 dev questions' dense top-10 lists from HNSW differ from exact ones.
 """
 
 from __future__ import annotations
@@ -18,11 +42,12 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -61,6 +86,60 @@ class Ranked:
     id: str
     score: float
     note_id: str
+
+
+SCORE_DIGITS = 5  # float32 noise between segment layouts is ~2e-7 of a score
+MAX_FETCH = 4096  # candidates one query may grow to while a group of equal scores goes on
+
+
+EXACT_DENSE_UP_TO = 20_000  # a user's chunks the dense side searches exactly; HNSW above
+
+
+class _Counts:
+    """Chunks per user, for whether a user's dense search is exact (module docstring):
+    counted again after this process changed the store, or (``_shared``: other processes
+    write too) for every search."""
+
+    _counts: dict[str, int] | None = None
+    _writes = 0
+    _shared = False
+
+    def _changed(self) -> None:
+        self._writes += 1
+        self._counts = None
+
+    def _exact_dense(self, user_id: str) -> bool:
+        counts, writes = self._counts, self._writes
+        if counts is None:
+            counts = self.count_by_user()
+            if writes == self._writes and not self._shared:  # no write since: keep it
+                self._counts = counts
+        return counts.get(user_id, 0) <= EXACT_DENSE_UP_TO
+
+
+def rounded(score: float) -> float:
+    """A score as rankings compare it (module docstring)."""
+    return float(f"{score:.{SCORE_DIGITS}g}")
+
+
+def settle(run: Callable[[dict[str, int]], dict[str, list[Ranked]]], kinds: list[str],
+           limit: int) -> dict[str, list[Ranked]]:
+    """The best ``limit`` candidates of each kind of query, scores rounded, equal scores by
+    id, whole groups of equal scores at the cut. ``run({kind: n})`` asks the store for the
+    best ``n`` of each kind."""
+    out: dict[str, list[Ranked]] = {}
+    fetch = dict.fromkeys(kinds, limit + 1)
+    while fetch:
+        more: dict[str, int] = {}
+        for kind, found in run(fetch).items():
+            found = sorted((Ranked(c.id, rounded(c.score), c.note_id) for c in found), key=lambda c: (-c.score, c.id))
+            n = fetch[kind]
+            if len(found) == n > limit and found[-1].score == found[limit - 1].score and n < MAX_FETCH:
+                more[kind] = min(2 * n, MAX_FETCH)  # the group at the cut goes on past what came back
+            else:
+                out[kind] = found[:limit]
+        fetch = more
+    return out
 
 
 class Store(Protocol):
@@ -130,7 +209,7 @@ class ProcessLock:
 # --- Qdrant Edge ------------------------------------------------------------------------
 
 
-class EdgeStore:
+class EdgeStore(_Counts):
     """Qdrant Edge: the Qdrant engine in-process, one shard under a folder. With ``fresh``
     (``index --rebuild``) whatever is in the folder is deleted first, readable or not."""
 
@@ -138,6 +217,7 @@ class EdgeStore:
         import qdrant_edge as qe
 
         self._qe = qe
+        self._live_idf = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter()))  # module docstring
         self.path = Path(path)
         self.location = str(self.path)
         if create or fresh:
@@ -228,13 +308,16 @@ class EdgeStore:
                 ]
             )
         )
+        self._changed()  # after the write: a count taken meanwhile is not kept
 
     def delete(self, ids: list[str]) -> None:
         if ids:
             self._shard.update(self._qe.UpdateOperation.delete_points(list(ids)))
+            self._changed()
 
     def delete_note(self, note_id: str) -> None:
         self._shard.update(self._qe.UpdateOperation.delete_points_by_filter(self._filter(note_id=note_id)))
+        self._changed()
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
@@ -243,30 +326,22 @@ class EdgeStore:
     def search(self, dense, sparse, user_id, limit, hnsw_ef=128, note_ids=None):
         qe = self._qe
         flt = self._filter(note_ids, user_id=user_id)
-        requests, kinds = [], []
+        queries = {}
         if dense is not None:
-            requests.append(
-                qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(dense.tolist(), using=DENSE),
-                    filter=flt,
-                    with_payload=["note_id"],
-                    params=qe.SearchParams(hnsw_ef=hnsw_ef),
-                )
-            )
-            kinds.append(DENSE)
+            queries[DENSE] = (qe.Query.Nearest(dense.tolist(), using=DENSE),
+                              qe.SearchParams(hnsw_ef=hnsw_ef, exact=self._exact_dense(user_id)))
         if sparse is not None and len(sparse):
-            requests.append(
-                qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE),
-                    filter=flt,
-                    with_payload=["note_id"],
-                )
-            )
-            kinds.append(SPARSE)
-        results = self._shard.query_batch(qe.QueryBatchRequest(requests)) if requests else []
-        ranked = {kind: [Ranked(str(p.id), float(p.score), p.payload["note_id"]) for p in res] for kind, res in zip(kinds, results)}
+            queries[SPARSE] = (qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE),
+                               self._live_idf)
+
+        def run(fetch: dict[str, int]) -> dict[str, list[Ranked]]:
+            requests = [qe.QueryRequest(limit=n, query=queries[kind][0], filter=flt, with_payload=["note_id"],
+                                        params=queries[kind][1]) for kind, n in fetch.items()]
+            results = self._shard.query_batch(qe.QueryBatchRequest(requests))
+            return {kind: [Ranked(str(p.id), float(p.score), p.payload["note_id"]) for p in res]
+                    for kind, res in zip(fetch, results)}
+
+        ranked = settle(run, list(queries), limit) if queries else {}
         return ranked.get(DENSE, []), ranked.get(SPARSE, [])
 
     def payloads(self, ids: list[str]) -> dict[str, dict]:
@@ -304,6 +379,7 @@ class EdgeStore:
         self._shard = None
         shutil.rmtree(self.path)
         self._shard = self._open(dim, create=True)
+        self._changed()
 
     def close(self) -> None:
         if getattr(self, "_shard", None) is not None:
@@ -316,8 +392,10 @@ class EdgeStore:
 # --- Qdrant server (qdrant-client) --------------------------------------------------------
 
 
-class ServerStore:
+class ServerStore(_Counts):
     """A Qdrant server through qdrant-client (or its local mode, as a test double)."""
+
+    _shared = True
 
     def __init__(self, cfg: QdrantConfig, dim: int, *, create: bool = True):
         from qdrant_client import QdrantClient
@@ -338,6 +416,20 @@ class ServerStore:
                 raise StoreLocked(f"the index in {cfg.local_path} is open in another process") from None
             raise
         self._call(self._ensure_collection, dim, create)
+        self._live_idf = self._call(self._live_idf_params)
+
+    def _live_idf_params(self):
+        """The search params that count BM25's IDF over the live points (module docstring):
+        Qdrant servers take an IDF corpus from 1.19 on; an older one gets none, and a warning."""
+        version = str(self._client.info().version or "")
+        found = re.match(r"v?(\d+)\.(\d+)", version)
+        if found is None or (int(found[1]), int(found[2])) < (1, 19):
+            log.warning(
+                "the Qdrant server at %s (version %s) counts deleted points in BM25's IDF until it rebuilds "
+                "their segment, so sparse rankings drift after notes are deleted or changed; Qdrant 1.19 or "
+                "later counts only the points there: upgrade the server", self.location, version or "unknown")
+            return None
+        return self._qm.SearchParams(idf=self._qm.IdfCorpusParams(corpus=self._qm.Filter()))
 
     def _call(self, fn, *args, **kwargs):
         """Run a client call, turning transport failures into Unavailable."""
@@ -410,28 +502,20 @@ class ServerStore:
     def search(self, dense, sparse, user_id, limit, hnsw_ef=128, note_ids=None):
         qm = self._qm
         flt = self._filter(note_ids, user_id=user_id)
-        requests, kinds = [], []
+        queries = {}
         if dense is not None:
-            requests.append(
-                qm.QueryRequest(
-                    query=dense.tolist(),
-                    using=DENSE,
-                    filter=flt,
-                    limit=limit,
-                    with_payload=["note_id"],
-                    params=qm.SearchParams(hnsw_ef=hnsw_ef),
-                )
-            )
-            kinds.append(DENSE)
+            queries[DENSE] = (dense.tolist(), qm.SearchParams(hnsw_ef=hnsw_ef, exact=self._exact_dense(user_id)))
         if sparse is not None and len(sparse):
-            vector = qm.SparseVector(indices=sparse.indices, values=sparse.values)
-            requests.append(qm.QueryRequest(query=vector, using=SPARSE, filter=flt, limit=limit, with_payload=["note_id"]))
-            kinds.append(SPARSE)
-        results = self._call(self._client.query_batch_points, self.collection, requests) if requests else []
-        ranked = {
-            kind: [Ranked(str(p.id), float(p.score), p.payload["note_id"]) for p in res.points]
-            for kind, res in zip(kinds, results)
-        }
+            queries[SPARSE] = (qm.SparseVector(indices=sparse.indices, values=sparse.values), self._live_idf)
+
+        def run(fetch: dict[str, int]) -> dict[str, list[Ranked]]:
+            requests = [qm.QueryRequest(query=queries[kind][0], using=kind, filter=flt, limit=n,
+                                        with_payload=["note_id"], params=queries[kind][1]) for kind, n in fetch.items()]
+            results = self._call(self._client.query_batch_points, self.collection, requests)
+            return {kind: [Ranked(str(p.id), float(p.score), p.payload["note_id"]) for p in res.points]
+                    for kind, res in zip(fetch, results)}
+
+        ranked = settle(run, list(queries), limit) if queries else {}
         return ranked.get(DENSE, []), ranked.get(SPARSE, [])
 
     def payloads(self, ids: list[str]) -> dict[str, dict]:

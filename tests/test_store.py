@@ -1,6 +1,7 @@
 """Both store backends through the same tests: Qdrant Edge (the default) and the
 server backend through qdrant-client's local mode (the same client API)."""
 
+import random
 import subprocess
 import sys
 import textwrap
@@ -206,3 +207,88 @@ def test_edge_index_serves_searches_while_a_sync_writes(tmp_path):
         t.join()
     store.close()
     assert errors == [] and len(searches) > 50 and max(searches) > 0
+
+
+def open_store(kind, path):
+    return EdgeStore(path / "qdrant", DIM) if kind == "edge" else ServerStore(QdrantConfig(local_path=path / "local"), DIM)
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_deleted_points_leave_bm25_as_if_they_had_never_been_there(kind, tmp_path):
+    """Deleting points (and rewriting some) while the store stays open, as `serve` keeps it,
+    leaves the BM25 scores of a store that only ever held the points that are left."""
+    texts = {f"n{i}": ("redis 快照 持久化" if i % 3 == 0 else "redis 集群 分片") + f" 第{i}篇" for i in range(30)}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    used, fresh = open_store(kind, tmp_path / "a"), open_store(kind, tmp_path / "b")
+    try:
+        used.upsert([point(n, 0, "u1", t, unit(1, i)) for i, (n, t) in enumerate(texts.items())])
+        gone = [n for i, n in enumerate(texts) if i % 3 == 0 and i < 20]  # most of the 快照 notes
+        used.delete([point_id(n, 0) for n in gone])
+        used.upsert([point("n1", 0, "u1", "redis 快照 第1篇", unit(1, 1))])  # a rewrite that adds a term
+        left = {n: t for n, t in texts.items() if n not in gone} | {"n1": "redis 快照 第1篇"}
+        fresh.upsert([point(n, 0, "u1", t, unit(1, i)) for i, (n, t) in enumerate(left.items())])
+        for query in ("快照", "redis 集群", "持久化 快照 redis"):
+            _, want = fresh.search(None, query_vector(query), "u1", 30)
+            _, got = used.search(None, query_vector(query), "u1", 30)
+            assert [(r.id, r.score) for r in got] == [(r.id, r.score) for r in want], query
+    finally:
+        used.close()
+        fresh.close()
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_equal_scores_come_back_by_id_whatever_order_the_points_were_written_in(kind, tmp_path):
+    """Twenty chunks score alike for a query (the same words, the same vector): whatever order
+    they were written in, and whichever were rewritten, the best five are the same five, in the
+    same order, and the order is their ids'."""
+    same = [point(f"n{i}", 0, "u1", "番茄 鸡蛋 汤", unit(1, 1)) for i in range(20)]
+    other = [point(f"m{i}", 0, "u1", f"番茄 炒饭 {i} 号", unit(1, 0.2 * i)) for i in range(20)]
+    lists = []
+    for order in range(3):
+        (tmp_path / str(order)).mkdir()
+        s = open_store(kind, tmp_path / str(order))
+        try:
+            points = same + other
+            random.Random(order).shuffle(points)
+            for i in range(0, len(points), 7):
+                s.upsert(points[i:i + 7])
+            if order == 2:  # rewritten after the rest
+                s.delete([p.id for p in same[::2]])
+                s.upsert(same[::2])
+            dense, sparse = s.search(unit(1, 1), query_vector("番茄 鸡蛋"), "u1", 5)
+            lists.append(([r.id for r in dense], [r.id for r in sparse]))
+        finally:
+            s.close()
+    best = sorted(p.id for p in same)[:5]
+    assert lists[0] == lists[1] == lists[2] == (best, best)
+
+
+def test_dense_search_is_exact_also_once_the_index_is_optimized(tmp_path):
+    """An index past Qdrant's indexing threshold (~10 MB of vectors) gets an HNSW graph when it
+    is optimized; the dense side still returns the exact nearest chunks, which do not depend
+    on how that graph happened to be built."""
+    dim, n = 1024, 2700
+    rng = np.random.default_rng(18)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    store = EdgeStore(tmp_path / "qdrant", dim)
+    try:
+        for i in range(0, n, 300):
+            store.upsert([PointData(point_id(f"n{j}", 0), vectors[j], document_vector("x"),
+                                    {"note_id": f"n{j}", "user_id": "u1"}) for j in range(i, min(n, i + 300))])
+        store.optimize()
+        assert any(info.get("index", {}).get("type") == "hnsw" for info in _dense_segment_indexes(tmp_path / "qdrant"))
+        for q in rng.standard_normal((20, dim)).astype(np.float32):
+            q /= np.linalg.norm(q)
+            exact = [point_id(f"n{j}", 0) for j in np.argsort(-(vectors @ q))[:10]]
+            dense, _ = store.search(q, None, "u1", 10)
+            assert [r.id for r in dense] == exact
+    finally:
+        store.close()
+
+
+def _dense_segment_indexes(path):
+    import json
+
+    return [json.loads(f.read_text())["config"]["vector_data"]["dense"] for f in path.glob("segments/*/segment.json")]

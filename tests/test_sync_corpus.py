@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -303,3 +305,159 @@ def test_sigterm_mid_sync_stops_within_seconds_and_a_restart_finishes_it(servers
 
     ref, got = snapshot(config_mod.load(reference)), snapshot(config_mod.load(stopped))
     assert got[2] == ref[2] and got[1] == ref[1] and got[0] == ref[0]
+
+
+def points_of(shard) -> dict:
+    """Every point of an open Qdrant Edge shard: payload, dense vector, sparse indices and values."""
+    import qdrant_edge as qe
+
+    points, offset = {}, None
+    while True:
+        kwargs = {"offset": offset} if offset else {}
+        recs, offset = shard.scroll(qe.ScrollRequest(limit=1000, with_payload=True, with_vector=True, **kwargs))
+        for r in recs:
+            sparse = r.vector["bm25"]
+            points[str(r.id)] = (json.dumps(dict(r.payload), sort_keys=True, ensure_ascii=False),
+                                 tuple(np.round(r.vector["dense"], 5)), tuple(sparse.indices),
+                                 tuple(np.round(sparse.values, 6)))
+        if offset is None:
+            return points
+
+
+def test_kills_mid_sync_leave_the_rankings_of_an_undisturbed_sync(servers, tmp_path, shared):
+    """`index` killed (SIGKILL) at seeded points of the corpus's full sync, of its change batch and
+    of a batch of malformed notes, each step then run to the end: the stored points and the top-10
+    lists of the dev questions (BM25 alone after each step; dense alone and hybrid too after the
+    last) are those of a sync never disturbed and held open through all three steps, as `serve`
+    holds it. (Qdrant's IDF counts a deleted point until its segment is rebuilt, and orders equal
+    scores by where points sit; the store counts the live points and orders equal scores by id.)
+
+    The kills come from the fakes, while the process waits for its n-th embedding batch or its
+    first note body, so each lands mid-work at the same place on any machine. In the full sync
+    (pages of 30 notes, written 256 chunks at a time) the first lands before anything is written,
+    the second and third while a page's first chunks are in the index and its rows not yet
+    committed, the third after a page was; the change batch's kill comes after it took
+    the trashed notes' points out."""
+    leanote, ollama = servers
+    seen = {"n": 0}
+
+    def keep(note):  # a slice keeps this test short: user two's notes and 120 of user one's
+        if note["UserId"] != USER_ONE:
+            return True
+        seen["n"] += 1
+        return seen["n"] <= 120
+
+    leanote.load_corpus(CORPUS, keep=keep)
+    questions = [json.loads(line) for line in open(shared / "eval" / "dev.jsonl", encoding="utf-8")]
+    env = {**os.environ, "LR_PW_ONE": "one-secret", "LR_PW_TWO": "two-secret"}
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+    (tmp_path / "crashed").mkdir()
+    crashed = tmp_path / "crashed" / "config.yaml"
+    crashed.write_text(
+        f"leanote: {{base_url: '{leanote.url}'}}\nstate_dir: data\n"
+        f"source:\n  kind: leanote_api\n  accounts:\n"
+        f"    - {{email: one@example.com, password_env: LR_PW_ONE}}\n"
+        f"    - {{email: two@example.com, password_env: LR_PW_TWO}}\n"
+        f"embedder: {{kind: ollama, host: '{ollama.url}'}}\nsync: {{page_size: 30}}\nmemory: {{enabled: false}}\n"
+    )
+    settings = make_settings(
+        tmp_path / "reference", leanote={"base_url": leanote.url},
+        source={"kind": "leanote_api", "path": None, "accounts": [
+            {"email": "one@example.com", "password_env": "LR_PW_ONE"},
+            {"email": "two@example.com", "password_env": "LR_PW_TWO"}]},
+        embedder={"kind": "ollama", "host": ollama.url}, sync={"page_size": 30}, memory={"enabled": False})
+    from rag import config as config_mod
+
+    crashed_settings = config_mod.load(crashed)
+
+    def killed_run(embed: int | None = None) -> None:
+        """`index` on the crashed dir, killed before its ``embed``-th embedding request (the
+        first is the dimension probe) is answered, or else at its first note body."""
+        proc: dict[str, subprocess.Popen] = {}
+        started = threading.Event()
+        start = ollama.embed_calls
+
+        def kill(*_):  # in the fake's thread, while the process waits for the answer
+            started.wait(60)
+            proc["p"].send_signal(signal.SIGKILL)
+
+        if embed is None:
+            leanote.after("note/getNoteContent", kill)
+        else:
+            ollama.on_embed = lambda n: kill() if n == start + embed else None
+        try:
+            proc["p"] = subprocess.Popen([exe, "--config", str(crashed), "index"], env=env,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            started.set()
+            _, err = proc["p"].communicate(timeout=300)
+        finally:
+            ollama.on_embed = None
+            leanote.after("note/getNoteContent", lambda *_: None)  # an unused kill must not fire later
+        assert proc["p"].returncode == -signal.SIGKILL, f"not killed mid-work: rc {proc['p'].returncode}\n{err}"
+
+    def finish() -> None:
+        out = subprocess.run([exe, "--config", str(crashed), "index"], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+
+    def rankings(index, retrievers) -> dict[str, list]:
+        return {r: [[h.point_id for h in search(index, q["question"], q["user_id"], k=10, retriever=r)]
+                    for q in questions] for r in retrievers}
+
+    def compare(step: str, retrievers=("sparse",)) -> None:
+        got_index = NoteIndex.open(crashed_settings)
+        try:
+            got_points, got = points_of(got_index.store._shard), rankings(got_index, retrievers)
+        finally:
+            got_index.close()
+        ref_points, ref = points_of(index.store._shard), rankings(index, retrievers)
+        assert got_points.keys() == ref_points.keys(), step  # none lost, none duplicated, none stale
+        assert got_points == ref_points, step
+        for retriever in ref:
+            differ = [q["id"] for q, a, b in zip(questions, ref[retriever], got[retriever]) if a != b]
+            assert not differ, f"after the {step}, {retriever}: top-10 lists differ for {differ}"
+
+    rnd = random.Random(18)
+    state = State(settings.state_dir)
+    index = NoteIndex.open(settings, create=True)
+    service = SyncService(settings, index, state)
+    try:
+        # 1. the full sync (~30 embedding batches): killed three times, at seeded batches of each
+        # run (a resumed run asks only for what is not cached), spread over its pages
+        assert service.run_pass().ok
+        for low, high in ((3, 6), (7, 11), (7, 11)):
+            killed_run(embed=rnd.randint(low, high))
+        finish()
+        compare("full sync")
+
+        # 2. the change batch (trashes, deletes, edits, moves): killed at its embedding
+        for change in (json.loads(line) for line in open(CORPUS / "changes.jsonl", encoding="utf-8")):
+            if change["note"]["UserId"] != USER_ONE or leanote.notes.get(change["note"]["NoteId"]) \
+                    or change["op"] == "create":
+                leanote.apply_change(change)
+        assert service.run_pass().ok
+        killed_run(embed=2)
+        finish()
+        compare("change batch")
+
+        # 3. malformed notes beside good ones, and an edit that deletes a good note's points: killed
+        # at its first note body
+        book = next(b["NotebookId"] for b in json.loads((CORPUS / "notebooks.json").read_text(encoding="utf-8"))
+                    if b["UserId"] == USER_ONE)
+        bad = [{"Tags": [7]}, {"Title": {"zh": "x"}}, {"IsMarkdown": "perhaps"}, {"Content": ["x"]}]
+        for i in range(8):
+            leanote.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": USER_ONE, "NotebookId": book,
+                              "Title": f"坏笔记 {i}", "Content": f"MALFORMED-{i} 线程池", **bad[i % 4]})
+            leanote.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": USER_ONE, "NotebookId": book,
+                              "Title": f"好笔记 {i}", "Content": f"GOOD-{i} 线程池 Redis 缓存 " * (5 + 20 * i)})
+        shortened = next(n for n in leanote.notes.values() if n["UserId"] == USER_ONE and not n["IsTrash"]
+                         and len(n["Content"]) > 3000)
+        leanote.edit_note(shortened["NoteId"], content=shortened["Content"][:400])
+        result = service.run_pass()
+        assert result.ok and len(result.summary.skipped) >= 8
+        killed_run()
+        finish()
+        compare("malformed batch", ("sparse", "dense", "hybrid"))
+    finally:
+        index.close()
+        state.close()

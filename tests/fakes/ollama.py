@@ -156,8 +156,12 @@ class Reply:
 
 class FakeOllama(LocalServer):
     def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct"), speed: tuple[float, float] | None = None,
-                 reader: bool = False):
+                 reader: bool = False, dim: int = DIM):
         self.models = set(models)
+        self.dim = dim  # of the embeddings (bge-m3's own is 1024)
+        self.embed_calls = 0  # /api/embed requests so far
+        self.on_embed = None  # callback(n) run before the n-th /api/embed request is answered
+        self._embed_lock = threading.Lock()
         self.speed = speed  # (prompt tokens read, tokens written) per second, or None: at once
         self.reader = reader  # unscripted answer prompts: quote the best evidence block (read_evidence)
         self.requests: list[tuple[str, dict]] = []
@@ -243,13 +247,18 @@ class FakeOllama(LocalServer):
                 if self.path == "/api/embed":
                     if model not in fake.models:
                         return self._missing(model)
+                    with fake._embed_lock:
+                        fake.embed_calls += 1
+                        n, hook = fake.embed_calls, fake.on_embed
+                    if hook is not None:
+                        hook(n)
                     inputs = body.get("input")
                     inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
                     for marker, release in list(fake.holds.items()):
                         if any(marker in t for t in inputs):  # a model slow on this text
                             fake.held.append(marker)
                             release.wait(timeout=60)
-                    self._send(200, {"model": model, "embeddings": [fake_embedding(t) for t in inputs]})
+                    self._send(200, {"model": model, "embeddings": [fake_embedding(t, fake.dim) for t in inputs]})
                 elif self.path == "/api/chat":
                     if model not in fake.models:
                         return self._missing(model)
