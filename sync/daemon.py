@@ -29,7 +29,6 @@ from datetime import datetime, timedelta
 from importlib.metadata import entry_points
 from typing import Awaitable, Callable
 
-import sdnotify
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -48,6 +47,7 @@ from . import api
 from .capture import Capture
 from .memory_jobs import MemoryJobs
 from .metrics_wiring import attach_metrics
+from .notify import Notifier
 from .service import PassResult, SyncService
 from .state import State
 from .watch import watch
@@ -122,7 +122,7 @@ class Daemon:
         self._rerun = False  # a trigger came while a pass was running
         self._in_pass = False  # a scheduled pass (the job) is under way, from start to bookkeeping
         self.not_ready: str | None = None  # why the index is not open yet (the API's health says it)
-        self.systemd = sdnotify.SystemdNotifier()  # a no-op outside systemd (no NOTIFY_SOCKET)
+        self.systemd = Notifier()  # never waits; a no-op outside systemd (no NOTIFY_SOCKET)
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
         self._reader: State | None = None
         self.capture: Capture | None = None  # writing from chat into Leanote (sync.capture)
@@ -236,6 +236,7 @@ class Daemon:
             # a pass in its worker thread stops at its next safe point; wait for it before closing
             await asyncio.to_thread(self.sync.lock.acquire) if self.sync else None
             self.close()
+            self.systemd.close()
             log.info("stopped")
 
     def stop(self) -> None:
