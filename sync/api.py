@@ -316,7 +316,8 @@ async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversa
 async def _sync_events(daemon: "Daemon", body: SyncIn) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    total = None if daemon.settings.source.incremental else len(daemon.sync.source)
+    # a snapshot's size may take a read of the whole backup: not on the event loop
+    total = None if daemon.settings.source.incremental else await asyncio.to_thread(len, daemon.sync.source)
 
     def progress(seen: int, embedded: int) -> None:  # called in the sync's thread
         loop.call_soon_threadsafe(queue.put_nowait, ("progress", seen, embedded))

@@ -21,9 +21,11 @@ stays, and the next start carries on), the index is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from datetime import datetime, timedelta
 from importlib.metadata import entry_points
@@ -124,7 +126,9 @@ class Daemon:
         self.not_ready: str | None = None  # why the index is not open yet (the API's health says it)
         self.systemd = Notifier()  # never waits; a no-op outside systemd (no NOTIFY_SOCKET)
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
-        self._reader: State | None = None
+        self._reader: State | None = None  # for reads in worker threads, behind _reader_lock
+        self._reader_lock = threading.Lock()
+        self._user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
         self.capture: Capture | None = None  # writing from chat into Leanote (sync.capture)
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
@@ -152,7 +156,10 @@ class Daemon:
         holds it; the API meanwhile says why it is not ready. False when stopped first."""
         while not self.stopping.is_set():
             try:
-                self.open()
+                await asyncio.to_thread(self.open)  # loading the model may take a while: the API answers meanwhile
+                if self.stopping.is_set():
+                    return False
+                self._user_ids = await asyncio.to_thread(self._read_user_ids)
                 self.not_ready = None
                 return True
             except StoreLocked as err:
@@ -169,8 +176,9 @@ class Daemon:
         for part in ("feedback", "capture", "answers", "_reader", "sync", "index", "state"):
             thing = getattr(self, part, None)
             if thing is not None:
-                thing.close()
-                setattr(self, part, None)
+                with self._reader_lock if part == "_reader" else contextlib.nullcontext():
+                    thing.close()
+                    setattr(self, part, None)
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT (or ``stop()``)."""
@@ -180,7 +188,7 @@ class Daemon:
                 loop.add_signal_handler(sig, handler)
             except (NotImplementedError, RuntimeError):  # not the main thread (tests)
                 pass
-        if find_daemon(self.settings) is not None:
+        if await asyncio.to_thread(find_daemon, self.settings) is not None:
             raise UserError(f"leanote-rag serve already runs for {self.settings.state_dir} (its API answers on "
                             f"{self.settings.api.socket}): stop it first (systemctl stop leanote-rag)")
         tasks: list[asyncio.Task] = []
@@ -356,16 +364,32 @@ class Daemon:
         summary = result.summary
         if summary.changed or summary.skipped:
             log.info("synced: %s", summary.line())
-        self._schedule_retry()
+        due = await asyncio.to_thread(self._next_due)
+        self._user_ids = await asyncio.to_thread(self._read_user_ids)
+        self._schedule_retry(due)
         job = self.scheduler.get_job("sync")
         if job is not None and job.next_run_time is not None:
             await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
         async with self.pass_done:
             self.pass_done.notify_all()
 
-    def _schedule_retry(self) -> None:
+    def _next_due(self) -> float | None:
+        """The earliest time an account in backoff may run again (in a worker thread)."""
+        with self._reader_lock:
+            if self._reader is None:
+                return None
+            dues = [a.next_run for a in self._reader.accounts() if a.next_run and a.last_error]
+        return min(dues) if dues else None
+
+    def _read_user_ids(self) -> dict[str, str]:
+        """API accounts' emails and their Leanote user ids, as synced (in a worker thread)."""
+        with self._reader_lock:
+            if self._reader is None:
+                return {}
+            return {a.account: a.user_id for a in self._reader.accounts() if a.user_id}
+
+    def _schedule_retry(self, due: float | None) -> None:
         """An account in backoff may be due before the next interval run: run then."""
-        due = self.sync.next_due()
         job = self.scheduler.get_job("sync") if self.scheduler else None
         if due is None or job is None or job.next_run_time is None:
             return
@@ -423,17 +447,20 @@ class Daemon:
         return (self.user_for_email(name.strip().lower()) or name) if "@" in name else name
 
     def user_for_email(self, email: str) -> str | None:
-        """The Leanote user id of an API account, once it has synced."""
-        if self._reader is None:
-            return None
-        for acc in self._reader.accounts():
-            if acc.account == email and acc.user_id:
-                return acc.user_id
-        return None
+        """The Leanote user id of an API account, once it has synced (as of the last pass:
+        asked on every message and request, it reads no file)."""
+        return self._user_ids.get(email)
 
     def status_text(self, user_id: str | None = None) -> str:
         """Sync status for chat: an admin (``user_id`` None) sees every account with its
-        last error; anyone else sees only their own account, without error details."""
+        last error; anyone else sees only their own account, without error details.
+        It reads the state: call it in a worker thread (``asyncio.to_thread``)."""
+        with self._reader_lock:
+            if self._reader is None:
+                return "the daemon is starting or stopping: try again in a moment"
+            return self._status_text(user_id)
+
+    def _status_text(self, user_id: str | None) -> str:
         lines = []
         for a in self._reader.accounts():
             mine = a.user_id == user_id or (not self.settings.source.incremental and user_id is not None)
