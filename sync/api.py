@@ -46,10 +46,11 @@ from pydantic import BaseModel, Field
 from rag import explore
 from rag.client import check_socket_path
 from rag.config import secret
-from rag.errors import LeanoteRagError, Unavailable, UserError
+from rag.errors import DiskFull, LeanoteRagError, Unavailable, UserError
 from rag.memory import MemoryStore
 from rag.retrieve import RETRIEVERS, resolve_user
 
+from .faults import reading_state
 from .report import status_report
 from .state import State
 
@@ -158,6 +159,10 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
             "last_sync_ok": None if last is None else last.ok,
             "passes": daemon.passes,
         }
+        fault = daemon.sync.fault if daemon.sync is not None else None
+        if fault is not None:  # what, not where (this door asks for no token): `status` has the details
+            body["ready"] = False
+            body["problem"] = "the disk is full" if isinstance(fault, DiskFull) else "the sync state file is damaged"
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @app.get("/status", summary="sync and index status (the CLI's `status --json`)")
@@ -166,8 +171,12 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
         store = daemon.index.store
 
         def report() -> dict:  # off the event loop, on a connection of its own
-            with contextlib.closing(State(daemon.settings.state_dir)) as state:
-                return status_report(daemon.settings, state, store, users=who.users)
+            with contextlib.closing(State(daemon.settings.state_dir)) as state, reading_state(state):
+                body = status_report(daemon.settings, state, store, users=who.users)
+            if who.users is None:  # they name folders and files
+                own = daemon.problems()  # the daemon's word on a kind wins (it says when it tries again)
+                body["problems"] = own + [p for p in body["problems"] if p["kind"] not in {o["kind"] for o in own}]
+            return body
 
         return await daemon.answers.in_search_thread(report)
 

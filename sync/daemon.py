@@ -39,7 +39,7 @@ from rag import config as config_mod
 from rag.answer import AnswerService
 from rag.config import Settings
 from rag.client import find_daemon
-from rag.errors import StoreLocked, UserError
+from rag.errors import DiskFull, StoreLocked, UserError
 from rag.feedback import KEEP_DAYS, FeedbackStore
 from rag.index import NoteIndex
 from rag.metrics import Metrics
@@ -47,6 +47,7 @@ from rag.redact import safe_url
 
 from . import api
 from .capture import Capture
+from .faults import ServeLock, check_disk
 from .memory_jobs import MemoryJobs
 from .metrics_wiring import attach_metrics
 from .notify import Notifier
@@ -139,7 +140,8 @@ class Daemon:
     def open(self) -> None:
         try:
             self.state = State(self.settings.state_dir)
-            self._reader = State(self.settings.state_dir)  # the event loop's own connection, for reads
+            self.state.verify()  # a file with damaged pages would fail every pass: said now, and serve exits
+            self._reader = State(self.settings.state_dir)  # for reads in worker threads
             self.index = NoteIndex.open(self.settings, create=True)
             self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
             self.answers = AnswerService.from_settings(self.settings, self.index)
@@ -188,9 +190,19 @@ class Daemon:
                 loop.add_signal_handler(sig, handler)
             except (NotImplementedError, RuntimeError):  # not the main thread (tests)
                 pass
-        if await asyncio.to_thread(find_daemon, self.settings) is not None:
-            raise UserError(f"leanote-rag serve already runs for {self.settings.state_dir} (its API answers on "
-                            f"{self.settings.api.socket}): stop it first (systemctl stop leanote-rag)")
+        # One serve per state directory, decided before anything is opened or bound: an OS lock
+        # (two started at the same instant cannot both pass it). Then enough room on the disk.
+        lock = ServeLock(self.settings.state_dir).acquire()
+        try:
+            check_disk(self.settings.state_dir)  # the index writes through mapped files: no room is a crash
+            if await asyncio.to_thread(find_daemon, self.settings) is not None:  # another state dir, this socket
+                raise UserError(f"leanote-rag serve already runs with the API socket {self.settings.api.socket}: "
+                                f"stop it first (systemctl stop leanote-rag), or give this one another api.socket")
+            await self._serve()
+        finally:
+            lock.release()
+
+    async def _serve(self) -> None:
         tasks: list[asyncio.Task] = []
         try:
             if self.settings.api.enabled:  # first: it says "not ready" while the index is busy
@@ -232,17 +244,20 @@ class Daemon:
                 self._sync_after_write.cancel()
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
+            # a pass in its worker thread stops at its next safe point; meanwhile the services see
+            # `stopping` and end on their own (the API answers what it is answering), and whatever
+            # is still running after a moment is cancelled. Then the pass is waited for, and closed.
+            wound_down = None
             if self.sync:
                 self.sync.request_stop()
-            # the services see `stopping` and end on their own (the API answers what it is
-            # answering); whatever is still running after a moment is cancelled
+                wound_down = asyncio.ensure_future(asyncio.to_thread(self.sync.lock.acquire))
             if tasks:
                 _, late = await asyncio.wait(tasks, timeout=3.0)
                 for task in late:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-            # a pass in its worker thread stops at its next safe point; wait for it before closing
-            await asyncio.to_thread(self.sync.lock.acquire) if self.sync else None
+            if wound_down is not None:
+                await wound_down
             self.close()
             self.systemd.close()
             log.info("stopped")
@@ -389,7 +404,10 @@ class Daemon:
             return {a.account: a.user_id for a in self._reader.accounts() if a.user_id}
 
     def _schedule_retry(self, due: float | None) -> None:
-        """An account in backoff may be due before the next interval run: run then."""
+        """An account in backoff may be due before the next interval run: run then (also
+        passes held back by a full disk: ``sync.fault_until``)."""
+        if self.sync is not None and self.sync.fault is not None and self.sync.fault_until != float("inf"):
+            due = min(due or self.sync.fault_until, self.sync.fault_until)
         job = self.scheduler.get_job("sync") if self.scheduler else None
         if due is None or job is None or job.next_run_time is None:
             return
@@ -441,6 +459,15 @@ class Daemon:
         self._sync_after_write = asyncio.get_running_loop().call_later(self.settings.capture.sync_after, go)
 
     # --- for the bots (bot.common.Host) ------------------------------------------------------
+
+    def problems(self) -> list[dict]:
+        """What keeps the sync from working, for ``status``: ``{"kind", "problem"}``, the
+        problem saying the fix."""
+        fault = self.sync.fault if self.sync is not None else None
+        if fault is None:
+            return []
+        kind = "disk_full" if isinstance(fault, DiskFull) else "state_broken"
+        return [{"kind": kind, "problem": f"{fault} (sync {self.sync.waiting()})"}]
 
     def resolve_user_name(self, name: str) -> str:
         """A Leanote user id, given an id or the email of an API account."""
