@@ -39,7 +39,7 @@ from rag import related
 
 from .faults import check_disk, state_fault
 from .incremental import AccountResult, AccountSync
-from .indexer import Indexer, Progress, Stopped, Summary
+from .indexer import OPTIMIZE_PENDING, Indexer, Progress, Stopped, Summary
 from .sources import Known, open_source
 from .state import State
 
@@ -207,6 +207,10 @@ class SyncService:
                                         seconds=round(time.monotonic() - started, 3)))
             raise
         result.related = self._refresh_related()
+        if not result.stopped and self.state.get_meta(OPTIMIZE_PENDING):  # left by a pass that was stopped
+            self.index.store.optimize()
+            with self.state.transaction():
+                self.state.set_meta(OPTIMIZE_PENDING, "")
         error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
         summary = result.summary.as_json()
         summary["reconcile"] = reconcile

@@ -386,3 +386,41 @@ def test_sqlites_own_disk_full_error_is_read_as_a_full_disk_naming_the_folder(tm
         assert isinstance(fault, DiskFull) and f"the disk holding {disk / 'data'} is full" in str(fault)
     finally:
         state.close()
+
+
+# --- SIGTERM at the end of a pass -------------------------------------------------------------
+
+
+def test_a_stop_asked_for_at_the_end_of_a_pass_leaves_the_index_optimization_to_the_next(tmp_path, use_embedder):
+    """Building the HNSW index may take long (seconds for the corpus on a busy machine): a
+    stop asked for by then does not wait for it; the next pass does it."""
+    from rag.index import NoteIndex
+    from sync.indexer import OPTIMIZE_PENDING, Indexer
+    from sync.service import SyncService
+    from sync.sources import open_source
+    from sync.state import State
+
+    from conftest import make_settings
+
+    settings = make_settings(tmp_path, qdrant={"optimize_after": 1})
+    state = State(settings.state_dir)
+    stop = [False]
+    try:
+        with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
+            source = open_source(settings)
+            indexer = Indexer(index, state, source.name, should_stop=lambda: stop[0])
+            for note in source.notes():
+                indexer.apply(note)
+            indexer.commit()
+            stop[0] = True  # SIGTERM now
+            indexer.finish()
+            assert indexer.summary.optimize_seconds == 0.0 and state.get_meta(OPTIMIZE_PENDING) == "1"
+
+            service = SyncService(settings, index, state)
+            try:
+                assert service.run_pass().ok  # nothing changed, and yet: optimized now
+            finally:
+                service.close()
+            assert not state.get_meta(OPTIMIZE_PENDING)
+    finally:
+        state.close()
