@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from datetime import datetime, timedelta
@@ -379,12 +380,17 @@ class Daemon:
         summary = result.summary
         if summary.changed or summary.skipped:
             log.info("synced: %s", summary.line())
-        due = await asyncio.to_thread(self._next_due)
-        self._user_ids = await asyncio.to_thread(self._read_user_ids)
-        self._schedule_retry(due)
-        job = self.scheduler.get_job("sync")
-        if job is not None and job.next_run_time is not None:
-            await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
+        due = None
+        try:
+            if result.fault is None:  # (a state that cannot be read or written is the pass's to report)
+                due = await asyncio.to_thread(self._next_due)
+                self._user_ids = await asyncio.to_thread(self._read_user_ids)
+            self._schedule_retry(due)
+            job = self.scheduler.get_job("sync")
+            if result.fault is None and job is not None and job.next_run_time is not None:
+                await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
+        except (sqlite3.Error, OSError) as err:  # bookkeeping for `status`: the next pass says what is wrong
+            log.debug("after the pass: %s", err)
         async with self.pass_done:
             self.pass_done.notify_all()
 
