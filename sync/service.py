@@ -224,7 +224,7 @@ class SyncService:
         """A pass that met a fault of every account's: said once, then retried on backoff (a
         full disk) or not before a restart (a damaged state file: retrying cannot mend it)."""
         self._faults = self._faults + 1 if type(self.fault) is type(fault) else 1
-        first = self._faults == 1
+        first = self._faults == 1 and self.scheduled  # (a one-shot `index` prints it as its error)
         self.fault = fault
         if isinstance(fault, BrokenState):
             self.fault_until = math.inf

@@ -53,11 +53,13 @@ class Serve:
         self.env.pop("WATCHDOG_USEC", None)
         self.env.update(env or {})
         self.proc: subprocess.Popen | None = None
+        self.started: list[subprocess.Popen] = []
 
     def start(self, log: Path | None = None) -> subprocess.Popen:
         out = (log or self.log).open("w")
         self.proc = subprocess.Popen([EXE, "--config", str(self.config), "serve"], env=self.env,
                                      stdout=subprocess.DEVNULL, stderr=out, text=True)
+        self.started.append(self.proc)
         return self.proc
 
     def cli(self, *args: str, timeout=120) -> subprocess.CompletedProcess:
@@ -92,9 +94,10 @@ class Serve:
         return time.monotonic() - start
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture
@@ -109,6 +112,7 @@ def serves():
     yield make
     for s in started:
         s.kill()
+        s.sock.unlink(missing_ok=True)  # left behind by a killed one
 
 
 # --- systemd's notify socket ------------------------------------------------------------------
