@@ -523,6 +523,8 @@ class Daemon:
             c = self.capture.counts()
             if c["waiting"] or c["failed"]:
                 lines.append(f"captures waiting for Leanote: {c['waiting']}, not taken: {c['failed']} (/outbox)")
+        if user_id is None:  # the disk full, the state damaged: with the fix
+            lines += [f"problem: {p['problem']}" for p in self.problems()]
         return "\n".join(lines)
 
     async def wait_for_pass(self, after: int) -> PassResult:
