@@ -48,7 +48,7 @@ from rag.redact import safe_url
 
 from . import api
 from .capture import Capture
-from .faults import ServeLock, check_disk
+from .faults import ServeLock, check_disk, state_fault
 from .memory_jobs import MemoryJobs
 from .metrics_wiring import attach_metrics
 from .notify import Notifier
@@ -491,7 +491,13 @@ class Daemon:
         with self._reader_lock:
             if self._reader is None:
                 return "the daemon is starting or stopping: try again in a moment"
-            return self._status_text(user_id)
+            try:
+                return self._status_text(user_id)
+            except sqlite3.DatabaseError as err:  # damaged: the admin is told what to do
+                fault = state_fault(err, self._reader.path)
+                if fault is None:
+                    raise
+                return f"problem: {fault}" if user_id is None else "the sync status cannot be read now (the admin can see why)"
 
     def _status_text(self, user_id: str | None) -> str:
         lines = []
