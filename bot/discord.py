@@ -285,7 +285,7 @@ class DiscordBot:
         if answer is None:
             await self._error(interaction)
             return
-        answer_id = self._record(interaction, person, answer)
+        answer_id = await asyncio.to_thread(self._record, interaction, person, answer)  # a write to the feedback store
         await self._deliver(interaction, answer, private, answer_id, notice)
 
     async def _may_search(self, interaction: discord.Interaction) -> bool:
@@ -364,7 +364,7 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
-        text = self.host.status_text(None if person.admin else person.leanote_user_id)
+        text = await asyncio.to_thread(self.host.status_text, None if person.admin else person.leanote_user_id)
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def sync(self, interaction: discord.Interaction) -> None:
@@ -472,7 +472,7 @@ class DiscordBot:
             await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
             return
         try:
-            text = outbox_text(self.capturer.pending(person_key("discord", interaction.user.id)))
+            text = outbox_text(await asyncio.to_thread(self.capturer.pending, person_key("discord", interaction.user.id)))
         except Exception:
             log.exception("discord /outbox failed")
             count_error(self.host, "discord")
@@ -546,7 +546,7 @@ class DiscordBot:
             return
         me = person_key("discord", interaction.user.id)
         try:
-            record = store.get(answer_id)
+            record = await asyncio.to_thread(store.get, answer_id)
         except Exception:
             log.exception("reading the answer under a Discord button failed")
             count_error(self.host, "discord")
@@ -563,7 +563,7 @@ class DiscordBot:
             return
         try:
             if action in ("up", "down"):
-                store.verdict(answer_id, me, action)
+                await asyncio.to_thread(store.verdict, answer_id, me, action)
                 text = ("谢谢！很高兴有帮助。 / Thanks, glad it helped." if action == "up" else
                         "谢谢反馈，会用它来改进。 / Thanks: this helps improve the answers.")
             elif action == "why":
@@ -599,13 +599,13 @@ class DiscordBot:
             return
         saving = self._saving.get(record.id)
         if saving is not None:
-            waiting = {i.key: i.state for i in capture.pending(me)}
+            waiting = {i.key: i.state for i in await asyncio.to_thread(capture.pending, me)}
             if saving == "" or waiting.get(saving, "failed") != "failed":
                 text = "正在保存，或已排队等待 Leanote（/outbox）。 / Already being saved, or queued for Leanote (see /outbox)."
             elif saving not in waiting:  # queued then, written since
-                note_id = capture.note_for(saving)
+                note_id = await asyncio.to_thread(capture.note_for, saving)
                 if note_id:
-                    self.feedback.mark_saved(record.id, me, note_id)
+                    await asyncio.to_thread(self.feedback.mark_saved, record.id, me, note_id)
                 url = f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{note_id}" if note_id else ""
                 text = f"已经保存过了 ✅ {url} / Already saved as a note.".replace("  ", " ")
             else:  # Leanote refused it: another try is the person's to make
@@ -619,7 +619,7 @@ class DiscordBot:
             receipt = await capture.save_answer(me, record.user_id, record.question, record.answer,
                                                 [dict(c) for c in record.cited])
             if receipt.status == "written" and receipt.note_id:
-                self.feedback.mark_saved(record.id, me, receipt.note_id)
+                await asyncio.to_thread(self.feedback.mark_saved, record.id, me, receipt.note_id)
             reply = receipt.message
         except Exception:
             log.exception("discord Save as note failed")

@@ -269,7 +269,7 @@ class TelegramBot:
         person = await self._who(update)
         if person is None:
             return
-        text = self.host.status_text(None if person.admin else person.leanote_user_id)
+        text = await asyncio.to_thread(self.host.status_text, None if person.admin else person.leanote_user_id)
         await self._privately(update, text)
 
     async def on_sync(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -371,7 +371,7 @@ class TelegramBot:
             return
         capture = await self._capturer(update)
         if capture is not None:
-            await self._privately(update, outbox_text(capture.pending(self._key(update))))
+            await self._privately(update, outbox_text(await asyncio.to_thread(capture.pending, self._key(update))))
 
     @staticmethod
     def _key(update: Update) -> str:
@@ -563,7 +563,7 @@ class TelegramBot:
             await query.answer(EXPIRED, show_alert=True)
             return
         try:
-            record = feedback.get(answer_id, presser)
+            record = await asyncio.to_thread(feedback.get, answer_id, presser)
         except NotYours:
             await query.answer(NOT_YOURS, show_alert=True)
             return
@@ -576,7 +576,7 @@ class TelegramBot:
             return
         try:
             if kind.startswith("fb:"):
-                feedback.verdict(answer_id, presser, kind[3:])
+                await asyncio.to_thread(feedback.verdict, answer_id, presser, kind[3:])
                 await query.answer(THANKS)
             elif kind == "why":
                 trace = _trace(record.trace)
@@ -609,12 +609,12 @@ class TelegramBot:
             return
         queued = self._saving.get(record.id)
         if queued:  # an earlier press was queued: still waiting, written meanwhile, or refused
-            item = next((i for i in capture.pending(presser) if i.key == queued), None)
+            item = next((i for i in await asyncio.to_thread(capture.pending, presser) if i.key == queued), None)
             if item is None:  # written meanwhile
                 self._saving.pop(record.id, None)
-                note_id = capture.note_for(queued)
+                note_id = await asyncio.to_thread(capture.note_for, queued)
                 if note_id:
-                    self.host.feedback.mark_saved(record.id, presser, note_id)
+                    await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, note_id)
                     await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{note_id}")
                 else:
                     await self._to_presser(query, "已经存过了 / Saved already.")
@@ -633,7 +633,7 @@ class TelegramBot:
             receipt = await capture.save_answer(presser, record.user_id, record.question, record.answer,
                                                 record.cited)
             if receipt.status == "written" and receipt.note_id:
-                self.host.feedback.mark_saved(record.id, presser, receipt.note_id)
+                await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, receipt.note_id)
             elif receipt.status == "queued" and receipt.key:
                 self._saving[record.id] = receipt.key
         finally:
@@ -703,7 +703,7 @@ class TelegramBot:
             sources = telegram_sources(answer.citations, "来源 Sources")
         else:
             sources = telegram_sources(answer.closest, "最接近的笔记 Closest notes")
-        markup = self._buttons(update, person, answer)
+        markup = await asyncio.to_thread(self._buttons, update, person, answer)  # a write to the feedback store
         await self._final(placeholder, telegram_messages(body, sources), html=True, markup=markup)
 
     async def _typing(self, chat_id: int) -> None:

@@ -66,3 +66,8 @@ class Refused(LeanoteRagError):
     def __init__(self, message: str, reason: str = ""):
         super().__init__(message)
         self.reason = reason
+
+
+class DiskFull(Unavailable):
+    """The file system of the state directory has (almost) no room left: nothing is written
+    until there is; the message names the folder and how much is free."""

@@ -50,10 +50,11 @@ from pydantic import BaseModel, Field
 from rag import explore, limits
 from rag.client import check_socket_path
 from rag.config import secret
-from rag.errors import LeanoteRagError, TooLarge, Unavailable, UserError
+from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.memory import MemoryStore
 from rag.retrieve import RETRIEVERS, resolve_user
 
+from .faults import reading_state
 from .report import status_report
 from .state import State
 
@@ -168,7 +169,13 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
         is_open = daemon.index is not None and daemon.answers is not None
         ready = is_open and (last is None or last.ok)
         reason = None if ready else "the index is not open yet" if not is_open else "the last sync failed"
+        fault = daemon.sync.fault if daemon.sync is not None else None
+        if fault is not None:  # what, not where (this door may be asked without a token): `status` has the details
+            ready = False
+            reason = "the disk is full" if isinstance(fault, DiskFull) else "the sync state file is damaged"
         body = {"live": True, "ready": ready, "reason": reason}
+        if fault is not None:
+            body["problem"] = reason
         header = request.headers.get("authorization")
         if auth is None or header:  # the socket's user, or a token (a wrong one is refused)
             if auth is not None:
@@ -186,9 +193,13 @@ def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
         store = daemon.index.store
 
         def report() -> dict:  # off the event loop, on a connection of its own
-            with contextlib.closing(State(daemon.settings.state_dir)) as state:
+            with contextlib.closing(State(daemon.settings.state_dir)) as state, reading_state(state):
                 # an admin sees every account; anyone else only their own (no other's email or error)
-                return status_report(daemon.settings, state, store, users=None if who.admin else who.users)
+                body = status_report(daemon.settings, state, store, users=None if who.admin else who.users)
+            if who.admin:  # they name folders and files
+                own = daemon.problems()  # the daemon's word on a kind wins (it says when it tries again)
+                body["problems"] = own + [p for p in body["problems"] if p["kind"] not in {o["kind"] for o in own}]
+            return body
 
         return await daemon.answers.in_search_thread(report)
 
@@ -378,7 +389,8 @@ async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversa
 async def _sync_events(daemon: "Daemon", body: SyncIn) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    total = None if daemon.settings.source.incremental else len(daemon.sync.source)
+    # a snapshot's size may take a read of the whole backup: not on the event loop
+    total = None if daemon.settings.source.incremental else await asyncio.to_thread(len, daemon.sync.source)
 
     def progress(seen: int, embedded: int) -> None:  # called in the sync's thread
         loop.call_soon_threadsafe(queue.put_nowait, ("progress", seen, embedded))

@@ -14,6 +14,7 @@ from rag.client import find_daemon, say_door
 from rag.errors import Unavailable, UserError
 from rag.store import open_store
 
+from .faults import check_disk, reading_state
 from .report import print_pass, print_status, status_report
 from .service import SyncService
 from .state import State
@@ -56,6 +57,7 @@ def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
     settings = app.settings
     state = State(settings.state_dir, replace_broken=rebuild)
     try:
+        check_disk(settings.state_dir)  # before the index maps its files: no room there is a crash
         with app.open_index(create=True, rebuild=rebuild) as nindex:
             service = SyncService(settings, nindex, state)
             if rebuild and service.memory is not None:
@@ -115,12 +117,14 @@ def serve(app: App) -> None:
 def _status_here(settings) -> dict:
     state = State(settings.state_dir)
     try:
+        state.verify()  # a damaged page anywhere is named, with the fix
         try:
             store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
         except UserError:  # nothing indexed yet
             store = None
         try:
-            return status_report(settings, state, store)
+            with reading_state(state):
+                return status_report(settings, state, store)
         finally:
             if store is not None:
                 store.close()

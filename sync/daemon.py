@@ -21,15 +21,17 @@ stays, and the next start carries on), the index is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import sqlite3
+import threading
 import time
 from datetime import datetime, timedelta
 from importlib.metadata import entry_points
 from typing import Awaitable, Callable
 
-import sdnotify
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -38,7 +40,7 @@ from rag import config as config_mod
 from rag.answer import AnswerService
 from rag.config import Settings
 from rag.client import find_daemon
-from rag.errors import StoreLocked, UserError
+from rag.errors import DiskFull, StoreLocked, UserError
 from rag.feedback import KEEP_DAYS, FeedbackStore
 from rag.index import NoteIndex
 from rag.metrics import Metrics
@@ -46,8 +48,10 @@ from rag.redact import safe_url
 
 from . import api
 from .capture import Capture
+from .faults import ServeLock, check_disk, state_fault
 from .memory_jobs import MemoryJobs
 from .metrics_wiring import attach_metrics
+from .notify import Notifier
 from .service import PassResult, SyncService
 from .state import State
 from .watch import watch
@@ -122,9 +126,11 @@ class Daemon:
         self._rerun = False  # a trigger came while a pass was running
         self._in_pass = False  # a scheduled pass (the job) is under way, from start to bookkeeping
         self.not_ready: str | None = None  # why the index is not open yet (the API's health says it)
-        self.systemd = sdnotify.SystemdNotifier()  # a no-op outside systemd (no NOTIFY_SOCKET)
+        self.systemd = Notifier()  # never waits; a no-op outside systemd (no NOTIFY_SOCKET)
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
-        self._reader: State | None = None
+        self._reader: State | None = None  # for reads in worker threads, behind _reader_lock
+        self._reader_lock = threading.Lock()
+        self._user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
         self.capture: Capture | None = None  # writing from chat into Leanote (sync.capture)
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
@@ -135,7 +141,8 @@ class Daemon:
     def open(self) -> None:
         try:
             self.state = State(self.settings.state_dir)
-            self._reader = State(self.settings.state_dir)  # the event loop's own connection, for reads
+            self.state.verify()  # a file with damaged pages would fail every pass: said now, and serve exits
+            self._reader = State(self.settings.state_dir)  # for reads in worker threads
             self.index = NoteIndex.open(self.settings, create=True)
             self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
             self.answers = AnswerService.from_settings(self.settings, self.index)
@@ -152,7 +159,10 @@ class Daemon:
         holds it; the API meanwhile says why it is not ready. False when stopped first."""
         while not self.stopping.is_set():
             try:
-                self.open()
+                await asyncio.to_thread(self.open)  # loading the model may take a while: the API answers meanwhile
+                if self.stopping.is_set():
+                    return False
+                self._user_ids = await asyncio.to_thread(self._read_user_ids)
                 self.not_ready = None
                 return True
             except StoreLocked as err:
@@ -169,8 +179,9 @@ class Daemon:
         for part in ("feedback", "capture", "answers", "_reader", "sync", "index", "state"):
             thing = getattr(self, part, None)
             if thing is not None:
-                thing.close()
-                setattr(self, part, None)
+                with self._reader_lock if part == "_reader" else contextlib.nullcontext():
+                    thing.close()
+                    setattr(self, part, None)
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT (or ``stop()``)."""
@@ -180,9 +191,19 @@ class Daemon:
                 loop.add_signal_handler(sig, handler)
             except (NotImplementedError, RuntimeError):  # not the main thread (tests)
                 pass
-        if find_daemon(self.settings) is not None:
-            raise UserError(f"leanote-rag serve already runs for {self.settings.state_dir} (its API answers on "
-                            f"{self.settings.api.socket}): stop it first (systemctl stop leanote-rag)")
+        # One serve per state directory, decided before anything is opened or bound: an OS lock
+        # (two started at the same instant cannot both pass it). Then enough room on the disk.
+        lock = ServeLock(self.settings.state_dir).acquire()
+        try:
+            check_disk(self.settings.state_dir)  # the index writes through mapped files: no room is a crash
+            if await asyncio.to_thread(find_daemon, self.settings) is not None:  # another state dir, this socket
+                raise UserError(f"leanote-rag serve already runs with the API socket {self.settings.api.socket}: "
+                                f"stop it first (systemctl stop leanote-rag), or give this one another api.socket")
+            await self._serve()
+        finally:
+            lock.release()
+
+    async def _serve(self) -> None:
         tasks: list[asyncio.Task] = []
         try:
             if self.settings.api.enabled:  # first: it says "not ready" while the index is busy
@@ -224,18 +245,22 @@ class Daemon:
                 self._sync_after_write.cancel()
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
+            # a pass in its worker thread stops at its next safe point; meanwhile the services see
+            # `stopping` and end on their own (the API answers what it is answering), and whatever
+            # is still running after a moment is cancelled. Then the pass is waited for, and closed.
+            wound_down = None
             if self.sync:
                 self.sync.request_stop()
-            # the services see `stopping` and end on their own (the API answers what it is
-            # answering); whatever is still running after a moment is cancelled
+                wound_down = asyncio.ensure_future(asyncio.to_thread(self.sync.lock.acquire))
             if tasks:
                 _, late = await asyncio.wait(tasks, timeout=3.0)
                 for task in late:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-            # a pass in its worker thread stops at its next safe point; wait for it before closing
-            await asyncio.to_thread(self.sync.lock.acquire) if self.sync else None
+            if wound_down is not None:
+                await wound_down
             self.close()
+            self.systemd.close()
             log.info("stopped")
 
     def stop(self) -> None:
@@ -355,16 +380,40 @@ class Daemon:
         summary = result.summary
         if summary.changed or summary.skipped:
             log.info("synced: %s", summary.line())
-        self._schedule_retry()
-        job = self.scheduler.get_job("sync")
-        if job is not None and job.next_run_time is not None:
-            await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
+        due = None
+        try:
+            if result.fault is None:  # (a state that cannot be read or written is the pass's to report)
+                due = await asyncio.to_thread(self._next_due)
+                self._user_ids = await asyncio.to_thread(self._read_user_ids)
+            self._schedule_retry(due)
+            job = self.scheduler.get_job("sync")
+            if result.fault is None and job is not None and job.next_run_time is not None:
+                await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
+        except (sqlite3.Error, OSError) as err:  # bookkeeping for `status`: the next pass says what is wrong
+            log.debug("after the pass: %s", err)
         async with self.pass_done:
             self.pass_done.notify_all()
 
-    def _schedule_retry(self) -> None:
-        """An account in backoff may be due before the next interval run: run then."""
-        due = self.sync.next_due()
+    def _next_due(self) -> float | None:
+        """The earliest time an account in backoff may run again (in a worker thread)."""
+        with self._reader_lock:
+            if self._reader is None:
+                return None
+            dues = [a.next_run for a in self._reader.accounts() if a.next_run and a.last_error]
+        return min(dues) if dues else None
+
+    def _read_user_ids(self) -> dict[str, str]:
+        """API accounts' emails and their Leanote user ids, as synced (in a worker thread)."""
+        with self._reader_lock:
+            if self._reader is None:
+                return {}
+            return {a.account: a.user_id for a in self._reader.accounts() if a.user_id}
+
+    def _schedule_retry(self, due: float | None) -> None:
+        """An account in backoff may be due before the next interval run: run then (also
+        passes held back by a full disk: ``sync.fault_until``)."""
+        if self.sync is not None and self.sync.fault is not None and self.sync.fault_until != float("inf"):
+            due = min(due or self.sync.fault_until, self.sync.fault_until)
         job = self.scheduler.get_job("sync") if self.scheduler else None
         if due is None or job is None or job.next_run_time is None:
             return
@@ -417,23 +466,41 @@ class Daemon:
 
     # --- for the bots (bot.common.Host) ------------------------------------------------------
 
+    def problems(self) -> list[dict]:
+        """What keeps the sync from working, for ``status``: ``{"kind", "problem"}``, the
+        problem saying the fix."""
+        fault = self.sync.fault if self.sync is not None else None
+        if fault is None:
+            return []
+        kind = "disk_full" if isinstance(fault, DiskFull) else "state_broken"
+        return [{"kind": kind, "problem": f"{fault} (sync {self.sync.waiting()})"}]
+
     def resolve_user_name(self, name: str) -> str:
         """A Leanote user id, given an id or the email (login name) of an API account, as
         ``users:`` and ``--user`` take them."""
         return self.user_for_email(name.strip().lower()) or name
 
     def user_for_email(self, email: str) -> str | None:
-        """The Leanote user id of an API account, once it has synced."""
-        if self._reader is None:
-            return None
-        for acc in self._reader.accounts():
-            if acc.account == email and acc.user_id:
-                return acc.user_id
-        return None
+        """The Leanote user id of an API account, once it has synced (as of the last pass:
+        asked on every message and request, it reads no file)."""
+        return self._user_ids.get(email)
 
     def status_text(self, user_id: str | None = None) -> str:
         """Sync status for chat: an admin (``user_id`` None) sees every account with its
-        last error; anyone else sees only their own account, without error details."""
+        last error; anyone else sees only their own account, without error details.
+        It reads the state: call it in a worker thread (``asyncio.to_thread``)."""
+        with self._reader_lock:
+            if self._reader is None:
+                return "the daemon is starting or stopping: try again in a moment"
+            try:
+                return self._status_text(user_id)
+            except sqlite3.DatabaseError as err:  # damaged: the admin is told what to do
+                fault = state_fault(err, self._reader.path)
+                if fault is None:
+                    raise
+                return f"problem: {fault}" if user_id is None else "the sync status cannot be read now (the admin can see why)"
+
+    def _status_text(self, user_id: str | None) -> str:
         lines = []
         for a in self._reader.accounts():
             mine = a.user_id == user_id or (not self.settings.source.incremental and user_id is not None)
@@ -463,6 +530,8 @@ class Daemon:
             c = self.capture.counts()
             if c["waiting"] or c["failed"]:
                 lines.append(f"captures waiting for Leanote: {c['waiting']}, not taken: {c['failed']} (/outbox)")
+        if user_id is None:  # the disk full, the state damaged: with the fix
+            lines += [f"problem: {p['problem']}" for p in self.problems()]
         return "\n".join(lines)
 
     async def wait_for_pass(self, after: int) -> PassResult:

@@ -20,6 +20,7 @@ from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.store import open_store
 
+from .faults import MIN_FREE, free_bytes
 from .sources import open_source
 from .state import State
 
@@ -92,6 +93,10 @@ def _state(settings: Settings) -> Iterator[Check]:
         elif not os.access(folder, os.W_OK | os.X_OK):
             yield Check("state directory", False, f"{folder} is not writable by this user",
                         f"sudo chown -R \"$USER\" {folder}, or set state_dir")
+        free = free_bytes(folder)
+        if free < MIN_FREE:  # serve and index refuse to write (the index's mapped files would crash them)
+            yield Check("disk space", False, f"{free // 2**20} MB free on the file system of {folder}, at least "
+                        f"{MIN_FREE // 2**20} MB needed", "free some space there, or move state_dir to a larger one")
     if not (folder / "state.db").exists():
         yield Check("sync state", True, f"none yet in {folder}: the first `leanote-rag index` or `serve` makes it")
         return
@@ -104,10 +109,10 @@ def _state(settings: Settings) -> Iterator[Check]:
         yield Check("sync state", False, str(err), f"make {folder} readable and writable by this user")
         return
     try:
-        verdict = state.check()
-        if verdict != "ok":
-            yield Check("sync state", False, f"{state.path}: {verdict}", "leanote-rag index --rebuild, or restore "
-                        "state.db from a backup")
+        verdict = state.problem()  # SQLite's check, also when it cannot read a page at all
+        if verdict is not None:
+            yield Check("sync state", False, f"{state.path} is damaged: {verdict}", "leanote-rag index --rebuild, "
+                        "or restore state.db from a backup")
             return
         skipped = state.skipped()
         detail = f"{state.path} is consistent"

@@ -24,6 +24,7 @@ config, points with no note.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ from .sources import AccountSession, BookPath, Skipped, notebook_paths
 from .state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
+
+# meta key prefix (then "<source>:<account>"): when the server's USN last went back, from what to what
+USN_BACK = "usn_back:"
 
 
 @dataclass
@@ -78,6 +82,9 @@ class AccountSync:
         acc.user_id = self.session.user_id
         acc.server_usn = server
         acc.last_attempt = self.clock()
+        synced = max(acc.cursor, acc.synced_usn or 0)
+        if server < synced:  # a counter never goes back: the server was restored from an older backup
+            return self._went_back(acc, server, synced)
         self._memory_catch_up()
         # Idle only when a complete pass already saw this USN. Not by the cursors: notebooks
         # and notes are pulled apart, so after a pass cut short (stopped, killed) the notebook
@@ -118,6 +125,27 @@ class AccountSync:
         self.indexer.commit(acc)
         self.indexer.finish()
         self.summary.seconds = round(time.monotonic() - started, 3)
+        return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
+
+    def _went_back(self, acc, server: int, synced: int) -> AccountResult:
+        """The server's USN is below what was synced: changes made since the restore get
+        USNs we would take as seen. Every note is compared with the server at once (the
+        reconcile), then the cursors start again from the server's USN."""
+        log.warning("the server's USN for %s went back from %d to %d (Leanote restored from a backup?): "
+                    "comparing every note with the server now", acc.account, synced, server)
+        with self.state.transaction():
+            self.state.set_meta(f"{USN_BACK}{self.source}:{acc.account}",
+                                json.dumps({"from": synced, "to": server, "at": self.clock()}))
+        result = self.reconcile()
+        acc = self.state.account(self.source, self.session.account)
+        acc.user_id = self.session.user_id
+        acc.notebooks_usn = acc.notes_usn = acc.server_usn = acc.synced_usn = server
+        acc.last_attempt = acc.last_success = self.clock()
+        acc.last_error = acc.failing_since = None
+        self.indexer.commit(acc)
+        s = result.summary
+        log.info("%s compared with the server after its USN went back: %d added, %d updated, %d deleted",
+                 acc.account, s.added, s.updated, s.deleted)
         return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
 
     def _memory_catch_up(self) -> None:

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 _FAILED = object()  # what a failed memory step returns
 PIPELINE_VERSION = 1  # bump when cleaning/chunking/term code changes what an index holds
 BATCH_CHUNKS = 256
+OPTIMIZE_PENDING = "optimize_pending"  # meta: a stop came before the search index was optimized
 
 
 @dataclass
@@ -269,12 +270,24 @@ class Indexer:
                 self.summary.not_indexed += 1
 
     def finish(self) -> None:
-        """After a run: build the HNSW index if much was written, drop unused cached vectors."""
+        """After a run: build the HNSW index if much was written (left to the next pass when
+        a stop was asked for: it may take long), drop unused cached vectors."""
         if self.summary.chunks_written >= self.index.settings.qdrant.optimize_after:
-            t = time.monotonic()
-            self.index.store.optimize()
-            self.summary.optimize_seconds = round(time.monotonic() - t, 3)
+            if self._stop_asked():
+                with self.state.transaction():
+                    self.state.set_meta(OPTIMIZE_PENDING, "1")
+                log.info("stopping: the search index is optimized on the next pass")
+            else:
+                t = time.monotonic()
+                self.index.store.optimize()
+                self.summary.optimize_seconds = round(time.monotonic() - t, 3)
         self.state.prune_cache()
+
+    def _stop_asked(self) -> bool:
+        try:
+            return bool(self.should_stop())
+        except Exception:  # a full disk: stop writing as well
+            return True
 
     # --- one note -------------------------------------------------------------------------
 
@@ -490,6 +503,8 @@ class Indexer:
                 steps.append((note_id, "updating",
                               lambda n=note_id: self.memory.remember_meta(retagged[n], self.base_url)))
         for note_id, prepared in remember.items():
+            if self._stop_asked():  # the rest on the next pass: it catches up what the memory missed
+                break
             rec = pending.get(note_id, self.state.note(note_id) if note_id not in pending else None)
             if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
                 # with the LLM tier on, its job is queued with the entities (sync.memory_jobs)

@@ -17,7 +17,11 @@ from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.store import Store
 
+from rag.errors import DiskFull
+
 from .capture import Outbox
+from .faults import check_disk
+from .incremental import USN_BACK
 from .indexer import Summary
 from .state import State
 
@@ -43,6 +47,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
             "last_error": a.last_error,
             "failing_since": when(a.failing_since),
             "next_run": when(a.next_run),
+            "usn_went_back": usn_went_back(state, a.source, a.account),
         }
         for a in state.accounts()
     ]
@@ -78,6 +83,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed)),
         "memory": memory_counts(settings, None if users is None else list(allowed)),
+        "problems": problems(settings) if users is None else [],
     }
 
 
@@ -100,6 +106,25 @@ def _scoped_run(last: dict | None, mine: set[str], incremental: bool) -> dict | 
         error = "; ".join(own) or (SHARED_FAILURE if shared else None)
     return {"source": last["source"], "started": last["started"], "finished": last["finished"], "summary": None,
             "error": error, "ok": error is None}
+
+
+def usn_went_back(state: State, source: str, account: str) -> dict | None:
+    """When the server's USN last went below the one synced (Leanote restored from a backup)."""
+    raw = state.get_meta(f"{USN_BACK}{source}:{account}")
+    if not raw:
+        return None
+    seen = json.loads(raw)
+    return {**seen, "at": when(seen.get("at"))}
+
+
+def problems(settings: Settings) -> list[dict]:
+    """What keeps every account from syncing, each with its fix: ``{"kind", "problem"}``."""
+    out = []
+    try:
+        check_disk(settings.state_dir)
+    except DiskFull as err:
+        out.append({"kind": "disk_full", "problem": str(err)})
+    return out
 
 
 def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:
@@ -142,12 +167,21 @@ def print_status(report: dict) -> None:
         click.echo(f"user {u['user_id']}: {u['notes']} notes, {u['chunks']} chunks")
     for a in report["accounts"]:
         lag = f"cursor {a['cursor_usn']} / server {a['server_usn']} (lag {a['lag']})" if a["server_usn"] is not None else ""
+        if a["lag"] is not None and a["lag"] < 0:
+            lag = (f"cursor {a['cursor_usn']} / server {a['server_usn']} (the server's USN is below the one synced: "
+                   f"Leanote restored from a backup? The next pass compares every note with it)")
         line = f"account {a['account']}: {lag} last success {a['last_success'] or 'never'}"
         if a["last_error"]:
             line += f"; failing since {a['failing_since']}: {a['last_error']}"
         if a["next_run"]:
             line += f"; next run {a['next_run']}"
         click.echo(line)
+        back = a.get("usn_went_back")
+        if back:
+            click.echo(f"  at {back['at']} the server's USN went back from {back['from']} to {back['to']} (Leanote "
+                       f"restored from a backup?): every note was compared with the server again")
+    for problem in report.get("problems", []):
+        click.echo(f"problem:  {problem['problem']}")
     last = report["last_sync"]
     if last:
         outcome = "ok" if last["error"] is None else f"failed: {last['error']}"

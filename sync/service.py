@@ -31,8 +31,10 @@ text the memory lacks) is the indexer's (``memory_behind``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import random
 import sqlite3
 import threading
@@ -42,15 +44,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rag.config import Settings
-from rag.errors import AuthFailed, LeanoteRagError, Unavailable, UserError
+from rag.errors import AuthFailed, BrokenState, DiskFull, LeanoteRagError, Unavailable, UserError
 from rag.entities import norm
 from rag.feedback import FeedbackStore, path_for as feedback_path
 from rag.index import NoteIndex
 from rag.memory import MemoryStore
 from rag import related
 
+from .faults import check_disk, state_fault
 from .incremental import AccountResult, AccountSync
-from .indexer import Indexer, Progress, Stopped, Summary
+from .indexer import OPTIMIZE_PENDING, Indexer, Progress, Stopped, Summary
 from .sources import Known, open_source
 from .state import Indexed, State
 
@@ -67,6 +70,9 @@ class PassResult:
     seconds: float = 0.0
     stopped: bool = False  # cut short by request_stop(): the next pass carries on
     related: int = 0  # notes whose related notes were recomputed after the pass
+    # What stopped every account (sync.faults): the disk full (DiskFull) or the state file
+    # damaged (BrokenState); such a pass also has failures["*"].
+    fault: LeanoteRagError | None = None
 
     @property
     def summary(self) -> Summary:
@@ -128,6 +134,10 @@ class SyncService:
         self._stop = threading.Event()
         self._failures: dict[str, int] = {}
         self._auth_failed: dict[str, str] = {}
+        self.fault: LeanoteRagError | None = None  # what stopped the last pass for every account, if anything
+        self.fault_until = 0.0  # no pass before then (backoff; math.inf: not until a restart)
+        self._faults = 0  # passes in a row that met it
+        self._disk_checked = 0.0  # monotonic time of the last look at the free space during a pass
         # Called with every finished pass (metrics), in the pass's thread; one that raises is logged.
         self.observers: list[Callable[[PassResult], None]] = []
 
@@ -160,6 +170,17 @@ class SyncService:
         dues = [a.next_run for a in self.state.accounts() if a.next_run and a.last_error]
         return min(dues) if dues else None
 
+    def _should_stop(self) -> bool:
+        """Between notes, pages and batches: a stop asked for, or (looked at once a second)
+        ``DiskFull`` raised when the disk is filling up, before the index writes into it."""
+        if self._stop.is_set():
+            return True
+        now = time.monotonic()
+        if now - self._disk_checked >= 1.0:
+            self._disk_checked = now
+            check_disk(self.settings.state_dir)
+        return False
+
     def run_pass(self, reconcile: bool = False, force: bool = False, rebuild: bool = False,
                  progress: Progress | None = None) -> PassResult:
         """Sync every account once. ``force`` ignores backoff (a manual run); ``rebuild``
@@ -167,39 +188,92 @@ class SyncService:
         snapshot's notes as they go."""
         with self.lock:
             started = time.monotonic()
-            if rebuild:
-                log.info("rebuilding the index: every note is read again")
-                self.index.reset()
-                if self.memory is not None:
-                    self.memory.reset()
-            run_id = self.state.start_run(self.source.name)
+            if self.fault is not None and not force and self.clock() < self.fault_until:
+                return PassResult(failures={"*": str(self.fault)}, fault=self.fault, skipped={"*": self.waiting()})
             try:
-                if self._memory_due:  # what a crash or a failed write left behind, before anything is read
-                    self.align_derived(memory=True)
-                result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
-                summary = result.summary
-                unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
-                self._feedback_due |= unsettled
-                # this pass's failed memory writes; the feedback store only after a complete
-                # pass (a rebuild cut short holds fewer notes than there are)
-                self.align_derived(memory=self._memory_due or unsettled,
-                                   feedback=self._feedback_due and result.ok and not result.stopped)
-            except BaseException as err:
-                self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
-                if isinstance(err, Exception):  # observers hear of it as a failed pass
-                    self._notify(PassResult(failures={"*": f"{type(err).__name__}: {err}"},
-                                            seconds=round(time.monotonic() - started, 3)))
-                raise
-            result.related = self._refresh_related()
-            error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
-            summary = result.summary.as_json()
-            summary["reconcile"] = reconcile
-            summary["stopped"] = result.stopped
-            summary["related"] = result.related
-            summary["failures"] = result.failures  # by account: `status` shows each caller only their own
-            self.state.finish_run(run_id, summary, error=error)
-            self._notify(result)
+                check_disk(self.settings.state_dir)  # before anything writes: the index's mapped files
+                result = self._run_logged(reconcile, force, rebuild, progress, started)
+            except Exception as err:
+                fault = state_fault(err, self.state.path)
+                if fault is None:
+                    raise
+                return self._faulted(fault, started)
+            if self.fault is not None and not result.stopped:
+                log.info("%s: syncing resumed", "there is room on the disk again" if isinstance(self.fault, DiskFull)
+                         else "the sync state can be written again")
+                self.fault, self.fault_until, self._faults = None, 0.0, 0
             return result
+
+    def _run_logged(self, reconcile: bool, force: bool, rebuild: bool, progress: Progress | None,
+                    started: float) -> PassResult:
+        if rebuild:
+            log.info("rebuilding the index: every note is read again")
+            self.index.reset()
+            if self.memory is not None:
+                self.memory.reset()
+        run_id = self.state.start_run(self.source.name)
+        try:
+            if self._memory_due:  # what a crash or a failed write left behind, before anything is read
+                self.align_derived(memory=True)
+            result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
+            summary = result.summary
+            unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
+            self._feedback_due |= unsettled
+            # this pass's failed memory writes; the feedback store only after a complete
+            # pass (a rebuild cut short holds fewer notes than there are)
+            self.align_derived(memory=self._memory_due or unsettled,
+                               feedback=self._feedback_due and result.ok and not result.stopped)
+        except BaseException as err:
+            if state_fault(err, self.state.path) is not None:  # the run's row cannot be written either
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
+                raise
+            self.state.finish_run(run_id, {}, error=f"{type(err).__name__}: {err}")
+            if isinstance(err, Exception):  # observers hear of it as a failed pass
+                self._notify(PassResult(failures={"*": f"{type(err).__name__}: {err}"},
+                                        seconds=round(time.monotonic() - started, 3)))
+            raise
+        result.related = self._refresh_related()
+        if not result.stopped and self.state.get_meta(OPTIMIZE_PENDING):  # left by a pass that was stopped
+            self.index.store.optimize()
+            with self.state.transaction():
+                self.state.set_meta(OPTIMIZE_PENDING, "")
+        error = "; ".join(f"{a}: {e}" for a, e in result.failures.items()) or None
+        summary = result.summary.as_json()
+        summary["reconcile"] = reconcile
+        summary["stopped"] = result.stopped
+        summary["related"] = result.related
+        summary["failures"] = result.failures  # by account: `status` shows each caller only their own
+        self.state.finish_run(run_id, summary, error=error)
+        self._notify(result)
+        return result
+
+    def _faulted(self, fault: LeanoteRagError, started: float) -> PassResult:
+        """A pass that met a fault of every account's: said once, then retried on backoff (a
+        full disk) or not before a restart (a damaged state file: retrying cannot mend it)."""
+        self._faults = self._faults + 1 if type(self.fault) is type(fault) else 1
+        first = self._faults == 1 and self.scheduled  # (a one-shot `index` prints it as its error)
+        self.fault = fault
+        if isinstance(fault, BrokenState):
+            self.fault_until = math.inf
+            if first:
+                log.error("sync stopped: %s", fault)
+        else:
+            delay = self.backoff(self._faults)
+            self.fault_until = self.clock() + delay
+            if first:
+                log.warning("sync paused: %s (trying again in %.0f s, backing off)", fault, delay)
+            else:
+                log.debug("the disk is still full (%d); next try in %.0f s", self._faults, delay)
+        result = PassResult(failures={"*": str(fault)}, fault=fault, seconds=round(time.monotonic() - started, 3))
+        self._notify(result)
+        return result
+
+    def waiting(self) -> str:
+        """Until when passes wait after a fault (``fault``)."""
+        if self.fault_until == math.inf:
+            return "stopped until the state file is mended and serve restarted"
+        return f"waiting until {time.strftime('%H:%M:%S', time.localtime(self.fault_until))}"
 
     def align_derived(self, memory: bool = True, feedback: bool = False) -> None:
         """Bring what is derived from notes in line with the notes the index holds: with
@@ -328,6 +402,8 @@ class SyncService:
                     result.stopped = True
                     log.info("sync of %s stopped on request; the next pass carries on", account)
                     break
+                if state_fault(err, self.state.path) is not None:  # the disk or the state: every account's
+                    raise
                 self._failed(account, err, result)
             else:
                 if self._failures.pop(account, 0):
@@ -363,7 +439,7 @@ class SyncService:
 
     def _sync_account(self, account: str, reconcile: bool, progress: Progress) -> AccountResult:
         if not self.incremental:
-            indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._stop.is_set,
+            indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._should_stop,
                               memory=self.memory)
             indexer.progress = progress
             # the source looks at the folder or backup anew and reads only what changed since
@@ -380,11 +456,11 @@ class SyncService:
         session = self.source.session(account)
         try:
             job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                              should_stop=self._stop.is_set, memory=self.memory)
+                              should_stop=self._should_stop, memory=self.memory)
             result = job.reconcile() if reconcile else job.run()
             if reconcile:  # a reconcile also catches up with the stream of changes
                 more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                                   should_stop=self._stop.is_set, memory=self.memory).run()
+                                   should_stop=self._should_stop, memory=self.memory).run()
                 more.summary.add(result.summary)
                 result = more
             return result

@@ -36,6 +36,8 @@ from rag.config import prepare_state_dir
 from rag.errors import BrokenState, UserError
 from rag.model import Notebook
 
+from .faults import broken_state
+
 log = logging.getLogger(__name__)
 
 # Each step takes the schema from version i to i + 1 (PRAGMA user_version).
@@ -197,10 +199,14 @@ class State:
     def __init__(self, state_dir: Path, *, replace_broken: bool = False):
         """Open (or create) ``state_dir/state.db``. A file that is not a readable database
         is an error naming it and the fix; with ``replace_broken`` (``index --rebuild``) it
-        is set aside as ``state.db.broken-<time>`` and a new one is started."""
+        is set aside as ``state.db.broken-<time>`` and a new one is started, also when only
+        some of its pages are damaged (SQLite's quick check)."""
         self.path = prepare_state_dir(state_dir) / "state.db"
         try:
             self._open()
+            if replace_broken and (problem := self.problem()) is not None:
+                self.db.close()
+                raise sqlite3.DatabaseError(problem)
         except sqlite3.DatabaseError as err:
             if isinstance(err, sqlite3.OperationalError) and "unable to open" in str(err):
                 raise UserError(f"cannot open {self.path}: {err}. Make it readable and writable by this user") from None
@@ -231,6 +237,22 @@ class State:
         """SQLite's own consistency check: "ok", or what is wrong."""
         rows = self.db.execute("PRAGMA quick_check").fetchall()
         return "; ".join(r[0] for r in rows[:5])
+
+    def problem(self) -> str | None:
+        """What SQLite's check finds damaged in the file (it reads every page), or None."""
+        try:
+            result = self.check()
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
+                return None  # busy, not broken
+            return str(err)
+        return None if result == "ok" else result
+
+    def verify(self) -> None:
+        """``BrokenState`` naming the file and the fix when some of its pages are damaged."""
+        problem = self.problem()
+        if problem is not None:
+            raise broken_state(self.path, problem)
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -497,5 +519,13 @@ class _Transaction:
 
     def __exit__(self, exc_type, exc, tb):
         if self.outer:
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            if exc_type is None:
+                try:
+                    self.db.execute("COMMIT")
+                except sqlite3.Error:  # e.g. no room for the commit: nothing half-done stays open
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                    raise
+            elif self.db.in_transaction:  # SQLite may have rolled back itself (a full disk): its error stands
+                self.db.execute("ROLLBACK")
         return False

@@ -139,14 +139,14 @@ async def watch(host) -> None:
     settings = host.settings
     if not settings.sync.watch:
         return
-    what = target(settings)
+    what = await asyncio.to_thread(target, settings)  # it walks the folder once
     if what is None:
         return
     path, recursive, relevant = what
-    if not path.is_dir():
+    if not await asyncio.to_thread(path.is_dir):
         raise UserError(f"cannot watch {path}: it is not a folder (set sync.watch: false to turn the watcher off)")
     pending = _Pending()
-    reader = State(settings.state_dir)  # the watcher's own connection, for the run history
+    reader = await asyncio.to_thread(State, settings.state_dir)  # the watcher's own connection, for the run history
     try:
         tasks = [
             asyncio.create_task(_listen(host, path, recursive, relevant, pending)),
@@ -201,7 +201,7 @@ async def synced_after(host, reader: State, since: float) -> None:
     one asked for has not come (the daemon's scheduler may drop a run asked for while the
     previous one is winding up)."""
     while not host.stopping.is_set():
-        runs = reader.runs_since(since)
+        runs = await asyncio.to_thread(reader.runs_since, since)
         if any(run["finished"] is not None for run in runs):
             return
         passes = host.passes

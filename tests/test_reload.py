@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sync.daemon import merge_reload
@@ -47,6 +48,14 @@ def test_merge_reload_takes_the_live_parts_and_names_the_rest(tmp_path):
     assert set(restart) == {"sync.page_size", "embedder"}
 
 
+def first_pass_done(api_socket: str) -> bool:
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=api_socket), base_url="http://x") as http:
+            return http.get("/health", timeout=5).json()["passes"] >= 1
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
 @pytest.fixture
 def notify_socket():
     path = f"/tmp/lr-notify-{uuid.uuid4().hex[:8]}"
@@ -71,12 +80,13 @@ def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_p
     path, read = notify_socket
     with FakeTelegram() as tg, FakeOllama() as ollama:
         config = tmp_path / "config.yaml"
+        api_socket = f"/tmp/lr-api-{tmp_path.name[-8:]}-{uuid.uuid4().hex[:6]}.sock"
 
         def write(users: str, extra: str = "") -> None:
             config.write_text(
                 f"source: {{kind: files, path: '{Path(__file__).parents[1] / 'examples' / 'notes'}'}}\n"
                 f"state_dir: data\nollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\n"
-                f"api: {{socket: '/tmp/lr-api-{tmp_path.name[-8:]}-{uuid.uuid4().hex[:6]}.sock'}}\n"
+                f"api: {{socket: '{api_socket}'}}\n"
                 f"telegram: {{enabled: true, token_env: LR_TG, base_url: '{tg.base_url}', edit_interval: 0.3s}}\n"
                 f"users: {users}\nsync: {{interval: 1h}}\n{extra}")
 
@@ -88,6 +98,7 @@ def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_p
                                 stderr=log_file.open("w"), text=True)
         try:
             until(lambda: any(m.startswith("READY=1") for m in read()), what="READY=1")
+            until(lambda: first_pass_done(api_socket), what="the first pass")  # the notes are in the index
             until(lambda: tg.method_calls("getUpdates"), what="the bot to poll")
             tg.say(FRIEND, "番茄炒蛋怎么做？")
             until(lambda: tg.sent_to(FRIEND), what="a refusal")

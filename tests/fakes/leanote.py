@@ -50,11 +50,13 @@ answers every request with an HTML 502, or with ``refuse`` the port is closed);
 the connection without answering); ``writes`` (``(action, params)`` of every logged-in
 write call, token left out, file parts as ``Upload``); ``max_upload_mb``; and data edits
 that stamp USNs like the server (``put_note``, ``put_notebook``, ``apply_change`` for
-``changes.jsonl`` lines, ``edit_note`` for someone else's edit), ``notes_titled``.
+``changes.jsonl`` lines, ``edit_note`` for someone else's edit), ``notes_titled``; ``backup()`` and
+``restore(backup)`` (Leanote put back to an older backup, its USN counters with it).
 """
 
 from __future__ import annotations
 
+import copy
 import email.policy
 import itertools
 import json
@@ -338,6 +340,19 @@ class FakeLeanote(LocalServer):
             return sorted((n for n in self.notes.values()
                            if n["UserId"] == user_id and n["Title"] == title and not n["IsDeleted"]),
                           key=lambda n: n["Usn"])
+
+    def backup(self) -> dict:
+        """Everything the server holds, as a backup would (``restore`` puts it back)."""
+        with self.lock:
+            return copy.deepcopy({"users": self.users, "notebooks": self.notebooks, "notes": self.notes,
+                                  "files": self.files})
+
+    def restore(self, backup: dict) -> None:
+        """Leanote restored from an older backup: its data, users' USN counters included, are
+        as they were then (logins stay valid: a client is not told)."""
+        with self.lock:
+            for key, value in copy.deepcopy(backup).items():
+                setattr(self, key, value)
 
     def load_corpus(self, corpus: Path, passwords=("one-secret", "two-secret"), keep=lambda note: True) -> None:
         """The shared corpus: two users, their notebooks and notes with their own USNs
