@@ -25,6 +25,13 @@ pass, which runs ``capture.sync_after`` after a write.
   and the copy the person was not given is moved to the trash. ``/append`` and
   ``/remember`` onto an existing note need none of this: an update carries the note's
   ``Usn``, so of two sends only one can apply.
+- **Once per message.** A capture made from a chat message (or a press on one) carries
+  what it came from (``once``: the platform's chat and message id, the interaction, or the
+  answer under a "Save as note" button). The same message delivered again (Telegram sends
+  an update again until a later poll confirms it, e.g. after a ``kill -9``) or a menu
+  pressed twice finds the first capture and answers with its receipt ("already saved",
+  with its link) instead of writing again. A capture Leanote refused wrote nothing: the
+  same message again is a new try.
 - **Never overwrites an edit.** ``/append`` and ``/remember`` read the note and send it
   back with its ``Usn``; when someone changed it meanwhile Leanote answers
   ``conflict`` and changes nothing, and we read it again and retry.
@@ -100,6 +107,12 @@ MIGRATIONS = [
     ALTER TABLE items ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE logins (email TEXT PRIMARY KEY, user_id TEXT NOT NULL);
     """,
+    # once: what the capture came from (a chat message, a button's answer), so that the same
+    # message delivered again (Telegram re-sends what a poll did not confirm) finds it
+    """
+    ALTER TABLE items ADD COLUMN once TEXT NOT NULL DEFAULT '';
+    CREATE UNIQUE INDEX items_once ON items(person, user_id, once) WHERE once != '';
+    """,
 ]
 OPEN_STATES = ("pending", "sending")
 
@@ -123,6 +136,7 @@ class Item:
     unanswered: int = 0
     check_at: float = 0.0
     failures: int = 0
+    once: str = ""
     files: list[Attachment] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -159,15 +173,29 @@ class Outbox:
         with self.lock:
             self.db.close()
 
-    def add(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment], now: float) -> Item:
+    def add(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment], now: float,
+            once: str = "") -> Item:
+        """A new capture; ``once``: what it came from (``sqlite3.IntegrityError`` if this person
+        and Leanote user have a capture from it already)."""
         key = secrets.token_urlsafe(12)
         stored = {**payload, "files": [{"name": f.filename, "mime": f.mime, "data": base64.b64encode(f.data).decode()}
                                        for f in files]}
         with self.lock:
             cur = self.db.execute(
-                "INSERT INTO items (key, person, user_id, kind, payload, created, next_try) VALUES (?,?,?,?,?,?,?)",
-                (key, person, user_id, kind, json.dumps(stored, ensure_ascii=False), now, now))
+                "INSERT INTO items (key, person, user_id, kind, payload, created, next_try, once) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (key, person, user_id, kind, json.dumps(stored, ensure_ascii=False), now, now, once))
             return self.get(cur.lastrowid)
+
+    def from_once(self, person: str, user_id: str, once: str) -> Item | None:
+        """The capture this person made into this Leanote user from ``once`` (a message), if any."""
+        ids = self._ids("SELECT id FROM items WHERE person = ? AND user_id = ? AND once = ?", (person, user_id, once))
+        return self.get(ids[0]) if ids else None
+
+    def forget(self, item: Item) -> None:
+        """A refused capture made again: the new one takes its place (nothing of it was written)."""
+        with self.lock:
+            self.db.execute("DELETE FROM items WHERE id = ? AND state = 'failed'", (item.id,))
 
     def get(self, item_id: int) -> Item | None:
         with self.lock:
@@ -562,9 +590,16 @@ class Capture:
         return None
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
-                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None) -> Receipt:
+                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None,
+                   once: str = "") -> Receipt:
         """A new note in the inbox notebook: ``text`` is the person's own (their Markdown),
-        ``quote`` someone else's text (a forward, a saved message: shown as written)."""
+        ``quote`` someone else's text (a forward, a saved message: shown as written).
+        ``once``: what the capture comes from (a chat message, a menu press on a message):
+        the same again, from the same person into the same Leanote user, makes no second
+        note but answers with the first one's receipt (for every kind of capture)."""
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         files = list(files)
         if not text.strip() and not files and not (quote and quote.text.strip()):
             return Receipt("refused", "要记什么？在 /note 后面写上内容。 / What should I note? Write it after /note.")
@@ -574,40 +609,74 @@ class Capture:
                         when=datetime.now(), quote=quote)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
         return await self._submit(person, user_id, "note", payload, files,
-                                  "\n\n".join(t for t in (text, quote.text if quote else "") if t))
+                                  "\n\n".join(t for t in (text, quote.text if quote else "") if t), once)
 
     async def save_answer(self, person: str, user_id: str, question: str, answer: str,
-                          citations: list[dict]) -> Receipt:
+                          citations: list[dict], once: str = "") -> Receipt:
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         draft = compose(answer_note(question, answer, citations), extra_tags=list(self.settings.capture.tags),
                         title=question)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
-        return await self._submit(person, user_id, "save", payload, [], question + answer)
+        return await self._submit(person, user_id, "save", payload, [], question + answer, once)
 
-    async def append(self, person: str, user_id: str, text: str) -> Receipt:
+    async def append(self, person: str, user_id: str, text: str, once: str = "") -> Receipt:
         """More text at the end of the last note this person captured."""
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         if not text.strip():
             return Receipt("refused", "要追加什么？在 /append 后面写上内容。 / Append what? Write it after /append.")
         if not (self.outbox.target(person, user_id, "last") or self.outbox.has_open(person, user_id, "note")):
             return Receipt("refused", "还没有可追加的笔记：先用 /note 记一条。 / Nothing to append to yet: "
                                       "capture a note with /note first.")
-        return await self._submit(person, user_id, "append", {"text": text.strip()}, [], text)
+        return await self._submit(person, user_id, "append", {"text": text.strip()}, [], text, once)
 
-    async def remember(self, person: str, user_id: str, text: str) -> Receipt:
+    async def remember(self, person: str, user_id: str, text: str, once: str = "") -> Receipt:
         """A dated line in this person's memory note."""
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         if not text.strip():
             return Receipt("refused", "要记住什么？在 /remember 后面写上。 / Remember what? Write it after /remember.")
         line = f"- {datetime.now().strftime('%Y-%m-%d %H:%M')} {' '.join(text.split())}"
-        return await self._submit(person, user_id, "remember", {"text": line}, [], text)
+        return await self._submit(person, user_id, "remember", {"text": line}, [], text, once)
+
+    async def _again(self, person: str, user_id: str, once: str) -> Receipt | None:
+        """The receipt of the capture already made from ``once`` (written: "already", with its
+        link; on its way: once the write is answered, as for the first); None when there is
+        none, or Leanote refused it (it wrote nothing: this is a new try). Counts nothing
+        against the rate limit."""
+        if not once:
+            return None
+        item = self.outbox.from_once(person, user_id, once)
+        if item is None:
+            return None
+        if item.state == "failed":
+            self.outbox.forget(item)
+            return None
+        if item.state in OPEN_STATES and item.next_try <= self.clock():  # being written: its answer
+            item = await self._written_soon(item)
+        return self.receipt(item, again=True)
 
     async def _submit(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment],
-                      text: str) -> Receipt:
+                      text: str, once: str = "") -> Receipt:
         why = self.refusal(person, text, files)
         if why:
             return Receipt("refused", why)
-        item = self.outbox.add(person, user_id, kind, payload, files, self.clock())
+        try:
+            item = self.outbox.add(person, user_id, kind, payload, files, self.clock(), once)
+        except sqlite3.IntegrityError:  # made from the same message meanwhile
+            return await self._again(person, user_id, once) or Receipt("refused", "请再试一次。 / Please try again.")
         if self.outbox.waiting_before(item):  # behind a capture Leanote did not take yet: queued now
             self._wake.set()
             return self.receipt(item)
+        return self.receipt(await self._written_soon(item))
+
+    async def _written_soon(self, item: Item) -> Item:
+        """The capture once its write was answered (written, refused, or to be retried), or
+        after ``WAIT_FOR_WRITE`` (still on its way: queued)."""
         done = self._finished.setdefault(item.id, asyncio.Event())
         self._wake.set()
         try:
@@ -615,20 +684,27 @@ class Capture:
         except asyncio.TimeoutError:
             pass
         finally:
-            self._finished.pop(item.id, None)
-        return self.receipt(self.outbox.get(item.id))
+            if self._finished.get(item.id) is done:
+                self._finished.pop(item.id, None)
+        return self.outbox.get(item.id) or item
 
-    def receipt(self, item: Item) -> Receipt:
+    def receipt(self, item: Item, again: bool = False) -> Receipt:
+        """What to tell the person; ``again``: the capture was made before (a message delivered
+        twice, a menu pressed twice): written, it says so with its link."""
         base = self.settings.leanote.base_url
         if item.state == "done":
             url = f"{base}/note/{item.note_id}"
+            if again:
+                return Receipt("written", f"这条之前已经记下了 ✅ {url} / Already saved: {url}", item.note_id, url,
+                               item.key, again=True)
             what = {"note": "已记下", "save": "已保存", "append": "已追加", "remember": "记住了"}[item.kind]
             return Receipt("written", f"{what} ✅ {url}", item.note_id, url, item.key)
         if item.state == "failed":
             return Receipt("refused", f"没能写入 Leanote：{item.error} / Leanote did not take it: {item.error}", key=item.key)
         reason = f"（{item.error}）" if item.error else ""
         return Receipt("queued", f"Leanote 暂时写不进去{reason}，已排队，稍后自动重试；/outbox 可查看。 / Leanote cannot "
-                                 f"take it right now; it is queued and will be retried (see /outbox).", key=item.key)
+                                 f"take it right now; it is queued and will be retried (see /outbox).", key=item.key,
+                       again=again)
 
     def note_for(self, key: str) -> str:
         """The note id a capture (by its receipt's ``key``) was written to; "" until then."""
