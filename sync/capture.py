@@ -538,10 +538,22 @@ class Capture:
             if api is None:
                 if self._closing:
                     raise Unavailable("capture is stopping")
-                password = secret(account.password_env, f"the password_env of account {account.email}")
-                api = LeanoteApi(self._base_url(), key, password, timeout=self.settings.sync.http_timeout)
+                where = self._config_key(key)
+                password = secret(account.password_env, where)
+                api = LeanoteApi(self._base_url(), key, password, timeout=self.settings.sync.http_timeout,
+                                 password_from=f"{where} ({account.password_env})")
                 self._apis[key] = api
         return api
+
+    def _config_key(self, email: str) -> str:
+        """Where the config names this account's password: ``capture.accounts[i].password_env``,
+        or the source's for an account capture borrows from ``source.accounts``."""
+        s = self.settings
+        for section, accounts in (("capture", s.capture.accounts), ("source", s.source.accounts)):
+            for i, a in enumerate(accounts):
+                if a.email.strip().lower() == email:
+                    return f"{section}.accounts[{i}].password_env"
+        return "capture.accounts"
 
     def _mapped_elsewhere(self, item: Item) -> bool:
         """The person who captured this is mapped (``users:``) to another Leanote user now."""
