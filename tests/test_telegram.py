@@ -14,7 +14,7 @@ from bot.telegram import service
 from rag.answer import Citation
 from sync.daemon import Daemon
 
-from conftest import free_port, make_settings
+from conftest import free_port, make_settings, until as wait_until
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram, html_error
 
@@ -37,13 +37,8 @@ def world(tmp_path, monkeypatch):
         yield settings, tg, ollama
 
 
-async def until(check, timeout=30.0):
-    for _ in range(int(timeout / 0.05)):
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
+async def until(check, timeout=30.0, what="the condition"):
+    return await wait_until(check, timeout, what)
 
 
 def run(settings, tg, scenario):
