@@ -113,6 +113,11 @@ MIGRATIONS = [
     ALTER TABLE items ADD COLUMN once TEXT NOT NULL DEFAULT '';
     CREATE UNIQUE INDEX items_once ON items(person, user_id, once) WHERE once != '';
     """,
+    # a login that fails (for ``status``): since when, the error (never the password), whose if known
+    """
+    CREATE TABLE login_failures (email TEXT PRIMARY KEY, user_id TEXT NOT NULL, error TEXT NOT NULL,
+        since REAL NOT NULL);
+    """,
 ]
 OPEN_STATES = ("pending", "sending")
 
@@ -148,14 +153,15 @@ class Outbox:
     """The captures not yet written (and, briefly, those written), in SQLite."""
 
     @classmethod
-    def counts_at(cls, state_dir: Path, users: list[str] | None = None) -> dict | None:
-        """``counts`` of the outbox in a state directory, None when there is none (for ``status``)."""
+    def counts_at(cls, state_dir: Path, users: list[str] | None = None, accounts: list[str] | None = None) -> dict | None:
+        """``counts`` of the outbox in a state directory, and its ``logins_failing`` (of these
+        configured accounts); None when there is none (for ``status``)."""
         path = Path(state_dir) / FILE
         if not path.exists():
             return None
         outbox = cls(path)
         try:
-            return outbox.counts(users)
+            return {**outbox.counts(users), "logins_failing": outbox.login_failures(accounts, users)}
         finally:
             outbox.close()
 
@@ -302,6 +308,40 @@ class Outbox:
         with self.lock:
             self.db.execute("INSERT OR REPLACE INTO logins VALUES (?, ?)", (email, user_id))
 
+    def login_failed(self, email: str, user_id: str, error: str, now: float) -> None:
+        with self.lock:
+            self.db.execute("INSERT INTO login_failures VALUES (?,?,?,?) ON CONFLICT(email) DO UPDATE SET "
+                            "error = excluded.error, user_id = CASE WHEN excluded.user_id != '' THEN "
+                            "excluded.user_id ELSE login_failures.user_id END", (email, user_id, error, now))
+
+    def login_worked(self, email: str) -> bool:
+        """Forget a failing login; whether there was one."""
+        with self.lock:
+            return self.db.execute("DELETE FROM login_failures WHERE email = ?", (email,)).rowcount > 0
+
+    def login_failures(self, accounts: list[str] | None = None, users: list[str] | None = None) -> list[dict]:
+        """The logins that fail, with the captures waiting for them: of these accounts (the
+        configured ones), and only these Leanote users' (by user id, or by the account's email
+        while its user is not known). A login whose user is not known yet holds the captures of
+        every user no login is known for."""
+        with self.lock:
+            rows = self.db.execute("SELECT email, user_id, error, since FROM login_failures ORDER BY since").fetchall()
+            out = []
+            for email, user_id, error, since in rows:
+                if accounts is not None and email not in accounts:
+                    continue
+                if users is not None and user_id not in users and email not in {u.lower() for u in users}:
+                    continue
+                if user_id:
+                    waiting = self.db.execute("SELECT COUNT(*) FROM items WHERE state IN ('pending', 'sending') "
+                                              "AND user_id = ?", (user_id,)).fetchone()[0]
+                else:
+                    waiting = self.db.execute("SELECT COUNT(*) FROM items WHERE state IN ('pending', 'sending') "
+                                              "AND user_id NOT IN (SELECT user_id FROM logins)").fetchone()[0]
+                out.append({"account": email, "user_id": user_id or None, "error": error, "since": since,
+                            "waiting": waiting})
+        return out
+
     def prune(self, before: float) -> int:
         """Forget captures written (or refused) before this time."""
         with self.lock:
@@ -383,6 +423,24 @@ class Outbox:
                               "AND state IN ('pending', 'sending') LIMIT 1", (person, user_id, kind)))
 
 
+def accounts_of(settings: Settings) -> list[Account]:
+    """The accounts capture logs in with: ``capture.accounts``, then the ``leanote_api``
+    source's accounts it does not name."""
+    accounts = list(settings.capture.accounts)
+    if settings.source.kind == "leanote_api":
+        accounts += [a for a in settings.source.accounts if a.email.lower() not in {b.email.lower() for b in accounts}]
+    return accounts
+
+
+def account_emails(settings: Settings) -> list[str]:
+    return [a.email.strip().lower() for a in accounts_of(settings)]
+
+
+class _LoginFailed(Unavailable):
+    """A capture waits for a login (its account's, or one that may be its account's): the
+    login's own trouble, logged as such, not as the user's writes failing."""
+
+
 class _NotYet(Exception):
     """An unanswered write may still land: not sent again before ``when``."""
 
@@ -421,6 +479,7 @@ class Capture:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="capture")
         self._logins = ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture-login")
         self._closing = False
+        self._failing: dict[str, str] = {}  # what fails ("login:<email>", "user:<id>") -> the kind of error
 
     @property
     def settings(self) -> Settings:
@@ -440,11 +499,7 @@ class Capture:
     # --- accounts -------------------------------------------------------------------------
 
     def _accounts(self) -> list[Account]:
-        s = self.settings
-        accounts = list(s.capture.accounts)
-        if s.source.kind == "leanote_api":
-            accounts += [a for a in s.source.accounts if a.email.lower() not in {b.email.lower() for b in accounts}]
-        return accounts
+        return accounts_of(self.settings)
 
     def _base_url(self) -> str:
         s = self.settings
@@ -483,15 +538,66 @@ class Capture:
             email = self._identify(user_id, accounts)
             if email is None:
                 return None
-        api = self._api(accounts[email])
-        with self._account_lock(email):
-            if not api.user_id:
-                api.login()
+        try:
+            api = self._sign_in(accounts[email])
+        except (LeanoteRagError, OSError) as err:
+            raise _LoginFailed(str(err)) from err
         if api.user_id != user_id:  # the account logs in as someone else now: never write as them
             self._learn(email, api.user_id)
-            raise Unavailable(NOT_IDENTIFIED)
+            if self._starts_failing(f"user:{user_id}", "another user"):
+                log.warning("captures for Leanote user %s: %s logs in as Leanote user %s now; they wait for a "
+                            "login of theirs (capture.accounts)", user_id, email, api.user_id)
+            raise _LoginFailed(NOT_IDENTIFIED)
         self._learn(email, api.user_id)
         return LeanoteWriter(api)
+
+    def _sign_in(self, account: Account) -> LeanoteApi:
+        """The account's connection, logged in: a failure (its password not set, Leanote
+        refusing it or not answering) is kept for ``status`` and logged once when this
+        account's login starts failing (or fails in another way), and once when it works again."""
+        email = account.email.strip().lower()
+        api = None
+        with self._account_lock(email):
+            try:
+                api = self._api(account)
+                if api.user_id:
+                    return api
+                api.login()
+            except (LeanoteRagError, OSError) as err:
+                if not (self._closing or (api is not None and api.stopping)):  # not cut off by a stop
+                    self._login_failed(email, err)
+                raise
+        self._login_worked(email)
+        return api
+
+    def _login_failed(self, email: str, err: BaseException) -> None:
+        self.outbox.login_failed(email, self._user_of(email) or "", str(err), self.clock())
+        if self._starts_failing(f"login:{email}", err):
+            log.warning("captures: cannot log in to Leanote as %s: %s. Its captures wait, tried again with backoff",
+                        email, err)
+        else:
+            log.debug("captures: cannot log in to Leanote as %s: %s", email, err)
+
+    def _login_worked(self, email: str) -> None:
+        was = self.outbox.login_worked(email)
+        if self._works_again(f"login:{email}") or was:
+            log.info("captures: logged in to Leanote as %s again", email)
+
+    def _starts_failing(self, what: str, err: BaseException | str) -> bool:
+        """Note that ``what`` fails; True when this is news (it worked, or failed otherwise)."""
+        kind = type(err).__name__ if isinstance(err, BaseException) else str(err)
+        with self._lock:
+            was, self._failing[what] = self._failing.get(what), kind
+        return was != kind
+
+    def _works_again(self, what: str) -> bool:
+        with self._lock:
+            return self._failing.pop(what, None) is not None
+
+    def _who(self, user_id: str) -> str:
+        """A Leanote user as the log names it: its account's email too, when known."""
+        email = next((e for e, u in list(self._users.items()) if u == user_id), None)
+        return f"Leanote user {user_id} ({email})" if email else f"Leanote user {user_id}"
 
     def _identify(self, user_id: str, accounts: dict[str, Account]) -> str | None:
         """Log in every account not known yet, all at once, until one turns out to be this
@@ -503,7 +609,7 @@ class Capture:
         try:
             futures = {self._logins.submit(self._login, accounts[e]): e for e in unknown}
         except RuntimeError:  # closing
-            raise Unavailable("capture is stopping") from None
+            raise _LoginFailed("capture is stopping") from None
         failed = False
         try:
             for future in as_completed(futures, timeout=2 * self.settings.sync.http_timeout + 5):
@@ -514,21 +620,17 @@ class Capture:
         except FuturesTimeout:
             failed = True
         if failed:
-            raise Unavailable(NOT_IDENTIFIED)
+            raise _LoginFailed(NOT_IDENTIFIED)
         return None
 
     def _login(self, account: Account) -> str | None:
         """Log in to learn whose account this is: the Leanote user, or None (logged)."""
         email = account.email.strip().lower()
         try:
-            api = self._api(account)
-            with self._account_lock(email):
-                if not api.user_id:
-                    api.login()
+            api = self._sign_in(account)
             self._learn(email, api.user_id)
             return api.user_id or None
-        except (LeanoteRagError, OSError) as err:
-            log.warning("capture: cannot log in to Leanote as %s: %s", email, err)
+        except (LeanoteRagError, OSError):  # logged by _sign_in
             return None
 
     def _api(self, account: Account) -> LeanoteApi:
@@ -728,6 +830,26 @@ class Capture:
     def counts(self, users: list[str] | None = None) -> dict:
         return self.outbox.counts(users)
 
+    def status_lines(self, user_id: str | None = None) -> list[str]:
+        """Capture in the bots' ``/status``: an admin (None) sees everyone's captures and each
+        login that fails, with its error (never a password); anyone else only their own
+        captures, and that their login fails, without the error."""
+        users = None if user_id is None else [user_id]
+        c = self.outbox.counts(users)
+        lines = []
+        if c["waiting"] or c["failed"]:
+            lines.append(f"{'' if users is None else 'your '}captures waiting for Leanote: {c['waiting']}, "
+                         f"not taken: {c['failed']} (/outbox)")
+        for f in self.outbox.login_failures(account_emails(self.settings), users):
+            since = time.strftime("%m-%d %H:%M", time.localtime(f["since"]))
+            if users is None:
+                lines.append(f"capture login of {f['account']} failing since {since}, {f['waiting']} capture(s) "
+                             f"waiting for it: {f['error'][:300]}")
+            else:
+                lines.append(f"the Leanote login of your account fails since {since}, so your captures wait "
+                             "(the admin can see why)")
+        return lines
+
     # --- writing --------------------------------------------------------------------------
 
     def _grace(self) -> float:
@@ -802,8 +924,12 @@ class Capture:
         return written
 
     def _deliver(self, item: Item) -> str:
-        """Write one capture: "done", "failed" (parked) or "retry" (later)."""
+        """Write one capture: "done", "failed" (parked) or "retry" (later). The log says once
+        when a user's captures start failing and once when they are written again; each
+        try is a DEBUG line, a parked capture a WARNING of its own."""
         now = self.clock
+        writer = None
+        user = f"user:{item.user_id}"
         try:
             if self._mapped_elsewhere(item):
                 self.outbox.park(item, REMAPPED, now())
@@ -812,6 +938,8 @@ class Capture:
             writer = self._writer(item.user_id)
             if writer is None:
                 self.outbox.park(item, "no Leanote API account for this user: " + self.how_to_enable(), now())
+                log.warning("capture %s not written: no capture account logs in as Leanote user %s (capture.accounts)",
+                            item.key, item.user_id)
                 return "failed"
             if item.kind in ("note", "save"):
                 note_id = self._write_note(writer, item)
@@ -820,12 +948,15 @@ class Capture:
             else:
                 note_id = self._write_append(writer, item)
             self.outbox.done(item, note_id, now(), now() + self._grace() if item.unanswered else 0.0)
-            log.info("capture %s (%s) written to note %s", item.key, item.kind, note_id)
+            log.debug("capture %s (%s) written to note %s", item.key, item.kind, note_id)
+            self._login_worked(writer.api.email)  # (it may have logged in again during a call)
+            if self._works_again(user):
+                log.info("captures for %s: Leanote takes them again", self._who(item.user_id))
             return "done"
         except _NotYet as wait:
             self.outbox.wait_until(item, wait.when)
-            log.info("capture %s: not in Leanote yet; sent again at %s unless it lands by then", item.key,
-                     datetime.fromtimestamp(wait.when).strftime("%H:%M:%S"))
+            log.debug("capture %s: not in Leanote yet; sent again at %s unless it lands by then", item.key,
+                      datetime.fromtimestamp(wait.when).strftime("%H:%M:%S"))
             return "retry"
         except Refused as err:
             if err.reason in ("conflict",):  # kept conflicting: try again later
@@ -834,11 +965,22 @@ class Capture:
             self.outbox.park(item, str(err), now())
             log.warning("capture %s refused by Leanote: %s", item.key, err)
             return "failed"
+        except _LoginFailed as err:  # the login's trouble, logged as such
+            self._retry(item, str(err), sure=item.state != "sending")
+            return "retry"
         except (LeanoteRagError, OSError) as err:
+            if isinstance(err, AuthFailed) and writer is not None:  # logged in again during a call, refused
+                self._login_failed(writer.api.email, err)
+            elif self._starts_failing(user, err):
+                log.warning("captures for %s: %s; tried again with backoff", self._who(item.user_id), err)
             self._retry(item, str(err), sure=item.state != "sending")
             return "retry"
         except Exception as err:  # a bug: this capture backs off, the others go on
-            log.exception("capture %s failed unexpectedly", item.key)
+            if self._starts_failing(user, err):
+                log.exception("captures for %s: capture %s failed unexpectedly; tried again with backoff",
+                              self._who(item.user_id), item.key)
+            else:
+                log.debug("capture %s failed unexpectedly", item.key, exc_info=True)
             self._retry(item, f"unexpected error ({type(err).__name__}); the owner can see it in the log",
                         sure=item.state != "sending")
             return "retry"
@@ -850,7 +992,7 @@ class Capture:
         delay = min(cfg.retry_max, cfg.retry_min * 2 ** item.failures)
         when = self.clock() + delay
         (self.outbox.later if sure else self.outbox.unsure)(item, error, when)
-        log.info("capture %s not written (%s); next try in %.0f s", item.key, error, delay)
+        log.debug("capture %s not written (%s); next try in %.0f s", item.key, error, delay)
 
     def _inbox(self, writer: LeanoteWriter, user_id: str) -> str:
         """The inbox notebook's id, created once (and again if someone deleted it)."""
@@ -929,7 +1071,7 @@ class Capture:
         except (LeanoteRagError, OSError) as err:
             cfg = self.settings.capture
             delay = min(cfg.retry_max, cfg.retry_min * 2 ** item.failures)
-            log.info("capture %s: could not look for a late copy (%s); again in %.0f s", item.key, err, delay)
+            log.debug("capture %s: could not look for a late copy (%s); again in %.0f s", item.key, err, delay)
             self.outbox.checked(item, self.clock() + delay)
         except Exception:
             log.exception("capture %s: looking for a late copy failed unexpectedly; not looked for again", item.key)
@@ -961,5 +1103,5 @@ class Capture:
             except Refused as err:
                 if err.reason != "conflict":
                     raise
-                log.info("note %s changed while appending capture %s; reading it again", note_id, item.key)
+                log.debug("note %s changed while appending capture %s; reading it again", note_id, item.key)
         raise Refused(f"note {note_id} kept changing while appending", "conflict")

@@ -459,10 +459,8 @@ class Daemon:
                              f"{skipped[0]['reason'][:150]}")
         else:
             lines.append(f"your notes indexed: {counts.get(user_id, 0)}")
-        if self.capture is not None:
-            c = self.capture.counts()
-            if c["waiting"] or c["failed"]:
-                lines.append(f"captures waiting for Leanote: {c['waiting']}, not taken: {c['failed']} (/outbox)")
+        if self.capture is not None:  # (each person's own captures, an admin's all)
+            lines += self.capture.status_lines(user_id)
         return "\n".join(lines)
 
     async def wait_for_pass(self, after: int) -> PassResult:
