@@ -136,6 +136,7 @@ async def until(check, timeout=15.0, what="the condition"):
 
 
 DEADLINE = 120.0  # the longest a test waits for the daemon or a bot, on a machine kept busy by other work
+SCENARIO = 600.0  # the longest a whole scenario inside a running daemon may take (its steps wait less)
 
 
 async def within(awaitable, what: str, timeout: float = DEADLINE):

@@ -14,7 +14,7 @@ import pytest
 from sync.capture import Capture
 from sync.sources.leanote_api import ApiSource
 
-from conftest import make_settings, within
+from conftest import SCENARIO, make_settings, within
 from test_capture import ME, OTHER, PERSON, drive, leanote  # noqa: F401 (leanote: the fixture)
 from test_capture_once import Clock, submit
 
@@ -159,7 +159,7 @@ def test_status_shows_captures_waiting_for_a_failing_login_to_whom_it_concerns(t
             daemon.stop()
             await within(task, "the daemon to stop", 30)
 
-    admin, mine, other = asyncio.run(main())
+    admin, mine, other = asyncio.run(within(main(), "the scenario", SCENARIO))
     assert "captures waiting for Leanote: 1" in admin
     assert "capture login of me@example.com failing since" in admin and "1 capture(s) waiting" in admin
     assert "refused the login of me@example.com" in admin and "capture.accounts[1].password_env (LR_PW_ME)" in admin

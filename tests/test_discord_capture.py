@@ -21,7 +21,7 @@ from discord.gateway import DiscordWebSocket
 from bot.discord import SAVE_MENU, service
 from sync.daemon import Daemon
 
-from conftest import make_settings, until
+from conftest import SCENARIO, make_settings, until, within
 from fakes.discord import FakeDiscord
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
@@ -71,10 +71,10 @@ def run(settings, fake, scenario):
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: fake.ready and fake.session is not before and fake.commands_for(GUILD),
                         what="the bot to connect and sync")
-            await scenario(daemon)
+            await within(scenario(daemon), "the scenario", SCENARIO)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
