@@ -15,7 +15,8 @@ anyone. Access: guild, channel, user and role ids.
 
 When the host can write to Leanote (``host.capture``): ``/note text [file]``,
 ``/append``, ``/remember``, ``/outbox``, and the message menu "Save to Leanote"
-(Discord's forward: the message with its author, channel, time, link and files).
+(Discord's forward: the message with its author, channel, time, link and files; the
+same message saved again answers with the note it became).
 Only people the rules above let in may write; every reply is private (the capture's
 receipt: the note's link, queued, or why not). A file's size is checked against
 ``capture.max_file_mb`` before it is downloaded.
@@ -457,12 +458,14 @@ class DiscordBot:
                 await interaction.response.send_message(
                     "这条消息没有可保存的文字或文件。 / That message has no text or files to save.", ephemeral=True)
             return
+        # the menu pressed twice on one message (a double click, a second look) saves it once
+        once = f"discord:{message.channel.id}:{message.id}"
         if message.author.id == interaction.user.id:  # their own message: their words, as they wrote them
             await self._capture(interaction, "note", text, list(message.attachments),
-                                origin=origin_of(message, interaction))
+                                origin=origin_of(message, interaction), once=once)
         else:  # someone else's: shown in the note as they wrote it, not as Markdown of ours
             await self._capture(interaction, "note", "", list(message.attachments),
-                                origin=origin_of(message, interaction), quote=Quote(text))
+                                origin=origin_of(message, interaction), quote=Quote(text), once=once)
 
     async def outbox(self, interaction: discord.Interaction) -> None:
         person = await self._person(interaction)
@@ -481,7 +484,10 @@ class DiscordBot:
 
     async def _capture(self, interaction: discord.Interaction, kind: str, text: str,
                        files: list[discord.Attachment] = (), origin: Origin | None = None,
-                       quote: Quote | None = None) -> None:
+                       quote: Quote | None = None, once: str = "") -> None:
+        """``once``: what the capture comes from (a message saved from the menu); by default
+        the interaction itself (Discord sends each one once)."""
+        once = once or f"discord:interaction:{interaction.id}"
         person = await self._person(interaction)
         if person is None:
             return
@@ -510,11 +516,11 @@ class DiscordBot:
                 attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
             if kind == "note":
                 receipt = await capture.note(me, person.leanote_user_id, text or "", origin=origin, files=attachments,
-                                             quote=quote)
+                                             quote=quote, once=once)
             elif kind == "append":
-                receipt = await capture.append(me, person.leanote_user_id, text or "")
+                receipt = await capture.append(me, person.leanote_user_id, text or "", once=once)
             else:
-                receipt = await capture.remember(me, person.leanote_user_id, text or "")
+                receipt = await capture.remember(me, person.leanote_user_id, text or "", once=once)
             reply = receipt.message
         except Exception:
             log.exception("discord capture (%s) failed", kind)
@@ -617,7 +623,7 @@ class DiscordBot:
         await interaction.response.defer(thinking=True, ephemeral=True)
         try:
             receipt = await capture.save_answer(me, record.user_id, record.question, record.answer,
-                                                [dict(c) for c in record.cited])
+                                                [dict(c) for c in record.cited], once=f"answer:{record.id}")
             if receipt.status == "written" and receipt.note_id:
                 await asyncio.to_thread(self.feedback.mark_saved, record.id, me, receipt.note_id)
             reply = receipt.message

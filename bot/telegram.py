@@ -362,7 +362,8 @@ class TelegramBot:
         capture = await self._capturer(update)
         if capture is not None:
             receipt = await getattr(capture, how)(self._key(update), person.leanote_user_id,
-                                                  _after_command(update.effective_message.text))
+                                                  _after_command(update.effective_message.text),
+                                                  once=_once(update))
             await self._tell(update, receipt)
 
     async def on_outbox(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -410,7 +411,8 @@ class TelegramBot:
                 await update.effective_message.reply_text(problem)
                 return
         try:
-            receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files, quote=quote)
+            receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files, quote=quote,
+                                         once=_once(update))
         except Exception:
             log.exception("a Telegram capture failed")
             count_error(self.host, "telegram")
@@ -631,7 +633,7 @@ class TelegramBot:
         try:
             await query.answer("正在保存… / Saving…")
             receipt = await capture.save_answer(presser, record.user_id, record.question, record.answer,
-                                                record.cited)
+                                                record.cited, once=f"answer:{record.id}")
             if receipt.status == "written" and receipt.note_id:
                 await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, receipt.note_id)
             elif receipt.status == "queued" and receipt.key:
@@ -757,6 +759,13 @@ def _memory_buttons(reply: MemoryReply) -> InlineKeyboardMarkup | None:
         return None
     return InlineKeyboardMarkup([[InlineKeyboardButton(f"{icon} {n} {word}", callback_data=f"mem:{verdict}:{item_id}")
                                   for verdict, icon, word in VERDICT_BUTTONS] for n, item_id in reply.items])
+
+
+def _once(update: Update) -> str:
+    """What a capture from this update comes from: its chat and message (Telegram sends an
+    update again until a poll confirms it; the same message must not become two notes)."""
+    message = update.effective_message
+    return f"telegram:{update.effective_chat.id}:{message.message_id}"
 
 
 def _chunks(text: str, size: int) -> list[str]:

@@ -108,6 +108,7 @@ class Receipt:
     note_id: str = ""
     url: str = ""
     key: str = ""
+    again: bool = False  # the capture was made before (the same message again): nothing new was written
 
 
 @dataclass

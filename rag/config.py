@@ -573,7 +573,7 @@ def prepare_state_dir(path: Path) -> Path:
             f"by this user (mkdir -p {path}; chown \"$USER\" {path}), or set state_dir in the config"
         ) from None
     not_as_root(path)
-    _make_private(path)
+    make_private(path)
     if not os.access(path, os.W_OK | os.X_OK):
         raise UserError(
             f"cannot write the state directory {path}: permission denied. Make it writable by this user "
@@ -582,19 +582,20 @@ def prepare_state_dir(path: Path) -> Path:
     return path
 
 
-def _make_private(path: Path) -> None:
+def make_private(path: Path, say: bool = True) -> int | None:
     """A state directory other users may open becomes 0700, and what is in it loses its
-    group and other bits (said once, as a warning); one this user does not own is only
-    named, with the fix."""
+    group and other bits (said once, as a warning, unless ``say`` is off); one this user
+    does not own is only named, with the fix. The mode it had when it was open, else None."""
     mode = stat.S_IMODE(path.stat().st_mode)
     if not mode & 0o077:
-        return
+        return None
     try:
         os.chmod(path, 0o700)
     except OSError:
-        log.warning("the state directory %s is open to other users (mode %03o) and cannot be made private by "
-                    "this user: chmod 700 %s (it holds your notes' text)", path, mode, path)
-        return
+        if say:
+            log.warning("the state directory %s is open to other users (mode %03o) and cannot be made private by "
+                        "this user: chmod 700 %s (it holds your notes' text)", path, mode, path)
+        return mode
     uid = os.geteuid()
     for folder, dirs, files in os.walk(path):  # symlinks are neither followed nor changed
         for name in dirs + files:
@@ -605,8 +606,10 @@ def _make_private(path: Path) -> None:
                     os.chmod(item, stat.S_IMODE(st.st_mode) & ~0o077)
             except OSError:  # gone meanwhile, or not ours to change
                 continue
-    log.warning("the state directory %s was open to other users (mode %03o): made it private (0700), with the "
-                "files in it; it holds your notes' text", path, mode)
+    if say:
+        log.warning("the state directory %s was open to other users (mode %03o): made it private (0700), with the "
+                    "files in it; it holds your notes' text", path, mode)
+    return mode
 
 
 def not_as_root(path: Path) -> None:

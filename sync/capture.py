@@ -25,6 +25,13 @@ pass, which runs ``capture.sync_after`` after a write.
   and the copy the person was not given is moved to the trash. ``/append`` and
   ``/remember`` onto an existing note need none of this: an update carries the note's
   ``Usn``, so of two sends only one can apply.
+- **Once per message.** A capture made from a chat message (or a press on one) carries
+  what it came from (``once``: the platform's chat and message id, the interaction, or the
+  answer under a "Save as note" button). The same message delivered again (Telegram sends
+  an update again until a later poll confirms it, e.g. after a ``kill -9``) or a menu
+  pressed twice finds the first capture and answers with its receipt ("already saved",
+  with its link) instead of writing again. A capture Leanote refused wrote nothing: the
+  same message again is a new try.
 - **Never overwrites an edit.** ``/append`` and ``/remember`` read the note and send it
   back with its ``Usn``; when someone changed it meanwhile Leanote answers
   ``conflict`` and changes nothing, and we read it again and retry.
@@ -100,6 +107,17 @@ MIGRATIONS = [
     ALTER TABLE items ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE logins (email TEXT PRIMARY KEY, user_id TEXT NOT NULL);
     """,
+    # once: what the capture came from (a chat message, a button's answer), so that the same
+    # message delivered again (Telegram re-sends what a poll did not confirm) finds it
+    """
+    ALTER TABLE items ADD COLUMN once TEXT NOT NULL DEFAULT '';
+    CREATE UNIQUE INDEX items_once ON items(person, user_id, once) WHERE once != '';
+    """,
+    # a login that fails (for ``status``): since when, the error (never the password), whose if known
+    """
+    CREATE TABLE login_failures (email TEXT PRIMARY KEY, user_id TEXT NOT NULL, error TEXT NOT NULL,
+        since REAL NOT NULL);
+    """,
 ]
 OPEN_STATES = ("pending", "sending")
 
@@ -123,6 +141,7 @@ class Item:
     unanswered: int = 0
     check_at: float = 0.0
     failures: int = 0
+    once: str = ""
     files: list[Attachment] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -134,14 +153,15 @@ class Outbox:
     """The captures not yet written (and, briefly, those written), in SQLite."""
 
     @classmethod
-    def counts_at(cls, state_dir: Path, users: list[str] | None = None) -> dict | None:
-        """``counts`` of the outbox in a state directory, None when there is none (for ``status``)."""
+    def counts_at(cls, state_dir: Path, users: list[str] | None = None, accounts: list[str] | None = None) -> dict | None:
+        """``counts`` of the outbox in a state directory, and its ``logins_failing`` (of these
+        configured accounts); None when there is none (for ``status``)."""
         path = Path(state_dir) / FILE
         if not path.exists():
             return None
         outbox = cls(path)
         try:
-            return outbox.counts(users)
+            return {**outbox.counts(users), "logins_failing": outbox.login_failures(accounts, users)}
         finally:
             outbox.close()
 
@@ -159,15 +179,29 @@ class Outbox:
         with self.lock:
             self.db.close()
 
-    def add(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment], now: float) -> Item:
+    def add(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment], now: float,
+            once: str = "") -> Item:
+        """A new capture; ``once``: what it came from (``sqlite3.IntegrityError`` if this person
+        and Leanote user have a capture from it already)."""
         key = secrets.token_urlsafe(12)
         stored = {**payload, "files": [{"name": f.filename, "mime": f.mime, "data": base64.b64encode(f.data).decode()}
                                        for f in files]}
         with self.lock:
             cur = self.db.execute(
-                "INSERT INTO items (key, person, user_id, kind, payload, created, next_try) VALUES (?,?,?,?,?,?,?)",
-                (key, person, user_id, kind, json.dumps(stored, ensure_ascii=False), now, now))
+                "INSERT INTO items (key, person, user_id, kind, payload, created, next_try, once) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (key, person, user_id, kind, json.dumps(stored, ensure_ascii=False), now, now, once))
             return self.get(cur.lastrowid)
+
+    def from_once(self, person: str, user_id: str, once: str) -> Item | None:
+        """The capture this person made into this Leanote user from ``once`` (a message), if any."""
+        ids = self._ids("SELECT id FROM items WHERE person = ? AND user_id = ? AND once = ?", (person, user_id, once))
+        return self.get(ids[0]) if ids else None
+
+    def forget(self, item: Item) -> None:
+        """A refused capture made again: the new one takes its place (nothing of it was written)."""
+        with self.lock:
+            self.db.execute("DELETE FROM items WHERE id = ? AND state = 'failed'", (item.id,))
 
     def get(self, item_id: int) -> Item | None:
         with self.lock:
@@ -274,6 +308,40 @@ class Outbox:
         with self.lock:
             self.db.execute("INSERT OR REPLACE INTO logins VALUES (?, ?)", (email, user_id))
 
+    def login_failed(self, email: str, user_id: str, error: str, now: float) -> None:
+        with self.lock:
+            self.db.execute("INSERT INTO login_failures VALUES (?,?,?,?) ON CONFLICT(email) DO UPDATE SET "
+                            "error = excluded.error, user_id = CASE WHEN excluded.user_id != '' THEN "
+                            "excluded.user_id ELSE login_failures.user_id END", (email, user_id, error, now))
+
+    def login_worked(self, email: str) -> bool:
+        """Forget a failing login; whether there was one."""
+        with self.lock:
+            return self.db.execute("DELETE FROM login_failures WHERE email = ?", (email,)).rowcount > 0
+
+    def login_failures(self, accounts: list[str] | None = None, users: list[str] | None = None) -> list[dict]:
+        """The logins that fail, with the captures waiting for them: of these accounts (the
+        configured ones), and only these Leanote users' (by user id, or by the account's email
+        while its user is not known). A login whose user is not known yet holds the captures of
+        every user no login is known for."""
+        with self.lock:
+            rows = self.db.execute("SELECT email, user_id, error, since FROM login_failures ORDER BY since").fetchall()
+            out = []
+            for email, user_id, error, since in rows:
+                if accounts is not None and email not in accounts:
+                    continue
+                if users is not None and user_id not in users and email not in {u.lower() for u in users}:
+                    continue
+                if user_id:
+                    waiting = self.db.execute("SELECT COUNT(*) FROM items WHERE state IN ('pending', 'sending') "
+                                              "AND user_id = ?", (user_id,)).fetchone()[0]
+                else:
+                    waiting = self.db.execute("SELECT COUNT(*) FROM items WHERE state IN ('pending', 'sending') "
+                                              "AND user_id NOT IN (SELECT user_id FROM logins)").fetchone()[0]
+                out.append({"account": email, "user_id": user_id or None, "error": error, "since": since,
+                            "waiting": waiting})
+        return out
+
     def prune(self, before: float) -> int:
         """Forget captures written (or refused) before this time."""
         with self.lock:
@@ -355,6 +423,24 @@ class Outbox:
                               "AND state IN ('pending', 'sending') LIMIT 1", (person, user_id, kind)))
 
 
+def accounts_of(settings: Settings) -> list[Account]:
+    """The accounts capture logs in with: ``capture.accounts``, then the ``leanote_api``
+    source's accounts it does not name."""
+    accounts = list(settings.capture.accounts)
+    if settings.source.kind == "leanote_api":
+        accounts += [a for a in settings.source.accounts if a.email.lower() not in {b.email.lower() for b in accounts}]
+    return accounts
+
+
+def account_emails(settings: Settings) -> list[str]:
+    return [a.email.strip().lower() for a in accounts_of(settings)]
+
+
+class _LoginFailed(Unavailable):
+    """A capture waits for a login (its account's, or one that may be its account's): the
+    login's own trouble, logged as such, not as the user's writes failing."""
+
+
 class _NotYet(Exception):
     """An unanswered write may still land: not sent again before ``when``."""
 
@@ -393,6 +479,7 @@ class Capture:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="capture")
         self._logins = ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture-login")
         self._closing = False
+        self._failing: dict[str, str] = {}  # what fails ("login:<email>", "user:<id>") -> the kind of error
 
     @property
     def settings(self) -> Settings:
@@ -412,11 +499,7 @@ class Capture:
     # --- accounts -------------------------------------------------------------------------
 
     def _accounts(self) -> list[Account]:
-        s = self.settings
-        accounts = list(s.capture.accounts)
-        if s.source.kind == "leanote_api":
-            accounts += [a for a in s.source.accounts if a.email.lower() not in {b.email.lower() for b in accounts}]
-        return accounts
+        return accounts_of(self.settings)
 
     def _base_url(self) -> str:
         s = self.settings
@@ -455,15 +538,66 @@ class Capture:
             email = self._identify(user_id, accounts)
             if email is None:
                 return None
-        api = self._api(accounts[email])
-        with self._account_lock(email):
-            if not api.user_id:
-                api.login()
+        try:
+            api = self._sign_in(accounts[email])
+        except (LeanoteRagError, OSError) as err:
+            raise _LoginFailed(str(err)) from err
         if api.user_id != user_id:  # the account logs in as someone else now: never write as them
             self._learn(email, api.user_id)
-            raise Unavailable(NOT_IDENTIFIED)
+            if self._starts_failing(f"user:{user_id}", "another user"):
+                log.warning("captures for Leanote user %s: %s logs in as Leanote user %s now; they wait for a "
+                            "login of theirs (capture.accounts)", user_id, email, api.user_id)
+            raise _LoginFailed(NOT_IDENTIFIED)
         self._learn(email, api.user_id)
         return LeanoteWriter(api)
+
+    def _sign_in(self, account: Account) -> LeanoteApi:
+        """The account's connection, logged in: a failure (its password not set, Leanote
+        refusing it or not answering) is kept for ``status`` and logged once when this
+        account's login starts failing (or fails in another way), and once when it works again."""
+        email = account.email.strip().lower()
+        api = None
+        with self._account_lock(email):
+            try:
+                api = self._api(account)
+                if api.user_id:
+                    return api
+                api.login()
+            except (LeanoteRagError, OSError) as err:
+                if not (self._closing or (api is not None and api.stopping)):  # not cut off by a stop
+                    self._login_failed(email, err)
+                raise
+        self._login_worked(email)
+        return api
+
+    def _login_failed(self, email: str, err: BaseException) -> None:
+        self.outbox.login_failed(email, self._user_of(email) or "", str(err), self.clock())
+        if self._starts_failing(f"login:{email}", err):
+            log.warning("captures: cannot log in to Leanote as %s: %s. Its captures wait, tried again with backoff",
+                        email, err)
+        else:
+            log.debug("captures: cannot log in to Leanote as %s: %s", email, err)
+
+    def _login_worked(self, email: str) -> None:
+        was = self.outbox.login_worked(email)
+        if self._works_again(f"login:{email}") or was:
+            log.info("captures: logged in to Leanote as %s again", email)
+
+    def _starts_failing(self, what: str, err: BaseException | str) -> bool:
+        """Note that ``what`` fails; True when this is news (it worked, or failed otherwise)."""
+        kind = type(err).__name__ if isinstance(err, BaseException) else str(err)
+        with self._lock:
+            was, self._failing[what] = self._failing.get(what), kind
+        return was != kind
+
+    def _works_again(self, what: str) -> bool:
+        with self._lock:
+            return self._failing.pop(what, None) is not None
+
+    def _who(self, user_id: str) -> str:
+        """A Leanote user as the log names it: its account's email too, when known."""
+        email = next((e for e, u in list(self._users.items()) if u == user_id), None)
+        return f"Leanote user {user_id} ({email})" if email else f"Leanote user {user_id}"
 
     def _identify(self, user_id: str, accounts: dict[str, Account]) -> str | None:
         """Log in every account not known yet, all at once, until one turns out to be this
@@ -475,7 +609,7 @@ class Capture:
         try:
             futures = {self._logins.submit(self._login, accounts[e]): e for e in unknown}
         except RuntimeError:  # closing
-            raise Unavailable("capture is stopping") from None
+            raise _LoginFailed("capture is stopping") from None
         failed = False
         try:
             for future in as_completed(futures, timeout=2 * self.settings.sync.http_timeout + 5):
@@ -486,21 +620,17 @@ class Capture:
         except FuturesTimeout:
             failed = True
         if failed:
-            raise Unavailable(NOT_IDENTIFIED)
+            raise _LoginFailed(NOT_IDENTIFIED)
         return None
 
     def _login(self, account: Account) -> str | None:
         """Log in to learn whose account this is: the Leanote user, or None (logged)."""
         email = account.email.strip().lower()
         try:
-            api = self._api(account)
-            with self._account_lock(email):
-                if not api.user_id:
-                    api.login()
+            api = self._sign_in(account)
             self._learn(email, api.user_id)
             return api.user_id or None
-        except (LeanoteRagError, OSError) as err:
-            log.warning("capture: cannot log in to Leanote as %s: %s", email, err)
+        except (LeanoteRagError, OSError):  # logged by _sign_in
             return None
 
     def _api(self, account: Account) -> LeanoteApi:
@@ -510,10 +640,22 @@ class Capture:
             if api is None:
                 if self._closing:
                     raise Unavailable("capture is stopping")
-                password = secret(account.password_env, f"the password_env of account {account.email}")
-                api = LeanoteApi(self._base_url(), key, password, timeout=self.settings.sync.http_timeout)
+                where = self._config_key(key)
+                password = secret(account.password_env, where)
+                api = LeanoteApi(self._base_url(), key, password, timeout=self.settings.sync.http_timeout,
+                                 password_from=f"{where} ({account.password_env})")
                 self._apis[key] = api
         return api
+
+    def _config_key(self, email: str) -> str:
+        """Where the config names this account's password: ``capture.accounts[i].password_env``,
+        or the source's for an account capture borrows from ``source.accounts``."""
+        s = self.settings
+        for section, accounts in (("capture", s.capture.accounts), ("source", s.source.accounts)):
+            for i, a in enumerate(accounts):
+                if a.email.strip().lower() == email:
+                    return f"{section}.accounts[{i}].password_env"
+        return "capture.accounts"
 
     def _mapped_elsewhere(self, item: Item) -> bool:
         """The person who captured this is mapped (``users:``) to another Leanote user now."""
@@ -562,9 +704,16 @@ class Capture:
         return None
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
-                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None) -> Receipt:
+                   files: list[Attachment] = (), title: str = "", quote: Quote | None = None,
+                   once: str = "") -> Receipt:
         """A new note in the inbox notebook: ``text`` is the person's own (their Markdown),
-        ``quote`` someone else's text (a forward, a saved message: shown as written)."""
+        ``quote`` someone else's text (a forward, a saved message: shown as written).
+        ``once``: what the capture comes from (a chat message, a menu press on a message):
+        the same again, from the same person into the same Leanote user, makes no second
+        note but answers with the first one's receipt (for every kind of capture)."""
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         files = list(files)
         if not text.strip() and not files and not (quote and quote.text.strip()):
             return Receipt("refused", "要记什么？在 /note 后面写上内容。 / What should I note? Write it after /note.")
@@ -574,40 +723,74 @@ class Capture:
                         when=datetime.now(), quote=quote)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
         return await self._submit(person, user_id, "note", payload, files,
-                                  "\n\n".join(t for t in (text, quote.text if quote else "") if t))
+                                  "\n\n".join(t for t in (text, quote.text if quote else "") if t), once)
 
     async def save_answer(self, person: str, user_id: str, question: str, answer: str,
-                          citations: list[dict]) -> Receipt:
+                          citations: list[dict], once: str = "") -> Receipt:
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         draft = compose(answer_note(question, answer, citations), extra_tags=list(self.settings.capture.tags),
                         title=question)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
-        return await self._submit(person, user_id, "save", payload, [], question + answer)
+        return await self._submit(person, user_id, "save", payload, [], question + answer, once)
 
-    async def append(self, person: str, user_id: str, text: str) -> Receipt:
+    async def append(self, person: str, user_id: str, text: str, once: str = "") -> Receipt:
         """More text at the end of the last note this person captured."""
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         if not text.strip():
             return Receipt("refused", "要追加什么？在 /append 后面写上内容。 / Append what? Write it after /append.")
         if not (self.outbox.target(person, user_id, "last") or self.outbox.has_open(person, user_id, "note")):
             return Receipt("refused", "还没有可追加的笔记：先用 /note 记一条。 / Nothing to append to yet: "
                                       "capture a note with /note first.")
-        return await self._submit(person, user_id, "append", {"text": text.strip()}, [], text)
+        return await self._submit(person, user_id, "append", {"text": text.strip()}, [], text, once)
 
-    async def remember(self, person: str, user_id: str, text: str) -> Receipt:
+    async def remember(self, person: str, user_id: str, text: str, once: str = "") -> Receipt:
         """A dated line in this person's memory note."""
+        again = await self._again(person, user_id, once)
+        if again is not None:
+            return again
         if not text.strip():
             return Receipt("refused", "要记住什么？在 /remember 后面写上。 / Remember what? Write it after /remember.")
         line = f"- {datetime.now().strftime('%Y-%m-%d %H:%M')} {' '.join(text.split())}"
-        return await self._submit(person, user_id, "remember", {"text": line}, [], text)
+        return await self._submit(person, user_id, "remember", {"text": line}, [], text, once)
+
+    async def _again(self, person: str, user_id: str, once: str) -> Receipt | None:
+        """The receipt of the capture already made from ``once`` (written: "already", with its
+        link; on its way: once the write is answered, as for the first); None when there is
+        none, or Leanote refused it (it wrote nothing: this is a new try). Counts nothing
+        against the rate limit."""
+        if not once:
+            return None
+        item = self.outbox.from_once(person, user_id, once)
+        if item is None:
+            return None
+        if item.state == "failed":
+            self.outbox.forget(item)
+            return None
+        if item.state in OPEN_STATES and item.next_try <= self.clock():  # being written: its answer
+            item = await self._written_soon(item)
+        return self.receipt(item, again=True)
 
     async def _submit(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment],
-                      text: str) -> Receipt:
+                      text: str, once: str = "") -> Receipt:
         why = self.refusal(person, text, files)
         if why:
             return Receipt("refused", why)
-        item = self.outbox.add(person, user_id, kind, payload, files, self.clock())
+        try:
+            item = self.outbox.add(person, user_id, kind, payload, files, self.clock(), once)
+        except sqlite3.IntegrityError:  # made from the same message meanwhile
+            return await self._again(person, user_id, once) or Receipt("refused", "请再试一次。 / Please try again.")
         if self.outbox.waiting_before(item):  # behind a capture Leanote did not take yet: queued now
             self._wake.set()
             return self.receipt(item)
+        return self.receipt(await self._written_soon(item))
+
+    async def _written_soon(self, item: Item) -> Item:
+        """The capture once its write was answered (written, refused, or to be retried), or
+        after ``WAIT_FOR_WRITE`` (still on its way: queued)."""
         done = self._finished.setdefault(item.id, asyncio.Event())
         self._wake.set()
         try:
@@ -615,20 +798,27 @@ class Capture:
         except asyncio.TimeoutError:
             pass
         finally:
-            self._finished.pop(item.id, None)
-        return self.receipt(self.outbox.get(item.id))
+            if self._finished.get(item.id) is done:
+                self._finished.pop(item.id, None)
+        return self.outbox.get(item.id) or item
 
-    def receipt(self, item: Item) -> Receipt:
+    def receipt(self, item: Item, again: bool = False) -> Receipt:
+        """What to tell the person; ``again``: the capture was made before (a message delivered
+        twice, a menu pressed twice): written, it says so with its link."""
         base = self.settings.leanote.base_url
         if item.state == "done":
             url = f"{base}/note/{item.note_id}"
+            if again:
+                return Receipt("written", f"这条之前已经记下了 ✅ {url} / Already saved: {url}", item.note_id, url,
+                               item.key, again=True)
             what = {"note": "已记下", "save": "已保存", "append": "已追加", "remember": "记住了"}[item.kind]
             return Receipt("written", f"{what} ✅ {url}", item.note_id, url, item.key)
         if item.state == "failed":
             return Receipt("refused", f"没能写入 Leanote：{item.error} / Leanote did not take it: {item.error}", key=item.key)
         reason = f"（{item.error}）" if item.error else ""
         return Receipt("queued", f"Leanote 暂时写不进去{reason}，已排队，稍后自动重试；/outbox 可查看。 / Leanote cannot "
-                                 f"take it right now; it is queued and will be retried (see /outbox).", key=item.key)
+                                 f"take it right now; it is queued and will be retried (see /outbox).", key=item.key,
+                       again=again)
 
     def note_for(self, key: str) -> str:
         """The note id a capture (by its receipt's ``key``) was written to; "" until then."""
@@ -639,6 +829,26 @@ class Capture:
 
     def counts(self, users: list[str] | None = None) -> dict:
         return self.outbox.counts(users)
+
+    def status_lines(self, user_id: str | None = None) -> list[str]:
+        """Capture in the bots' ``/status``: an admin (None) sees everyone's captures and each
+        login that fails, with its error (never a password); anyone else only their own
+        captures, and that their login fails, without the error."""
+        users = None if user_id is None else [user_id]
+        c = self.outbox.counts(users)
+        lines = []
+        if c["waiting"] or c["failed"]:
+            lines.append(f"{'' if users is None else 'your '}captures waiting for Leanote: {c['waiting']}, "
+                         f"not taken: {c['failed']} (/outbox)")
+        for f in self.outbox.login_failures(account_emails(self.settings), users):
+            since = time.strftime("%m-%d %H:%M", time.localtime(f["since"]))
+            if users is None:
+                lines.append(f"capture login of {f['account']} failing since {since}, {f['waiting']} capture(s) "
+                             f"waiting for it: {f['error'][:300]}")
+            else:
+                lines.append(f"the Leanote login of your account fails since {since}, so your captures wait "
+                             "(the admin can see why)")
+        return lines
 
     # --- writing --------------------------------------------------------------------------
 
@@ -714,8 +924,12 @@ class Capture:
         return written
 
     def _deliver(self, item: Item) -> str:
-        """Write one capture: "done", "failed" (parked) or "retry" (later)."""
+        """Write one capture: "done", "failed" (parked) or "retry" (later). The log says once
+        when a user's captures start failing and once when they are written again; each
+        try is a DEBUG line, a parked capture a WARNING of its own."""
         now = self.clock
+        writer = None
+        user = f"user:{item.user_id}"
         try:
             if self._mapped_elsewhere(item):
                 self.outbox.park(item, REMAPPED, now())
@@ -724,6 +938,8 @@ class Capture:
             writer = self._writer(item.user_id)
             if writer is None:
                 self.outbox.park(item, "no Leanote API account for this user: " + self.how_to_enable(), now())
+                log.warning("capture %s not written: no capture account logs in as Leanote user %s (capture.accounts)",
+                            item.key, item.user_id)
                 return "failed"
             if item.kind in ("note", "save"):
                 note_id = self._write_note(writer, item)
@@ -732,12 +948,15 @@ class Capture:
             else:
                 note_id = self._write_append(writer, item)
             self.outbox.done(item, note_id, now(), now() + self._grace() if item.unanswered else 0.0)
-            log.info("capture %s (%s) written to note %s", item.key, item.kind, note_id)
+            log.debug("capture %s (%s) written to note %s", item.key, item.kind, note_id)
+            self._login_worked(writer.api.email)  # (it may have logged in again during a call)
+            if self._works_again(user):
+                log.info("captures for %s: Leanote takes them again", self._who(item.user_id))
             return "done"
         except _NotYet as wait:
             self.outbox.wait_until(item, wait.when)
-            log.info("capture %s: not in Leanote yet; sent again at %s unless it lands by then", item.key,
-                     datetime.fromtimestamp(wait.when).strftime("%H:%M:%S"))
+            log.debug("capture %s: not in Leanote yet; sent again at %s unless it lands by then", item.key,
+                      datetime.fromtimestamp(wait.when).strftime("%H:%M:%S"))
             return "retry"
         except Refused as err:
             if err.reason in ("conflict",):  # kept conflicting: try again later
@@ -746,11 +965,22 @@ class Capture:
             self.outbox.park(item, str(err), now())
             log.warning("capture %s refused by Leanote: %s", item.key, err)
             return "failed"
+        except _LoginFailed as err:  # the login's trouble, logged as such
+            self._retry(item, str(err), sure=item.state != "sending")
+            return "retry"
         except (LeanoteRagError, OSError) as err:
+            if isinstance(err, AuthFailed) and writer is not None:  # logged in again during a call, refused
+                self._login_failed(writer.api.email, err)
+            elif self._starts_failing(user, err):
+                log.warning("captures for %s: %s; tried again with backoff", self._who(item.user_id), err)
             self._retry(item, str(err), sure=item.state != "sending")
             return "retry"
         except Exception as err:  # a bug: this capture backs off, the others go on
-            log.exception("capture %s failed unexpectedly", item.key)
+            if self._starts_failing(user, err):
+                log.exception("captures for %s: capture %s failed unexpectedly; tried again with backoff",
+                              self._who(item.user_id), item.key)
+            else:
+                log.debug("capture %s failed unexpectedly", item.key, exc_info=True)
             self._retry(item, f"unexpected error ({type(err).__name__}); the owner can see it in the log",
                         sure=item.state != "sending")
             return "retry"
@@ -762,7 +992,7 @@ class Capture:
         delay = min(cfg.retry_max, cfg.retry_min * 2 ** item.failures)
         when = self.clock() + delay
         (self.outbox.later if sure else self.outbox.unsure)(item, error, when)
-        log.info("capture %s not written (%s); next try in %.0f s", item.key, error, delay)
+        log.debug("capture %s not written (%s); next try in %.0f s", item.key, error, delay)
 
     def _inbox(self, writer: LeanoteWriter, user_id: str) -> str:
         """The inbox notebook's id, created once (and again if someone deleted it)."""
@@ -841,7 +1071,7 @@ class Capture:
         except (LeanoteRagError, OSError) as err:
             cfg = self.settings.capture
             delay = min(cfg.retry_max, cfg.retry_min * 2 ** item.failures)
-            log.info("capture %s: could not look for a late copy (%s); again in %.0f s", item.key, err, delay)
+            log.debug("capture %s: could not look for a late copy (%s); again in %.0f s", item.key, err, delay)
             self.outbox.checked(item, self.clock() + delay)
         except Exception:
             log.exception("capture %s: looking for a late copy failed unexpectedly; not looked for again", item.key)
@@ -873,5 +1103,5 @@ class Capture:
             except Refused as err:
                 if err.reason != "conflict":
                     raise
-                log.info("note %s changed while appending capture %s; reading it again", note_id, item.key)
+                log.debug("note %s changed while appending capture %s; reading it again", note_id, item.key)
         raise Refused(f"note {note_id} kept changing while appending", "conflict")

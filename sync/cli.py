@@ -158,7 +158,8 @@ def doctor(app: App) -> None:
 
     failed = 0
     for check in run_checks(app):
-        mark = click.style("ok  ", fg="green") if check.ok else click.style("FAIL", fg="red")
+        mark = (click.style("FAIL", fg="red") if not check.ok else click.style("WARN", fg="yellow") if check.warn
+                else click.style("ok  ", fg="green"))
         click.echo(f"{mark} {check.name}: {check.detail}")
         if not check.ok:
             failed += 1

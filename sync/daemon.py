@@ -526,10 +526,8 @@ class Daemon:
                              f"{skipped[0]['reason'][:150]}")
         else:
             lines.append(f"your notes indexed: {counts.get(user_id, 0)}")
-        if self.capture is not None:
-            c = self.capture.counts()
-            if c["waiting"] or c["failed"]:
-                lines.append(f"captures waiting for Leanote: {c['waiting']}, not taken: {c['failed']} (/outbox)")
+        if self.capture is not None:  # (each person's own captures, an admin's all)
+            lines += self.capture.status_lines(user_id)
         if user_id is None:  # the disk full, the state damaged: with the fix
             lines += [f"problem: {p['problem']}" for p in self.problems()]
         return "\n".join(lines)

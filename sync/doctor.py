@@ -11,7 +11,7 @@ from importlib.metadata import entry_points
 from typing import Iterator
 
 from rag import embed as embed_mod
-from rag.config import Settings
+from rag.config import Settings, make_private
 from rag.client import find_daemon
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, StoreLocked, UserError
 from rag.model import NOTEBOOK_SEP, rule_key
@@ -33,6 +33,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warn: bool = False  # ok, but worth knowing: something doctor found and put right
 
 
 def run_checks(app) -> Iterator[Check]:
@@ -87,10 +88,19 @@ def _state(settings: Settings) -> Iterator[Check]:
     folder = settings.state_dir
     if folder.exists():
         mode = stat.S_IMODE(folder.stat().st_mode)
-        if mode & 0o077:
-            yield Check("state directory", False, f"{folder} is readable by other users (mode {mode:o}): it holds "
-                        "your notes' text and the sync state", f"chmod 700 {folder}")
-        elif not os.access(folder, os.W_OK | os.X_OK):
+        # as every command that opens the state does: made private, when it is this user's to change
+        mine = not (os.geteuid() == 0 and folder.stat().st_uid != 0)  # root leaves the service's folder alone
+        was = make_private(folder, say=False) if mode & 0o077 and mine else None
+        now = stat.S_IMODE(folder.stat().st_mode)
+        if now & 0o077:
+            yield Check("state directory", False, f"{folder} is readable by other users (mode {now:o}) and this "
+                        "user cannot make it private: it holds your notes' text and the sync state",
+                        f"chmod 700 {folder}, as its owner")
+        elif was is not None:
+            yield Check("state directory", True, f"{folder} was readable by other users (mode {was:o}): made it "
+                        "private (0700), with the files in it, as every command that opens the state does",
+                        warn=True)
+        if not now & 0o077 and not os.access(folder, os.W_OK | os.X_OK):
             yield Check("state directory", False, f"{folder} is not writable by this user",
                         f"sudo chown -R \"$USER\" {folder}, or set state_dir")
         free = free_bytes(folder)

@@ -19,7 +19,7 @@ from rag.store import Store
 
 from rag.errors import DiskFull
 
-from .capture import Outbox
+from .capture import Outbox, account_emails
 from .faults import check_disk
 from .incremental import USN_BACK
 from .indexer import Summary
@@ -81,7 +81,8 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
                         "replies": speed.samples, "updated": when(speed.updated),
                         "text": speed.describe(model)}
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
-        "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed)),
+        "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed),
+                                    account_emails(settings)),
         "memory": memory_counts(settings, None if users is None else list(allowed)),
         "problems": problems(settings) if users is None else [],
     }
@@ -198,6 +199,9 @@ def print_status(report: dict) -> None:
         if capture["oldest_waiting"]:
             line += f" (oldest from {when(capture['oldest_waiting'])})"
         click.echo(line + (f", {capture['failed']} not taken (see /outbox)" if capture["failed"] else ""))
+    for f in (capture or {}).get("logins_failing") or []:
+        click.echo(f"          login of {f['account']} failing since {when(f['since'])}, {f['waiting']} capture(s) "
+                   f"waiting for it: {f['error']}")
     memory = report.get("memory")
     if memory:
         tiers = ", ".join(f"{n} by {tier}" for tier, n in sorted(memory["notes"].items())) or "none yet"

@@ -133,3 +133,21 @@ async def until(check, timeout=15.0, what="the condition"):
             return value
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+DEADLINE = 120.0  # the longest a test waits for the daemon or a bot, on a machine kept busy by other work
+SCENARIO = 600.0  # the longest a whole scenario inside a running daemon may take (its steps wait less)
+
+
+async def within(awaitable, what: str, timeout: float = DEADLINE):
+    """``awaitable``'s result; if it takes longer than ``timeout`` seconds, it is cancelled and
+    the test fails saying what it waited for (a daemon or bot that never gets there fails the
+    test loudly instead of hanging the run)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        if loop.time() < deadline:  # raised by the awaitable itself, not our deadline
+            raise
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None

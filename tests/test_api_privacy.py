@@ -17,7 +17,7 @@ import pytest
 from rag.index import NoteIndex
 from sync.daemon import Daemon
 
-from conftest import free_port, make_settings, until
+from conftest import SCENARIO, free_port, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
 ONE, TWO = "5dbed2987db161bc2a85b901", "5dbed2987db161bc2a85b902"
@@ -68,8 +68,8 @@ def run(settings, scenario, wait_pass=True):
         tcp, local = clients(settings)
         try:
             if wait_pass:
-                await daemon.wait_for_pass(0)
-            await scenario(daemon, tcp, local)
+                await within(daemon.wait_for_pass(0), "the daemon's first pass")
+            await within(scenario(daemon, tcp, local), "the scenario", SCENARIO)
         finally:
             await tcp.aclose()
             await local.aclose()
@@ -86,7 +86,7 @@ def test_a_scoped_token_sees_only_its_own_account_in_status(world):
         # ONE's password changed on the server: ONE's next login is refused
         leanote.users[ONE]["password"] = "changed"
         leanote.expire_tokens()
-        result = await daemon.sync_now()
+        result = await within(daemon.sync_now(), "a sync pass")
         assert "refused the login of one@example.com" in result.failures["one@example.com"]
 
         two = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_TWO}"})).json()
@@ -105,7 +105,7 @@ def test_a_scoped_token_sees_only_its_own_account_in_status(world):
 
         # TWO's own failure is TWO's to see (and still nothing of ONE's)
         leanote.fail("user/getSyncState", times=2)
-        await daemon.sync_now()
+        await within(daemon.sync_now(), "a sync pass")
         two = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_TWO}"})).json()
         assert two["last_sync"]["ok"] is False
         assert two["last_sync"]["error"].startswith("two@example.com: ") and "HTTP 500" in two["last_sync"]["error"]
@@ -132,7 +132,7 @@ def test_health_without_a_token_says_ready_or_not_and_nothing_more(world):
                 assert detailed.status_code == 503 and "open in another process (pid" in detailed.json()["index"]
         finally:
             holder.close()
-        await daemon.wait_for_pass(0)
+        await within(daemon.wait_for_pass(0), "the daemon's first pass")
         ready = await tcp.get("/health")
         assert ready.status_code == 200 and ready.json() == {"live": True, "ready": True, "reason": None}
         body = (await local.get("/health")).json()

@@ -19,7 +19,7 @@ import pytest
 from rag.capture import Attachment, Origin, compose, hashtags, title_of
 from sync.capture import FILE, Capture, Outbox
 
-from conftest import REPO, make_settings
+from conftest import REPO, SCENARIO, make_settings, within
 from fakes.leanote import FakeLeanote
 
 ME = "5dbed2987db161bc2a85b919"
@@ -77,10 +77,10 @@ def drive(cap: Capture, coro):
         stop = asyncio.Event()
         writer = asyncio.create_task(cap.run(stop))
         try:
-            return await coro
+            return await within(coro, "the capture's receipt")
         finally:
             stop.set()
-            await writer
+            await within(writer, "the capture writer to stop", 30)
     return asyncio.run(main())
 
 
@@ -227,7 +227,7 @@ def test_while_leanote_is_down_captures_wait_and_go_in_order(tmp_path, leanote):
                 await asyncio.sleep(0.05)
         finally:
             stop.set()
-            await writer
+            await within(writer, "the capture writer to stop", 30)
 
     try:
         asyncio.run(scenario())
@@ -339,21 +339,21 @@ def test_a_capture_is_answered_after_the_pass_it_triggers(tmp_path, leanote):
         daemon = Daemon(settings, services=[])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             passes = daemon.passes
             receipt = await daemon.capture.note(PERSON, ME, "家里 NAS 的管理端口改成了 5443 #家里")
             assert receipt.status == "written"
-            await daemon.wait_for_pass(passes)  # the pass the write asked for
+            await within(daemon.wait_for_pass(passes), "the pass the write asked for")
             answer = await daemon.answers.ask("NAS 管理端口是多少", ME)
             assert receipt.note_id in {c.note_id for c in answer.citations}
             summary = daemon.last_pass.summary
             assert summary.added == 1 and summary.chunks_embedded >= 1
-            again = await daemon.sync_now()  # the note we wrote is known now: nothing to do
+            again = await within(daemon.sync_now(), "a sync pass")  # the note we wrote is known now: nothing to do
             assert (again.summary.added, again.summary.updated, again.summary.chunks_embedded) == (0, 0, 0)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, 30)
 
-    asyncio.run(main())
+    asyncio.run(within(main(), "the scenario", SCENARIO))
     rows = json.loads(json.dumps(Outbox.counts_at(tmp_path / "data")))
     assert rows["written"] == 1 and rows["waiting"] == 0

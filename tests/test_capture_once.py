@@ -24,7 +24,7 @@ from bot.common import outbox_text
 from rag.capture import Attachment, Origin, Quote, answer_note, compose, md_escape
 from sync.capture import FILE, Capture, Outbox
 
-from conftest import REPO, make_settings, until
+from conftest import REPO, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
 ONE_ID = "5dbed2987db161bc2a85b919"
@@ -66,8 +66,8 @@ async def submit(cap: Capture, coro):
     decides what is due); the receipt."""
     task = asyncio.ensure_future(coro)
     await until(lambda: cap.outbox.open_items() or task.done(), what="the capture's row")
-    await cap.drain()
-    return await task
+    await within(cap.drain(), "the capture's write")
+    return await within(task, "the capture's receipt")
 
 
 def titled(fake, title, user_id=ONE_ID, trash=False) -> list[dict]:
@@ -246,7 +246,7 @@ def test_one_accounts_refused_login_neither_holds_nor_shows_in_anothers_captures
             return first, second, outbox_text(cap.pending(TWO))
         finally:
             stop.set()
-            await writer
+            await within(writer, "the capture writer to stop", 30)
 
     try:
         first, second, outbox = asyncio.run(scenario())
@@ -278,7 +278,7 @@ def test_one_account_stuck_in_a_slow_call_does_not_delay_another(tmp_path, leano
             return two, await one
         finally:
             stop.set()
-            await writer
+            await within(writer, "the capture writer to stop", 30)
 
     try:
         two, one = asyncio.run(scenario())

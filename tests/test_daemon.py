@@ -19,7 +19,7 @@ from rag.retrieve import search
 from rag.store import EdgeStore
 from sync.daemon import Daemon
 
-from conftest import make_settings
+from conftest import SCENARIO, make_settings, within
 from fakes.leanote import FakeLeanote
 
 ALICE = "5dbed2987db161bc2a85b919"
@@ -76,7 +76,7 @@ def test_schedule_trigger_and_stop(leanote, tmp_path):
         daemon.stop()
         await asyncio.wait_for(task, timeout=30)
 
-    asyncio.run(scenario())
+    asyncio.run(within(scenario(), "the scenario", SCENARIO))
     # stopped cleanly: the index lock is free and the state has the run
     EdgeStore(settings.state_dir / "qdrant", 512).close()
     runs = sqlite3.connect(settings.state_dir / "state.db").execute("SELECT COUNT(*) FROM runs WHERE error IS NULL")
@@ -103,7 +103,7 @@ def test_questions_are_answered_while_leanote_is_down_and_retries_come_sooner(le
         daemon.stop()
         await asyncio.wait_for(task, timeout=30)
 
-    asyncio.run(scenario())
+    asyncio.run(within(scenario(), "the scenario", SCENARIO))
 
 
 def test_a_failing_service_is_restarted_without_stopping_sync(leanote, tmp_path):
@@ -128,7 +128,7 @@ def test_a_failing_service_is_restarted_without_stopping_sync(leanote, tmp_path)
         daemon.stop()
         await asyncio.wait_for(task, timeout=30)
 
-    asyncio.run(scenario())
+    asyncio.run(within(scenario(), "the scenario", SCENARIO))
 
 
 def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):

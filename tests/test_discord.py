@@ -14,7 +14,7 @@ import pytest
 from bot.discord import DiscordBot, embeds_for
 from sync.daemon import Daemon
 
-from conftest import make_settings
+from conftest import SCENARIO, make_settings, within
 from fakes.ollama import FakeOllama
 
 OWNER, FRIEND, STRANGER = 3001, 3002, 3999
@@ -72,9 +72,10 @@ def run(settings, scenario):
         daemon = Daemon(settings, services=[])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             bot = DiscordBot(daemon)
-            await scenario(daemon, bot, lambda name: bot.tree.get_command(name).callback)
+            await within(scenario(daemon, bot, lambda name: bot.tree.get_command(name).callback), "the scenario",
+                         SCENARIO)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)

@@ -21,7 +21,7 @@ from discord.gateway import DiscordWebSocket
 from bot.discord import SAVE_MENU, service
 from sync.daemon import Daemon
 
-from conftest import make_settings, until
+from conftest import SCENARIO, make_settings, until, within
 from fakes.discord import FakeDiscord
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
@@ -71,10 +71,10 @@ def run(settings, fake, scenario):
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: fake.ready and fake.session is not before and fake.commands_for(GUILD),
                         what="the bot to connect and sync")
-            await scenario(daemon)
+            await within(scenario(daemon), "the scenario", SCENARIO)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
@@ -400,5 +400,30 @@ def test_save_to_leanote_shows_someone_elses_message_as_written_and_keeps_your_o
         await save_menu(fake, ONE, fake.user_message(ONE, mine, channel_id=CHANNEL))
         hrefs, _ = links(inbox(leanote)[-1]["Content"])
         assert hrefs == ["https://example.com/x"]  # their own message: their Markdown
+
+    run(world.settings(), fake, scenario)
+
+
+# --- the same message saved twice --------------------------------------------------------------------------------
+
+
+def test_save_to_leanote_pressed_twice_on_a_message_makes_one_note_and_both_replies_link_it(world):
+    """A double click on the menu (or a second look later): the message is saved once; the
+    second press says it was saved already, with the same link. Another message is a new note."""
+    fake, leanote = world.fake, world.leanote
+
+    async def scenario(daemon):
+        message = fake.user_message(ALICE, "周六早上九点爬山，带水 #周末", channel_id=CHANNEL, author_name="alice")
+        first = fake.message_command(ONE, SAVE_MENU, message, guild_id=GUILD, channel_id=CHANNEL, roles=[ROLE])
+        second = fake.message_command(ONE, SAVE_MENU, message, guild_id=GUILD, channel_id=CHANNEL, roles=[ROLE])
+        texts = [await reply(first), await reply(second)]
+        [note] = inbox(leanote)
+        assert all(link(leanote, note) in text for text in texts), texts
+        assert sum("Already saved" in text for text in texts) == 1
+        it, text = await save_menu(fake, ONE, message)  # later again: the same note
+        assert "Already saved" in text and link(leanote, note) in text and len(inbox(leanote)) == 1
+        other = fake.user_message(ALICE, "周日休息", channel_id=CHANNEL, author_name="alice")
+        it, text = await save_menu(fake, ONE, other)
+        assert "Already saved" not in text and len(inbox(leanote)) == 2
 
     run(world.settings(), fake, scenario)

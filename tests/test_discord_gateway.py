@@ -21,7 +21,7 @@ from bot.discord import service
 from rag.errors import ConfigError
 from sync.daemon import Daemon
 
-from conftest import make_settings, until
+from conftest import SCENARIO, make_settings, until, within
 from fakes.discord import EPHEMERAL, FakeDiscord, embed_text
 from fakes.ollama import FakeOllama
 
@@ -66,9 +66,9 @@ def run(settings, fake, scenario, commands_in=GUILD):
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: fake.ready and fake.commands_for(commands_in), what="the bot to connect and sync")
-            await scenario(daemon)
+            await within(scenario(daemon), "the scenario", SCENARIO)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
@@ -416,7 +416,7 @@ def test_a_wrong_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(wor
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: fake.unauthorized >= 1, what="a login")
             await asyncio.sleep(1.0)  # backoff is 0.1-0.2 s: a retry would have come by now
             assert fake.unauthorized == 1  # retrying cannot fix a wrong token
@@ -426,6 +426,6 @@ def test_a_wrong_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(wor
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
 
-    asyncio.run(main())
+    asyncio.run(within(main(), "the scenario", SCENARIO))
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "Discord bot stopped" in errors[0] and "LR_DISCORD_TOKEN" in errors[0]

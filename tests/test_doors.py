@@ -26,7 +26,7 @@ from rag.limits import cut
 from rag.memory import MATCH_CHARS, MemoryStore
 from sync.daemon import Daemon
 
-from conftest import EXAMPLES, make_settings, run_pass, until
+from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, until, within
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
 
@@ -63,9 +63,9 @@ def run(settings, scenario, services=(telegram,)):
         daemon = Daemon(settings, services=list(services))
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: settings.api.socket.exists(), what="the API's socket")
-            await scenario(daemon)
+            await within(scenario(daemon), "the scenario", SCENARIO)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)

@@ -40,7 +40,7 @@ from sync.daemon import Daemon
 from sync.service import SyncService
 from sync.state import State
 
-from conftest import make_settings, run_pass
+from conftest import SCENARIO, make_settings, run_pass, within
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
 from memory_world import A_ATLAS, A_BOOK, A_POOL, ALICE, PASSWORDS, build
@@ -114,7 +114,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
                 for n in (1, 2):
                     caplog.clear()
                     with caplog.at_level(logging.WARNING):
-                        result = await daemon.sync_now()
+                        result = await within(daemon.sync_now(), "a sync pass")
                     assert result.ok and result.summary.deleted == (1 if n == 1 else 0)
                     assert A_ATLAS not in daemon.index.store.note_ids(ALICE)
                     logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -131,7 +131,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
 
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="sync"):
-                result = await daemon.sync_now()
+                result = await within(daemon.sync_now(), "a sync pass")
             assert result.ok
             assert holdings_of(settings, A_ATLAS) == {"notes": 0, "mentions": 0, "facts": 0, "related": 0, "jobs": 0}
             assert any(A_ATLAS in r.getMessage() and "removed" in r.getMessage() for r in caplog.records)
@@ -152,7 +152,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
             task = asyncio.create_task(daemon.run())
             try:
                 await asyncio.wait_for(daemon.wait_for_pass(0), 60)
-                await scenario(daemon)
+                await within(scenario(daemon), "the scenario", SCENARIO)
             finally:
                 daemon.stop()
                 await asyncio.wait_for(task, timeout=30)

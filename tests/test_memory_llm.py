@@ -22,6 +22,7 @@ from sync.memory_jobs import MemoryJobs
 from sync.report import memory_counts
 from sync.state import INDEXED
 
+from conftest import within
 from fakes.ollama import FakeOllama
 
 POSTGRES = """# 数据库迁移
@@ -86,7 +87,7 @@ def add_note(w, note_id: str, text: str, updated: float, user: str = "u1", conte
 
 
 def run(coro):
-    return asyncio.run(coro)
+    return asyncio.run(within(coro, "the scenario"))
 
 
 def jobs_of(store) -> list[tuple]:

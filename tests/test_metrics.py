@@ -21,7 +21,7 @@ from sync.metrics_wiring import attach_metrics
 from sync.service import SyncService
 from sync.state import State
 
-from conftest import free_port, make_settings
+from conftest import SCENARIO, free_port, make_settings, within
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
@@ -321,7 +321,7 @@ def test_discord_counts_errors_while_answering_and_searching(tmp_path):
             daemon = Daemon(settings, services=[])
             task = asyncio.create_task(daemon.run())
             try:
-                await daemon.wait_for_pass(0)
+                await within(daemon.wait_for_pass(0), "the daemon's first pass")
                 bot = DiscordBot(daemon)
                 daemon.metrics = None  # a host without metrics: the error path still answers
                 break_search(daemon)
@@ -343,7 +343,7 @@ def test_discord_counts_errors_while_answering_and_searching(tmp_path):
                 daemon.stop()
                 await asyncio.wait_for(task, timeout=30)
 
-        asyncio.run(main())
+        asyncio.run(within(main(), "the scenario", SCENARIO))
 
 
 def test_telegram_errors_are_counted_on_the_daemons_metrics(tmp_path, monkeypatch):
@@ -373,7 +373,7 @@ def test_telegram_errors_are_counted_on_the_daemons_metrics(tmp_path, monkeypatc
             daemon = Daemon(settings, services=[telegram_service])
             task = asyncio.create_task(daemon.run())
             try:
-                await daemon.wait_for_pass(0)
+                await within(daemon.wait_for_pass(0), "the daemon's first pass")
                 await until(lambda: tg.method_calls("getUpdates"))
                 metrics = daemon.metrics
                 s = scrape(metrics)
@@ -391,4 +391,4 @@ def test_telegram_errors_are_counted_on_the_daemons_metrics(tmp_path, monkeypatc
                 daemon.stop()
                 await asyncio.wait_for(task, timeout=30)
 
-        asyncio.run(main())
+        asyncio.run(within(main(), "the scenario", SCENARIO))

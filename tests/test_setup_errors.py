@@ -124,8 +124,15 @@ def test_the_state_dir_is_private_to_the_user(tmp_path, capsys):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
     (tmp_path / "data").chmod(0o755)
+    (tmp_path / "data" / "state.db").chmod(0o644)
+    # doctor says what it did, as any command opening the state would have done it; the next run finds it private
     code, out, _ = run(capsys, "--config", str(cfg), "doctor")
-    assert "FAIL state directory" in out and "chmod 700" in out
+    assert f"WARN state directory: {tmp_path / 'data'} was readable by other users (mode 755): made it private" in out
+    assert "FAIL state directory" not in out
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "data" / "state.db").stat().st_mode) == 0o600
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert "state directory" not in out  # nothing to say about it any more
 
 
 class NotOllama(LocalServer):
@@ -226,3 +233,15 @@ def test_root_does_not_write_into_the_services_state_directory(tmp_path, capsys)
         code, _, err = run(capsys, "--config", str(cfg), command, *(["番茄"] if command == "search" else []))
         assert code == 2 and "belongs to another user" in err, (command, err)
     assert {p: p.stat().st_uid for p in data.rglob("*")} == before  # nothing new, nothing re-owned
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can look at another user's state directory")
+def test_doctor_as_root_names_an_open_state_directory_of_the_service_and_leaves_it(tmp_path, capsys):
+    cfg = config(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    os.chown(data, 4242, 4242)  # the service's
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert code == 1 and "FAIL state directory" in out and f"chmod 700 {data}, as its owner" in out
+    assert stat.S_IMODE(data.stat().st_mode) == 0o755

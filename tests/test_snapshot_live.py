@@ -34,7 +34,7 @@ from sync.sources.mongodump import MongodumpSource
 from sync.state import State
 from sync.watch import watch
 
-from conftest import make_settings
+from conftest import SCENARIO, make_settings, within
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
@@ -241,7 +241,7 @@ def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir,
         daemon.stop()
         await asyncio.wait_for(task, timeout=60)
 
-    asyncio.run(scenario())
+    asyncio.run(within(scenario(), "the scenario", SCENARIO))
     assert ends == ["returned"]  # it heard `stopping` and ended by itself
 
 
@@ -276,7 +276,7 @@ def test_a_change_during_a_running_pass_is_synced_after_it(notes_dir, tmp_path):
         daemon.stop()
         await asyncio.wait_for(task, timeout=60)
 
-    asyncio.run(scenario())
+    asyncio.run(within(scenario(), "the scenario", SCENARIO))
 
 
 def test_watcher_off_or_without_a_folder(notes_dir, tmp_path):

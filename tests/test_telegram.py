@@ -14,7 +14,7 @@ from bot.telegram import service
 from rag.answer import Citation
 from sync.daemon import Daemon
 
-from conftest import free_port, make_settings
+from conftest import SCENARIO, free_port, make_settings, within, until as wait_until
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram, html_error
 
@@ -37,13 +37,8 @@ def world(tmp_path, monkeypatch):
         yield settings, tg, ollama
 
 
-async def until(check, timeout=30.0):
-    for _ in range(int(timeout / 0.05)):
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
+async def until(check, timeout=30.0, what="the condition"):
+    return await wait_until(check, timeout, what)
 
 
 def run(settings, tg, scenario):
@@ -51,9 +46,9 @@ def run(settings, tg, scenario):
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: tg.method_calls("getUpdates"))
-            await scenario(daemon)
+            await within(scenario(daemon), "the scenario", SCENARIO)
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
@@ -387,7 +382,7 @@ def test_a_refused_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(w
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: tg.unauthorized >= 1)
             await asyncio.sleep(1.0)  # backoff is 0.1-0.2 s: a retry would have come by now
             assert tg.unauthorized == 1  # retrying cannot fix a wrong token
@@ -396,7 +391,7 @@ def test_a_refused_token_stops_the_bot_with_one_clear_error_while_sync_goes_on(w
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
 
-    asyncio.run(main())
+    asyncio.run(within(main(), "the scenario", SCENARIO))
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "Telegram bot stopped" in errors[0] and "LR_TG_TOKEN" in errors[0]
     assert "999:WRONG" not in "\n".join(r.getMessage() for r in caplog.records)
@@ -412,14 +407,14 @@ def test_an_unreachable_bot_api_is_retried_and_named_while_sync_goes_on(world, c
         daemon = Daemon(settings, services=[service])
         task = asyncio.create_task(daemon.run())
         try:
-            await daemon.wait_for_pass(0)
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
             await until(lambda: sum("Telegram bot failed" in r.getMessage() for r in caplog.records) >= 2)
             assert daemon.last_pass.ok and not task.done()
         finally:
             daemon.stop()
             await asyncio.wait_for(task, timeout=30)
 
-    asyncio.run(main())
+    asyncio.run(within(main(), "the scenario", SCENARIO))
 
 
 def test_tokens_never_reach_the_logs(world, caplog):

@@ -165,8 +165,12 @@ class LeanoteApi:
     """One account's connection: login, token, the calls the sync needs. Every call has
     a total deadline of ``timeout`` seconds; ``stop()`` cuts the calls in flight."""
 
-    def __init__(self, base_url: str, email: str, password: str, timeout: float = 30.0, concurrency: int = 4):
+    def __init__(self, base_url: str, email: str, password: str, timeout: float = 30.0, concurrency: int = 4,
+                 password_from: str = "source.accounts"):
+        """``password_from``: the config key naming the password's variable, for the message
+        when Leanote refuses the login (``capture.accounts[0].password_env``)."""
         self.base_url = base_url.rstrip("/")
+        self.password_from = password_from
         self.where = safe_url(self.base_url)  # for messages
         self.email = email
         self._password = password
@@ -237,7 +241,7 @@ class LeanoteApi:
         if not body.get("Ok") or not body.get("Token"):
             raise AuthFailed(
                 f"Leanote refused the login of {self.email}: {body.get('Msg') or 'wrong username or password'}. "
-                f"Check the password in the environment variable named by source.accounts"
+                f"Check the password in the environment variable named by {self.password_from}"
             )
         self.token = str(body["Token"])
         self.user_id = str(body.get("UserId") or "")
@@ -510,12 +514,14 @@ class ApiSource:
         if api is None:
             cfg = self._accounts[account]
             password = secret(cfg.password_env, f"the password_env of account {cfg.email}")
+            i = next(i for i, a in enumerate(self.settings.source.accounts) if a.email.strip().lower() == account)
             api = LeanoteApi(
                 self.base_url,
                 account,
                 password,
                 timeout=self.settings.sync.http_timeout,
                 concurrency=self.settings.sync.fetch_concurrency,
+                password_from=f"source.accounts[{i}].password_env ({cfg.password_env})",
             )
             self._apis[account] = api
         return ApiSession(api, self.settings.sync.page_size)

@@ -10,7 +10,9 @@ setMyCommands, and file downloads (``GET /file/bot<token>/<file_path>``). Like T
 it refuses an edit that changes nothing (400 "message is not modified"), HTML that does
 not parse (400 "can't parse entities"), ``getFile`` past 20 MB (400 "file is too big"),
 drops the inline keyboard of a message edited without one, and, on request, answers
-429 with ``retry_after``.
+429 with ``retry_after`` or (``bad_gateway_on_confirm``) 502 Bad Gateway to every poll that
+would confirm an update: Telegram's front answers so at times, and what such a poll would
+have confirmed is sent again to the next poll, also to a bot started anew.
 
 Updates: ``say`` (text or a command), ``forward`` (with a ``forward_origin``: see
 ``origin_user``, ``origin_hidden``, ``origin_chat``, ``origin_channel``), ``reply``,
@@ -80,6 +82,7 @@ class FakeTelegram(LocalServer):
         self.chat_types: dict[int, str] = {}  # chat id -> its type, as seen in updates
         self._next_update = 1
         self.confirmed = 0  # updates below this id were confirmed by an offset: gone for good
+        self.bad_gateway_on_confirm = False  # a poll confirming an update: 502, nothing confirmed
         self._next_query = 1
         self._next_message = 100
         self.cond = threading.Condition()
@@ -96,7 +99,7 @@ class FakeTelegram(LocalServer):
                     return self._send(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
                 params = fake._params(raw, self.headers.get("Content-Type", ""))
                 status, body = fake.handle(m.group(2), params)
-                self._send(status, body)
+                self._send(status, body, content_type="text/html" if isinstance(body, bytes) else "application/json")
 
             def do_GET(self):
                 path = unquote(urlparse(self.path).path)  # the client sends the token's ':' as %3A
@@ -314,6 +317,8 @@ class FakeTelegram(LocalServer):
                 if offset < 0:  # the last -offset updates; every one before them is confirmed
                     waiting = [u["update_id"] for u in self.updates if u["update_id"] >= self.confirmed]
                     offset = waiting[offset] if len(waiting) >= -offset else self.confirmed
+                if self.bad_gateway_on_confirm and any(self.confirmed <= u["update_id"] < offset for u in self.updates):
+                    return 502, b"<html><head><title>502 Bad Gateway</title></head></html>"
                 self.confirmed = max(self.confirmed, offset)
                 while True:
                     ready = [u for u in self.updates if u["update_id"] >= self.confirmed][:limit]
