@@ -210,7 +210,9 @@ class Daemon:
                 tasks.append(asyncio.create_task(self._supervise(api.service)))
             if not await self._open_when_free():
                 return
-            self.scheduler = AsyncIOScheduler()
+            # A job that comes due while the loop is busy (a loaded machine) still runs, once:
+            # APScheduler's default grace of 1 s would skip it, the first pass until the next interval.
+            self.scheduler = AsyncIOScheduler(job_defaults={"misfire_grace_time": None, "coalesce": True})
             cfg = self.settings.sync
             hour, minute = (int(x) for x in cfg.reconcile_at.split(":"))
             self.scheduler.add_job(
