@@ -184,6 +184,7 @@ def test_the_indexer_queues_jobs_and_settles_facts_after_a_removal(world, tmp_pa
     indexer = Indexer.__new__(Indexer)
     indexer.memory, indexer.index, indexer.base_url = w.store, index, "http://leanote"
     indexer.memory_seconds, indexer._memory_errors = 0.0, set()
+    indexer.should_stop, indexer._memory_down = (lambda: False), None
     prepared = index.prepare(Note("n1", "u1", "迁移", POSTGRES))
     rec = SimpleNamespace(status=INDEXED, content_hash=prepared.content_hash)
     indexer._update_memory({"n1": rec}, {"n1": prepared}, {})
