@@ -82,7 +82,11 @@ class Wait(Exception):
 
 class Pacer:
     """Streams an answer into one message: collects text as it arrives and edits the
-    message at most once per ``interval``, honouring the platform's wait requests."""
+    message at most once per ``interval``, honouring the platform's wait requests.
+
+    ``show_first(head)`` puts a head above the text (the sources an answer reads, before
+    the LLM's first token): shown at once when no edit went out yet, else as soon as
+    the interval allows."""
 
     CURSOR = " ▌"
 
@@ -92,28 +96,56 @@ class Pacer:
         self.interval = interval
         self.clock = clock
         self.sleep = sleep
+        self.head = ""
         self.text = ""
         self.sent = ""
         self.edits: list[float] = []  # when each edit went out (for tests and the benchmark)
         self._done = asyncio.Event()
+        self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     def feed(self, piece: str) -> None:
         self.text += piece
 
+    def show_first(self, head: str) -> None:
+        self.head = head
+        self._wake.set()
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._pump())
 
+    def _shown(self) -> str:
+        if not self.text:
+            return f"{self.head}\n\n…" if self.head else ""
+        return (f"{self.head}\n\n" if self.head else "") + self.text + self.CURSOR
+
+    async def _pause(self) -> None:
+        """The interval, or less when a head came: at once if nothing was edited yet, else
+        once the interval since the last edit is over."""
+        sleeping = asyncio.ensure_future(self.sleep(self.interval))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeping, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            woken.cancel()
+        if self._wake.is_set():
+            self._wake.clear()
+            if self.edits:
+                left = self.interval - (self.clock() - self.edits[-1])
+                if left > 0:
+                    await self.sleep(left)
+
     async def _pump(self) -> None:
         while not self._done.is_set():
-            await self.sleep(self.interval)
+            await self._pause()
             if self._done.is_set():
                 return
-            if self.text and self.text != self.sent:
-                snapshot = self.text
+            shown = self._shown()
+            if shown and shown != self.sent:
                 try:
-                    await self.edit(snapshot + self.CURSOR)
-                    self.sent = snapshot
+                    await self.edit(shown)
+                    self.sent = shown
                     self.edits.append(self.clock())
                 except Wait as wait:
                     await self.sleep(wait.seconds)
@@ -128,6 +160,16 @@ class Pacer:
                 await self._task
             except asyncio.CancelledError:
                 pass
+
+
+def sources_first(citations, title: str = "读的笔记 Reading") -> str:
+    """The head an answer streams under: the notes its evidence comes from, as plain text
+    (titles and links), before the LLM's first token."""
+    lines = [f"📚 {title}:"]
+    for c in citations:
+        link = f" — {c.url}" if c.url.startswith(("http://", "https://")) else ""
+        lines.append(f"[{c.n}] {' '.join(c.label.split())}{link}")
+    return "\n".join(lines)
 
 
 # --- doctor ----------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from rag.redact import redact_in_logs, safe_url
 from .access import Access, Person
 from .common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
-                     nobody_mapped, outbox_text, person_key, related_reply, token_or_problem, trace_text,
+                     nobody_mapped, outbox_text, person_key, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)
 from .render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
                      discord_sources)
@@ -276,7 +276,8 @@ class DiscordBot:
         pacer.start()
         try:
             answer = await self.host.answers.ask(question, person.leanote_user_id,
-                                                 conversation=self.conversation(interaction), on_token=pacer.feed)
+                                                 conversation=self.conversation(interaction), on_token=pacer.feed,
+                on_sources=lambda found: pacer.show_first(sources_first(found)))
         except Exception:
             log.exception("answering a Discord question failed")
             count_error(self.host, "discord")

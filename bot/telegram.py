@@ -60,7 +60,7 @@ from .access import STRANGER, Access, Person
 from .common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
                      VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
                      count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key,
-                     related_reply, token_or_problem, trace_text, verdict_reply, with_notice)
+                     related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
 from .render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
@@ -688,7 +688,8 @@ class TelegramBot:
         pacer.start()
         try:
             answer = await self.host.answers.ask(
-                question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed
+                question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed,
+                on_sources=lambda found: pacer.show_first(sources_first(found))
             )
         except Exception:
             log.exception("answering a Telegram question failed")

@@ -34,12 +34,13 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from . import limits
+from . import grounding, limits
 from . import llm as llm_mod
 from . import rerank as rerank_mod
 from .config import AnswerConfig, Settings
 from .errors import LeanoteRagError, ModelMissing, Unavailable, UserError
-from .evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, messages
+from .confidence import as_written, term_query, unknown_names
+from .evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, header, messages
 from .excerpt import EXCERPT_CHARS, excerpt, _window
 from .expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from .expand import SYSTEM as EXPAND_SYSTEM
@@ -67,15 +68,21 @@ MAX_PASSAGES = 3
 SEARCH_WORKERS = 4
 LLM_DOWN_ZH = "（语言模型暂时不可用，以下是笔记里最相关的段落。）"
 LLM_DOWN_EN = "(The language model is unavailable right now; here are the most relevant passages of your notes.)"
+# The LLM refused or said nothing it took from the evidence, and retrieval was confident
+# (no name the notes never mention): the passages, cited, instead of a bare refusal.
+LLM_NO_ANSWER_ZH = "（模型没能根据这些段落写出回答，以下是笔记里最相关的段落。）"
+LLM_NO_ANSWER_EN = "(The model could not compose an answer from these passages; here they are.)"
 # Extractive passages from notes scoring below this share of the best hit's score are
 # left out: they are what the search found next, not what answers the question.
 MIN_RELATIVE_SCORE = 0.7
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # What kind of answer it was, for machines (``Trace.outcome``; metrics): a grounded LLM
-# answer, the LLM refused or cited nothing, refused without asking the LLM (no evidence),
-# the LLM failed so passages instead, no LLM configured so passages, the notes about an
-# entity listed from the memory.
-OUTCOMES = ("llm", "llm_refused", "refused", "fallback", "extractive", "listing")
+# answer (cited by the model or by inference: ``Trace.citing``), the LLM refused or said
+# nothing of the evidence so its best passages instead, refused without asking the LLM (no
+# evidence, or a name the notes never mention), the LLM failed so passages instead, no LLM
+# configured so passages, the notes about an entity listed from the memory. ``llm_refused``
+# is kept for answers recorded before ``llm_passages`` (the feedback store, metrics).
+OUTCOMES = ("llm", "llm_passages", "llm_refused", "refused", "fallback", "extractive", "listing")
 MAX_LISTED = 20
 # "Which notes did I write about X": the forms answered by listing the notes that mention X.
 _ABOUT = [re.compile(p, re.I) for p in (
@@ -156,6 +163,13 @@ class Trace:
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
     outcome: str = ""  # one of OUTCOMES, set with the decision
+    # What the LLM's reply was (rag.grounding): "cited" (markers in sentences that say
+    # something), "inferred" (no marker; citations from the blocks its sentences follow),
+    # "refused", "uncited" (says something, follows no block), "nothing" (no words of its
+    # own: the question or the headers back); "" when no LLM answered.
+    citing: str = ""
+    reply: str = ""  # what the LLM wrote, as it wrote it (the answer may show passages instead)
+    unknown_names: list[str] = field(default_factory=list)  # named in the question, in no note
     # The memory's part: entities the question named ("name (kind; notes)") and the facts
     # that went into the evidence ("[n] subject — predicate — object").
     entities: list[str] = field(default_factory=list)
@@ -336,7 +350,10 @@ def dense_outlier(hits: list[Hit]) -> float:
     return (scores[-1] - statistics.fmean(rest)) / spread
 
 
-MIN_EVIDENCE_CHARS = 400  # however slow the machine, the LLM gets the best passage
+# However slow the machine, the LLM gets this much: the best passage's sentences with the
+# question's terms (rag.evidence.condense). Below the 400 it used to be, the 1.5B read the
+# fixed instructions and its evidence within a 30 s budget here (README).
+MIN_EVIDENCE_CHARS = 160
 SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
 MIN_EXPAND_WAIT = 1.0  # seconds: however fast the model measured, it gets this long
@@ -367,6 +384,11 @@ def _language_notice(question: str, zh: str, en: str) -> str:
 
 
 OnToken = Callable[[str], "Awaitable[None] | None"]
+# Called once, before the LLM reads anything, with the notes its evidence comes from (the
+# best first, one per note, at most SOURCES_FIRST): a slow CPU's wait is not silence.
+OnSources = Callable[[list["Citation"]], "Awaitable[None] | None"]
+SOURCES_FIRST = 3
+REPLY_KEPT = 4000  # characters of the LLM's reply kept in the trace
 
 
 class AnswerService:
@@ -468,6 +490,7 @@ class AnswerService:
         user_id: str,
         conversation: str | None = None,
         on_token: OnToken | None = None,
+        on_sources: OnSources | None = None,
     ) -> Answer:
         cfg = self.settings.answer
         started = time.perf_counter()
@@ -531,6 +554,19 @@ class AnswerService:
             trace.rerank = self.rerank_unavailable or "no reranker configured"
         top = hits[: cfg.top_k]
 
+        if cfg.refuse_unknown_names and hits:
+            unknown = await self.in_search_thread(self._unknown_names, standalone, user_id, hits)
+            if unknown:
+                shown = [as_written(standalone, n) for n in unknown]
+                trace.unknown_names = shown
+                trace.decision = (f"the notes never mention {', '.join(shown)} (answer.refuse_unknown_names): "
+                                  f"refused without asking the LLM")
+                trace.outcome = "refused"
+                answer = self._refusal(question, top)
+                answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
+                                                 f"Your notes never mention {', '.join(shown)}.")
+                return self._finish(answer, user_id, conversation, trace, timings, started)
+
         weak = self._too_weak(standalone, hits, rerank_scores)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
@@ -550,15 +586,21 @@ class AnswerService:
             answer = extractive(question, top, refusal=cfg.refusal)
             return self._finish(answer, user_id, conversation, trace, timings, started)
 
+        if on_sources is not None:
+            await _call(on_sources, self._sources(question, blocks))
+        mark("sources")
         valid = {b.n for b in blocks}
         filt = CitationFilter(valid)
         parts: list[str] = []
         usage = Usage()
+        asked = first_at = None
         try:
             async with self.llm_slot():
+                asked = time.perf_counter()
                 async for piece in self._stream(prompt, usage, plan.options):
                     if "first_token" not in timings:
                         mark("first_token")
+                        first_at = time.perf_counter()
                     out = filt.feed(piece)
                     if out:
                         parts.append(out)
@@ -572,18 +614,21 @@ class AnswerService:
             # trace of `ask --trace`, doctor. Whoever asked in chat gets a plain notice.
             self._llm_failed(err)
             trace.llm_error = str(err)
+            waited = time.perf_counter() - asked if asked is not None else 0.0
+            if isinstance(err, Unavailable) and not usage.reported and waited >= self.settings.ollama.timeout * 0.5:
+                # cut short by the timeout while the model read or wrote: what that says of its speed
+                self.speeds.cut_short(self.chat.model, plan.prompt_tokens(prompt), waited,
+                                      first_at - asked if first_at is not None else None)
             trace.decision, trace.outcome = "the LLM failed: extractive answer", "fallback"
             answer = extractive(question, top, refusal=cfg.refusal)
             answer.notice = _language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
             return self._finish(answer, user_id, conversation, trace, timings, started)
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = self._grounded(question, text, blocks)
+        answer = self._grounded(question, standalone, text, blocks, top, trace)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
-        trace.decision = "answered by the LLM" if answer.grounded else "the LLM cited nothing or refused"
-        trace.outcome = "llm" if answer.grounded else "llm_refused"
         return self._finish(answer, user_id, conversation, trace, timings, started)
 
     # --- the memory of the notes (rag.memory) ----------------------------------------------
@@ -718,7 +763,9 @@ class AnswerService:
         within the budget (never below MIN_EVIDENCE_CHARS)."""
         cfg = self.settings.answer
         while True:
-            blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}))
+            cut = plan.evidence_chars < cfg.total_chars
+            blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
+                                    question=question if cut else None)
             used = add_facts(blocks, facts or [])
             prompt = messages(question, blocks, cfg.refusal)
             if plan.max_prompt_tokens is None or plan.evidence_chars <= MIN_EVIDENCE_CHARS:
@@ -733,6 +780,12 @@ class AnswerService:
                 plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
             else:
                 plan.note = f"evidence as configured ({chars} characters): {plan.note}"
+            tokens = plan.prompt_tokens(prompt)
+            if tokens > plan.max_prompt_tokens and plan.speed.read_tps:
+                # the budget cannot hold even the floor here: say what it holds, and when the answer comes
+                plan.note += (f"; the budget holds {plan.max_prompt_tokens} prompt tokens here, the instructions "
+                              f"and the smallest evidence are {tokens}: the first token comes after "
+                              f"~{tokens / plan.speed.read_tps:.0f} s")
         return blocks, prompt, used
 
     # --- pieces ---------------------------------------------------------------------------
@@ -786,15 +839,64 @@ class AnswerService:
                 closest.append(_citation(len(closest) + 1, hit, question))
         return Answer(question, self.settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
 
-    def _grounded(self, question: str, text: str, blocks: list[Evidence]) -> Answer:
+    def _grounded(self, question: str, standalone: str, text: str, blocks: list[Evidence], top: list[Hit],
+                  trace: Trace) -> Answer:
+        """The LLM's reply as the answer when it stands on the evidence (``rag.grounding``):
+        cited with markers in sentences that say something, or with the blocks its
+        sentences follow. Otherwise (a refusal, nothing of its own, nothing from the
+        evidence) the best passages with a line saying the model could not compose an
+        answer: the gates before the LLM found retrieval confident, so they are worth
+        showing, and never a reply that is not from the notes."""
         refusal = self.settings.answer.refusal
-        _, order = cited(text, {b.n for b in blocks})
-        if not text or text.startswith(refusal):
-            closest = [_citation(b.n, b, question) for b in blocks[: self.settings.answer.closest_notes]]
-            return Answer(question, refusal, used_llm=True, grounded=False, closest=closest)
-        by_n = {b.n: b for b in blocks}
-        citations = [_citation(n, by_n[n], question) for n in order]
-        return Answer(question, text, used_llm=True, grounded=bool(citations), citations=citations)
+        trace.reply = text[:REPLY_KEPT]
+        reading = grounding.read(text, standalone, {b.n: (header(b), b.text) for b in blocks})
+        if grounding.refuses(text, refusal):
+            trace.citing = "refused"
+        elif not reading.says_something:
+            trace.citing = "nothing"
+        elif reading.marked:
+            trace.citing = "cited"
+        elif reading.inferred:
+            trace.citing = "inferred"
+        else:
+            trace.citing = "uncited"
+        if trace.citing in ("cited", "inferred"):
+            by_n = {b.n: b for b in blocks}
+            shown, _ = cited(reading.text, set(by_n))
+            citations = [_citation(n, by_n[n], question) for n in reading.cited]
+            trace.decision = ("answered by the LLM, citing " + " ".join(f"[{n}]" for n in reading.marked)
+                              if reading.marked else
+                              "answered by the LLM without markers; cited by inference: "
+                              + " ".join(f"[{n}]" for n in reading.inferred))
+            trace.outcome = "llm"
+            return Answer(question, shown, used_llm=True, grounded=True, citations=citations)
+        why = {"refused": "the LLM refused", "nothing": "the LLM said nothing of its own (the question or the "
+               "headers back)", "uncited": "the LLM's answer cites no block and follows none"}[trace.citing]
+        trace.decision = f"{why}: its best passages instead"
+        trace.outcome = "llm_passages"
+        answer = extractive(question, top, refusal=refusal)
+        answer.used_llm = True
+        if answer.citations:
+            answer.notice = _language_notice(question, LLM_NO_ANSWER_ZH, LLM_NO_ANSWER_EN)
+        return answer
+
+    @staticmethod
+    def _sources(question: str, blocks: list[Evidence]) -> list[Citation]:
+        """The notes the evidence comes from, best first, one citation per note (its first block)."""
+        out, seen = [], set()
+        for b in blocks:
+            if b.note_id not in seen and len(out) < SOURCES_FIRST:
+                seen.add(b.note_id)
+                out.append(_citation(b.n, b, question))
+        return out
+
+    def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
+        """The names the question uses that no chunk of the user's holds (``rag.confidence``)."""
+        def holds(term: str) -> bool:
+            _, sparse = self.index.store.search(None, term_query(term), user_id, 1)
+            return bool(sparse)
+
+        return unknown_names(question, holds, [f"{h.title}\n{h.heading}\n{h.text}" for h in hits])
 
     def _finish(self, answer: Answer, user_id: str, conversation: str | None, trace: Trace, timings: dict,
                 started: float) -> Answer:
@@ -810,10 +912,10 @@ class AnswerService:
         return answer
 
 
-async def _call(fn: OnToken | None, text: str) -> None:
+async def _call(fn, value) -> None:
     if fn is None:
         return
-    result = fn(text)
+    result = fn(value)
     if asyncio.iscoroutine(result):
         await result
 

@@ -196,16 +196,22 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
         streamed.append(text)
         click.echo(text, nl=False)
 
+    def found(sources) -> None:  # before the LLM reads: where the answer will come from
+        click.echo(click.style("读的笔记 / Reading:", dim=True))
+        for c in sources:
+            click.echo(click.style(f"  {c.title or c.note_id}  {c.url}", dim=True))
+        click.echo()
+
     with app.door() as door:
         user = app.pick_user(door.users(), user_id)
-        answer = door.ask(question, user, on_token=printer if stream else None)
+        answer = door.ask(question, user, on_token=printer if stream else None, on_sources=found if stream else None)
     if as_json:
         _print_json(answer.as_json(with_trace=show_trace))
         return
-    if stream and answer.used_llm:
+    if stream and answer.used_llm and answer.trace is not None and answer.trace.outcome == "llm":
         click.echo()
     else:
-        if streamed:  # the LLM stopped halfway: what follows replaces it
+        if streamed:  # the LLM stopped halfway or wrote no answer from the notes: what follows replaces it
             click.echo()
         offline = _without_llm(question, answer)
         if offline:  # first: what the passages below are
@@ -259,6 +265,10 @@ def _print_trace(answer) -> None:
     click.echo(f"  decision:   {t.decision}")
     if t.llm_error:
         click.echo(f"  llm error:  {t.llm_error}")
+    if t.unknown_names:
+        click.echo(f"  not in any note: {', '.join(t.unknown_names)}")
+    if t.citing:
+        click.echo(f"  llm reply:  {t.citing}" + ("" if t.outcome == "llm" else f": {' '.join(t.reply.split())[:300]}"))
     click.echo(f"  timings ms: {answer.timings_ms}")
     click.echo("  candidates: dense rank/score · sparse rank/score · fused · rerank · evidence block")
     for c in t.candidates[:20]:
@@ -335,27 +345,33 @@ def answer_table(r: dict) -> list[str]:
     where = " (through the running service)" if llm and llm["through_daemon"] else ""
     lines = [f"LLM: {llm['model']} at {llm['host']}{where}" if llm else "LLM: none (ollama.enabled: false): extractive answers",
              "outcomes: " + ", ".join(f"{k} {v}" for k, v in r["outcomes"].items()), ""]
-    lines.append(f"{'type':<15} {'n':>3} {'gold cited':>10} {'rate':>6} {'refused':>8} {'cited nothing':>14}")
+    lines.append(f"{'type':<15} {'n':>3} {'gold cited':>10} {'rate':>6} {'by LLM':>7} {'refused':>8} {'uncited':>8} "
+                 f"{'passages':>9}")
     for kind, t in r["by_type"].items():
         if "gold_cited" in t:
             lines.append(f"{kind:<15} {t['n']:>3} {t['gold_cited']:>10} {t['gold_cited_rate']:>6.3f} "
-                         f"{t['false_refusals']:>8} {t['cited_nothing']:>14}")
+                         f"{t['gold_cited_by_llm']:>7} {t['false_refusals']:>8} {t['uncited_by_llm']:>8} "
+                         f"{t['passages_instead']:>9}")
     a = r["answerable"]
     rate = "-" if a["gold_cited_rate"] is None else f"{a['gold_cited_rate']:.3f}"
-    lines.append(f"{'answerable':<15} {a['n']:>3} {a['gold_cited']:>10} {rate:>6} {a['false_refusals']:>8} "
-                 f"{a['cited_nothing']:>14}")
-    lines.append(f"  false refusals {a['false_refusals']}: {a['refused_before_llm']} before the LLM, "
-                 f"{a['refused_by_llm']} by the LLM; citing only other notes {a['cited_other_notes_only']}; "
-                 f"gold note in the evidence {a['gold_in_evidence']}")
+    lines.append(f"{'answerable':<15} {a['n']:>3} {a['gold_cited']:>10} {rate:>6} {a['gold_cited_by_llm']:>7} "
+                 f"{a['false_refusals']:>8} {a['uncited_by_llm']:>8} {a['passages_instead']:>9}")
+    lines.append(f"  the LLM's replies: cited {a['llm_cited']}, cited by inference {a['llm_inferred']}, refused "
+                 f"{a['refused_by_llm']}, uncited {a['uncited_by_llm']}; refused before the LLM "
+                 f"{a['refused_before_llm']}; shown citing nothing {a['shown_uncited']}; citing only other notes "
+                 f"{a['cited_other_notes_only']}; gold note in the evidence {a['gold_in_evidence']}")
     na = r["no_answer"]
-    lines.append(f"{'no_answer':<15} {na['n']:>3}  refused {na['refused']} ({na['refused_before_llm']} before the LLM, "
-                 f"{na['refused_by_llm']} by the LLM), answered anyway {na['answered_anyway']}")
+    lines.append(f"{'no_answer':<15} {na['n']:>3}  not answered {na['not_answered']} (refused before the LLM "
+                 f"{na['refused_before_llm']}, passages instead {na['passages_instead']}), answered anyway "
+                 f"{na['answered_anyway']}")
     t = r["traps"]
     lines.append(f"trap notes cited: {t['cited']} (questions with traps: {t['questions_with_traps']}; "
                  f"shown as closest notes: {t['shown_as_closest']})")
     lines.append(f"LLM fallbacks: {r['fallbacks']}")
     lines += ["", f"{'':<14} {'p50':>7} {'p95':>7} {'n':>4}"]
     lat = r["latency_ms"]
+    lines.append(f"{'sources ms':<14} {_ms(lat['sources']['p50']):>7} {_ms(lat['sources']['p95']):>7} "
+                 f"{lat['sources']['n']:>4}  (the sources shown, before the answer)")
     lines.append(f"{'first token ms':<14} {_ms(lat['first_token']['p50']):>7} {_ms(lat['first_token']['p95']):>7} "
                  f"{lat['first_token']['n']:>4}  (where the LLM answered)")
     lines.append(f"{'total ms':<14} {_ms(lat['total']['p50']):>7} {_ms(lat['total']['p95']):>7} {lat['total']['n']:>4}")

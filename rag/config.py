@@ -148,6 +148,10 @@ class AnswerConfig(Section):
         default=None, ge=0, le=1, description="... and no top-5 chunk holds this share of the question's terms"
     )
     min_rerank: float | None = Field(default=None, description="with a reranker: refuse below this score")
+    refuse_unknown_names: bool = Field(
+        default=True, description="refuse at once, naming it, when the question names a tool, library, command "
+        "or other Latin-script name that none of the person's notes mention",
+    )
     closest_notes: int = Field(default=3, ge=0, le=10)
     history_chars: int = Field(default=6000, ge=0, description="conversation turns kept, in characters")
     idle_reset: Duration = Field(default=1800.0, description="a conversation is forgotten after this idle time")
@@ -252,6 +256,11 @@ class MemoryConfig(Section):
         default="auto",
         description="LLM extraction in the background, one call per changed note (a one-line summary, facts "
         "with the quote they rest on): auto while Ollama answers, on, off; the no-LLM tier always runs",
+    )
+    llm_auto_max: Duration = Field(
+        default=86400.0,
+        description="auto: the LLM tier stays off where its backlog would take longer than this at the LLM's "
+        "measured speed here (it says so in the log and in status; on runs it anyway)",
     )
     related_min_score: float = Field(
         default=0.7, ge=0.0, le=2.0,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Protocol
 
-from .answer import Answer, AnswerService
+from .answer import Answer, AnswerService, Citation
 from .client import DaemonClient, find_daemon, say_door
 from .config import Settings
 from .errors import Unavailable
@@ -29,7 +29,11 @@ class Door(Protocol):
 
     def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]: ...
 
-    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer: ...
+    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
+            on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
+        """The answer; ``on_token`` hears its text as the LLM writes it, ``on_sources`` the
+        notes its evidence comes from, once, before the LLM reads."""
+        ...
 
     def close(self) -> None: ...
 
@@ -71,11 +75,13 @@ class LocalDoor(_Closing):
     def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
         return search_index(self.index, query, user_id, k, retriever=retriever)
 
-    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer:
+    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
+            on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
         if self._answers is None:
             self._answers = AnswerService.from_settings(self.settings, self.index, one_shot=True)
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self._answers.ask(question, user_id, on_token=on_token))
+        return self._loop.run_until_complete(self._answers.ask(question, user_id, on_token=on_token,
+                                                               on_sources=on_sources))
 
     def close(self) -> None:
         if self._answers is not None:
@@ -101,10 +107,13 @@ class DaemonDoor(_Closing):
         body = self.client.get("/search", q=query, user=user_id, k=k, retriever=retriever)
         return [Hit(**h) for h in body["hits"]]
 
-    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None) -> Answer:
+    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
+            on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
         for event in self.client.stream("/ask", {"question": question, "user": user_id}):
             if event["event"] == "token" and on_token is not None:
                 on_token(event["text"])
+            elif event["event"] == "sources" and on_sources is not None:
+                on_sources([Citation(**c) for c in event["sources"]])
             elif event["event"] == "answer":
                 return Answer.from_json(event["answer"])
         raise Unavailable("the daemon ended the answer before it was complete")

@@ -247,16 +247,35 @@ def _spread(values: list[float]) -> dict:
     return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95)}
 
 
+VERDICTS = ("refused", "llm_cited", "llm_inferred", "llm_refused", "llm_uncited", "fallback", "extractive",
+            "listing", "cited_nothing")
+
+
 def _verdict(answer: "Answer", outcome: str, refusal: str) -> str:
-    """refused (no LLM answer), llm_refused (the LLM said the refusal phrase), cited_nothing
-    (a text that cites no note: not a refusal), answered (cites at least one note)."""
-    refused_text = answer.answer.strip() == refusal
+    """What the person got, by who decided it:
+
+    - ``refused``: refused before any LLM (nothing plausible retrieved, or a name the notes
+      never mention);
+    - the LLM's reply (``Trace.citing``): ``llm_cited`` (its markers), ``llm_inferred``
+      (no markers; cited by the blocks its sentences follow), ``llm_refused`` (it refused),
+      ``llm_uncited`` (it said nothing from the evidence, or nothing of its own); the last
+      two are shown as the best passages (``outcome == "llm_passages"``);
+    - ``fallback`` (the LLM failed: passages), ``extractive`` (no LLM: passages), ``listing``;
+    - ``cited_nothing``: a text shown as an answer that cites no note (should never be).
+    """
+    trace = answer.trace
+    citing = trace.citing if trace is not None else ""
     if outcome == "refused":
         return "refused"
-    if refused_text:
-        # the LLM's refusal; otherwise the refusal without passages (nothing retrieved)
+    if outcome in ("llm", "llm_passages", "llm_refused") and citing:
+        if outcome == "llm" and not answer.citations:
+            return "cited_nothing"
+        return {"cited": "llm_cited", "inferred": "llm_inferred", "refused": "llm_refused"}.get(citing, "llm_uncited")
+    if outcome in ("fallback", "extractive", "listing"):
+        return outcome if answer.citations else "refused"
+    if answer.answer.strip() == refusal:
         return "llm_refused" if outcome == "llm_refused" else "refused"
-    return "answered" if answer.citations else "cited_nothing"
+    return "cited_nothing" if not answer.citations else "llm_cited"
 
 
 def _row(q: dict, answer: "Answer", refusal: str) -> dict:
@@ -266,7 +285,10 @@ def _row(q: dict, answer: "Answer", refusal: str) -> dict:
     traps = set(q.get("trap_note_ids") or [])
     cited = list(dict.fromkeys(c.note_id for c in answer.citations))
     closest = [c.note_id for c in answer.closest]
-    llm_answered = outcome in ("llm", "llm_refused")
+    llm_answered = outcome in ("llm", "llm_passages", "llm_refused")
+    verdict = _verdict(answer, outcome, refusal)
+    # what the LLM's answer cited (passages shown instead are not the LLM's citations)
+    answer_cited = cited if verdict in ("llm_cited", "llm_inferred") else []
     prompt_tokens, source = None, None
     usage = answer.usage or {}
     if usage.get("prompt_tokens"):
@@ -280,18 +302,23 @@ def _row(q: dict, answer: "Answer", refusal: str) -> dict:
         "type": q.get("type") or "untyped",
         "answerable": bool(gold),
         "outcome": outcome,
-        "verdict": _verdict(answer, outcome, refusal),
+        "verdict": verdict,
         "cited": cited,
-        "gold_cited": bool(gold & set(cited)) if gold else None,
+        "gold_cited": bool(gold & set(cited)) if gold else None,  # by whatever was shown
+        "gold_cited_by_llm": bool(gold & set(answer_cited)) if gold else None,
         "all_gold_cited": gold <= set(cited) if gold else None,
         "gold_in_evidence": bool(gold & evidence) if gold else None,
         "trap_cited": sorted(traps & set(cited)),
         "trap_closest": sorted(traps & set(closest)),
+        "unknown_names": list(trace.unknown_names) if trace is not None else [],
         "first_token_ms": answer.timings_ms.get("first_token") if llm_answered else None,
+        "sources_ms": answer.timings_ms.get("sources"),
         "total_ms": answer.timings_ms.get("total"),
         "prompt_tokens": prompt_tokens,
         "prompt_tokens_source": source,
         "decision": trace.decision if trace is not None else "",
+        "citing": trace.citing if trace is not None else "",
+        "reply": trace.reply if trace is not None else "",  # the LLM's own text (passages may be shown)
         "answer": answer.answer,
     }
 
@@ -300,45 +327,66 @@ def _rate(part: int, whole: int) -> float | None:
     return round(part / whole, 3) if whole else None
 
 
+def _counts(rows: list[dict]) -> dict:
+    return {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICTS}
+
+
 def _answerable(rows: list[dict]) -> dict:
     n = len(rows)
-    count = lambda key, value: sum(1 for r in rows if r[key] == value)  # noqa: E731
+    v = _counts(rows)
     gold = sum(1 for r in rows if r["gold_cited"])
-    before, by_llm = count("verdict", "refused"), count("verdict", "llm_refused")
+    by_llm = sum(1 for r in rows if r["gold_cited_by_llm"])
+    refused = v["refused"] + v["llm_refused"]
     return {
         "n": n,
-        "gold_cited": gold,
+        "gold_cited": gold,  # by the answer shown: the LLM's citations or the passages instead
         "gold_cited_rate": _rate(gold, n),
+        "gold_cited_by_llm": by_llm,  # by the LLM's own answer (markers or inferred)
+        "gold_cited_by_llm_rate": _rate(by_llm, n),
         "all_gold_cited": sum(1 for r in rows if r["all_gold_cited"]),  # every gold note (multi_note)
         "gold_in_evidence": sum(1 for r in rows if r["gold_in_evidence"]),
-        "refused_before_llm": before,
-        "refused_by_llm": by_llm,
-        "false_refusals": before + by_llm,
-        "false_refusal_rate": _rate(before + by_llm, n),
-        "cited_nothing": count("verdict", "cited_nothing"),
-        "cited_other_notes_only": sum(1 for r in rows if r["verdict"] == "answered" and not r["gold_cited"]),
+        "llm_cited": v["llm_cited"],
+        "llm_inferred": v["llm_inferred"],
+        "refused_before_llm": v["refused"],
+        "refused_by_llm": v["llm_refused"],
+        "uncited_by_llm": v["llm_uncited"],
+        "passages_instead": sum(1 for r in rows if r["outcome"] == "llm_passages"),
+        "false_refusals": refused,
+        "false_refusal_rate": _rate(refused, n),
+        "shown_uncited": v["cited_nothing"],  # a text shown as an answer citing nothing
+        "cited_other_notes_only": sum(1 for r in rows if r["verdict"] in ("llm_cited", "llm_inferred")
+                                      and not r["gold_cited"]),
     }
 
 
 def _no_answer(rows: list[dict]) -> dict:
-    before = sum(1 for r in rows if r["verdict"] == "refused")
-    by_llm = sum(1 for r in rows if r["verdict"] == "llm_refused")
-    return {"n": len(rows), "refused_before_llm": before, "refused_by_llm": by_llm,
-            "refused": before + by_llm, "answered_anyway": len(rows) - before - by_llm}
+    v = _counts(rows)
+    passages = sum(1 for r in rows if r["outcome"] == "llm_passages")
+    answered = v["llm_cited"] + v["llm_inferred"] + v["cited_nothing"]
+    return {"n": len(rows), "refused_before_llm": v["refused"], "refused_by_llm": v["llm_refused"],
+            "uncited_by_llm": v["llm_uncited"], "passages_instead": passages,
+            "refused": v["refused"] + v["llm_refused"],
+            # no answer claimed: refused, or the passages with "the model could not compose an answer"
+            "not_answered": v["refused"] + passages,
+            "answered_anyway": answered, "shown_uncited": v["cited_nothing"]}
 
 
 def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, skipped: int = 0,
                   llm: dict | None = None) -> dict:
     """The answer metrics of (question, answer) pairs.
 
-    - answerable questions (with gold notes): gold note cited (any citation from a gold
-      note), gold note in the evidence the LLM read (else retrieval missed it), false refusals (before the LLM: ``outcome == "refused"``; by the LLM: its
-      reply is the refusal phrase), answers citing nothing (a text that is not the
-      refusal phrase and cites no note), answers citing only other notes;
+    - answerable questions (with gold notes): gold note cited by what was shown and by the
+      LLM's own answer (markers, or inferred), gold note in the evidence the LLM read (else
+      retrieval missed it), the LLM's replies counted apart (cited, inferred, refused,
+      uncited: ``_verdict``), false refusals (before the LLM, and by it), the passages
+      shown instead of an answer, texts shown as answers citing nothing, answers citing
+      only other notes;
     - trap notes (``trap_note_ids``) cited, and shown as the closest notes of a refusal;
-    - no_answer questions (no gold notes): refused before / by the LLM, answered anyway;
+    - no_answer questions (no gold notes): refused before / by the LLM, passages instead,
+      answered anyway;
     - outcomes (``Trace.outcome``), LLM fallbacks;
-    - latency p50/p95: first token where the LLM answered, total for every answer;
+    - latency p50/p95: the sources shown, the first token where the LLM answered, total
+      for every answer;
       prompt tokens where the LLM answered: Ollama's count when it reported one, else
       the product's estimate (``source`` says which);
     - per question type; one row per question.
@@ -346,7 +394,7 @@ def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, sk
     rows = [_row(q, a, refusal) for q, a in pairs]
     answerable = [r for r in rows if r["answerable"]]
     unanswerable = [r for r in rows if not r["answerable"]]
-    outcomes = {name: 0 for name in ("llm", "llm_refused", "refused", "fallback", "extractive")}
+    outcomes = {name: 0 for name in ("llm", "llm_passages", "refused", "fallback", "extractive")}
     for r in rows:
         outcomes[r["outcome"] or "unknown"] = outcomes.get(r["outcome"] or "unknown", 0) + 1
     tokens = [r for r in rows if r["prompt_tokens"] is not None]
@@ -367,7 +415,8 @@ def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, sk
         entry: dict = {"n": len(group)}
         if with_gold:
             a = _answerable(with_gold)
-            entry.update({k: a[k] for k in ("gold_cited", "gold_cited_rate", "false_refusals", "cited_nothing")})
+            entry.update({k: a[k] for k in ("gold_cited", "gold_cited_by_llm", "gold_cited_rate", "false_refusals",
+                                            "uncited_by_llm", "passages_instead")})
         if without:
             entry.update({f"no_answer_{k}": v for k, v in _no_answer(without).items() if k != "n"})
         by_type[kind] = entry
@@ -385,6 +434,7 @@ def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, sk
         },
         "fallbacks": outcomes["fallback"],
         "latency_ms": {
+            "sources": _spread([r["sources_ms"] for r in rows if r["sources_ms"] is not None]),
             "first_token": _spread([r["first_token_ms"] for r in rows if r["first_token_ms"] is not None]),
             "total": _spread([r["total_ms"] for r in rows if r["total_ms"] is not None]),
         },

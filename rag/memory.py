@@ -940,6 +940,14 @@ class MemoryStore(LockedDB):
                                   (note_id, user_id)).fetchone()
         return row[0] if row else None
 
+    def llm_backlog(self) -> tuple[int, int]:
+        """Unparked LLM jobs and the characters of note text they hold (an estimate's input)."""
+        with self._lock:
+            jobs, chars = self.db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(json_extract(payload, '$.text'))), 0) FROM jobs "
+                "WHERE kind = ? AND parked = 0", (self.LLM_JOB,)).fetchone()
+        return int(jobs), int(chars)
+
     def llm_counts(self, user_id: str | None = None) -> dict:
         """Jobs pending and parked (the parked ones with their errors), facts by status (``status``)."""
         where, args = (" AND user_id = ?", (user_id,)) if user_id is not None else ("", ())

@@ -108,8 +108,9 @@ class Metrics:
                              registry=r)
         self.chunks_embedded = Counter(f"{PREFIX}_sync_chunks_embedded", "Chunks embedded by sync passes (not "
                                        "from the embedding cache)", registry=r)
-        self.answers = Counter(f"{PREFIX}_answers", "Answers by outcome (llm: grounded LLM answer, llm_refused: "
-                               "the LLM refused or cited nothing, refused: no evidence, no LLM call, fallback: "
+        self.answers = Counter(f"{PREFIX}_answers", "Answers by outcome (llm: grounded LLM answer, llm_passages: "
+                               "the LLM refused or answered from nothing in the evidence, passages instead, "
+                               "refused: no evidence or a name no note mentions, no LLM call, fallback: "
                                "the LLM failed, passages instead, extractive: no LLM configured)", ["outcome"],
                                registry=r)
         self.answer_seconds = Histogram(f"{PREFIX}_answer_stage_duration_seconds", "Duration of each answer "

@@ -81,6 +81,39 @@ class Speed:
         return f"{model} here: {read}, {write} ({self.samples} replies)"
 
 
+_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b\b", re.I)
+TYPICAL_PROMPT = 800  # tokens an answer's prompt holds with a few evidence blocks
+SIZES = (0.5, 1.5, 3.0, 7.0, 14.0, 32.0)  # the sizes models come in (billions of parameters)
+
+
+def model_size(model: str) -> float | None:
+    """Billions of parameters, from a name like ``qwen2.5-coder:1.5b-instruct``."""
+    m = _SIZE.search(model.split("/")[-1].split(":")[-1]) or _SIZE.search(model)
+    return float(m.group(1)) if m else None
+
+
+def meaning(model: str, speed: "Speed", budget: float) -> str | None:
+    """What a measured reading speed means here, in seconds a person waits: the first token
+    for a typical prompt, what a larger or smaller model would take (reading time grows
+    about with the parameters), and the size that fits ``answer.first_token_budget``."""
+    if not speed.read_tps:
+        return None
+    first = TYPICAL_PROMPT / speed.read_tps
+    line = f"~{first:.0f} s to a first token for {TYPICAL_PROMPT} prompt tokens"
+    size = model_size(model)
+    if size is None:
+        return line
+    fits = [s for s in SIZES if first * s / size <= budget]
+    bigger = next((s for s in SIZES if s > size), None)
+    if bigger is not None:
+        line += f"; a {bigger:g}B would take ~{first * bigger / size:.0f} s"
+    if fits and fits[-1] != size:
+        line += f"; the largest that fits answer.first_token_budget ({budget:g} s) is ~{fits[-1]:g}B"
+    elif not fits:
+        line += f"; over answer.first_token_budget ({budget:g} s) even for a 0.5B: expect answers to be late"
+    return line
+
+
 def _ewma(old: float | None, new: float) -> float:
     return new if old is None else (1 - ALPHA) * old + ALPHA * new
 
@@ -110,6 +143,25 @@ class SpeedBook:
         if usage.prompt_tokens >= MIN_TOKENS and estimate > 0:
             ratio = min(4.0, max(0.25, usage.prompt_tokens / estimate))
             speed.calibration = ratio if speed.samples == 0 else (1 - ALPHA) * speed.calibration + ALPHA * ratio
+        speed.samples += 1
+        speed.updated = time.time()
+        self.save()
+
+    def cut_short(self, model: str, prompt_tokens: int, seconds: float, first_token: float | None) -> None:
+        """Learn from a reply cut short (``ollama.timeout``) before Ollama reported its
+        counters: with its first token after ``first_token`` seconds, the model read the
+        prompt that fast; with none within ``seconds``, it reads at most
+        ``prompt_tokens / seconds``. So the first answer of a model too slow for the
+        evidence it was given teaches the next one to give it less: the sizing cannot
+        lock itself out (an answer always sent full-size, never measured)."""
+        if prompt_tokens < MIN_TOKENS or seconds <= 0:
+            return
+        speed = self._speeds.setdefault(model, Speed())
+        if first_token is not None and first_token > 0:
+            speed.read_tps = _ewma(speed.read_tps, prompt_tokens / first_token)
+        else:
+            most = prompt_tokens / seconds
+            speed.read_tps = most if speed.read_tps is None else min(speed.read_tps, most)
         speed.samples += 1
         speed.updated = time.time()
         self.save()

@@ -369,11 +369,17 @@ def _log_failure(task: asyncio.Task) -> None:
 
 async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
     queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.create_task(daemon.answers.ask(question, user_id, conversation=conversation, on_token=queue.put_nowait))
+    task = asyncio.create_task(daemon.answers.ask(
+        question, user_id, conversation=conversation, on_token=lambda text: queue.put_nowait(("token", text)),
+        on_sources=lambda found: queue.put_nowait(("sources", found))))
     task.add_done_callback(lambda _: queue.put_nowait(None))
     try:
-        while (piece := await queue.get()) is not None:
-            yield _event(event="token", text=piece)
+        while (item := await queue.get()) is not None:
+            kind, value = item
+            if kind == "sources":  # before the LLM reads: the notes its evidence comes from
+                yield _event(event="sources", sources=[asdict(c) for c in value])
+            else:
+                yield _event(event="token", text=value)
         answer = task.result()
     except Exception as err:  # the stream has started: the error is an event
         if not isinstance(err, LeanoteRagError):

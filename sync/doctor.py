@@ -18,6 +18,7 @@ from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
+from rag.speed import meaning
 from rag.store import open_store
 
 from .faults import MIN_FREE, free_bytes
@@ -312,6 +313,9 @@ def _ollama(settings: Settings) -> Iterator[Check]:
         detail = asyncio.run(OllamaChat(cfg).check())
         speed = load_speeds(settings.state_dir / SPEED_FILE).get(cfg.model)
         measured = speed.describe(cfg.model) if speed else f"{cfg.model}: speed not measured yet (ask a question)"
+        means = meaning(cfg.model, speed, settings.answer.first_token_budget) if speed else None
+        if means:
+            measured += f": {means}"
         yield Check(name, True, f"{detail}; {measured}")
     except ModelMissing as err:
         yield Check(name, False, str(err), f"ollama pull {cfg.model}")

@@ -8,7 +8,10 @@ the summary, the facts and the typed entities (``MemoryStore.store_llm``).
   ``delays`` (0, 2, 10, 30 minutes), then the job is parked with its error (``status``).
 - ``memory.llm: off`` runs nothing; ``on`` runs whenever an LLM is configured; ``auto``
   also waits while the LLM's last call failed (an answer's or ours), trying again at
-  most every ``probe`` seconds.
+  most every ``probe`` seconds, and stays off where the backlog would take longer than
+  ``memory.llm_auto_max`` (a day) here: the estimate (``outlook``: the queued notes'
+  text at the LLM's measured reading and writing speed, or the extractions' own measured
+  time once some ran) is logged when it decides, and shown by ``status``.
 - **Answers come first.** The worker never takes one of the answers' LLM slots (with
   one slot an answer would wait minutes behind an extraction on a CPU). It starts a job
   only when no answer has wanted the LLM (``AnswerService.answers_waiting_or_writing``:
@@ -40,6 +43,8 @@ from rag.memory import MemoryStore
 log = logging.getLogger(__name__)
 
 DELAYS = (0.0, 120.0, 600.0, 1800.0)  # after the 1st, 2nd, 3rd, 4th failure; the 5th parks
+OUTLOOK_EVERY = 600.0  # seconds between two estimates of the backlog's time
+REPLY_TOKENS = 400  # what an extraction writes per call, for the estimate before one ran
 
 
 def wanted(settings: Settings) -> bool:
@@ -77,6 +82,10 @@ class MemoryJobs:
         self._until = 0.0  # ... and of the last
         self._reported = float("-inf")  # self.clock() of the last log line
         self._last_error = ""
+        # the backlog's estimated time here: {"jobs", "seconds", "basis", "too_long"} (None: not estimated)
+        self.outlook: dict | None = None
+        self._outlook_at = float("-inf")
+        self._job_seconds: float | None = None  # running mean of an extraction's time here
 
     # --- when it may run --------------------------------------------------------------------
 
@@ -158,6 +167,8 @@ class MemoryJobs:
             return False
         if self._busy():
             return False
+        if not await self._worth_it(memory):
+            return False
         await asyncio.to_thread(memory.settle_facts)
         job = await asyncio.to_thread(memory.due_job, self.clock())
         if job is None:
@@ -168,6 +179,7 @@ class MemoryJobs:
             log.debug("memory jobs: %s changed or went; its job is dropped", job["note_id"])
             return True
         self._probed = time.monotonic()
+        began = time.monotonic()
         try:
             result = await self._extract(job)
         except Preempted:
@@ -192,6 +204,8 @@ class MemoryJobs:
         stats = result.stats()
         stored = await asyncio.to_thread(memory.store_llm, job, result.summary,
                                          [r.as_fact() for r in result.relations], stats, result.entities)
+        took = time.monotonic() - began
+        self._job_seconds = took if self._job_seconds is None else 0.8 * self._job_seconds + 0.2 * took
         if stored:
             self.done += 1
             self.last = stats
@@ -201,6 +215,34 @@ class MemoryJobs:
             self.dropped += 1
         await self.report(memory)
         return True
+
+    def estimate(self, memory: MemoryStore) -> dict:
+        """How long the backlog would take here (in a thread: it reads the queue)."""
+        jobs, chars = memory.llm_backlog()
+        chat = self.answers.chat if self.answers is not None else None
+        speed = self.answers.speeds.get(chat.model) if chat is not None else None
+        measured = self._job_seconds if self.done >= 3 else None
+        return outlook(self.settings(), jobs, chars, chat.model if chat else "", speed, measured, self.done)
+
+    async def _worth_it(self, memory: MemoryStore) -> bool:
+        """auto: not where the backlog would take longer than memory.llm_auto_max here
+        (estimated every OUTLOOK_EVERY seconds; the decision is logged when it changes)."""
+        settings = self.settings()
+        if settings.memory.llm != "auto":
+            return True
+        if time.monotonic() - self._outlook_at >= OUTLOOK_EVERY:
+            self._outlook_at = time.monotonic()
+            before = self.outlook
+            self.outlook = await asyncio.to_thread(self.estimate, memory)
+            if self.outlook["too_long"] and not (before and before["too_long"]):
+                log.info("memory: LLM extraction of the %d queued notes would take ~%s here (%s): not run "
+                         "(memory.llm: auto, memory.llm_auto_max %s); memory.llm: on runs it anyway",
+                         self.outlook["jobs"], _duration(self.outlook["seconds"]), self.outlook["basis"],
+                         _duration(settings.memory.llm_auto_max))
+            elif before and before["too_long"] and not self.outlook["too_long"]:
+                log.info("memory: LLM extraction resumes: ~%s for the %d queued notes here",
+                         _duration(self.outlook["seconds"]), self.outlook["jobs"])
+        return not (self.outlook and self.outlook["too_long"])
 
     async def _extract(self, job: dict) -> extract_mod.Extraction:
         """The extraction, cancelled as soon as an answer wants the LLM."""
@@ -227,5 +269,34 @@ class MemoryJobs:
                     pass
 
 
+def outlook(settings: Settings, jobs: int, chars: int, model: str, speed, job_seconds: float | None = None,
+            done: int = 0) -> dict:
+    """The LLM tier's backlog (``jobs`` holding ``chars`` of note text) in time here:
+    ``{"jobs", "seconds", "text", "basis", "too_long"}``; seconds None when nothing is
+    measured yet. From the extractions' own mean time once some ran (``job_seconds``),
+    else from the model's reading and writing speed (``rag.speed``)."""
+    out = {"jobs": jobs, "seconds": None, "text": "", "basis": "", "too_long": False}
+    if job_seconds is not None:
+        out["seconds"], out["basis"] = jobs * job_seconds, f"{done} extractions here so far"
+    elif speed is not None and speed.read_tps and speed.write_tps:
+        calls = max(jobs, -(-chars // extract_mod.SECTION_CHARS))
+        reading = (calls * speed.tokens(extract_mod.SYSTEM) + speed.tokens("字") * chars) / speed.read_tps
+        out["seconds"] = reading + calls * REPLY_TOKENS / speed.write_tps
+        out["basis"] = f"{model} reads ~{speed.read_tps:.0f} tok/s, writes ~{speed.write_tps:.1f} tok/s here"
+    if out["seconds"] is not None:
+        bound = settings.memory.llm_auto_max
+        out["too_long"] = settings.memory.llm == "auto" and out["seconds"] > bound
+        out["text"] = f"~{_duration(out['seconds'])} for {jobs} notes ({out['basis']})" + (
+            f": off (memory.llm: auto; over memory.llm_auto_max {_duration(bound)}; memory.llm: on runs it anyway)"
+            if out["too_long"] else "")
+    return out
+
+
 def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

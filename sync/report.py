@@ -15,6 +15,7 @@ from rag.memory import MemoryStore
 from rag.memory import path_for as memory_path
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
+from rag.speed import meaning
 from rag.store import Store
 
 from rag.errors import DiskFull
@@ -23,6 +24,7 @@ from .capture import Outbox, account_emails
 from .faults import check_disk
 from .incremental import USN_BACK
 from .indexer import Summary
+from .memory_jobs import outlook, wanted as llm_wanted
 from .state import State
 
 
@@ -79,7 +81,8 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "llm": {model: {"read_tps": speed.read_tps and round(speed.read_tps, 1),
                         "write_tps": speed.write_tps and round(speed.write_tps, 1),
                         "replies": speed.samples, "updated": when(speed.updated),
-                        "text": speed.describe(model)}
+                        "text": speed.describe(model),
+                        "means": meaning(model, speed, settings.answer.first_token_budget)}
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed),
                                     account_emails(settings)),
@@ -135,7 +138,11 @@ def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:
         return None
     with MemoryStore(memory_path(settings)) as memory:
         if users is None:
-            return {**memory.counts(), "llm": memory.llm_counts()}
+            llm = memory.llm_counts()
+            if llm_wanted(settings) and llm["jobs_pending"]:  # what the backlog means in time here
+                speed = load_speeds(settings.state_dir / SPEED_FILE).get(settings.ollama.model)
+                llm["outlook"] = outlook(settings, *memory.llm_backlog(), settings.ollama.model, speed)
+            return {**memory.counts(), "llm": llm}
         totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
         for user in users:
             c = memory.counts(user)
@@ -192,7 +199,7 @@ def print_status(report: dict) -> None:
     else:
         click.echo("last sync: never")
     for speed in report.get("llm", {}).values():
-        click.echo(f"llm:      {speed['text']}")
+        click.echo(f"llm:      {speed['text']}" + (f": {speed['means']}" if speed.get("means") else ""))
     capture = report.get("capture")
     if capture and (capture["waiting"] or capture["failed"] or capture["written"]):
         line = f"capture:  {capture['written']} written, {capture['waiting']} waiting for Leanote"
@@ -211,6 +218,8 @@ def print_status(report: dict) -> None:
             facts = ", ".join(f"{n} {s}" for s, n in sorted(llm["facts_by_status"].items()))
             click.echo(f"          LLM tier: {llm['jobs_pending']} jobs pending, {llm['jobs_parked']} parked; "
                        f"{llm['facts']} facts" + (f" ({facts})" if facts else ""))
+            if llm.get("outlook") and llm["outlook"]["text"]:
+                click.echo(f"          backlog: {llm['outlook']['text']}")
             for job in llm["parked"]:
                 click.echo(f"          parked {job['note_id']} after {job['attempts']} attempts: {job['error']}")
     skipped = report["skipped"]

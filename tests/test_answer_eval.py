@@ -34,11 +34,12 @@ def cite(*note_ids: str) -> list[Citation]:
     return [Citation(n, nid, "t", "nb", "", "u", "x", 1.0) for n, nid in enumerate(note_ids, start=1)]
 
 
-def answer(outcome: str, text: str = "答[1]", cited=(), closest=(), timings=None, usage=None, evidence=()) -> Answer:
-    trace = Trace("q", "q", outcome=outcome, decision=f"why {outcome}")
+def answer(outcome: str, text: str = "答[1]", cited=(), closest=(), timings=None, usage=None, evidence=(),
+           citing: str = "") -> Answer:
+    trace = Trace("q", "q", outcome=outcome, decision=f"why {outcome}", citing=citing)
     trace.candidates = [Candidate(f"p{i}", nid, "t", "", 1, 0.5, 1, 1.0, 0.9, evidence=i + 1)
                         for i, nid in enumerate(evidence)]
-    return Answer("q", text, used_llm=outcome in ("llm", "llm_refused"), grounded=bool(cited),
+    return Answer("q", text, used_llm=outcome in ("llm", "llm_passages"), grounded=bool(cited),
                   citations=cite(*cited), closest=cite(*closest), timings_ms=timings or {"total": 10.0},
                   usage=usage or {}, trace=trace)
 
@@ -49,7 +50,7 @@ def question(qid: str, kind: str, gold=(), traps=()) -> dict:
 
 
 def llm_timings(first: float, total: float) -> dict:
-    return {"retrieve": 5.0, "first_token": first, "total": total}
+    return {"retrieve": 5.0, "sources": 6.0, "first_token": first, "total": total}
 
 
 def ollama_usage(tokens: int, estimated: int = 999) -> dict:
@@ -59,16 +60,20 @@ def ollama_usage(tokens: int, estimated: int = 999) -> dict:
 
 HANDMADE = [
     # answerable
-    (question("a1", "fact", gold=["g1"]),
-     answer("llm", cited=["g1", "x"], timings=llm_timings(100, 1000), usage=ollama_usage(1000), evidence=["g1", "x"])),
-    (question("a2", "fact", gold=["g2"]),  # cites another note only
-     answer("llm", cited=["x"], timings=llm_timings(200, 2000), usage=ollama_usage(2000), evidence=["x", "g2"])),
+    (question("a1", "fact", gold=["g1"]),  # the LLM cites with markers
+     answer("llm", cited=["g1", "x"], timings=llm_timings(100, 1000), usage=ollama_usage(1000), evidence=["g1", "x"],
+            citing="cited")),
+    (question("a2", "fact", gold=["g2"]),  # cited by inference, another note only
+     answer("llm", cited=["x"], timings=llm_timings(200, 2000), usage=ollama_usage(2000), evidence=["x", "g2"],
+            citing="inferred")),
     (question("a3", "paraphrase", gold=["g3"]),  # refused before the LLM
      answer("refused", text=REFUSAL, closest=["x"])),
-    (question("a4", "paraphrase", gold=["g4"]),  # refused by the LLM
-     answer("llm_refused", text=REFUSAL, closest=["g4"], timings=llm_timings(300, 3000), usage=ollama_usage(3000))),
-    (question("a5", "paraphrase", gold=["g5"]),  # the LLM answered, citing nothing: not a refusal
-     answer("llm_refused", text="大概是这样吧。", timings=llm_timings(400, 4000), usage=ollama_usage(4000))),
+    (question("a4", "paraphrase", gold=["g4"]),  # refused by the LLM: the passages instead, the gold note among them
+     answer("llm_passages", text="[1] t\n段落", cited=["g4"], timings=llm_timings(300, 3000), usage=ollama_usage(3000),
+            citing="refused")),
+    (question("a5", "paraphrase", gold=["g5"]),  # the LLM answered from nothing in the evidence: passages instead
+     answer("llm_passages", text="[1] t\n段落", cited=["x"], timings=llm_timings(400, 4000), usage=ollama_usage(4000),
+            citing="uncited")),
     (question("a6", "multi_note", gold=["g6", "g7"]),  # the LLM failed: passages, citing both gold notes
      answer("fallback", cited=["g6", "g7"], timings={"retrieve": 5.0, "first_token": 50.0, "total": 500.0})),
     (question("a7", "keyword", gold=["g8"], traps=["trap1"]),  # no LLM configured; cites a trap note
@@ -76,37 +81,44 @@ HANDMADE = [
     # no_answer
     (question("n1", "no_answer", traps=["trap2"]), answer("refused", text=REFUSAL, closest=["trap2"])),
     (question("n2", "no_answer"),
-     answer("llm_refused", text=REFUSAL, timings=llm_timings(500, 5000), usage=ollama_usage(0, estimated=5000))),
+     answer("llm_passages", text="[1] t\n段落", cited=["x"], timings=llm_timings(500, 5000),
+            usage=ollama_usage(0, estimated=5000), citing="refused")),
     (question("n3", "no_answer"),
-     answer("llm", cited=["x"], timings=llm_timings(600, 6000), usage=ollama_usage(6000))),
-    (question("n4", "no_answer"),
-     answer("llm_refused", text="不知道。", timings=llm_timings(700, 7000), usage=ollama_usage(7000))),
+     answer("llm", cited=["x"], timings=llm_timings(600, 6000), usage=ollama_usage(6000), citing="cited")),
+    (question("n4", "no_answer"),  # an answer recorded as the LLM's citing nothing (never shown so since 17)
+     answer("llm", text="不知道。", timings=llm_timings(700, 7000), usage=ollama_usage(7000), citing="uncited")),
 ]
 
 
-def test_answerable_questions_are_split_into_refusals_citations_and_nothing_cited():
+def test_answerable_questions_count_the_llms_refusals_uncited_and_cited_answers_apart():
     r = answer_report(HANDMADE, REFUSAL)
     assert r["questions"] == 11
     assert r["answerable"] == {
-        "n": 7, "gold_cited": 3, "gold_cited_rate": round(3 / 7, 3), "all_gold_cited": 3, "gold_in_evidence": 2,
-        "refused_before_llm": 1, "refused_by_llm": 1, "false_refusals": 2, "false_refusal_rate": round(2 / 7, 3),
-        "cited_nothing": 1, "cited_other_notes_only": 1,
+        "n": 7, "gold_cited": 4, "gold_cited_rate": round(4 / 7, 3), "gold_cited_by_llm": 1,
+        "gold_cited_by_llm_rate": round(1 / 7, 3), "all_gold_cited": 4, "gold_in_evidence": 2,
+        "llm_cited": 1, "llm_inferred": 1, "refused_before_llm": 1, "refused_by_llm": 1, "uncited_by_llm": 1,
+        "passages_instead": 2, "false_refusals": 2, "false_refusal_rate": round(2 / 7, 3), "shown_uncited": 0,
+        "cited_other_notes_only": 1,
     }
     rows = {row["id"]: row for row in r["rows"]}
-    assert [rows[q]["verdict"] for q in ("a1", "a2", "a3", "a4", "a5")] == [
-        "answered", "answered", "refused", "llm_refused", "cited_nothing"]
+    assert [rows[q]["verdict"] for q in ("a1", "a2", "a3", "a4", "a5", "a6", "a7")] == [
+        "llm_cited", "llm_inferred", "refused", "llm_refused", "llm_uncited", "fallback", "extractive"]
     assert rows["a1"]["cited"] == ["g1", "x"] and rows["a1"]["gold_cited"] is True
+    assert rows["a4"]["gold_cited"] is True and rows["a4"]["gold_cited_by_llm"] is False  # the passages', not the LLM's
     assert rows["a2"]["gold_cited"] is False and rows["a2"]["gold_in_evidence"] is True
     assert rows["a6"]["all_gold_cited"] is True and rows["n1"]["gold_cited"] is None
 
 
 def test_no_answer_questions_traps_outcomes_and_fallbacks():
     r = answer_report(HANDMADE, REFUSAL)
-    assert r["no_answer"] == {"n": 4, "refused_before_llm": 1, "refused_by_llm": 1, "refused": 2, "answered_anyway": 2}
+    assert r["no_answer"] == {"n": 4, "refused_before_llm": 1, "refused_by_llm": 1, "uncited_by_llm": 0,
+                              "passages_instead": 1, "refused": 2, "not_answered": 2, "answered_anyway": 2,
+                              "shown_uncited": 1}
     assert r["traps"] == {"questions_with_traps": 2, "cited": 1, "shown_as_closest": 1}
     rows = {row["id"]: row for row in r["rows"]}
     assert rows["a7"]["trap_cited"] == ["trap1"] and rows["n1"]["trap_closest"] == ["trap2"]
-    assert r["outcomes"] == {"llm": 3, "llm_refused": 4, "refused": 2, "fallback": 1, "extractive": 1}
+    assert rows["n4"]["verdict"] == "cited_nothing"
+    assert r["outcomes"] == {"llm": 4, "llm_passages": 3, "refused": 2, "fallback": 1, "extractive": 1}
     assert r["fallbacks"] == 1
 
 
@@ -126,18 +138,19 @@ def test_latency_counts_the_first_token_only_where_the_llm_answered_and_says_whe
 
 def test_per_type():
     by_type = answer_report(HANDMADE, REFUSAL)["by_type"]
-    assert by_type["fact"] == {"n": 2, "gold_cited": 1, "gold_cited_rate": 0.5, "false_refusals": 0, "cited_nothing": 0}
-    assert by_type["paraphrase"] == {"n": 3, "gold_cited": 0, "gold_cited_rate": 0.0, "false_refusals": 2,
-                                     "cited_nothing": 1}
+    assert by_type["fact"] == {"n": 2, "gold_cited": 1, "gold_cited_by_llm": 1, "gold_cited_rate": 0.5,
+                               "false_refusals": 0, "uncited_by_llm": 0, "passages_instead": 0}
+    assert by_type["paraphrase"] == {"n": 3, "gold_cited": 1, "gold_cited_by_llm": 0, "gold_cited_rate": 0.333,
+                                     "false_refusals": 2, "uncited_by_llm": 1, "passages_instead": 2}
     assert by_type["multi_note"]["gold_cited"] == 1 and by_type["keyword"]["gold_cited_rate"] == 1.0
-    assert by_type["no_answer"] == {"n": 4, "no_answer_refused_before_llm": 1, "no_answer_refused_by_llm": 1,
-                                    "no_answer_refused": 2, "no_answer_answered_anyway": 2}
+    assert by_type["no_answer"]["no_answer_not_answered"] == 2 and by_type["no_answer"]["no_answer_answered_anyway"] == 2
 
 
-def test_the_configured_refusal_phrase_is_the_one_recognised():
+def test_a_legacy_answer_that_is_the_configured_refusal_phrase_counts_as_the_llms_refusal():
+    """Answers recorded before the LLM's reply was read (no ``citing``): the configured phrase."""
     pairs = [(question("a", "fact", gold=["g"]), answer("llm_refused", text="Not in my notes."))]
     assert answer_report(pairs, "Not in my notes.")["answerable"]["refused_by_llm"] == 1
-    assert answer_report(pairs, REFUSAL)["answerable"]["cited_nothing"] == 1
+    assert answer_report(pairs, REFUSAL)["answerable"]["shown_uncited"] == 1
 
 
 def test_percentile():
@@ -270,9 +283,10 @@ def test_eval_answers_with_the_reader_stand_in(sample, capsys):
     r = json.loads(out)
     assert r["questions"] == 5 and r["skipped_after_changes"] == 1
     assert r["llm"]["model"] == "qwen2.5:7b-instruct" and r["llm"]["through_daemon"] is False
-    assert r["outcomes"] == {"llm": 4, "llm_refused": 0, "refused": 1, "fallback": 0, "extractive": 0}
-    assert r["answerable"]["n"] == 4 and r["answerable"]["gold_cited"] == 4 and r["answerable"]["false_refusals"] == 0
-    assert r["no_answer"] == {"n": 1, "refused_before_llm": 1, "refused_by_llm": 0, "refused": 1, "answered_anyway": 0}
+    assert r["outcomes"] == {"llm": 4, "llm_passages": 0, "refused": 1, "fallback": 0, "extractive": 0}
+    assert r["answerable"]["n"] == 4 and r["answerable"]["gold_cited_by_llm"] == 4
+    assert r["answerable"]["llm_cited"] == 4 and r["answerable"]["false_refusals"] == 0
+    assert r["no_answer"]["refused_before_llm"] == 1 and r["no_answer"]["answered_anyway"] == 0
     assert r["traps"]["cited"] == 1
     rows = {row["id"]: row for row in r["rows"]}
     assert set(rows) == {"retry", "port", "journal", "pork", "cup"}
@@ -286,8 +300,9 @@ def test_eval_answers_with_the_reader_stand_in(sample, capsys):
         config = configure(sample, "reader.yaml", f"ollama:\n  host: {fake.url}\n")
         code, out, _ = run(capsys, "--config", config, "eval", "--answers", str(sample[2]))
     assert code == 0
-    assert "answerable        4          4  1.000        0              0" in out
-    assert "no_answer         1  refused 1 (1 before the LLM, 0 by the LLM), answered anyway 0" in out
+    assert "answerable        4          4  1.000       4        0        0         0" in out
+    assert "the LLM's replies: cited 4, cited by inference 0, refused 0, uncited 0" in out
+    assert "no_answer         1  not answered 1 (refused before the LLM 1, passages instead 0), answered anyway 0" in out
     assert "trap notes cited: 1" in out and "(as Ollama reported them)" in out
     assert "(1 after_changes questions left out" in out
 

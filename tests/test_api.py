@@ -174,7 +174,8 @@ def test_tcp_needs_a_token_and_keeps_each_token_to_its_users(world):
         world.ollama.reply("加一小勺糖[1]。")
         with http.stream("POST", "/ask", json={"question": "番茄炒蛋怎么做才不酸？"}, headers=me) as reply:
             events = [json.loads(line) for line in reply.iter_lines() if line]
-        assert [e["event"] for e in events][-1] == "answer" and events[0]["event"] == "token"
+        assert [e["event"] for e in events][-1] == "answer" and [e["event"] for e in events[:2]] == ["sources", "token"]
+        assert events[0]["sources"][0]["title"] == "番茄炒蛋" and events[0]["sources"][0]["url"]  # before the first token
         assert events[-1]["answer"]["citations"][0]["title"] == "番茄炒蛋"
         spec = http.get("/openapi.json", headers=me).json()
         assert {"/health", "/status", "/search", "/ask", "/sync", "/metrics"} <= set(spec["paths"])

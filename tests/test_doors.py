@@ -221,12 +221,12 @@ def test_a_search_held_up_for_one_request_does_not_hold_another_persons_answer(w
     the first is still held; then the first is answered too."""
     settings, tg, ollama = world
     settings = settings(embedder={"kind": "ollama", "host": ollama.url})
-    release = ollama.hold_embed("SLOWQUESTION")
+    release = ollama.hold_embed("慢一点的问题")
 
     async def scenario(daemon):
         async with api(settings) as http:
             async def slow():
-                body = {"question": "SLOWQUESTION 红烧肉怎么做？"}
+                body = {"question": "慢一点的问题：红烧肉怎么做？"}
                 async with http.stream("POST", "/ask", json=body) as reply:
                     return [json.loads(line) async for line in reply.aiter_lines() if line]
 
@@ -237,7 +237,7 @@ def test_a_search_held_up_for_one_request_does_not_hold_another_persons_answer(w
             done = await until(lambda: [m for m in tg.sent_to(FRIEND) if "来源" in m["text"]], timeout=60,
                                what="the other person's answer")
             assert "先把鸡蛋炒好盛出" in done[0]["text"]
-            assert not held.done() and ollama.held == ["SLOWQUESTION"]  # still held
+            assert not held.done() and ollama.held == ["慢一点的问题"]  # still held
             ollama.reply("红烧肉要小火慢炖[1]。")
             release.set()
             events = await asyncio.wait_for(held, timeout=60)
@@ -290,7 +290,7 @@ def test_telegram_cuts_a_long_message_says_so_and_reads_only_the_cut(world):
         done = await until(lambda: final(tg, OWNER, "来源"))
         assert "only its first 2,000 characters were read" in done[0]["text"]
         [chat] = ollama.chats()
-        question = chat["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+        question = chat["messages"][-1]["content"].rsplit("问题：", 1)[1]
         assert question.startswith("番茄炒蛋怎么做才不酸？") and len(question) <= 2000
         tg.say(OWNER, "/search " + LONG)
         hits = await until(lambda: final(tg, OWNER, "番茄炒蛋  "))
@@ -395,7 +395,7 @@ def test_discord_cuts_a_long_question_and_rate_limits_every_command_that_searche
         await command("ask")(it, question=LONG)
         shown = it.events[-1][1]["embed"].description
         assert "先把鸡蛋炒好盛出" in shown and "only its first 2,000 characters were read" in shown
-        question = ollama.chats()[-1]["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+        question = ollama.chats()[-1]["messages"][-1]["content"].rsplit("问题：", 1)[1]
         assert question.startswith("番茄炒蛋怎么做才不酸？") and len(question) <= 2000
         it = FakeInteraction(ONE)
         await command("search")(it, query=LONG)

@@ -1,5 +1,5 @@
-"""The pre-LLM gate on the shared corpus (skipped without it): no answerable dev question
-is refused before the LLM. A slice keeps it fast: every dev question's gold notes and as
+"""The pre-LLM gates on the shared corpus (skipped without it): no answerable dev question
+is refused before the LLM, and the no_answer questions naming what no note mentions are. A slice keeps it fast: every dev question's gold notes and as
 many other notes of the same users, with the real default embedder."""
 
 import asyncio
@@ -57,3 +57,5 @@ def test_no_answerable_dev_question_is_refused_before_the_llm(dev_slice, use_emb
         finally:
             service.close()
     assert refused["answerable"] == [], refused
+    # the names no note mentions (Flink, Ansible, Logstash, firewall-cmd, PowerJob, Gradle, XGBoost)
+    assert {"A105", "A108", "B067", "B070", "B076", "B079", "B082"} <= set(refused["no_answer"]), refused

@@ -6,6 +6,7 @@ each user's facts their own. The LLM is the fake Ollama."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import json
 from types import SimpleNamespace
 
@@ -547,3 +548,31 @@ def test_the_log_says_what_a_batch_did_in_one_line_and_a_parked_job_once(world, 
     [line] = take(logging.INFO)
     assert line.startswith("memory: extracted 0 notes in 0 s, 1 failed") and line.endswith(
         ", 0 waiting, 1 parked (`leanote-rag status` lists them)")
+
+
+def test_auto_stays_off_where_the_backlog_would_take_longer_than_its_bound_and_says_so(world, caplog):
+    """The speed measured here (a slow CPU) and 40 queued notes: over a bound of one hour
+    the auto tier takes no job and logs the estimate once; with a day it runs; status shows it."""
+    from rag.speed import Speed
+
+    w = world
+    for i in range(40):
+        add_note(w, f"n{i}", POSTGRES * 20, updated=100.0 + i)  # ~2,000 characters each
+    w.answers.speeds._speeds[w.settings.ollama.model] = Speed(read_tps=20.0, write_tps=5.0, samples=3)
+    tight = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(
+        update={"llm": "auto", "llm_auto_max": 3600.0})})
+    w.jobs.settings = lambda: tight
+    with caplog.at_level(logging.INFO, logger="sync.memory_jobs"):
+        assert run(w.jobs.step()) is False and run(w.jobs.step()) is False
+    assert jobs_of(w.store)[0][1] == 0 and w.fake.structured_chats() == []  # nothing taken
+    said = [r.getMessage() for r in caplog.records if "would take" in r.getMessage()]
+    assert len(said) == 1 and "40 queued notes" in said[0] and "reads ~20 tok/s" in said[0]
+    estimate = w.jobs.outlook
+    assert estimate["too_long"] and estimate["seconds"] > 3600 and estimate["jobs"] == 40
+    assert "memory.llm: on runs it anyway" in estimate["text"]
+    # a bound it fits: the tier runs
+    roomy = tight.model_copy(update={"memory": tight.memory.model_copy(update={"llm_auto_max": 30 * 86400.0})})
+    w.jobs.settings = lambda: roomy
+    w.jobs._outlook_at = float("-inf")
+    w.fake.reply_structured(ATLAS_PG)
+    assert run(w.jobs.step()) is True

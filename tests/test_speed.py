@@ -73,6 +73,33 @@ def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budg
         assert estimated > 0
 
 
+def test_a_model_too_slow_for_the_full_evidence_learns_from_its_timeouts_and_then_answers(sample_index, use_embedder):
+    """Nothing measured, and the first prompt (all the evidence) takes longer than
+    ollama.timeout to read: the cut-short reply teaches the speed, the next prompts are
+    smaller, and an answer comes (it used to go out full-size and time out for good)."""
+    read = 400.0  # tokens a second: the full evidence takes a few seconds
+    with FakeOllama(speed=(read, 2000.0)) as ollama:
+        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=1.0)
+        svc.settings = svc.settings.model_copy(update={"ollama": svc.settings.ollama.model_copy(update={"timeout": 1.5})})
+        svc.chat = OllamaChat(svc.settings.ollama)
+        try:
+            outcomes, prompts = [], []
+            for _ in range(8):
+                ollama.reply("先把鸡蛋炒好盛出[1]。")
+                answer = ask(svc)
+                outcomes.append(answer.trace.outcome)
+                prompts.append(answer.usage.get("prompt_tokens_estimated") or svc.speeds.get("qwen2.5:7b-instruct").tokens(
+                    "\n".join(m["content"] for m in ollama.chats()[-1]["messages"])))
+                if answer.trace.outcome == "llm":
+                    break
+            assert outcomes[0] == "fallback" and outcomes[-1] == "llm", outcomes
+            assert prompts[-1] < prompts[0]
+            assert svc.speeds.get("qwen2.5:7b-instruct").read_tps <= read * 1.3
+        finally:
+            svc.close()
+            index.close()
+
+
 def test_a_fast_machine_gets_all_the_evidence(sample_index, use_embedder):
     with FakeOllama(speed=(20000.0, 500.0)) as ollama:  # a GPU
         svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=4.0)
@@ -117,3 +144,16 @@ def test_the_token_estimate_follows_the_scripts_and_learns_from_counts(tmp_path)
     assert speed.read_tps == pytest.approx(len(text)) and speed.write_tps == pytest.approx(10.0)
     book.observe("m", Usage(), text)  # a reply without counts teaches nothing
     assert book.get("m").samples == 1
+
+
+def test_what_a_measured_speed_means_for_the_person_waiting():
+    from rag.speed import Speed, meaning, model_size
+
+    assert model_size("qwen2.5-coder:1.5b-instruct") == 1.5 and model_size("qwen2.5:7b-instruct") == 7.0
+    assert model_size("llama3") is None
+    line = meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0), 30.0)
+    assert line == ("~32 s to a first token for 800 prompt tokens; a 3B would take ~64 s; the largest that fits "
+                    "answer.first_token_budget (30 s) is ~0.5B")
+    assert "fits" not in meaning("qwen2.5:7b-instruct", Speed(read_tps=200.0), 30.0).split(";")[0]
+    assert "even for a 0.5B" in meaning("qwen2.5-coder:0.5b-instruct", Speed(read_tps=10.0), 30.0)
+    assert meaning("m", Speed(), 30.0) is None

@@ -73,7 +73,11 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         assert "[1] 番茄炒蛋" in message["text"]
         assert html_error(message["text"]) is None
         streamed = [text for _, text in message["edits"][:-1]]
-        assert streamed and all(t.endswith("▌") for t in streamed)  # edits while the answer streamed
+        # first the sources the answer reads, before any of its text: titles and links
+        assert streamed[0].startswith("📚 读的笔记 Reading:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0]
+        assert streamed[0].endswith("…")
+        # then the answer streams in under them
+        assert streamed[1:] and all(t.startswith("📚") and t.endswith("▌") for t in streamed[1:])
         times = [t for t, _ in message["edits"]]
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))  # paced
         assert tg.method_calls("sendChatAction")  # typing…

@@ -20,7 +20,7 @@ an expansion never takes a reply scripted for an answer. Unscripted chats answer
   the stand-in that repeats the question, to check that expansion never hurts;
 - ``FakeOllama(reader=True)``: a stand-in LLM for the answer eval, a diligent but simple
   reader (``read_evidence``). From the answer prompt (``rag.evidence.messages``) it takes
-  the evidence blocks and the ``Question:`` line, picks the block whose note text shares
+  the evidence blocks and the question line (``问题：`` or ``Question:``), picks the block whose note text shares
   the most question terms (the first such block on a tie) and replies one or two
   sentences quoted from it with its ``[n]``; when no block shares a term, exactly the
   refusal phrase the system prompt names. A follow-up rewrite prompt gets the last
@@ -52,8 +52,8 @@ from . import LocalServer, QuietHandler
 
 DIM = 64
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_TAG = re.compile(r"between <(note-[0-9a-f]+)> and </note-[0-9a-f]+>")
-_REFUSAL = re.compile(r"reply with exactly this and nothing else: (.+?)\s*$", re.S)
+_TAG = re.compile(r"(?:正文在|text between) <(note-[0-9a-f]+)> (?:和|and) </note-[0-9a-f]+>")
+_REFUSAL = re.compile(r"(?:才只回答：|reply just: )(.+?)\s*$", re.S)
 # Sentence ends: Chinese punctuation, English ones followed by a space, line breaks.
 _SENTENCE_END = re.compile(r"(?<=[。！？；!?])|(?<=[.;:])\s+|\n+")
 _MARKERS = re.compile(r"[\[【]\s*\d[\d\s,，、]*[\]】]")
@@ -84,16 +84,16 @@ def _content(messages: list[dict], role: str, last: bool = False) -> str:
 
 def read_evidence(messages: list[dict]) -> str | None:
     """What the reader stand-in replies to an answer prompt, or None when ``messages``
-    is not one (no evidence tag in the system prompt)."""
+    is not one (no refusal rule in the system prompt, no evidence tag named in the user's)."""
     system = _content(messages, "system")
-    tag, refusal = _TAG.search(system), _REFUSAL.search(system)
+    user = _content(messages, "user", last=True)
+    tag, refusal = _TAG.search(user), _REFUSAL.search(system)
     if not tag or not refusal:
         return None
     tag, refusal = tag.group(1), refusal.group(1).strip()
-    user = _content(messages, "user", last=True)
     blocks = re.findall(rf"^\[(\d+)\] [^\n]*\n<{tag}>\n(.*?)\n</{tag}>$", user, re.M | re.S)
     tail = user.rsplit(f"</{tag}>", 1)[-1]  # the question comes after the last block
-    asked = re.findall(r"^Question: (.*)$", tail, re.M)
+    asked = re.findall(r"^(?:问题：|Question: )(.*)$", tail, re.M)
     terms = set(tokenize(asked[-1])) if asked else set()
     best, best_shared = None, 0
     for n, text in blocks:

@@ -1,0 +1,85 @@
+"""Before the LLM is asked: names in the question that none of the person's notes mention.
+
+A small model given passages about something else answers anyway, from what it knows:
+asked how Flink's watermarks work with notes that never mention Flink, a 1.5B Qwen
+explains watermarks fluently and cites whichever passage came first. What it was asked
+about is a *name*: a tool, a library, a command, a dish. When the question names one
+that no note of this person contains, their notes cannot answer it, whatever the
+search found nearest; the answer says so, and which name it was.
+
+A name is a Latin-script word the person wrote on purpose:
+
+- in a question with Chinese (or other CJK) text, every Latin word of two letters or
+  more (``Ansible``, ``firewall-cmd``, ``gradle-wrapper.properties``);
+- in an English question, a word capitalised where a sentence does not begin
+  (``Flink``), with capitals inside (``NSProxy``, ``HPACK``), with digits (``log4j``) or
+  joined by ``.`` or ``_`` (``retry_count``): ordinary words (``watermarks``,
+  ``out-of-order``) are not names; notes say them differently.
+
+A name counts as mentioned when any chunk of the person's notes holds it as a term of
+the search index (the same tokenizer: ``rag.lexical``) or, spelled inside a longer word,
+in the text of a chunk the search found (``postgres`` in ``PostgreSQL``). CJK words are
+not judged: paraphrase changes them (``好几回`` for ``多次``) as often as it keeps them.
+
+Measured on the dev set (``bench/answers_eval_results.json``): the rule holds back 7 of
+its 10 no-answer questions and none of its 55 answerable ones.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterable
+
+from .lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_LETTERS = re.compile(r"[A-Za-z]")
+_SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*[\"'“‘(]*$")
+MAX_NAMES = 8  # looked up per question, at most
+
+
+def names(question: str) -> list[str]:
+    """The names a question uses, lowercased as the index holds them, in order."""
+    cjk = bool(_CJK.search(question))
+    found: list[str] = []
+    for m in WORD_RUNS.finditer(question):
+        if m.lastgroup != "word":
+            continue
+        word = m.group()
+        if len(_LETTERS.findall(word)) < 2 or word.lower() in STOPWORDS or len(word) > MAX_TERM_CHARS:
+            continue
+        if not cjk and not _named_in_english(word, question[: m.start()]):
+            continue
+        if word.lower() not in found:
+            found.append(word.lower())
+    return found[:MAX_NAMES]
+
+
+def _named_in_english(word: str, before: str) -> bool:
+    if any(c.isdigit() for c in word) or re.search(r"[A-Za-z][._][A-Za-z0-9]", word):
+        return True  # log4j, http2, retry_count, gradle-wrapper.properties
+    if word[0].isupper() and not _SENTENCE_START.search(before):
+        return True  # Flink, HPACK, NSProxy mid-sentence
+    return any(c.isupper() for c in word[1:])  # camelCase, NSProxy, ALLCAPS even where a sentence begins
+
+
+def unknown_names(question: str, holds: Callable[[str], bool], texts: Iterable[str] = ()) -> list[str]:
+    """The question's names that no note mentions: ``holds(term)`` says whether any chunk
+    of the person's holds the term; ``texts`` are chunks the search found (a name inside
+    a longer word there counts as mentioned)."""
+    wanted = names(question)
+    if not wanted:
+        return []
+    seen = "\n".join(texts).lower()
+    return [n for n in wanted if n not in seen and not holds(n)]
+
+
+def term_query(term: str) -> SparseVector:
+    """A sparse query for one term, as the index's vectors hold it."""
+    return SparseVector([term_id(term)], [1.0])
+
+
+def as_written(question: str, name: str) -> str:
+    """A name as the question spells it (``names`` gives it lowercased)."""
+    i = question.lower().find(name)
+    return question[i : i + len(name)] if i >= 0 else name

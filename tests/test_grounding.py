@@ -1,0 +1,84 @@
+"""Reading an LLM's answer (rag.grounding) and the names a question uses (rag.confidence),
+on replies real Qwen2.5-Coder 1.5B and 0.5B models gave to dev questions."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.confidence import as_written, names, unknown_names
+from rag.grounding import read, refuses
+
+REFUSAL = "我笔记里没有相关内容"
+BLOCKS = {
+    1: ("[1] 提拉米苏的做法 (菜谱 › 甜品)", "马斯卡彭奶酪和蛋黄打发，手指饼干蘸咖啡液，一层饼干一层奶酪糊，冷藏 4 小时。"),
+    2: ("[2] 重试策略 (工作)", "付款失败后第一次重试前等待 30 秒，之后每次翻倍，最多重试 5 次。"),
+}
+
+
+@pytest.mark.parametrize("text", [
+    REFUSAL, "我们笔记里没有相关内容。", "笔记中没有提到具体的冷藏时间。", "抱歉，提供的片段中没有相关信息。",
+    "根据提供的笔记，无法回答这个问题。", "The notes do not mention how long to chill it.",
+    "Sorry, I cannot find that in your notes.", "", "[1]",
+])
+def test_refusals_are_recognised_by_meaning(text):
+    assert refuses(text, REFUSAL)
+
+
+@pytest.mark.parametrize("text", [
+    "冷藏 4 小时[1]。", "第一次重试前等待 30 秒[2]，没有提到上限以外的规则。", "It is chilled for 4 hours [1].",
+])
+def test_answers_are_not_refusals(text):
+    assert not refuses(text, REFUSAL)
+
+
+def test_markers_count_in_sentences_that_say_something():
+    r = read("要冷藏 4 小时[1]。", "提拉米苏要冷藏多久？", BLOCKS)
+    assert r.says_something and r.marked == [1] and r.cited == [1] and r.inferred == []
+
+
+def test_pasted_headers_and_the_question_back_cite_nothing():
+    r = read("[1] 提拉米苏的做法 (菜谱 › 甜品)\n提拉米苏要冷藏多久？[1][2]", "提拉米苏要冷藏多久？", BLOCKS)
+    assert not r.says_something and r.cited == []
+
+
+def test_markers_after_the_sentence_end_belong_to_it():
+    r = read("第一次重试前等待 30 秒，之后每次翻倍。[2]", "付款失败后多久重试？", BLOCKS)
+    assert r.marked == [2]
+
+
+def test_a_sentence_following_a_block_gets_its_citation_inferred_before_its_end():
+    r = read("第一次重试前等待 30 秒，之后每次翻倍，最多重试 5 次。", "付款失败后多久重试？", BLOCKS)
+    assert r.marked == [] and r.inferred == [2]
+    assert r.text == "第一次重试前等待 30 秒，之后每次翻倍，最多重试 5 次[2]。"
+
+
+def test_an_answer_from_elsewhere_gets_no_citation():
+    r = read("WireGuard 的握手过程是基于 Noise 协议模式设计的。", "WireGuard 握手怎么做？", BLOCKS)
+    assert r.says_something and r.cited == []
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("用 firewall-cmd 永久开放 8080/tcp 端口的命令怎么写？", ["firewall-cmd", "tcp"]),
+    ("Gradle 项目里的 gradle-wrapper.properties 文件是用来定义什么的？", ["gradle", "gradle-wrapper.properties"]),
+    ("How does Apache Flink use watermarks to handle out-of-order events?", ["apache", "flink"]),
+    ("What does the JVM flag -XX:+ShowCodeDetailsInExceptionMessages do?", ["jvm", "xx", "showcodedetailsinexceptionmessages"]),
+    ("Is there a top-like tool that shows disk I/O per process on Linux?", ["linux"]),
+    ("What reasons did the author himself give?", []),
+    ("佛跳墙需要提前泡发哪些干货？", []),  # CJK words are not judged
+    ("How is retry_count used with log4j?", ["retry_count", "log4j"]),
+])
+def test_names_a_question_uses(question, expected):
+    assert names(question) == expected
+
+
+def test_unknown_names_are_those_no_chunk_holds_nor_a_found_chunk_spells():
+    held = {"nginx"}
+    found = ["PostgreSQL 连接池配置"]
+    assert unknown_names("nginx 和 postgres 以及 Caddy 怎么配？", held.__contains__, found) == ["caddy"]
+    assert as_written("nginx 和 postgres 以及 Caddy 怎么配？", "caddy") == "Caddy"
+
+
+@pytest.mark.parametrize("text", ["加了它也不能确定完全不锁表：MyISAM 表仍可能变化[1]。",
+                                  "You cannot answer a ping with iptables dropping it [2]."])
+def test_saying_something_cannot_be_done_is_no_refusal(text):
+    assert not refuses(text, REFUSAL)
