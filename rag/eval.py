@@ -362,13 +362,14 @@ def _answerable(rows: list[dict]) -> dict:
 def _no_answer(rows: list[dict]) -> dict:
     v = _counts(rows)
     passages = sum(1 for r in rows if r["outcome"] == "llm_passages")
-    answered = v["llm_cited"] + v["llm_inferred"] + v["cited_nothing"]
+    not_answered = v["refused"] + passages
     return {"n": len(rows), "refused_before_llm": v["refused"], "refused_by_llm": v["llm_refused"],
             "uncited_by_llm": v["llm_uncited"], "passages_instead": passages,
             "refused": v["refused"] + v["llm_refused"],
             # no answer claimed: refused, or the passages with "the model could not compose an answer"
-            "not_answered": v["refused"] + passages,
-            "answered_anyway": answered, "shown_uncited": v["cited_nothing"]}
+            "not_answered": not_answered,
+            # an answer or passages shown as the answer (the LLM's, or with no LLM the extractive ones)
+            "answered_anyway": len(rows) - not_answered, "shown_uncited": v["cited_nothing"]}
 
 
 def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, skipped: int = 0,
