@@ -135,7 +135,9 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         assert t0 - it.created < 1.0  # … at once (Discord allows three seconds)
         edits = [(t, body) for t, kind, body in it.events if kind == "edit"]
         streamed = [(t, b["content"]) for t, b in edits if b.get("content")]
-        assert len(streamed) >= 2 and all(text.endswith("▌") for _, text in streamed)
+        # the sources first (before any of the answer's text), then the answer streamed under them
+        assert streamed[0][1].startswith("📚 读的笔记 Reading:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0][1]
+        assert len(streamed) >= 2 and all(text.endswith("▌") for _, text in streamed[1:])
         assert all(b - a >= 0.25 for (a, _), (b, _) in zip(streamed, streamed[1:]))  # paced
         final = edits[-1][1]
         assert final["content"] is None and len(final["embeds"]) == 1

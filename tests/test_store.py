@@ -178,7 +178,7 @@ def test_edge_index_serves_searches_while_a_sync_writes(tmp_path):
     import time
 
     store = EdgeStore(tmp_path / "qdrant", DIM)
-    stop, errors, searches = threading.Event(), [], []
+    stop, errors, searches, writes = threading.Event(), [], [], []
 
     def writer():
         i = 0
@@ -186,6 +186,7 @@ def test_edge_index_serves_searches_while_a_sync_writes(tmp_path):
             try:
                 store.upsert([point(f"n{i % 50}", j, "u1", f"redis 快照 {i}", unit(1, j)) for j in range(5)])
                 store.delete([point_id(f"n{(i + 7) % 50}", 3)])
+                writes.append(len(searches))  # how many searches had run by then
             except Exception as err:  # pragma: no cover - the failure being tested for
                 errors.append(err)
             i += 1
@@ -201,12 +202,16 @@ def test_edge_index_serves_searches_while_a_sync_writes(tmp_path):
     threads = [threading.Thread(target=writer), threading.Thread(target=reader), threading.Thread(target=reader)]
     for t in threads:
         t.start()
-    time.sleep(2.0)
+    # until both have done enough, however slow the machine (a deadline only against a hang)
+    deadline = time.monotonic() + 300
+    while (len(writes) < 40 or len(searches) < 100) and not errors and time.monotonic() < deadline:
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join()
     store.close()
-    assert errors == [] and len(searches) > 50 and max(searches) > 0
+    assert errors == [] and len(writes) >= 40 and len(searches) >= 100 and max(searches) > 0
+    assert writes[-1] > writes[0]  # searches ran between the writes, not only before or after them
 
 
 def open_store(kind, path):
