@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import subprocess
 import sys
 import time
@@ -58,20 +59,29 @@ def first_pass_done(api_socket: str) -> bool:
 
 @pytest.fixture
 def notify_socket():
+    """systemd's notify socket, read as systemd reads it: all the time (a thread), so its
+    queue never fills while the test looks elsewhere (a full queue is test_daemon_faults')."""
     path = f"/tmp/lr-notify-{uuid.uuid4().hex[:8]}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
-    sock.settimeout(0.2)
+    sock.settimeout(0.1)
     messages: list[str] = []
+    done = threading.Event()
 
-    def read() -> list[str]:
-        while True:
+    def drain() -> None:
+        while not done.is_set():
             try:
                 messages.append(sock.recv(4096).decode())
             except (socket.timeout, BlockingIOError):
-                return messages
+                continue
+            except OSError:
+                return
 
-    yield path, read
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    yield path, lambda: list(messages)
+    done.set()
+    reader.join(timeout=5)
     sock.close()
     os.unlink(path)
 
