@@ -164,17 +164,7 @@ def run_code(code: Path, work: Path) -> dict:
         compare("change_batch", kills, t)
 
         t = time.monotonic()
-        book = next(b["NotebookId"] for b in json.loads((CORPUS / "notebooks.json").read_text(encoding="utf-8"))
-                    if b["UserId"] == USER_ONE)
-        bad = [{"Tags": [7]}, {"Title": {"zh": "x"}}, {"IsMarkdown": "perhaps"}, {"Content": ["x"]}]
-        for i in range(8):
-            leanote.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": USER_ONE, "NotebookId": book,
-                              "Title": f"坏笔记 {i}", "Content": f"MALFORMED-{i} 线程池", **bad[i % 4]})
-            leanote.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": USER_ONE, "NotebookId": book,
-                              "Title": f"好笔记 {i}", "Content": f"GOOD-{i} 线程池 Redis 缓存 " * (5 + 20 * i)})
-        shortened = next(n for n in leanote.notes.values() if n["UserId"] == USER_ONE and not n["IsTrash"]
-                         and len(n["Content"]) > 3000)
-        leanote.edit_note(shortened["NoteId"], content=shortened["Content"][:400])
+        leanote.malformed_batch(CORPUS, USER_ONE, rnd)
         index(ref)
         kills = [killed(embed=2), killed()]
         index(crashed)

@@ -442,17 +442,7 @@ def test_kills_mid_sync_leave_the_rankings_of_an_undisturbed_sync(servers, tmp_p
 
         # 3. malformed notes beside good ones, and an edit that deletes a good note's points: killed
         # at its first note body
-        book = next(b["NotebookId"] for b in json.loads((CORPUS / "notebooks.json").read_text(encoding="utf-8"))
-                    if b["UserId"] == USER_ONE)
-        bad = [{"Tags": [7]}, {"Title": {"zh": "x"}}, {"IsMarkdown": "perhaps"}, {"Content": ["x"]}]
-        for i in range(8):
-            leanote.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": USER_ONE, "NotebookId": book,
-                              "Title": f"坏笔记 {i}", "Content": f"MALFORMED-{i} 线程池", **bad[i % 4]})
-            leanote.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": USER_ONE, "NotebookId": book,
-                              "Title": f"好笔记 {i}", "Content": f"GOOD-{i} 线程池 Redis 缓存 " * (5 + 20 * i)})
-        shortened = next(n for n in leanote.notes.values() if n["UserId"] == USER_ONE and not n["IsTrash"]
-                         and len(n["Content"]) > 3000)
-        leanote.edit_note(shortened["NoteId"], content=shortened["Content"][:400])
+        leanote.malformed_batch(CORPUS, USER_ONE, rnd)
         result = service.run_pass()
         assert result.ok and len(result.summary.skipped) >= 8
         killed_run()

@@ -354,6 +354,23 @@ class FakeLeanote(LocalServer):
             for key, value in copy.deepcopy(backup).items():
                 setattr(self, key, value)
 
+    def malformed_batch(self, corpus: Path, user_id: str, rnd, pairs: int = 8) -> None:
+        """A batch of the shared corpus's kind of trouble for ``user_id``: ``pairs`` notes whose
+        fields have the wrong types (tags, title, markdown flag, content in turn), each beside a
+        good note of growing size, and an edit that cuts one long note to 400 characters (its
+        later chunks' points go). Note ids come from ``rnd``."""
+        book = next(b["NotebookId"] for b in json.loads((corpus / "notebooks.json").read_text(encoding="utf-8"))
+                    if b["UserId"] == user_id)
+        bad = [{"Tags": [7]}, {"Title": {"zh": "x"}}, {"IsMarkdown": "perhaps"}, {"Content": ["x"]}]
+        for i in range(pairs):
+            self.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": user_id, "NotebookId": book,
+                           "Title": f"坏笔记 {i}", "Content": f"MALFORMED-{i} 线程池", **bad[i % 4]})
+            self.put_note({"NoteId": "%024x" % rnd.getrandbits(96), "UserId": user_id, "NotebookId": book,
+                           "Title": f"好笔记 {i}", "Content": f"GOOD-{i} 线程池 Redis 缓存 " * (5 + 20 * i)})
+        shortened = next(n for n in self.notes.values() if n["UserId"] == user_id and not n["IsTrash"]
+                         and len(n["Content"]) > 3000)
+        self.edit_note(shortened["NoteId"], content=shortened["Content"][:400])
+
     def load_corpus(self, corpus: Path, passwords=("one-secret", "two-secret"), keep=lambda note: True) -> None:
         """The shared corpus: two users, their notebooks and notes with their own USNs
         (only the notes ``keep`` accepts)."""
