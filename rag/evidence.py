@@ -74,10 +74,10 @@ def condense(text: str, terms: set[str], limit: int) -> str:
     if len(text) <= limit:
         return text
     pieces = [p for p in _SENTENCE_END.split(text) if p and p.strip()]
-    scored = sorted(range(len(pieces)), key=lambda i: (-len(terms & set(tokenize(pieces[i]))), i))
+    carried = [len(terms & set(tokenize(p))) for p in pieces]
     kept, used = set(), 0
-    for i in scored:
-        if not terms & set(tokenize(pieces[i])):
+    for i in sorted(range(len(pieces)), key=lambda i: (-carried[i], i)):
+        if not carried[i]:
             break
         size = len(pieces[i].strip()) + 3
         if used + size > limit:
