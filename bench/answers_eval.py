@@ -5,6 +5,7 @@
     .venv/bin/python bench/answers_eval.py --speed 600,60 --budget 3   # the same proportions, ten times sooner
     .venv/bin/python bench/answers_eval.py --ollama-host http://gpu-box:11434 [--model qwen2.5:7b-instruct]
     .venv/bin/python bench/answers_eval.py --extractive           # no LLM (ollama.enabled: false): cited passages
+    ... --ollama-host URL --record bench/replies.jsonl [--questions A008,B015]   # keep what the model read and wrote
 
 1. The shared corpus through the mongodump source, as ``bench/corpus.yaml`` has it, in
    ``bench/data/`` (the same index: a sync that finds the backup already read does nothing).
@@ -77,11 +78,85 @@ def forget_speed(model: str) -> None:
         path.write_text(json.dumps(speeds, indent=1))
 
 
-def run_eval(config: Path, with_changes: bool) -> dict:
-    args = ["--config", str(config), "eval", "--answers", str(DEV), "--json"]
+def run_eval(config: Path, with_changes: bool, questions: Path = DEV) -> dict:
+    args = ["--config", str(config), "eval", "--answers", str(questions), "--json"]
     if with_changes:
         args.append("--with-changes")
     return json.loads(leanote_rag(*args, capture=True).stdout)
+
+
+class Recorder:
+    """A pass-through HTTP server in front of the real Ollama that keeps every chat it
+    relays (the messages the model read, the text it wrote) as JSON lines in ``path``,
+    so ``bench/reread.py`` can read the replies again with a changed ``rag.grounding``."""
+
+    def __init__(self, upstream: str, path: Path):
+        import http.server
+        import threading
+
+        import requests
+
+        self.path, lock = path, threading.Lock()
+        path.write_text("", encoding="utf-8")
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _relay(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
+                try:
+                    up = requests.request(method, upstream + self.path, data=body, stream=True, timeout=(5, 600),
+                                          headers={"Content-Type": "application/json"})
+                except requests.RequestException as err:
+                    self.send_error(502, str(err))
+                    return
+                self.send_response(up.status_code)
+                self.send_header("Content-Type", up.headers.get("Content-Type", "application/json"))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                reply = []
+                try:
+                    for line in up.iter_lines():
+                        self.wfile.write(line + b"\n")
+                        self.wfile.flush()
+                        try:
+                            reply.append(json.loads(line).get("message", {}).get("content") or "")
+                        except ValueError:
+                            pass
+                except (BrokenPipeError, ConnectionResetError):
+                    up.close()  # the client hung up (its deadline): the server stops too
+                if method == "POST" and self.path == "/api/chat":
+                    with lock, recorder.path.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps({"messages": json.loads(body).get("messages"), "reply": "".join(reply)},
+                                           ensure_ascii=False) + "\n")
+
+            def do_GET(self):
+                self._relay("GET")
+
+            def do_POST(self):
+                self._relay("POST")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def subset(ids: str, folder: Path) -> Path:
+    """The dev set's questions with these ids, as a file (for a shorter run)."""
+    wanted = {x.strip() for x in ids.split(",") if x.strip()}
+    lines = [line for line in DEV.read_text(encoding="utf-8").splitlines()
+             if line.strip() and json.loads(line)["id"] in wanted]
+    missing = wanted - {json.loads(line)["id"] for line in lines}
+    if missing:
+        raise SystemExit(f"no such dev question: {', '.join(sorted(missing))}")
+    path = folder / "questions.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def host_url(host: str) -> str:
@@ -104,6 +179,9 @@ def main() -> int:
     ap.add_argument("--budget", type=float, metavar="SECONDS",
                     help="answer.first_token_budget for this run (default: the config's, 30 s)")
     ap.add_argument("--extractive", action="store_true", help="no LLM: extractive answers (ollama.enabled: false)")
+    ap.add_argument("--record", type=Path, metavar="JSONL",
+                    help="with --ollama-host: keep every chat the model read and wrote (for bench/reread.py)")
+    ap.add_argument("--questions", metavar="ID,ID", help="only these dev questions (the run is filed under its own key)")
     args = ap.parse_args()
     if not DEV.exists() or not BACKUP.exists():
         print(f"the answer eval needs the shared corpus and dev set: {BACKUP} and {DEV} (LEANOTE_RAG_SHARED)",
@@ -113,6 +191,8 @@ def main() -> int:
         ap.error("--speed is for the stand-in, not a real Ollama")
     if args.extractive and (args.ollama_host or args.speed or args.budget):
         ap.error("--extractive uses no LLM: no --ollama-host, --speed or --budget")
+    if args.record and not args.ollama_host:
+        ap.error("--record is for a real Ollama (--ollama-host)")
     if args.budget is not None and args.budget <= 0:
         ap.error("--budget takes a positive number of seconds")
     speed = None
@@ -131,26 +211,35 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         leanote_rag("--config", str(write_config(tmp, "http://127.0.0.1:9", STAND_IN)), "index")
+        questions = subset(args.questions, tmp) if args.questions else DEV
         started = time.monotonic()
         if args.extractive:
             key = "extractive (no LLM)"
             print("answer eval without an LLM: extractive answers", file=sys.stderr)
-            report = run_eval(write_config(tmp, "http://127.0.0.1:9", STAND_IN, enabled=False), False)
+            report = run_eval(write_config(tmp, "http://127.0.0.1:9", STAND_IN, enabled=False), False, questions)
         elif args.ollama_host:
             model = args.model or OllamaConfig().model
             key = f"ollama {model}"
             print(f"answer eval: {model} at {host_url(args.ollama_host)}", file=sys.stderr)
-            report = run_eval(write_config(tmp, host_url(args.ollama_host), model, budget=args.budget), False)
+            recorder = Recorder(host_url(args.ollama_host), args.record) if args.record else None
+            try:
+                url = recorder.url if recorder else host_url(args.ollama_host)
+                report = run_eval(write_config(tmp, url, model, budget=args.budget), False, questions)
+            finally:
+                if recorder:
+                    recorder.close()
         else:
             forget_speed(STAND_IN)
             key = "reader stand-in" + (f", speed read {speed[0]:g} / write {speed[1]:g} tok/s" if speed else "")
             print("answer eval with the reader stand-in (tests/fakes/ollama.py), not a real LLM"
                   + (f"; as slow as {speed[0]:g} tok/s reading, {speed[1]:g} writing" if speed else ""), file=sys.stderr)
             with FakeOllama(models=(STAND_IN,), speed=speed, reader=True) as fake:
-                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget), False)
+                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget), False, questions)
         seconds = round(time.monotonic() - started, 1)
     if args.budget is not None:
         key += f", first-token budget {args.budget:g} s"
+    if args.questions:
+        key += f", questions {args.questions}"
 
     try:
         results = json.loads(RESULTS.read_text(encoding="utf-8"))

@@ -319,6 +319,8 @@ def _row(q: dict, answer: "Answer", refusal: str) -> dict:
         "decision": trace.decision if trace is not None else "",
         "citing": trace.citing if trace is not None else "",
         "reply": trace.reply if trace is not None else "",  # the LLM's own text (passages may be shown)
+        # evidence block n -> its note, for reading a recorded reply again (bench/reread.py)
+        "blocks": {str(c.evidence): c.note_id for c in trace.candidates if c.evidence} if trace is not None else {},
         "answer": answer.answer,
     }
 
