@@ -49,12 +49,12 @@ from rag.errors import ConfigError
 from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
-from .access import Access, Person
-from .common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
+from bot.access import Access, Person
+from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
                      nobody_mapped, outbox_text, person_key, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)
-from .render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
+from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
                      discord_sources)
 
 log = logging.getLogger(__name__)

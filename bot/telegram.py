@@ -56,12 +56,12 @@ from rag.errors import ConfigError
 from rag.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
-from .access import STRANGER, Access, Person
-from .common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
+from bot.access import STRANGER, Access, Person
+from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
                      VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
                      count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
-from .render import telegram_messages, telegram_sources
+from bot.render import telegram_messages, telegram_sources
 
 log = logging.getLogger(__name__)
 

@@ -34,26 +34,26 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from . import grounding, limits
-from . import llm as llm_mod
-from . import rerank as rerank_mod
-from .config import AnswerConfig, Settings
-from .errors import LeanoteRagError, ModelMissing, Unavailable, UserError
-from .confidence import as_written, term_query, unknown_names
-from .evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, header, messages
-from .excerpt import EXCERPT_CHARS, excerpt, _window
-from .expand import OUTPUT_TOKENS as EXPAND_TOKENS
-from .expand import SYSTEM as EXPAND_SYSTEM
-from .expand import Expander
-from .index import NoteIndex
-from .entities import norm
-from .evidence import add_facts
-from .lexical import search_text, tokenize
-from .memory import MemoryStore, path_for
-from .model import HEADING_SEP, Hit
-from .retrieve import entity_ranking, named_entities, search
-from .speed import FILE as SPEED_FILE
-from .speed import Speed, SpeedBook, Usage
+from rag import grounding, limits
+from rag import llm as llm_mod
+from rag import rerank as rerank_mod
+from rag.config import AnswerConfig, Settings
+from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
+from rag.confidence import as_written, term_query, unknown_names
+from rag.evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, header, messages
+from rag.excerpt import EXCERPT_CHARS, excerpt, _window
+from rag.expand import OUTPUT_TOKENS as EXPAND_TOKENS
+from rag.expand import SYSTEM as EXPAND_SYSTEM
+from rag.expand import Expander
+from rag.index import NoteIndex
+from rag.entities import norm
+from rag.evidence import add_facts
+from rag.lexical import search_text, tokenize
+from rag.memory import MemoryStore, path_for
+from rag.model import HEADING_SEP, Hit
+from rag.retrieve import entity_ranking, named_entities, search
+from rag.speed import FILE as SPEED_FILE
+from rag.speed import Speed, SpeedBook, Usage
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .clean import _md_parser
-from .config import ChunkingConfig
-from .model import Chunk
+from rag.clean import _md_parser
+from rag.config import ChunkingConfig
+from rag.model import Chunk
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _VISIBLE = re.compile(r"\S")

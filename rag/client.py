@@ -19,8 +19,8 @@ from typing import Any, Iterator
 
 import httpx
 
-from .config import Settings
-from .errors import LeanoteRagError, Unavailable, UserError
+from rag.config import Settings
+from rag.errors import LeanoteRagError, Unavailable, UserError
 
 BASE = "http://leanote-rag"  # the host part is ignored on a Unix socket
 SOCKET_PATH_MAX = 107  # sockaddr_un.sun_path, minus the terminating NUL

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-from .lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
+from rag.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _LETTERS = re.compile(r"[A-Za-z]")

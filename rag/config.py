@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError, UserError
+from rag.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 

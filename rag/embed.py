@@ -19,9 +19,9 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .config import EmbedderConfig
-from .errors import ConfigError, Unavailable, UserError
-from .redact import safe_url
+from rag.config import EmbedderConfig
+from rag.errors import ConfigError, Unavailable, UserError
+from rag.redact import safe_url
 
 log = logging.getLogger(__name__)
 

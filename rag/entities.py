@@ -42,8 +42,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import rjieba
 from markdown_it import MarkdownIt
 
-from .lexical import STOPWORDS
-from .model import Chunk
+from rag.lexical import STOPWORDS
+from rag.model import Chunk
 
 VERSION = 1  # bump when extraction changes what a note yields: notes are processed again
 NO_LLM_KINDS = ("term", "code", "tag", "heading", "link")

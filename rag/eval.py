@@ -29,13 +29,13 @@ from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING, Callable
 
-from .config import AnswerConfig
-from .errors import UserError
-from .model import Hit
-from .retrieve import RETRIEVERS
+from rag.config import AnswerConfig
+from rag.errors import UserError
+from rag.model import Hit
+from rag.retrieve import RETRIEVERS
 
 if TYPE_CHECKING:
-    from .answer import Answer
+    from rag.answer import Answer
 
 # (question, user id, k, retriever) -> hits: a local index's search or the daemon's
 Searcher = Callable[[str, str, int, str], list[Hit]]

@@ -26,9 +26,9 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from .config import AnswerConfig
-from .lexical import tokenize
-from .model import HEADING_SEP, Hit
+from rag.config import AnswerConfig
+from rag.lexical import tokenize
+from rag.model import HEADING_SEP, Hit
 
 _MARKER = re.compile(r"[\[【]\s*(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\s*[\]】]")
 _PARTIAL = re.compile(r"[\[【][\d\s,，、]{0,20}$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .lexical import tokenize
+from rag.lexical import tokenize
 
 EXCERPT_CHARS = 500
 

@@ -21,8 +21,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .errors import LeanoteRagError
-from .speed import Usage
+from rag.errors import LeanoteRagError
+from rag.speed import Usage
 
 log = logging.getLogger(__name__)
 

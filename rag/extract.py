@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from .errors import LeanoteRagError
-from .speed import Usage
+from rag.errors import LeanoteRagError
+from rag.speed import Usage
 
 SCHEMA = {
     "type": "object",

@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .answer import Answer
-from .config import Settings, prepare_state_dir
-from .errors import UserError
-from .sqlite import LockedDB
+from rag.answer import Answer
+from rag.config import Settings, prepare_state_dir
+from rag.errors import UserError
+from rag.sqlite import LockedDB
 
 FILE = "feedback.sqlite"
 KEEP_DAYS = 180

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from . import embed as embed_mod
-from .chunk import chunk_text
-from .clean import clean
-from .config import Settings
-from .errors import IndexMismatch, NoteError
-from .lexical import SparseVector, document_vector, search_text
-from .model import HEADING_SEP, Chunk, Note
-from .store import MANIFEST, SCHEMA_VERSION, PointData, Store, open_store, point_id
+from rag import embed as embed_mod
+from rag.chunk import chunk_text
+from rag.clean import clean
+from rag.config import Settings
+from rag.errors import IndexMismatch, NoteError
+from rag.lexical import SparseVector, document_vector, search_text
+from rag.model import HEADING_SEP, Chunk, Note
+from rag.store import MANIFEST, SCHEMA_VERSION, PointData, Store, open_store, point_id
 
 log = logging.getLogger(__name__)
 

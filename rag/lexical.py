@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import rjieba
 
-from .config import Bm25Config
+from rag.config import Bm25Config
 
 # CJK ideographs (+ kana/hangul) vs Latin/digit identifier runs. Anything else separates.
 WORD_RUNS = re.compile(

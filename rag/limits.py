@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import TooLarge
+from rag.errors import TooLarge
 
 SCAN = 4  # characters read per character kept, while collapsing whitespace
 _TEXT = re.compile(r"\S")

@@ -19,10 +19,10 @@ import logging
 import time
 from typing import AsyncIterator, Protocol
 
-from .config import OllamaConfig
-from .errors import ModelMissing, Unavailable
-from .redact import safe_url
-from .speed import Usage
+from rag.config import OllamaConfig
+from rag.errors import ModelMissing, Unavailable
+from rag.redact import safe_url
+from rag.speed import Usage
 
 log = logging.getLogger(__name__)
 

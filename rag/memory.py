@@ -41,15 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import entities as extraction
-from . import limits
-from .config import Settings, prepare_state_dir
-from .entities import VERSION, Entity, Span, norm
-from .errors import UserError
-from .extract import name_spans
-from .index import PreparedNote, note_meta
-from .model import Chunk, Note
-from .sqlite import LockedDB
+from rag import entities as extraction
+from rag import limits
+from rag.config import Settings, prepare_state_dir
+from rag.entities import VERSION, Entity, Span, norm
+from rag.errors import UserError
+from rag.extract import name_spans
+from rag.index import PreparedNote, note_meta
+from rag.model import Chunk, Note
+from rag.sqlite import LockedDB
 
 FILE = "memory.sqlite"
 TIER_TERMS = "terms"

@@ -38,11 +38,11 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .entities import LLM_KINDS, norm
-from .memory import MemoryStore
-from .model import Hit
-from .retrieve import named_entities
-from .store import Store
+from rag.entities import LLM_KINDS, norm
+from rag.memory import MemoryStore
+from rag.model import Hit
+from rag.retrieve import named_entities
+from rag.store import Store
 
 log = logging.getLogger(__name__)
 

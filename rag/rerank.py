@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor, TimeoutError
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from .config import RerankConfig
-from .errors import ModelMissing, UserError
-from .model import Hit
+from rag.config import RerankConfig
+from rag.errors import ModelMissing, UserError
+from rag.model import Hit
 
 log = logging.getLogger(__name__)
 

@@ -64,15 +64,15 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import limits
-from .config import RetrievalConfig
-from .entities import norm
-from .errors import UserError
-from .excerpt import CJK_RUN, question_terms
-from .index import NoteIndex
-from .lexical import WORD_RUNS, query_vector, tokenize
-from .model import HEADING_SEP, Hit
-from .store import Ranked
+from rag import limits
+from rag.config import RetrievalConfig
+from rag.entities import norm
+from rag.errors import UserError
+from rag.excerpt import CJK_RUN, question_terms
+from rag.index import NoteIndex
+from rag.lexical import WORD_RUNS, query_vector, tokenize
+from rag.model import HEADING_SEP, Hit
+from rag.store import Ranked
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import threading
 from typing import Self
 from pathlib import Path
 
-from .errors import BrokenState, UserError
+from rag.errors import BrokenState, UserError
 
 
 def open_db(path: Path, migrations: list[str], broken: str) -> sqlite3.Connection:

@@ -51,10 +51,10 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from .config import QdrantConfig, not_as_root, prepare_state_dir, secret
-from .errors import BrokenState, IndexMismatch, StoreLocked, Unavailable, UserError
-from .lexical import SparseVector
-from .redact import safe_url
+from rag.config import QdrantConfig, not_as_root, prepare_state_dir, secret
+from rag.errors import BrokenState, IndexMismatch, StoreLocked, Unavailable, UserError
+from rag.lexical import SparseVector
+from rag.redact import safe_url
 
 log = logging.getLogger(__name__)
 

@@ -54,12 +54,12 @@ from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserErr
 from rag.memory import MemoryStore
 from rag.retrieve import RETRIEVERS, resolve_user
 
-from .faults import reading_state
-from .report import status_report
-from .state import State
+from sync.faults import reading_state
+from sync.report import status_report
+from sync.state import State
 
 if TYPE_CHECKING:
-    from .daemon import Daemon
+    from sync.daemon import Daemon
 
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"

@@ -63,7 +63,7 @@ from rag.capture import (Attachment, Origin, Quote, Receipt, answer_note, compos
 from rag.config import Account, Settings, prepare_state_dir, secret
 from rag.errors import AuthFailed, LeanoteRagError, Refused, Unavailable
 
-from .sources.leanote_api import LeanoteApi, LeanoteWriter
+from sync.sources.leanote_api import LeanoteApi, LeanoteWriter
 
 log = logging.getLogger(__name__)
 

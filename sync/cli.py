@@ -14,10 +14,10 @@ from rag.client import find_daemon, say_door
 from rag.errors import Unavailable, UserError
 from rag.store import open_store
 
-from .faults import check_disk, reading_state
-from .report import print_pass, print_status, status_report
-from .service import SyncService
-from .state import State
+from sync.faults import check_disk, reading_state
+from sync.report import print_pass, print_status, status_report
+from sync.service import SyncService
+from sync.state import State
 
 
 def account_user_id(settings, name: str) -> str | None:
@@ -109,7 +109,7 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
 @pass_app
 def serve(app: App) -> None:
     """Run the sync daemon: incremental sync on a schedule, daily reconcile."""
-    from .daemon import Daemon
+    from sync.daemon import Daemon
 
     asyncio.run(Daemon(app.settings).run())
 
@@ -154,7 +154,7 @@ def status(app: App, as_json: bool) -> None:
 @pass_app
 def doctor(app: App) -> None:
     """Check config, the source (reachability, login), the index and the embedder; say how to fix what fails."""
-    from .doctor import run_checks
+    from sync.doctor import run_checks
 
     failed = 0
     for check in run_checks(app):

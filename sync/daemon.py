@@ -46,15 +46,15 @@ from rag.index import NoteIndex
 from rag.metrics import Metrics
 from rag.redact import safe_url
 
-from . import api
-from .capture import Capture
-from .faults import ServeLock, check_disk, state_fault
-from .memory_jobs import MemoryJobs
-from .metrics_wiring import attach_metrics
-from .notify import Notifier
-from .service import PassResult, SyncService
-from .state import State
-from .watch import watch
+from sync import api
+from sync.capture import Capture
+from sync.faults import ServeLock, check_disk, state_fault
+from sync.memory_jobs import MemoryJobs
+from sync.metrics_wiring import attach_metrics
+from sync.notify import Notifier
+from sync.service import PassResult, SyncService
+from sync.state import State
+from sync.watch import watch
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from rag.speed import load as load_speeds
 from rag.speed import meaning
 from rag.store import open_store
 
-from .faults import MIN_FREE, free_bytes
-from .sources import open_source
-from .state import State
+from sync.faults import MIN_FREE, free_bytes
+from sync.sources import open_source
+from sync.state import State
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ from rag.index import NoteIndex
 from rag.memory import MemoryStore
 from rag.model import Note, Notebook
 
-from .indexer import Indexer, Summary
-from .sources import AccountSession, BookPath, Skipped, notebook_paths
-from .state import INDEXED, NoteRecord, State
+from sync.indexer import Indexer, Summary
+from sync.sources import AccountSession, BookPath, Skipped, notebook_paths
+from sync.state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
 

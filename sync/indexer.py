@@ -44,9 +44,9 @@ from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
 from rag.memory import MemoryStore
 from rag.model import Note, rule_key
 
-from .memory_jobs import wanted as llm_wanted
-from .sources import Checkpoint, Known, SnapshotItem, Skipped, Unchanged
-from .state import INDEXED, AccountRecord, NoteRecord, State
+from sync.memory_jobs import wanted as llm_wanted
+from sync.sources import Checkpoint, Known, SnapshotItem, Skipped, Unchanged
+from sync.state import INDEXED, AccountRecord, NoteRecord, State
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Callable
 from rag.answer import AnswerService
 from rag.metrics import AccountState, Metrics, StateSnapshot, UserCounts
 
-from .service import SyncService
-from .state import INDEXED, State
+from sync.service import SyncService
+from sync.state import INDEXED, State
 
 
 def state_snapshot(state_dir: Path, source: str | None = None) -> Callable[[], StateSnapshot]:

@@ -20,12 +20,12 @@ from rag.store import Store
 
 from rag.errors import DiskFull
 
-from .capture import Outbox, account_emails
-from .faults import check_disk
-from .incremental import USN_BACK
-from .indexer import Summary
-from .memory_jobs import outlook, wanted as llm_wanted
-from .state import State
+from sync.capture import Outbox, account_emails
+from sync.faults import check_disk
+from sync.incremental import USN_BACK
+from sync.indexer import Summary
+from sync.memory_jobs import outlook, wanted as llm_wanted
+from sync.state import State
 
 
 def when(ts: float | None) -> str | None:

@@ -51,11 +51,11 @@ from rag.index import NoteIndex
 from rag.memory import MemoryStore
 from rag import related
 
-from .faults import check_disk, state_fault
-from .incremental import AccountResult, AccountSync
-from .indexer import OPTIMIZE_PENDING, Indexer, Progress, Stopped, Summary
-from .sources import Known, open_source
-from .state import Indexed, State
+from sync.faults import check_disk, state_fault
+from sync.incremental import AccountResult, AccountSync
+from sync.indexer import OPTIMIZE_PENDING, Indexer, Progress, Stopped, Summary
+from sync.sources import Known, open_source
+from sync.state import Indexed, State
 
 log = logging.getLogger(__name__)
 

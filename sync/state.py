@@ -36,7 +36,7 @@ from rag.config import prepare_state_dir
 from rag.errors import BrokenState, UserError
 from rag.model import Notebook
 
-from .faults import broken_state
+from sync.faults import broken_state
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from watchfiles import Change, awatch
 
 from rag.errors import UserError
 
-from .sources.files import SUFFIXES
-from .sources.mongodump import BACKUP
-from .state import State
+from sync.sources.files import SUFFIXES
+from sync.sources.mongodump import BACKUP
+from sync.state import State
 
 log = logging.getLogger(__name__)
 

@@ -133,25 +133,25 @@ class IncrementalSource(Protocol):
 
 
 def _files(settings: Settings) -> NoteSource:
-    from .files import FilesSource
+    from sync.sources.files import FilesSource
 
     return FilesSource(settings.source.path, settings.source.user_id)
 
 
 def _mongodump(settings: Settings) -> NoteSource:
-    from .mongodump import MongodumpSource
+    from sync.sources.mongodump import MongodumpSource
 
     return MongodumpSource(settings.source.path, settings.state_dir)
 
 
 def _leanote_api(settings: Settings) -> IncrementalSource:
-    from .leanote_api import ApiSource
+    from sync.sources.leanote_api import ApiSource
 
     return ApiSource(settings)
 
 
 def _mongodb(settings: Settings) -> IncrementalSource:
-    from .mongodb import MongoSource
+    from sync.sources.mongodb import MongoSource
 
     return MongoSource(settings)
 

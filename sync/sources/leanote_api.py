@@ -35,7 +35,7 @@ from rag.errors import AuthFailed, NoteError, Refused, Unavailable
 from rag.redact import safe_url
 from rag.model import Note, Notebook
 
-from . import Page, Skipped, fields
+from sync.sources import Page, Skipped, fields
 
 log = logging.getLogger(__name__)
 

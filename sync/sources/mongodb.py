@@ -21,7 +21,7 @@ from rag.errors import NoteError, Unavailable, UserError
 from rag.model import Note, Notebook
 from rag.redact import safe_url
 
-from . import Page, Skipped, fields
+from sync.sources import Page, Skipped, fields
 
 log = logging.getLogger(__name__)
 
