@@ -32,8 +32,8 @@ SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
 from fakes.ollama import FakeOllama  # noqa: E402
 
 from rag import config  # noqa: E402
-from rag.answer import AnswerService  # noqa: E402
-from rag.index import NoteIndex  # noqa: E402
+from rag.answer.service import AnswerService  # noqa: E402
+from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.llm import OllamaChat  # noqa: E402
 
 

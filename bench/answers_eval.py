@@ -88,7 +88,7 @@ def run_eval(config: Path, with_changes: bool, questions: Path = DEV) -> dict:
 class Recorder:
     """A pass-through HTTP server in front of the real Ollama that keeps every chat it
     relays (the messages the model read, the text it wrote) as JSON lines in ``path``,
-    so ``bench/reread.py`` can read the replies again with a changed ``rag.grounding``."""
+    so ``bench/reread.py`` can read the replies again with a changed ``rag.answer.grounding``."""
 
     def __init__(self, upstream: str, path: Path):
         import http.server

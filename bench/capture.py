@@ -34,7 +34,7 @@ WORDS = ["路由器", "备份", "端口", "证书", "密码", "数据库", "菜�
 
 
 async def searchable(daemon, text: str, note_id: str, timeout: float = 60.0) -> float:
-    from rag.retrieve import search
+    from rag.index.retrieve import search
 
     started = time.monotonic()
     while time.monotonic() - started < timeout:

@@ -72,8 +72,8 @@ print(json.dumps(summary))
 EMBED_ALONE = """
 import json, sys, time
 from rag import config
-from rag.embed import load
-from rag.index import NoteIndex
+from rag.index.embed import load
+from rag.index.note_index import NoteIndex
 s = config.load(sys.argv[1])
 with NoteIndex.open(s) as index:
     texts = []
@@ -86,7 +86,7 @@ with NoteIndex.open(s) as index:
         texts += [r.payload["text"] for r in recs]
         if offset is None:
             break
-from rag.index import embed_text
+from rag.index.note_index import embed_text
 from rag.model import Chunk
 texts = [embed_text(Chunk(0, t, (), 0, len(t))) for t in texts]
 e = load(s.embedder)
@@ -98,8 +98,8 @@ print(json.dumps({"chunks": len(texts), "seconds": time.perf_counter() - t, "pea
 SEARCH = """
 import json, sys, time, resource
 from rag import config
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 s = config.load(sys.argv[1])
 questions = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
 t0 = time.perf_counter()
@@ -122,8 +122,8 @@ REPLICATE = """
 import json, sys, time
 import numpy as np
 import qdrant_edge as qe
-from rag.store import EdgeStore, PointData, point_id
-from rag.lexical import SparseVector
+from rag.index.store import EdgeStore, PointData, point_id
+from rag.index.lexical import SparseVector
 src = qe.EdgeShard.load(sys.argv[1])
 target, goal = sys.argv[2], int(sys.argv[3])
 points, offset = [], None
@@ -159,7 +159,7 @@ print(json.dumps({"points": n, "copies": copies, "upsert_s": upsert_s, "optimize
 
 REOPEN = """
 import json, sys, time
-from rag.store import EdgeStore
+from rag.index.store import EdgeStore
 t = time.perf_counter()
 s = EdgeStore(sys.argv[1], 512)
 print(json.dumps({"reopen_s": time.perf_counter() - t}))
@@ -168,11 +168,11 @@ print(json.dumps({"reopen_s": time.perf_counter() - t}))
 SEARCH_100K = """
 import json, sys, time
 from rag.config import RetrievalConfig
-from rag.embed import load
+from rag.index.embed import load
 from rag.config import EmbedderConfig
-from rag.lexical import query_vector
-from rag.retrieve import fuse, cap_per_note
-from rag.store import EdgeStore
+from rag.index.lexical import query_vector
+from rag.index.retrieve import fuse, cap_per_note
+from rag.index.store import EdgeStore
 questions = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
 cfg = RetrievalConfig()
 e = load(EmbedderConfig())

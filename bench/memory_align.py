@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import make_settings  # noqa: E402
 
-from rag.feedback import FeedbackStore  # noqa: E402
-from rag.memory import VERSION, MemoryStore, path_for  # noqa: E402
+from rag.answer.feedback import FeedbackStore  # noqa: E402
+from rag.memory.store import VERSION, MemoryStore, path_for  # noqa: E402
 from sync.service import SyncService  # noqa: E402
 from sync.state import INDEXED, NoteRecord, State  # noqa: E402
 

@@ -1,11 +1,11 @@
-"""What the memory's LLM tier (rag.extract) costs over the shared corpus, against the fake Ollama.
+"""What the memory's LLM tier (rag.memory.extract) costs over the shared corpus, against the fake Ollama.
 
     .venv/bin/python bench/memory_llm.py                # needs ../shared
     .venv/bin/python bench/memory_llm.py --mangle-every 0 --out -
 
 Every note of the corpus that would be indexed (not trashed or deleted) is prepared as the
 indexer prepares it (cleaned and chunked, ``text_of`` its chunks: the text an LLM job gets)
-and extracted with ``rag.extract.extract`` through the real client (``AnswerService._stream``,
+and extracted with ``rag.memory.extract.extract`` through the real client (``AnswerService._stream``,
 ``OllamaChat``) against tests/fakes/ollama.py, a real HTTP server speaking /api/chat. The fake
 is given a stand-in extractor for requests with a ``format`` (``Extractor``): from the section
 it is sent it replies with schema-valid JSON, a one-line summary, the no-LLM tier's entities of
@@ -52,11 +52,11 @@ OUT = REPO / "bench" / "memory_llm_results.json"
 from fakes.ollama import FakeOllama, Reply, _content, _pieces  # noqa: E402
 
 from rag import config  # noqa: E402
-from rag import entities as entities_mod  # noqa: E402
-from rag import extract as extract_mod  # noqa: E402
-from rag.answer import AnswerService  # noqa: E402
-from rag.entities import text_of  # noqa: E402
-from rag.index import NoteIndex  # noqa: E402
+from rag.memory import entities as entities_mod  # noqa: E402
+from rag.memory import extract as extract_mod  # noqa: E402
+from rag.answer.service import AnswerService  # noqa: E402
+from rag.memory.entities import text_of  # noqa: E402
+from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.llm import OllamaChat  # noqa: E402
 from rag.model import Note  # noqa: E402
 from rag.speed import Speed  # noqa: E402

@@ -3,7 +3,7 @@
     .venv/bin/python bench/prompt_cache.py --ollama-host http://127.0.0.1:11435 \
         --model qwen2.5-coder:1.5b-instruct [--questions 12] [--chars 2000]
 
-The product's prompt (``rag.evidence.messages``: the fixed instructions first, then the
+The product's prompt (``rag.answer.evidence.messages``: the fixed instructions first, then the
 evidence, the question last) for dev questions, their evidence from the bench index
 (``bench/corpus.yaml``, built by ``make eval``), cut to ``--chars`` characters as a slow
 machine's budget would. Each question is sent twice:
@@ -76,9 +76,9 @@ def main() -> int:
         return 2
 
     from rag import config as config_mod
-    from rag.evidence import build_evidence, messages
-    from rag.index import NoteIndex
-    from rag.retrieve import search
+    from rag.answer.evidence import build_evidence, messages
+    from rag.index.note_index import NoteIndex
+    from rag.index.retrieve import search
 
     raw = yaml.safe_load((REPO / "bench" / "corpus.yaml").read_text(encoding="utf-8"))
     raw["state_dir"] = str(REPO / "bench" / "data")

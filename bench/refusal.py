@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 
 from rag import config
-from rag.answer import dense_outlier, relevance
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.answer.service import dense_outlier, relevance
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))

@@ -2,7 +2,7 @@
 
 Needs the corpus index with its memory (``.venv/bin/leanote-rag --config bench/corpus.yaml index
 --reconcile`` once after the memory came). For every note of the corpus it computes the related notes
-(``rag.related.compute``, no threshold, so the ranking is what is measured) twice:
+(``rag.memory.related.compute``, no threshold, so the ranking is what is measured) twice:
 
 - ``content``: chunk similarity + shared rare entities only;
 - ``with_links``: the same plus the notes the note itself links to (resolved as ``related_links`` does), as
@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from related_links import load_notes, recall_at_k, scan  # noqa: E402
 
 from rag import config as config_mod  # noqa: E402
-from rag import related  # noqa: E402
-from rag.index import NoteIndex  # noqa: E402
-from rag.memory import MemoryStore  # noqa: E402
+from rag.memory import related  # noqa: E402
+from rag.index.note_index import NoteIndex  # noqa: E402
+from rag.memory.store import MemoryStore  # noqa: E402
 from sync.service import chunk_vectors  # noqa: E402
 from sync.state import State  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Read recorded real-model replies again with this checkout's ``rag.grounding``.
+"""Read recorded real-model replies again with this checkout's ``rag.answer.grounding``.
 
     .venv/bin/python bench/answers_eval.py --ollama-host URL --record replies.jsonl   # once: the model's work
     .venv/bin/python bench/reread.py replies.jsonl ["ollama qwen2.5-coder:1.5b-instruct"]
@@ -48,7 +48,7 @@ def prompt_parts(messages: list[dict]) -> tuple[str, dict[int, tuple[str, str]]]
 
 
 def citing(reply: str, question: str, blocks: dict, refusal: str) -> tuple[str, list[int]]:
-    from rag import grounding
+    from rag.answer import grounding
 
     reading = grounding.read(reply, question, blocks)
     if grounding.refuses(reply, refusal):

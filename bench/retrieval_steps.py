@@ -17,7 +17,7 @@ Variants are a list of ``Variant(name, make)``: ``make(index)`` returns a functi
 expansion of a stand-in LLM that returns the question itself (an expansion must never
 make a question worse; a real LLM's terms can only be measured with a real LLM).
 "(d) + entities (memory)" is (b) with the "entities" ranking fused in at
-``rag.retrieve.ENTITY_WEIGHT``, made as ``AnswerService`` makes it (``named_entities`` then
+``rag.index.retrieve.ENTITY_WEIGHT``, made as ``AnswerService`` makes it (``named_entities`` then
 ``entity_ranking`` over the index's memory, ``<state_dir>/memory.sqlite``; its time counts in
 the variant's p50); (b) is the same search without it, as with ``memory.enabled: false``.
 Left out (with a note) when the index has no memory.
@@ -40,10 +40,10 @@ import yaml
 
 from rag import config
 from rag.eval import _outcome, load_questions, normalise
-from rag.index import NoteIndex
-from rag.memory import MemoryStore, path_for
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore, path_for
 from rag.model import Hit
-from rag.retrieve import ENTITY_WEIGHT, entity_ranking, named_entities, search
+from rag.index.retrieve import ENTITY_WEIGHT, entity_ranking, named_entities, search
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
@@ -79,7 +79,7 @@ def hybrid(**retrieval) -> Callable[[NoteIndex], Search]:
 def echoed(**retrieval) -> Callable[[NoteIndex], Search]:
     """As ``hybrid``, with the query expansion of a stand-in LLM that returns the question
     itself as its terms and its hypothetical answer: the check that an expansion never
-    makes a question worse (rag.expand)."""
+    makes a question worse (rag.answer.expand)."""
 
     def make(index: NoteIndex) -> Search:
         view = _view(index, retrieval)

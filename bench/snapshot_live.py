@@ -36,7 +36,7 @@ EXAMPLES = REPO / "examples" / "notes"
 sys.path.insert(0, str(REPO))
 
 from rag import config  # noqa: E402
-from rag.index import NoteIndex  # noqa: E402
+from rag.index.note_index import NoteIndex  # noqa: E402
 from sync.service import SyncService  # noqa: E402
 from sync.sources.files import stable_id  # noqa: E402
 from sync.state import State  # noqa: E402

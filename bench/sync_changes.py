@@ -16,7 +16,7 @@ entities as notes are indexed, related notes recomputed after each pass), ``off`
 ``memory.enabled: false``. The top-level keys are the first run's (``on`` with both);
 ``memory`` holds both runs side by side: each pass's time, the time the indexer spent
 bringing the memory in line (``Indexer._update_memory``) and the related-notes refresh
-after it (``rag.related.refresh``: notes recomputed, pairs found, seconds), both timed by
+after it (``rag.memory.related.refresh``: notes recomputed, pairs found, seconds), both timed by
 wrapping those functions here. The retrieval eval runs once, in the first run (``search``
 does not read the memory: the entities ranking is an answer's, see
 bench/retrieval_steps.py).
@@ -42,10 +42,10 @@ CORPUS = SHARED / "corpus"
 from fakes.leanote import FakeLeanote  # noqa: E402
 
 from rag import config  # noqa: E402
-from rag import related  # noqa: E402
+from rag.memory import related  # noqa: E402
 from rag.eval import evaluate, load_questions, report_json  # noqa: E402
-from rag.index import NoteIndex  # noqa: E402
-from rag.retrieve import search  # noqa: E402
+from rag.index.note_index import NoteIndex  # noqa: E402
+from rag.index.retrieve import search  # noqa: E402
 from sync import indexer as indexer_mod  # noqa: E402
 from sync import service as service_mod  # noqa: E402
 from sync.service import SyncService  # noqa: E402
@@ -63,7 +63,7 @@ class MemoryMeter:
 
     def __init__(self):
         self.update_s = 0.0
-        self.refreshes: list = []  # rag.related.Refresh per pass
+        self.refreshes: list = []  # rag.memory.related.Refresh per pass
         self._update = indexer_mod.Indexer._update_memory
         self._refresh = related.refresh
 

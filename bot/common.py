@@ -1,5 +1,5 @@
 """What both bots share: the host they run in, streaming edits at a steady pace, and
-the texts of their commands. The answer pipeline itself is ``rag.answer.AnswerService``,
+the texts of their commands. The answer pipeline itself is ``rag.answer.service.AnswerService``,
 one instance for both bots."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from datetime import datetime
 from typing import Awaitable, Callable, Iterator, Protocol
 
 from rag import limits
-from rag import related as related_mod
-from rag.answer import AnswerService, Trace
+from rag.memory import related as related_mod
+from rag.answer.service import AnswerService, Trace
 from rag.capture import Attachment, Origin, Quote, Receipt
 from rag.config import Settings, secret
 from rag.errors import UserError
-from rag.feedback import FeedbackStore
-from rag.index import NoteIndex
-from rag.memory import MemoryStore, correction_id, correction_target
-from rag.memory import path_for as memory_path
+from rag.answer.feedback import FeedbackStore
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore, correction_id, correction_target
+from rag.memory.store import path_for as memory_path
 from rag.metrics import Metrics
 
 

@@ -42,11 +42,11 @@ from typing import Iterator
 import discord
 from discord import app_commands
 
-from rag.answer import Candidate, Trace
+from rag.answer.service import Candidate, Trace
 from rag.capture import Attachment, Origin, Quote
 from rag.config import secret
 from rag.errors import ConfigError
-from rag.feedback import NotYours, UnknownAnswer
+from rag.answer.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from bot.access import Access, Person

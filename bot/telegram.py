@@ -49,11 +49,11 @@ from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, Tele
 from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes,
                           MessageHandler, filters)
 
-from rag.answer import Candidate, Trace
+from rag.answer.service import Candidate, Trace
 from rag.capture import Attachment, Origin, Quote, Receipt, md_escape, md_label, md_url
 from rag.config import secret
 from rag.errors import ConfigError
-from rag.feedback import NotYours, UnknownAnswer
+from rag.answer.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from bot.access import STRANGER, Access, Person

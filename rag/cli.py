@@ -27,16 +27,16 @@ import click
 from rag import config as config_mod
 from rag import limits
 from rag.door import Door, open_door
-from rag.excerpt import excerpt
+from rag.index.excerpt import excerpt
 from rag.errors import LeanoteRagError, UserError
-from rag.entities import KINDS
+from rag.memory.entities import KINDS
 from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
-from rag.feedback import FeedbackStore, path_for
-from rag.index import NoteIndex
-from rag.memory import MemoryStore, correction_id, correction_target
-from rag.memory import path_for as memory_path
+from rag.answer.feedback import FeedbackStore, path_for
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore, correction_id, correction_target
+from rag.memory.store import path_for as memory_path
 from rag.redact import redact_in_logs, safe_url
-from rag.retrieve import RETRIEVERS, resolve_user
+from rag.index.retrieve import RETRIEVERS, resolve_user
 
 log = logging.getLogger("leanote_rag")
 
@@ -623,7 +623,7 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
 @pass_app
 def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -> None:
     """Notes related to a note (its id) or to a question (the notes found for it, then theirs)."""
-    from rag import related as related_mod
+    from rag.memory import related as related_mod
 
     limits.check(target, app.settings.limits.question_chars, "the question")
     with _open_memory(app) as store:

@@ -249,7 +249,7 @@ class CaptureConfig(Section):
 
 
 class MemoryConfig(Section):
-    """What the notes are about (``rag.memory``): entities and their mentions, kept beside the index."""
+    """What the notes are about (``rag.memory.store``): entities and their mentions, kept beside the index."""
 
     enabled: bool = Field(default=True, description="extract entities (terms, code, tags, headings, links) as notes are indexed")
     llm: Literal["auto", "on", "off"] = Field(
@@ -411,7 +411,7 @@ class RetrievalConfig(Section):
         description="LLM-assisted retrieval for paraphrased questions: one short generation of terms and a "
         "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in the first-token budget",
     )
-    # The right passage of the right note: see rag.retrieve, "The passage step".
+    # The right passage of the right note: see rag.index.retrieve, "The passage step".
     passages: bool = Field(
         default=True,
         description="hybrid search looks again inside its best notes and puts the passages holding the "

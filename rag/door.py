@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Protocol
 
-from rag.answer import Answer, AnswerService, Citation
+from rag.answer.service import Answer, AnswerService, Citation
 from rag.client import DaemonClient, find_daemon, say_door
 from rag.config import Settings
 from rag.errors import Unavailable
-from rag.index import NoteIndex
+from rag.index.note_index import NoteIndex
 from rag.model import Hit
-from rag.retrieve import search as search_index
+from rag.index.retrieve import search as search_index
 
 
 class Door(Protocol):

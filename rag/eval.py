@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Callable
 from rag.config import AnswerConfig
 from rag.errors import UserError
 from rag.model import Hit
-from rag.retrieve import RETRIEVERS
+from rag.index.retrieve import RETRIEVERS
 
 if TYPE_CHECKING:
-    from rag.answer import Answer
+    from rag.answer.service import Answer
 
 # (question, user id, k, retriever) -> hits: a local index's search or the daemon's
 Searcher = Callable[[str, str, int, str], list[Hit]]

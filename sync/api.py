@@ -16,7 +16,7 @@ render), ``POST /sync`` (a pass now; with ``wait`` NDJSON ``progress`` events an
 ``result``; ``rebuild`` empties the index first), ``GET /metrics`` (Prometheus; admin),
 ``GET /openapi.json``.
 
-The memory (``rag.explore``): ``GET /memory/find``, ``/memory/graph``, ``/memory/note/{id}``,
+The memory (``rag.memory.explore``): ``GET /memory/find``, ``/memory/graph``, ``/memory/note/{id}``,
 ``/memory/entity``, ``POST /memory/verdict`` (reject or confirm a fact or a related pair);
 ``GET /explorer`` is a page over them (its graph library, vis-network, is served from the
 ``pyvis`` package; the page asks for a token when it is opened over TCP).
@@ -47,12 +47,14 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from rag import explore, limits
+from rag.memory import explore
+
+from rag import limits
 from rag.client import check_socket_path
 from rag.config import secret
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
-from rag.memory import MemoryStore
-from rag.retrieve import RETRIEVERS, resolve_user
+from rag.memory.store import MemoryStore
+from rag.index.retrieve import RETRIEVERS, resolve_user
 
 from sync.faults import reading_state
 from sync.report import status_report

@@ -12,7 +12,7 @@ from tqdm import tqdm
 from rag.cli import USER_NAMES, App, pass_app
 from rag.client import find_daemon, say_door
 from rag.errors import Unavailable, UserError
-from rag.store import open_store
+from rag.index.store import open_store
 
 from sync.faults import check_disk, reading_state
 from sync.report import print_pass, print_status, status_report

@@ -37,12 +37,12 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from rag import config as config_mod
-from rag.answer import AnswerService
+from rag.answer.service import AnswerService
 from rag.config import Settings
 from rag.client import find_daemon
 from rag.errors import DiskFull, StoreLocked, UserError
-from rag.feedback import KEEP_DAYS, FeedbackStore
-from rag.index import NoteIndex
+from rag.answer.feedback import KEEP_DAYS, FeedbackStore
+from rag.index.note_index import NoteIndex
 from rag.metrics import Metrics
 from rag.redact import safe_url
 

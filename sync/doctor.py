@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Iterator
 
-from rag import embed as embed_mod
+from rag.index import embed as embed_mod
 from rag.config import Settings, make_private
 from rag.client import find_daemon
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, StoreLocked, UserError
@@ -19,7 +19,7 @@ from rag.redact import safe_url
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.speed import meaning
-from rag.store import open_store
+from rag.index.store import open_store
 
 from sync.faults import MIN_FREE, free_bytes
 from sync.sources import open_source
@@ -282,7 +282,7 @@ def _embedder(settings: Settings) -> Iterator[Check]:
 
 
 def _reranker(settings: Settings) -> Iterator[Check]:
-    from rag import rerank
+    from rag.answer import rerank
 
     kind, why = rerank.resolve(settings.rerank)
     name = f"reranker ({settings.rerank.kind})"

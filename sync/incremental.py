@@ -29,8 +29,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from rag.index import NoteIndex
-from rag.memory import MemoryStore
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore
 from rag.model import Note, Notebook
 
 from sync.indexer import Indexer, Summary

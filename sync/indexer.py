@@ -13,7 +13,7 @@ counts as seen and unchanged; ``known()`` tells the source what earlier passes
 recorded, and a ``Checkpoint`` is kept once the whole snapshot is through.
 ``sync.incremental`` drives ``apply``/``commit`` page by page for live sources.
 
-With a ``MemoryStore`` (``rag.memory``), each commit also brings the memory in line for
+With a ``MemoryStore`` (``rag.memory.store``), each commit also brings the memory in line for
 exactly the notes of its transaction, right after it: a note (re)indexed with new text
 gets its entities extracted anew, a note moved or retagged gets its tags and notebook
 updated, a note that left the index (gone, trashed, deleted, made private) loses
@@ -40,8 +40,8 @@ import numpy as np
 
 from rag.config import ExcludeConfig
 from rag.errors import LeanoteRagError, NoteError, UserError
-from rag.index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
-from rag.memory import MemoryStore
+from rag.index.note_index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
+from rag.memory.store import MemoryStore
 from rag.model import Note, rule_key
 
 from sync.memory_jobs import wanted as llm_wanted
@@ -491,7 +491,7 @@ class Indexer:
         started = time.monotonic()
         llm_jobs = llm_wanted(self.index.settings)
         steps: list[tuple[str, str, Callable[[], object]]] = []  # (note id or "", what, the call)
-        # related notes (rag.related): queue the changed notes and those whose pairs point at a
+        # related notes (rag.memory.related): queue the changed notes and those whose pairs point at a
         # changed or removed one, before the memory drops those pairs; recomputed after the pass
         removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
         changed = {n: p.note.user_id for n, p in remember.items()}

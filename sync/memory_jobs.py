@@ -1,5 +1,5 @@
 """The memory's LLM tier in the daemon: a worker that takes the jobs the indexer queued
-(``MemoryStore.enqueue_llm``), oldest first, and stores what ``rag.extract`` finds:
+(``MemoryStore.enqueue_llm``), oldest first, and stores what ``rag.memory.extract`` finds:
 the summary, the facts and the typed entities (``MemoryStore.store_llm``).
 
 - A job whose note changed or went since it was queued is dropped (its content hash);
@@ -35,10 +35,10 @@ import time
 from collections import Counter
 from typing import Callable
 
-from rag import extract as extract_mod
+from rag.memory import extract as extract_mod
 from rag.config import Settings
 from rag.errors import LeanoteRagError
-from rag.memory import MemoryStore
+from rag.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class MemoryJobs:
                  quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0, report_every: float = 300.0):
         self.settings = settings
         self.memory = memory
-        self.answers = answers  # rag.answer.AnswerService: its chat model, _stream, answers_waiting_or_writing
+        self.answers = answers  # rag.answer.service.AnswerService: its chat model, _stream, answers_waiting_or_writing
         self.clock = clock
         self.delays = tuple(delays)
         self.poll, self.quiet, self.idle, self.probe = poll, quiet, idle, probe

@@ -12,7 +12,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Callable
 
-from rag.answer import AnswerService
+from rag.answer.service import AnswerService
 from rag.metrics import AccountState, Metrics, StateSnapshot, UserCounts
 
 from sync.service import SyncService

@@ -11,12 +11,12 @@ from typing import Iterable
 import click
 
 from rag.config import Settings
-from rag.memory import MemoryStore
-from rag.memory import path_for as memory_path
+from rag.memory.store import MemoryStore
+from rag.memory.store import path_for as memory_path
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.speed import meaning
-from rag.store import Store
+from rag.index.store import Store
 
 from rag.errors import DiskFull
 

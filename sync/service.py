@@ -18,12 +18,12 @@ it committed; the next one carries on from there.
 
 What is derived from notes goes with them whatever failed before (``align_derived``:
 at a process's first pass, after every pass that changed notes, failed or stopped, and
-until an alignment succeeds; an idle pass skips it). The memory (``rag.memory``) loses every note the index no
+until an alignment succeeds; an idle pass skips it). The memory (``rag.memory.store``) loses every note the index no
 longer holds (gone, trashed, deleted, excluded by the privacy rules), whether the write
 that should have removed it failed, a kill came between the index's commit and the
 memory's, or the rules changed while it was not running; the notes it keeps are shown
 with the title, notebook and tags the index has (a retag whose write failed). The
-feedback store (``rag.feedback``) stops showing the text and titles of the notes an
+feedback store (``rag.answer.feedback``) stops showing the text and titles of the notes an
 answer cited that the index no longer holds. Each compares note ids (and labels) read in
 one query per table, never a query per note. The other way round (a note indexed at a
 text the memory lacks) is the indexer's (``memory_behind``).
@@ -45,11 +45,11 @@ from typing import Callable
 
 from rag.config import Settings
 from rag.errors import AuthFailed, BrokenState, DiskFull, LeanoteRagError, Unavailable, UserError
-from rag.entities import norm
-from rag.feedback import FeedbackStore, path_for as feedback_path
-from rag.index import NoteIndex
-from rag.memory import MemoryStore
-from rag import related
+from rag.memory.entities import norm
+from rag.answer.feedback import FeedbackStore, path_for as feedback_path
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore
+from rag.memory import related
 
 from sync.faults import check_disk, state_fault
 from sync.incremental import AccountResult, AccountSync

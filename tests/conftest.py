@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rag import config as config_mod
-from rag import embed as embed_mod
+from rag.index import embed as embed_mod
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "notes"
@@ -55,7 +55,7 @@ def make_settings(tmp_path: Path, **sections) -> config_mod.Settings:
 
 def index_samples(tmp_path: Path, embedder, **sections) -> config_mod.Settings:
     """Settings over the sample notes (``sections`` as for make_settings), the notes indexed."""
-    from rag.index import NoteIndex
+    from rag.index.note_index import NoteIndex
     from sync.indexer import Indexer
     from sync.sources import open_source
     from sync.state import State
@@ -73,7 +73,7 @@ def index_samples(tmp_path: Path, embedder, **sections) -> config_mod.Settings:
 
 def run_pass(settings: config_mod.Settings, embedder, rebuild: bool = False):
     """One forced sync pass over the settings' source (the real SyncService); its result."""
-    from rag.index import NoteIndex
+    from rag.index.note_index import NoteIndex
     from sync.service import SyncService
     from sync.state import State
 

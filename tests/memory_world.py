@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rag.memory import MemoryStore
+from rag.memory.store import MemoryStore
 
 from conftest import make_settings, run_pass
 

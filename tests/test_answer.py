@@ -1,5 +1,5 @@
-from rag.answer import REFUSAL, extractive
-from rag.excerpt import excerpt
+from rag.answer.service import REFUSAL, extractive
+from rag.index.excerpt import excerpt
 from rag.model import Hit
 
 from conftest import EXAMPLES

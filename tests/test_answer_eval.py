@@ -10,11 +10,11 @@ import shutil
 
 import pytest
 
-from rag.answer import Answer, Candidate, Citation, Trace
+from rag.answer.service import Answer, Candidate, Citation, Trace
 from rag.cli import main
-from rag.evidence import Evidence, messages
-from rag.expand import SCHEMA, parse
-from rag.expand import SYSTEM as EXPAND_SYSTEM
+from rag.answer.evidence import Evidence, messages
+from rag.answer.expand import SCHEMA, parse
+from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.config import OllamaConfig
 from rag.eval import answer_report, percentile
 from rag.llm import OllamaChat

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from rag import config as config_mod
-from rag.answer import LLM_DOWN_EN, LLM_DOWN_ZH, AnswerService
-from rag.evidence import CitationFilter, build_evidence, cited, messages
-from rag.index import NoteIndex
+from rag.answer.service import LLM_DOWN_EN, LLM_DOWN_ZH, AnswerService
+from rag.answer.evidence import CitationFilter, build_evidence, cited, messages
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.model import Hit
 
@@ -294,7 +294,7 @@ def test_without_an_llm_the_answer_is_extractive(indexed, use_embedder):
 
 
 def test_history_keeps_within_its_character_budget():
-    from rag.answer import Conversations, Trace
+    from rag.answer.service import Conversations, Trace
 
     c = Conversations(max_chars=30, idle_reset=60, clock=lambda: 0.0)
     for i in range(5):

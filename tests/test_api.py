@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rag.index import NoteIndex
+from rag.index.note_index import NoteIndex
 from sync.sources.files import stable_id
 
 from conftest import free_port

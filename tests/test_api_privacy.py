@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rag.index import NoteIndex
+from rag.index.note_index import NoteIndex
 from sync.daemon import Daemon
 
 from conftest import SCENARIO, free_port, make_settings, until, within

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag.chunk import chunk_text, size
+from rag.index.chunk import chunk_text, size
 from rag.config import ChunkingConfig
 
 CFG = ChunkingConfig()

@@ -1,6 +1,6 @@
 import pytest
 
-from rag.clean import clean, html_to_markdown, strip_front_matter
+from rag.index.clean import clean, html_to_markdown, strip_front_matter
 
 from conftest import EXAMPLES
 

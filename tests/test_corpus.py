@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from rag.index import NoteIndex
+from rag.index.note_index import NoteIndex
 from rag.model import Note
-from rag.retrieve import search
+from rag.index.retrieve import search
 from sync.indexer import Indexer
 from sync.sources.mongodump import MongodumpSource
 from sync.state import State

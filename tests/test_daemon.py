@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.retrieve import search
-from rag.store import EdgeStore
+from rag.index.retrieve import search
+from rag.index.store import EdgeStore
 from sync.daemon import Daemon
 
 from conftest import SCENARIO, make_settings, within

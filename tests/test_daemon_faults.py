@@ -213,8 +213,8 @@ WORK, LINUX = "5e16ca22f6ffdbad5b4ba501", "5e16ca22f6ffdbad5b4ba504"
 
 def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_why(tmp_path, monkeypatch,
                                                                                      use_embedder, caplog, capsys):
-    from rag.index import NoteIndex
-    from rag.retrieve import search
+    from rag.index.note_index import NoteIndex
+    from rag.index.retrieve import search
     from sync.report import print_status, status_report
     from sync.service import SyncService
     from sync.state import State
@@ -398,7 +398,7 @@ def test_sqlites_own_disk_full_error_is_read_as_a_full_disk_naming_the_folder(tm
 def test_a_stop_asked_for_at_the_end_of_a_pass_leaves_the_index_optimization_to_the_next(tmp_path, use_embedder):
     """Building the HNSW index may take long (seconds for the corpus on a busy machine): a
     stop asked for by then does not wait for it; the next pass does it."""
-    from rag.index import NoteIndex
+    from rag.index.note_index import NoteIndex
     from sync.indexer import OPTIMIZE_PENDING, Indexer
     from sync.service import SyncService
     from sync.sources import open_source

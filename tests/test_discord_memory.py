@@ -12,7 +12,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 
 from bot.common import MEMORY_OFF
-from rag.memory import MemoryStore
+from rag.memory.store import MemoryStore
 
 from conftest import until
 from fakes.discord import FakeDiscord

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from bot.telegram import service as telegram
-from rag.answer import AnswerService
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
 from rag.limits import cut
-from rag.memory import MATCH_CHARS, MemoryStore
+from rag.memory.store import MATCH_CHARS, MemoryStore
 from sync.daemon import Daemon
 
 from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, until, within
@@ -359,7 +359,7 @@ def test_the_fallback_without_the_llm_shows_passages_readably(world):
 
 def test_related_to_a_question_scores_on_the_pairs_scale_and_leaves_out_the_weak(tmp_path, capsys, use_embedder):
     from rag.cli import main
-    from rag.related import ENTITY_WEIGHT
+    from rag.memory.related import ENTITY_WEIGHT
 
     settings = make_settings(tmp_path)
     run_pass(settings, use_embedder)

@@ -7,11 +7,11 @@ import socket
 import numpy as np
 import pytest
 
-from rag import embed
+from rag.index import embed
 from rag.config import EmbedderConfig
 from rag.errors import ConfigError, Unavailable, UserError
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.indexer import Indexer
 from sync.sources import open_source
 from sync.state import State

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from rag.answer import AnswerService
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from rag.retrieve import search
+from rag.index.retrieve import search
 
 from conftest import index_samples
 from fakes.ollama import FakeOllama

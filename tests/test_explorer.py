@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from rag.memory import MemoryStore, NoteInfo
+from rag.memory.store import MemoryStore, NoteInfo
 from sync.sources.files import stable_id
 
 from conftest import EXAMPLES, free_port

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from rag.answer import Answer, Candidate, Citation, Trace
+from rag.answer.service import Answer, Candidate, Citation, Trace
 from rag.cli import main
 from rag.errors import BrokenState, UserError
-from rag.feedback import FILE, MIGRATIONS, FeedbackStore, NotYours, UnknownAnswer
+from rag.answer.feedback import FILE, MIGRATIONS, FeedbackStore, NotYours, UnknownAnswer
 
 from conftest import EXAMPLES
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from rag.answer import AnswerService
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
 from rag.model import Note
 from sync.indexer import Indexer
 from sync.sources.mongodump import MongodumpSource

@@ -1,12 +1,12 @@
-"""Reading an LLM's answer (rag.grounding) and the names a question uses (rag.confidence),
+"""Reading an LLM's answer (rag.answer.grounding) and the names a question uses (rag.answer.confidence),
 on replies real Qwen2.5-Coder 1.5B and 0.5B models gave to dev questions."""
 
 from __future__ import annotations
 
 import pytest
 
-from rag.confidence import as_written, names, unknown_names
-from rag.grounding import read, refuses
+from rag.answer.confidence import as_written, names, unknown_names
+from rag.answer.grounding import read, refuses
 
 REFUSAL = "我笔记里没有相关内容"
 BLOCKS = {

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from rag.errors import IndexMismatch, UserError
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.indexer import Indexer
 from sync.sources import open_source
 from sync.state import State
@@ -203,7 +203,7 @@ def test_deleting_the_index_by_hand_is_noticed(indexed, use_embedder):
 
 
 def test_a_multi_megabyte_note_is_cut_and_reported(shared_index, use_embedder):
-    from rag.index import MAX_NOTE_CHARS
+    from rag.index.note_index import MAX_NOTE_CHARS
     from rag.model import Note
 
     settings, _, _ = shared_index

@@ -1,7 +1,7 @@
 import pytest
 
 from rag.config import Bm25Config
-from rag.lexical import document_vector, query_vector, search_text, term_id, tokenize
+from rag.index.lexical import document_vector, query_vector, search_text, term_id, tokenize
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from rag import entities as ex
+from rag.memory import entities as ex
 from rag.cli import main
-from rag.index import NoteIndex
-from rag.memory import MIGRATIONS, MemoryStore, Mention, NoteInfo, path_for
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MIGRATIONS, MemoryStore, Mention, NoteInfo, path_for
 from rag.model import Note
 
 from conftest import EXAMPLES, make_settings, run_pass
@@ -104,7 +104,7 @@ def test_rare_terms_outrank_common_ones_once_there_are_enough_notes():
 
 
 def test_text_of_chunks_keeps_offsets():
-    from rag.chunk import chunk_text
+    from rag.index.chunk import chunk_text
     from rag.config import ChunkingConfig
 
     text = ZH * 6

@@ -9,12 +9,12 @@ import asyncio
 import pytest
 
 from bot.common import trace_text
-from rag.answer import AnswerService, notes_about
-from rag.evidence import Evidence, add_facts
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService, notes_about
+from rag.answer.evidence import Evidence, add_facts
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from rag.memory import MemoryStore
-from rag.retrieve import entity_ranking, named_entities, search
+from rag.memory.store import MemoryStore
+from rag.index.retrieve import entity_ranking, named_entities, search
 from sync.service import SyncService
 from sync.state import State
 

@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from rag.answer import AnswerService
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from sync.memory_jobs import MemoryJobs
 from sync.service import SyncService

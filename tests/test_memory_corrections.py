@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag.answer import AnswerService
+from rag.answer.service import AnswerService
 from rag.cli import main
 from rag.llm import OllamaChat
 from rag.errors import UserError
-from rag.memory import MemoryStore, NoteInfo, correction_id, correction_target
+from rag.memory.store import MemoryStore, NoteInfo, correction_id, correction_target
 from sync.memory_jobs import MemoryJobs
 
 from test_memory_llm import ATLAS_PG, ATLAS_SQLITE, POSTGRES, POSTGRES_2025, Clock, add_note, run

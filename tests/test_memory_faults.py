@@ -32,10 +32,10 @@ import pytest
 from bot.common import about_reply, about_text, related_reply, trace_text
 from bot.telegram import _trace
 from rag import config as config_mod
-from rag import explore
-from rag.answer import AnswerService
-from rag.index import NoteIndex
-from rag.memory import MemoryStore, path_for
+from rag.memory import explore
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore, path_for
 from sync.daemon import Daemon
 from sync.service import SyncService
 from sync.state import State
@@ -382,8 +382,8 @@ def nothing_of_the_diary(cfg: Path, when: str) -> None:
 def test_answers_kept_before_the_upgrade_also_stop_naming_a_note_that_left_the_index(tmp_path):
     """A feedback store written by the version before ``named`` existed: the migration finds
     the notes its answers name, and the note's removal reaches them too."""
-    from rag.answer import Answer, Candidate, Citation, Trace
-    from rag.feedback import FORGOTTEN, GONE_TITLE, MIGRATIONS, FeedbackStore
+    from rag.answer.service import Answer, Candidate, Citation, Trace
+    from rag.answer.feedback import FORGOTTEN, GONE_TITLE, MIGRATIONS, FeedbackStore
     from rag.sqlite import open_db
 
     path = tmp_path / "feedback.sqlite"

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag.answer import AnswerService
-from rag.extract import MAX_CALLS, find_quote, sections
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.memory.extract import MAX_CALLS, find_quote, sections
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from rag.memory import MemoryStore
+from rag.memory.store import MemoryStore
 from rag.model import Note
 from sync.indexer import Indexer
 from sync.memory_jobs import MemoryJobs
@@ -289,7 +289,7 @@ def test_an_answer_waiting_for_a_slot_counts_and_the_count_falls_back_however_it
 def test_an_extraction_waits_while_an_answer_is_written(world, monkeypatch):
     """A real answer, streamed slowly by the fake Ollama: the worker, running meanwhile,
     calls the LLM only once the answer is done."""
-    import rag.answer as answer_mod
+    import rag.answer.service as answer_mod
     from rag.model import Hit
 
     w = world
@@ -381,7 +381,7 @@ ATLAS_TYPED = reply("Atlas 换数据库", [], entities=(
 def remember_note(w, note_id: str, text: str, user: str = "u1", updated: float = 100.0):
     """A note as the indexer handles it: the no-LLM tier (``remember``) and its LLM job,
     carrying the cleaned text the chunks are cut from."""
-    from rag.entities import text_of
+    from rag.memory.entities import text_of
 
     index = NoteIndex(w.settings, store=None, embedder=type("E", (), {"model_id": "x", "dim": 3})(), index_id="i")
     prepared = index.prepare(Note(note_id, user, note_id, text))
@@ -407,8 +407,8 @@ def llm_stats(store, note_id: str) -> dict:
 
 
 def test_names_are_found_whitespace_and_case_aside_and_kinds_are_normalised():
-    from rag.entities import KINDS, LLM_KINDS, llm_kind
-    from rag.extract import name_spans
+    from rag.memory.entities import KINDS, LLM_KINDS, llm_kind
+    from rag.memory.extract import name_spans
 
     text = "Project  Atlas\nuses PostgreSQL, not MySQL; atlas again. ATLAS"
     found = name_spans(["Project Atlas", "atlas", "SQL", "Redis", "postgresql"], text)

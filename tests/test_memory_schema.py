@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from rag.entities import norm
-from rag.memory import MIGRATIONS, MemoryStore, correction_id, correction_target
+from rag.memory.entities import norm
+from rag.memory.store import MIGRATIONS, MemoryStore, correction_id, correction_target
 from rag.sqlite import migrate
 
 OLD = 2  # the schema version before correction_log was a migration

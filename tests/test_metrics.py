@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bot.discord import DiscordBot
 from bot.telegram import service as telegram_service
-from rag.answer import AnswerService
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.metrics import Metrics, StateSnapshot, UserCounts
 from sync.daemon import Daemon

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rag.answer import AnswerService
-from rag.index import NoteIndex
+from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 
 from conftest import SHARED, index_samples

@@ -1,12 +1,12 @@
-"""Related notes (rag.related): pairs from chunk vectors and shared rare entities, kept in the
+"""Related notes (rag.memory.related): pairs from chunk vectors and shared rare entities, kept in the
 memory with their reasons, recomputed after a sync pass only around the notes that changed."""
 
 import json
 
-from rag import related
+from rag.memory import related
 from rag.cli import main
-from rag.index import NoteIndex
-from rag.memory import MemoryStore
+from rag.index.note_index import NoteIndex
+from rag.memory.store import MemoryStore
 from sync.service import chunk_vectors
 from sync.state import State
 
@@ -100,7 +100,7 @@ def test_threshold_and_users(tmp_path, use_embedder):
 
 
 def _info(rec):
-    from rag.memory import NoteInfo
+    from rag.memory.store import NoteInfo
 
     return NoteInfo(rec.title, rec.notebook, f"http://x/note/{rec.note_id}")
 

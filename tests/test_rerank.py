@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from rag import rerank
-from rag.answer import AnswerService
+from rag.answer import rerank
+from rag.answer.service import AnswerService
 from rag.config import RerankConfig
 from rag.errors import ModelMissing
-from rag.index import NoteIndex
+from rag.index.note_index import NoteIndex
 from rag.model import Hit
 
 pytest.importorskip("torch", reason="needs the [models] extra")

@@ -2,8 +2,8 @@ import pytest
 
 from rag.config import RetrievalConfig
 from rag.errors import UserError
-from rag.retrieve import cap_per_note, dbsf, fuse, normalise_query, rrf
-from rag.store import Ranked
+from rag.index.retrieve import cap_per_note, dbsf, fuse, normalise_query, rrf
+from rag.index.store import Ranked
 
 
 def ranked(*pairs):

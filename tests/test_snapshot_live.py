@@ -25,8 +25,8 @@ import pytest
 from bson import ObjectId
 
 from rag.errors import UserError
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.daemon import Daemon
 from sync.service import SyncService
 from sync.sources.files import stable_id

@@ -11,8 +11,8 @@ import pytest
 
 from rag.config import QdrantConfig
 from rag.errors import StoreLocked
-from rag.lexical import document_vector, query_vector
-from rag.store import EdgeStore, PointData, ServerStore, point_id
+from rag.index.lexical import document_vector, query_vector
+from rag.index.store import EdgeStore, PointData, ServerStore, point_id
 
 DIM = 8
 
@@ -146,7 +146,7 @@ def test_a_second_process_gets_a_clear_message(tmp_path):
     try:
         code = textwrap.dedent(
             f"""
-            from rag.store import EdgeStore
+            from rag.index.store import EdgeStore
             from rag.errors import StoreLocked
             try:
                 EdgeStore({str(tmp_path / 'qdrant')!r}, {DIM})

@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from rag.errors import AuthFailed, Unavailable
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.service import SyncService
 from sync.sources.leanote_api import LeanoteApi, usn_pages
 from sync.state import State

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.service import SyncService
 from sync.state import State
 
@@ -219,7 +219,7 @@ def test_killed_sync_resumes_to_the_same_index(servers, tmp_path):
     assert got[0].keys() == ref[0].keys()  # no point lost, none duplicated, none stale
     assert got[0] == ref[0]
     # the memory followed: the same notes processed, the same entities and mentions
-    from rag.memory import MemoryStore
+    from rag.memory.store import MemoryStore
 
     with MemoryStore.open_for(config_mod.load(reference)) as a, MemoryStore.open_for(config_mod.load(crashed)) as b:
         assert b.counts() == a.counts() and a.counts()["mentions"] > 0

@@ -15,8 +15,8 @@ import pytest
 from bson import Binary, ObjectId
 
 from rag.errors import Unavailable
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.service import SyncService
 from sync.sources.leanote_api import LeanoteApi
 from sync.sources.mongodb import MongoSource

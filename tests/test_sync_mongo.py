@@ -12,8 +12,8 @@ import pytest
 from bson import ObjectId
 
 from rag.errors import UserError
-from rag.index import NoteIndex
-from rag.retrieve import search
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import search
 from sync.service import SyncService
 from sync.sources.mongodb import MongoSource
 from sync.state import State

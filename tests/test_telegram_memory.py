@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bot.common import MEMORY_NOT_YET, MEMORY_OFF, memory_problem
-from rag.memory import MemoryStore, path_for
+from rag.memory.store import MemoryStore, path_for
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote

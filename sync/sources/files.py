@@ -25,7 +25,7 @@ from typing import Iterator
 
 import yaml
 
-from rag.clean import strip_front_matter
+from rag.index.clean import strip_front_matter
 from rag.errors import UserError
 from rag.model import NOTEBOOK_SEP, Note
 

@@ -19,7 +19,7 @@ an expansion never takes a reply scripted for an answer. Unscripted chats answer
   message). For query expansion that is ``{"terms": [question], "answer": question}``:
   the stand-in that repeats the question, to check that expansion never hurts;
 - ``FakeOllama(reader=True)``: a stand-in LLM for the answer eval, a diligent but simple
-  reader (``read_evidence``). From the answer prompt (``rag.evidence.messages``) it takes
+  reader (``read_evidence``). From the answer prompt (``rag.answer.evidence.messages``) it takes
   the evidence blocks and the question line (``问题：`` or ``Question:``), picks the block whose note text shares
   the most question terms (the first such block on a tie) and replies one or two
   sentences quoted from it with its ``[n]``; when no block shares a term, exactly the
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag.lexical import tokenize
+from rag.index.lexical import tokenize
 
 from . import LocalServer, QuietHandler
 
@@ -115,7 +115,7 @@ def read_evidence(messages: list[dict]) -> str | None:
 
 
 def follow_up(messages: list[dict]) -> str | None:
-    """The reader's rewrite of a follow-up (``rag.evidence.condense_messages``): the last
+    """The reader's rewrite of a follow-up (``rag.answer.evidence.condense_messages``): the last
     message, unchanged."""
     found = re.findall(r"^Last message: (.*)$", _content(messages, "user", last=True), re.M)
     return found[-1] if found else None

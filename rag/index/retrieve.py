@@ -45,7 +45,7 @@ Which notes come first is untouched (MRR@10 is the same with and without the
 step); a best note's extra places can only push the last notes further down.
 Measured in ``bench/retrieval_steps.py`` (README, "Decisions").
 
-Entities named in the question (``rag.memory``, hybrid only). The question's text is
+Entities named in the question (``rag.memory.store``, hybrid only). The question's text is
 matched against the user's entity names (``named_entities``: a whole name of at least two
 CJK characters or three Latin letters, Latin names on word boundaries, a name inside a
 longer matched one dropped, entities in more than ``ENTITY_MAX_SHARE`` of the notes left
@@ -66,13 +66,12 @@ from functools import lru_cache
 
 from rag import limits
 from rag.config import RetrievalConfig
-from rag.entities import norm
 from rag.errors import UserError
-from rag.excerpt import CJK_RUN, question_terms
-from rag.index import NoteIndex
-from rag.lexical import WORD_RUNS, query_vector, tokenize
+from rag.index.excerpt import CJK_RUN, question_terms
+from rag.index.note_index import NoteIndex
+from rag.index.lexical import WORD_RUNS, norm, query_vector, tokenize
 from rag.model import HEADING_SEP, Hit
-from rag.store import Ranked
+from rag.index.store import Ranked
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +187,7 @@ def entity_ranking(memory, user_id: str, entities: list[dict], limit: int) -> li
 
 
 def fuse(rankings: dict[str, list[Ranked]], cfg: RetrievalConfig) -> list[Fused]:
-    # An expansion's rankings (rag.expand) weigh as the question's own of the same kind,
+    # An expansion's rankings (rag.answer.expand) weigh as the question's own of the same kind,
     # so an expansion that repeats the question changes no ranking.
     weights = {"dense": cfg.dense_weight, "sparse": cfg.sparse_weight,
                "hypothesis": cfg.dense_weight, "terms": cfg.sparse_weight, "entities": ENTITY_WEIGHT}
@@ -229,7 +228,7 @@ def _words(text: str) -> set[str]:
 def coverage(texts: list[str], query: str) -> list[float]:
     """How much of the question each text holds, each text being one chunk of the same note.
 
-    The question's words are those excerpts look for (``rag.excerpt``): Latin words and
+    The question's words are those excerpts look for (``rag.index.excerpt``): Latin words and
     identifiers (matched as words: ``i`` is not found inside ``assertI2I``), CJK character
     pairs, and single CJK characters at 0.3. Each counts with BM25's IDF over these texts:
     a word in every chunk of the note weighs almost nothing, a word in one chunk the most."""
@@ -355,7 +354,7 @@ def search(
     entities: list[Ranked] | None = None,
 ) -> list[Hit]:
     """The top-k chunks of this user's notes for a query. ``expansion`` (hybrid only): the
-    terms and the hypothetical answer an LLM wrote for it (``rag.expand``), fused in as
+    terms and the hypothetical answer an LLM wrote for it (``rag.answer.expand``), fused in as
     two more rankings: the terms through BM25, the answer through the dense embedding.
     ``entities`` (hybrid only): the chunks mentioning entities named in the query
     (``entity_ranking``), one more ranking; none or empty: the search as without a memory."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rag.lexical import tokenize
+from rag.index.lexical import tokenize
 
 EXCERPT_CHARS = 500
 

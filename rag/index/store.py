@@ -53,7 +53,7 @@ import numpy as np
 
 from rag.config import QdrantConfig, not_as_root, prepare_state_dir, secret
 from rag.errors import BrokenState, IndexMismatch, StoreLocked, Unavailable, UserError
-from rag.lexical import SparseVector
+from rag.index.lexical import SparseVector
 from rag.redact import safe_url
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ Tokenizing:
 Weights: the document vector holds BM25's saturated, length-normalised term
 frequency ``tf·(k1+1) / (tf + k1·(1-b+b·len/avg_len))``; the query vector holds 1 per
 term; the store multiplies in IDF at query time (Qdrant's ``Modifier.Idf``, counted over
-the points the index holds: ``rag.store``), so the IDF follows the collection as notes
+the points the index holds: ``rag.index.store``), so the IDF follows the collection as notes
 come and go without re-weighting stored vectors.
 Term ids are the first 4 bytes of a BLAKE2b hash: stable across processes and runs.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -121,3 +122,9 @@ def document_vector(text: str, cfg: Bm25Config | None = None) -> SparseVector:
 def query_vector(text: str) -> SparseVector:
     """BM25 query side: each distinct term once; IDF comes from the store."""
     return _vector({term_id(t): 1.0 for t in set(tokenize(text))})
+
+
+def norm(name: str) -> str:
+    """The key a name is known by (an entity's, in the memory): NFKC, case folded, inner
+    spaces collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())

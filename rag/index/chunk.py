@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rag.clean import _md_parser
+from rag.index.clean import _md_parser
 from rag.config import ChunkingConfig
 from rag.model import Chunk
 

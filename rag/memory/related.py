@@ -10,7 +10,7 @@ A note's score against another of the user's notes is
   chunks were not among the neighbours gets its pairs from one more search restricted to
   those notes (``note_ids`` filter). The chunk vectors are the ones the index holds; the
   sync reads them back from its embedding cache (by text hash), nothing is embedded again.
-- shared rare entities (``rag.memory``: terms, code, headings, link labels, tags)
+- shared rare entities (``rag.memory.store``: terms, code, headings, link labels, tags)
   mentioned by 2..``rare_max(N)`` of the user's N notes, each weighted by
   ``idf = ln(N / notes mentioning it)``.
 - links (optional, ``links``): notes the note links to explicitly, a reason with a boost.
@@ -38,11 +38,11 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from rag.entities import LLM_KINDS, norm
-from rag.memory import MemoryStore
+from rag.memory.entities import LLM_KINDS, norm
+from rag.memory.store import MemoryStore
 from rag.model import Hit
-from rag.retrieve import named_entities
-from rag.store import Store
+from rag.index.retrieve import named_entities
+from rag.index.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@
   and named in the user message, so nothing in a note (``>>>`` in a Python session, a
   forged ``[7]`` block) can close its block or open another; titles and headings are
   flattened to one line.
-- Facts from the memory (``rag.memory``, the LLM tier) about entities the question names:
+- Facts from the memory (``rag.memory.store``, the LLM tier) about entities the question names:
   each a line with the quote it rests on, added to the block of its source note, or to a
   block of their own for a source note not among the evidence (``add_facts``), so a fact
   is cited as ``[n]`` of its note like any passage and links to that note.
@@ -27,7 +27,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from rag.config import AnswerConfig
-from rag.lexical import tokenize
+from rag.index.lexical import tokenize
 from rag.model import HEADING_SEP, Hit
 
 _MARKER = re.compile(r"[\[【]\s*(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\s*[\]】]")

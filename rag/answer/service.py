@@ -6,9 +6,9 @@
     -> evidence blocks, cut to what the LLM reads here within ``answer.first_token_budget``
     -> the LLM, streamed -> citations parsed, bad markers removed
 
-With the memory of the notes (``rag.memory``): entities the question names add a ranking
-of the chunks mentioning them to the fusion (``rag.retrieve``, "entities"), and active facts
-about them join the evidence as lines cited to their source notes (``rag.evidence``);
+With the memory of the notes (``rag.memory.store``): entities the question names add a ranking
+of the chunks mentioning them to the fusion (``rag.index.retrieve``, "entities"), and active facts
+about them join the evidence as lines cited to their source notes (``rag.answer.evidence``);
 "我写过哪些关于 X 的笔记" / "which notes did I write about X" is answered from the memory
 without the LLM: the notes mentioning X, newest first. No memory (off, or empty): as without.
     -> Ollama down, timing out, model missing? the best passages, cited, with a notice
@@ -34,24 +34,26 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from rag import grounding, limits
+from rag.answer import grounding
+
+from rag import limits
 from rag import llm as llm_mod
-from rag import rerank as rerank_mod
+from rag.answer import rerank as rerank_mod
 from rag.config import AnswerConfig, Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
-from rag.confidence import as_written, term_query, unknown_names
-from rag.evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, header, messages
-from rag.excerpt import EXCERPT_CHARS, excerpt, _window
-from rag.expand import OUTPUT_TOKENS as EXPAND_TOKENS
-from rag.expand import SYSTEM as EXPAND_SYSTEM
-from rag.expand import Expander
-from rag.index import NoteIndex
-from rag.entities import norm
-from rag.evidence import add_facts
-from rag.lexical import search_text, tokenize
-from rag.memory import MemoryStore, path_for
+from rag.answer.confidence import as_written, term_query, unknown_names
+from rag.answer.evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, header, messages
+from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
+from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
+from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
+from rag.answer.expand import Expander
+from rag.index.note_index import NoteIndex
+from rag.memory.entities import norm
+from rag.answer.evidence import add_facts
+from rag.index.lexical import search_text, tokenize
+from rag.memory.store import MemoryStore, path_for
 from rag.model import HEADING_SEP, Hit
-from rag.retrieve import entity_ranking, named_entities, search
+from rag.index.retrieve import entity_ranking, named_entities, search
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import Speed, SpeedBook, Usage
 
@@ -163,7 +165,7 @@ class Trace:
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
     outcome: str = ""  # one of OUTCOMES, set with the decision
-    # What the LLM's reply was (rag.grounding): "cited" (markers in sentences that say
+    # What the LLM's reply was (rag.answer.grounding): "cited" (markers in sentences that say
     # something), "inferred" (no marker; citations from the blocks its sentences follow),
     # "refused", "uncited" (says something, follows no block), "nothing" (no words of its
     # own: the question or the headers back); "" when no LLM answered.
@@ -351,7 +353,7 @@ def dense_outlier(hits: list[Hit]) -> float:
 
 
 # However slow the machine, the LLM gets this much: the best passage's sentences with the
-# question's terms (rag.evidence.condense). Below the 400 it used to be, the 1.5B read the
+# question's terms (rag.answer.evidence.condense). Below the 400 it used to be, the 1.5B read the
 # fixed instructions and its evidence within a 30 s budget here (README).
 MIN_EVIDENCE_CHARS = 160
 SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
@@ -631,7 +633,7 @@ class AnswerService:
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
         return self._finish(answer, user_id, conversation, trace, timings, started)
 
-    # --- the memory of the notes (rag.memory) ----------------------------------------------
+    # --- the memory of the notes (rag.memory.store) ----------------------------------------------
 
     def _remembered(self, question: str, user_id: str, k: int, trace: Trace) -> tuple[list, list[dict]]:
         """The entities ranking for the fusion and the active facts about the entities the
@@ -683,7 +685,7 @@ class AnswerService:
         trace.outcome = "listing"
         return Answer(question, "\n".join(lines), used_llm=False, grounded=True, citations=citations)
 
-    # --- LLM-assisted retrieval (rag.expand) ----------------------------------------------
+    # --- LLM-assisted retrieval (rag.answer.expand) ----------------------------------------------
 
     def _expansion_wait(self, question: str, elapsed: float) -> tuple[float, str]:
         """How long the answer may wait for an expansion (0: none), and why not."""
@@ -841,7 +843,7 @@ class AnswerService:
 
     def _grounded(self, question: str, standalone: str, text: str, blocks: list[Evidence], top: list[Hit],
                   trace: Trace) -> Answer:
-        """The LLM's reply as the answer when it stands on the evidence (``rag.grounding``):
+        """The LLM's reply as the answer when it stands on the evidence (``rag.answer.grounding``):
         cited with markers in sentences that say something, or with the blocks its
         sentences follow. Otherwise (a refusal, nothing of its own, nothing from the
         evidence) the best passages with a line saying the model could not compose an
@@ -891,7 +893,7 @@ class AnswerService:
         return out
 
     def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
-        """The names the question uses that no chunk of the user's holds (``rag.confidence``)."""
+        """The names the question uses that no chunk of the user's holds (``rag.answer.confidence``)."""
         def holds(term: str) -> bool:
             _, sparse = self.index.store.search(None, term_query(term), user_id, 1)
             return bool(sparse)

@@ -12,17 +12,17 @@ no call made for one user reaches another's rows.
   title/notebook/url/updated time to show it (from the ``Note``), its candidate terms
   (for ``df``), a summary and what its LLM extraction cost (the LLM tier).
 - ``entities``: (user, kind, norm) -> id and the name as first written; kinds are
-  ``rag.entities.KINDS``: the no-LLM tier's and the LLM tier's typed entities
+  ``rag.memory.entities.KINDS``: the no-LLM tier's and the LLM tier's typed entities
   (``LLM_KINDS``, stored by ``store_llm`` at their places in the text). An entity no note
   mentions any more is deleted.
 - ``mentions``: an entity in a note: the chunk (point id) it falls in, its span as
-  offsets into the note's *cleaned* text (``rag.clean``, the text the chunks are cut
+  offsets into the note's *cleaned* text (``rag.index.clean``, the text the chunks are cut
   from; NULL for tags, which are not in the text) and a one-line snippet.
 - ``df``: per user and term, how many of the user's notes hold it (the IDF of
   distinctive terms).
 - ``facts``: the LLM tier's relations, each with the quote it rests on, its note, time,
   status (active or superseded) and what superseded it.
-- ``related``: related note pairs with their score and reasons (``rag.related``).
+- ``related``: related note pairs with their score and reasons (``rag.memory.related``).
 - ``jobs``: the LLM tier's queue (``sync.memory_jobs``) and related-notes recomputes.
 - ``corrections``: verdicts on facts and pairs, per user and keyed by content, not by
   note, so they outlive re-extraction; ``correction_log`` keeps every verdict given.
@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from rag import entities as extraction
+from rag.memory import entities as extraction
 from rag import limits
 from rag.config import Settings, prepare_state_dir
-from rag.entities import VERSION, Entity, Span, norm
+from rag.memory.entities import VERSION, Entity, Span, norm
 from rag.errors import UserError
-from rag.extract import name_spans
-from rag.index import PreparedNote, note_meta
+from rag.memory.extract import name_spans
+from rag.index.note_index import PreparedNote, note_meta
 from rag.model import Chunk, Note
 from rag.sqlite import LockedDB
 
@@ -454,7 +454,7 @@ class MemoryStore(LockedDB):
         """A note moved, renamed or retagged (same text): ``update_meta`` from the note."""
         self.update_meta(note.user_id, note.id, info_of(note, base_url), extraction.tags(note.tags))
 
-    # --- related notes (rag.related) ------------------------------------------------------------
+    # --- related notes (rag.memory.related) ------------------------------------------------------------
     # Pairs are stored per direction: a row (note_a, note_b) puts note_b in note_a's list. Computing
     # a note writes its own list and the mirror rows, so a new note shows up in its neighbours'
     # lists without recomputing them. Notes to recompute wait as jobs of kind ``related``.
@@ -801,7 +801,7 @@ class MemoryStore(LockedDB):
             mentions = self.db.execute(f"SELECT COUNT(*) FROM mentions {where}", args).fetchone()[0]
         return {"notes": tiers, "entities": entities, "mentions": mentions}
 
-    # --- facts and jobs (the LLM tier: rag.extract, sync.memory_jobs) ----------------------
+    # --- facts and jobs (the LLM tier: rag.memory.extract, sync.memory_jobs) ----------------------
     #
     # A job per note whose text changed (``enqueue_llm``), carrying that text; the worker
     # takes due jobs oldest first and stores what came back (``store_llm``) only while the
@@ -962,7 +962,7 @@ class MemoryStore(LockedDB):
                 "parked": [{"note_id": n, "attempts": a, "error": e} for n, a, e in parked[:5]],
                 "facts": sum(facts.values()), "facts_by_status": facts}
 
-    # --- for answers (rag.answer: entities named in a question, their notes and facts) ------
+    # --- for answers (rag.answer.service: entities named in a question, their notes and facts) ------
 
     def named_in(self, user_id: str, text: str) -> list[dict]:
         """The user's entities whose key (``norm``) occurs in ``text`` (compared as ``norm``;
@@ -1076,7 +1076,7 @@ class MemoryStore(LockedDB):
 
     # --- end of for answers ---------------------------------------------------------------------
 
-    # --- for the explorer (rag.explore, served by the daemon's API) ------------------------------
+    # --- for the explorer (rag.memory.explore, served by the daemon's API) ------------------------------
 
     def find(self, user_id: str, text: str, limit: int = 20) -> dict:
         """What a search box finds: the user's entities (and fact subjects and objects) whose

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from rag import embed as embed_mod
-from rag.chunk import chunk_text
-from rag.clean import clean
+from rag.index import embed as embed_mod
+from rag.index.chunk import chunk_text
+from rag.index.clean import clean
 from rag.config import Settings
 from rag.errors import IndexMismatch, NoteError
-from rag.lexical import SparseVector, document_vector, search_text
+from rag.index.lexical import SparseVector, document_vector, search_text
 from rag.model import HEADING_SEP, Chunk, Note
-from rag.store import MANIFEST, SCHEMA_VERSION, PointData, Store, open_store, point_id
+from rag.index.store import MANIFEST, SCHEMA_VERSION, PointData, Store, open_store, point_id
 
 log = logging.getLogger(__name__)
 

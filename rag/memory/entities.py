@@ -1,6 +1,6 @@
 """What a note is about, without an LLM: entities with their places in the note.
 
-Five kinds, each found in the note's *cleaned* text (``rag.clean``; the text the
+Five kinds, each found in the note's *cleaned* text (``rag.index.clean``; the text the
 chunks are cut from, so every span ``(start, end)`` is an offset into it and
 ``text[start:end]`` is the mention as written):
 
@@ -23,7 +23,7 @@ chunks are cut from, so every span ``(start, end)`` is an offset into it and
 - ``heading``: Markdown heading texts.
 - ``link``: the labels of Markdown links ``[label](target)``.
 
-The LLM tier (``rag.extract``) adds typed entities of ``LLM_KINDS`` (``llm_kind``
+The LLM tier (``rag.memory.extract``) adds typed entities of ``LLM_KINDS`` (``llm_kind``
 turns the type the model wrote into one of them), each located in the same cleaned
 text (``MemoryStore.store_llm``). ``KINDS`` is both.
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
@@ -42,12 +41,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 import rjieba
 from markdown_it import MarkdownIt
 
-from rag.lexical import STOPWORDS
+from rag.index.lexical import STOPWORDS, norm  # an entity's key is the index's normal form of a name
 from rag.model import Chunk
 
 VERSION = 1  # bump when extraction changes what a note yields: notes are processed again
 NO_LLM_KINDS = ("term", "code", "tag", "heading", "link")
-# the LLM tier's typed entities (``rag.extract``), stored with their type as kind
+# the LLM tier's typed entities (``rag.memory.extract``), stored with their type as kind
 LLM_KINDS = ("person", "project", "tool", "place", "organization", "concept", "other")
 KINDS = NO_LLM_KINDS + LLM_KINDS
 MAX_TERMS = 12
@@ -111,11 +110,6 @@ class Extraction:
     terms: frozenset[str]  # every candidate term of the note (its document frequency counts these)
 
 
-def norm(name: str) -> str:
-    """The key an entity is known by: NFKC, case folded, inner spaces collapsed."""
-    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
-
-
 _LLM_KIND_ALIASES = {"organisation": "organization", "org": "organization", "company": "organization",
                      "people": "person", "location": "place", "software": "tool", "library": "tool"}
 
@@ -149,7 +143,7 @@ _BLOCKS = MarkdownIt("commonmark").disable(["inline", "text_join"], ignoreInvali
 
 
 def _code_ranges(text: str) -> list[tuple[int, int]]:
-    """Fenced and indented code blocks (offsets), as ``rag.clean.block_spans`` finds them
+    """Fenced and indented code blocks (offsets), as ``rag.index.clean.block_spans`` finds them
     but with the block parser alone: the inline pass would double the cost."""
     try:
         tokens = _BLOCKS.parse(text)

@@ -17,7 +17,7 @@ A name is a Latin-script word the person wrote on purpose:
   ``out-of-order``) are not names; notes say them differently.
 
 A name counts as mentioned when any chunk of the person's notes holds it as a term of
-the search index (the same tokenizer: ``rag.lexical``) or, spelled inside a longer word,
+the search index (the same tokenizer: ``rag.index.lexical``) or, spelled inside a longer word,
 in the text of a chunk the search found (``postgres`` in ``PostgreSQL``). CJK words are
 not judged: paraphrase changes them (``好几回`` for ``多次``) as often as it keeps them.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-from rag.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
+from rag.index.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _LETTERS = re.compile(r"[A-Za-z]")
