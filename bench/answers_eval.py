@@ -49,7 +49,7 @@ DEV = SHARED / "eval" / "dev.jsonl"
 
 def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("leanote-rag")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rag.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sync.daemon.main"]
     return subprocess.run(cmd + list(args), check=True, text=True, stdout=subprocess.PIPE if capture else None)
 
 

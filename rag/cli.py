@@ -3,9 +3,10 @@
 Exit codes: 0 ok; 2 bad config or usage (the message names the fix); 1 a runtime
 failure (a message; the traceback only with ``--debug``); 130 interrupted.
 
-The commands that answer questions live here; commands owned by other packages
-(``index``, ``status`` from ``sync``) are found through the ``leanote_rag.commands``
-entry point group, so this package never imports them.
+The commands that answer questions live here. The commands that sync and serve
+(``index``, ``status``, ``serve``, ``doctor``) are added to this group by the program's
+composition root, ``sync.daemon.main``, which is what ``leanote-rag`` runs: this package
+never imports them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import time
 import traceback
 import unicodedata
 from datetime import datetime
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 
@@ -668,19 +668,8 @@ def _cell(text: str, width: int) -> str:
     return text + " " * (width - used)
 
 
-def _load_plugins() -> None:
-    for ep in entry_points(group="leanote_rag.commands"):
-        if ep.name in cli.commands:
-            continue
-        try:
-            cli.add_command(ep.load(), ep.name)
-        except Exception as err:  # a broken plugin must not take the CLI down
-            log.warning("cannot load command %s (%s): %s", ep.name, ep.value, err)
-
-
 def main(argv: list[str] | None = None) -> int:
     config_mod.private_files()  # state.db, the index, the memory...: 0600 whatever the umask
-    _load_plugins()
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:

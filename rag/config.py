@@ -223,7 +223,7 @@ class ApiConfig(Section):
 
 
 class CaptureConfig(Section):
-    """Writing from chat into Leanote (``sync.capture``)."""
+    """Writing from chat into Leanote (``sync.daemon.capture``)."""
 
     enabled: bool = Field(default=True, description="/note, forwards, /save, /append, /remember, Save as note")
     notebook: str = Field(default="Inbox", description="the notebook captures go into, created if missing")

@@ -394,7 +394,7 @@ def test_note_text_cannot_forge_an_evidence_block():
 def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
     import json
 
-    from rag.cli import main
+    from sync.daemon.main import main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"source: {{kind: files, path: '{indexed.source.path}'}}\nstate_dir: '{indexed.state_dir}'\n"
@@ -417,7 +417,7 @@ def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
 
 
 def test_doctor_checks_the_llm(indexed, ollama, capsys, tmp_path):
-    from rag.cli import main
+    from sync.daemon.main import main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"source: {{kind: files, path: '{indexed.source.path}'}}\nstate_dir: '{indexed.state_dir}'\n"

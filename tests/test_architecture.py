@@ -1,13 +1,25 @@
-"""The shape of the house, checked: rag/ is the core and imports neither sync/ nor
-bot/; sync/ and bot/ do not import each other; protocol libraries stay at the edges."""
+"""The shape of the house, checked.
+
+- ``rag/`` is the core and imports neither ``sync/`` nor ``bot/``. Inside it, the index
+  imports neither the answer nor the memory, the memory not the answer, and the shared
+  plumbing none of the three rooms.
+- ``bot/`` never imports ``sync/``; ``sync/`` imports ``bot/`` only in ``sync/daemon/``,
+  which hosts the bots, and nothing else in ``sync/`` imports ``sync/daemon/``.
+- No import cycles anywhere, lazy imports inside functions included.
+- One composition root: ``leanote-rag`` runs ``sync.daemon.main``, and no entry points
+  stand in for an import of our own code.
+- Protocol libraries stay at the edges.
+"""
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
+PACKAGES = ("rag", "sync", "bot")
 PROTOCOL_LIBS = {
     # library: the modules allowed to import it
     "requests": {"sync/sources/leanote_api.py"},
@@ -15,8 +27,8 @@ PROTOCOL_LIBS = {
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
     "httpx": {"rag/index/embed.py", "rag/llm.py", "rag/client.py"},
-    "fastapi": {"sync/api.py"},
-    "uvicorn": {"sync/api.py"},
+    "fastapi": {"sync/daemon/api.py"},
+    "uvicorn": {"sync/daemon/api.py"},
     "watchfiles": {"sync/watch.py"},
     "telegram": {"bot/telegram.py"},
     "discord": {"bot/discord.py"},
@@ -26,9 +38,13 @@ PROTOCOL_LIBS = {
     "FlagEmbedding": {"rag/answer/rerank.py"},
     "prometheus_client": {"rag/metrics.py"},
 }
+# rag/'s plumbing that every room may use: it imports none of them
+PLUMBING = {"rag.config", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
+            "rag.speed", "rag.capture", "rag.client"}
 
 
 def imports(path: Path) -> set[str]:
+    """The top-level names of what ``path`` imports (absolute imports)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()
     for node in ast.walk(tree):
@@ -43,15 +59,138 @@ def sources(package: str):
     return sorted((REPO / package).rglob("*.py"))
 
 
-@pytest.mark.parametrize("package, forbidden", [("rag", {"sync", "bot"}), ("sync", {"bot"}), ("bot", {"sync"})])
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    base = REPO.joinpath(*name.split("."))
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def our_imports(path: Path) -> set[str]:
+    """The modules of ours that ``path`` imports, anywhere in it (relative ones resolved;
+    ``from pkg import mod`` is ``pkg.mod``)."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module.split(".")[0] not in PACKAGES:
+                continue
+            for a in node.names:  # a module imported from a package, or a name from a module
+                out.add(f"{module}.{a.name}" if is_module(f"{module}.{a.name}") else module)
+    out.discard(module_name(path))
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): our_imports(p) for package in PACKAGES for p in sources(package)}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), and modules importing themselves."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1 or v in edges.get(v, ()):
+                found.append(sorted(part))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def within(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("package, forbidden", [("rag", {"sync", "bot"}), ("bot", {"sync"})])
 def test_imports_flow_one_way(package, forbidden):
     offenders = [(p.relative_to(REPO).as_posix(), sorted(imports(p) & forbidden)) for p in sources(package)]
     assert [o for o in offenders if o[1]] == []
 
 
+def test_only_the_daemon_imports_the_bots_and_nothing_imports_the_daemon():
+    offenders = []
+    for module, deps in graph().items():
+        if not within(module, "sync") or within(module, "sync.daemon"):
+            continue  # bot/ is checked above
+        offenders += [(module, d) for d in sorted(deps) if within(d, "bot", "sync.daemon")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("room, forbidden", [
+    ("rag.index", ("rag.answer", "rag.memory")),
+    ("rag.memory", ("rag.answer",)),
+])
+def test_rooms_inside_rag_import_downwards(room, forbidden):
+    offenders = [(m, d) for m, deps in graph().items() if within(m, room) for d in sorted(deps) if within(d, *forbidden)]
+    assert offenders == []
+
+
+def test_the_plumbing_imports_no_room():
+    offenders = [(m, d) for m, deps in graph().items() if m in PLUMBING
+                 for d in sorted(deps) if within(d, "rag.index", "rag.answer", "rag.memory")]
+    assert offenders == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    # guard against a check that cannot fail
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_one_composition_root_and_no_entry_points_of_our_own():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["scripts"] == {"leanote-rag": "sync.daemon.main:main"}
+    ours = [(group, name, target) for group, points in project.get("entry-points", {}).items()
+            for name, target in points.items() if target.split(".")[0].split(":")[0] in PACKAGES]
+    assert ours == []
+    # and no module of ours looks for entry points (a plugin mechanism standing in for an import)
+    looks = [p.relative_to(REPO).as_posix() for package in PACKAGES for p in sources(package)
+             if "entry_points" in p.read_text(encoding="utf-8")]
+    assert looks == []
+
+
+def test_every_package_says_what_it_holds():
+    missing = [p.relative_to(REPO).as_posix() for package in PACKAGES for p in (REPO / package).rglob("__init__.py")
+               if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+    assert missing == []
+
+
 def test_protocol_libraries_stay_at_the_edges():
     offenders = []
-    for package in ("rag", "sync", "bot"):
+    for package in PACKAGES:
         for path in sources(package):
             rel = path.relative_to(REPO).as_posix()
             for lib in imports(path) & set(PROTOCOL_LIBS):
@@ -62,4 +201,8 @@ def test_protocol_libraries_stay_at_the_edges():
 
 def test_the_scan_sees_imports():
     # guard against a scan that silently finds nothing
-    assert {"click", "rag"} <= imports(REPO / "sync" / "cli.py")
+    assert {"click", "rag"} <= imports(REPO / "sync" / "daemon" / "main.py")
+    deps = graph()
+    assert {"rag.answer.service", "rag.index.note_index", "sync.service"} <= deps["sync.daemon.host"]
+    assert "bot.telegram" in deps["sync.daemon.main"]  # a lazy import inside a function counts
+    assert "sync.daemon.report" in deps["sync.daemon.api"]

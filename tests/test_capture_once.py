@@ -1,4 +1,4 @@
-"""Capture under a slow or failing Leanote (sync.capture against the fake Leanote over real
+"""Capture under a slow or failing Leanote (sync.daemon.capture against the fake Leanote over real
 HTTP): a write Leanote applies after the client gave up is found, not sent again (also across
 a kill -9); a duplicate that lands anyway is moved to the trash; retries back off from
 ``retry_min`` doubling to ``retry_max``; one account's failure neither delays another
@@ -22,7 +22,7 @@ from markdown_it import MarkdownIt
 
 from bot.common import outbox_text
 from rag.capture import Attachment, Origin, Quote, answer_note, compose, md_escape
-from sync.capture import FILE, Capture, Outbox
+from sync.daemon.capture import FILE, Capture, Outbox
 
 from conftest import REPO, make_settings, until, within
 from fakes.leanote import FakeLeanote
@@ -152,7 +152,7 @@ import asyncio, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from conftest import make_settings
-from sync.capture import Capture
+from sync.daemon.capture import Capture
 settings = make_settings(Path({tmp!r}), leanote={{"base_url": {url!r}}}, sync={{"http_timeout": "30s"}},
     capture={{"accounts": [{{"email": "one@example.com", "password_env": "LR_PW_ONE"}}], "resend_after": "10m"}})
 cap = Capture(lambda: settings)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.cli import main
+from sync.daemon.main import main
 
 from conftest import EXAMPLES
 

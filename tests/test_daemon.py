@@ -17,7 +17,8 @@ import pytest
 
 from rag.index.retrieve import search
 from rag.index.store import EdgeStore
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
+from sync.daemon.main import services
 
 from conftest import SCENARIO, make_settings, within
 from fakes.leanote import FakeLeanote
@@ -57,7 +58,7 @@ def test_schedule_trigger_and_stop(leanote, tmp_path):
     settings = settings_for(tmp_path, leanote)
 
     async def scenario():
-        daemon = Daemon(settings)
+        daemon = Daemon(settings, services())
         task = await started(daemon)
         sync_job = daemon.scheduler.get_job("sync")
         assert sync_job.trigger.interval.total_seconds() == 3600
@@ -87,7 +88,7 @@ def test_questions_are_answered_while_leanote_is_down_and_retries_come_sooner(le
     settings = settings_for(tmp_path, leanote)
 
     async def scenario():
-        daemon = Daemon(settings)
+        daemon = Daemon(settings, services())
         task = await started(daemon)
         leanote.put_note({"NoteId": "6" + "0" * 22 + "3", "UserId": ALICE, "NotebookId": BOOK, "Title": "x", "Content": "y"})
         leanote.fail("user/getSyncState", times=1000)

@@ -215,7 +215,7 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
                                                                                      use_embedder, caplog, capsys):
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
-    from sync.report import print_status, status_report
+    from sync.daemon.report import print_status, status_report
     from sync.service import SyncService
     from sync.state import State
 

@@ -12,7 +12,7 @@ import discord
 import pytest
 
 from bot.discord import DiscordBot, embeds_for
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
 
 from conftest import SCENARIO, make_settings, within
 from fakes.ollama import FakeOllama

@@ -19,7 +19,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 
 from bot.discord import SAVE_MENU, service
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
 
 from conftest import SCENARIO, make_settings, until, within
 from fakes.discord import FakeDiscord

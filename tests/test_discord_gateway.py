@@ -19,7 +19,7 @@ from discord.gateway import DiscordWebSocket
 
 from bot.discord import service
 from rag.errors import ConfigError
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
 
 from conftest import SCENARIO, make_settings, until, within
 from fakes.discord import EPHEMERAL, FakeDiscord, embed_text

@@ -24,7 +24,7 @@ from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.limits import cut
 from rag.memory.store import MATCH_CHARS, MemoryStore
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
 
 from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, until, within
 from fakes.ollama import FakeOllama
@@ -358,7 +358,7 @@ def test_the_fallback_without_the_llm_shows_passages_readably(world):
 
 
 def test_related_to_a_question_scores_on_the_pairs_scale_and_leaves_out_the_weak(tmp_path, capsys, use_embedder):
-    from rag.cli import main
+    from sync.daemon.main import main
     from rag.memory.related import ENTITY_WEIGHT
 
     settings = make_settings(tmp_path)

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from rag.memory import entities as ex
-from rag.cli import main
+from sync.daemon.main import main
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MIGRATIONS, MemoryStore, Mention, NoteInfo, path_for
 from rag.model import Note

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from rag.answer.service import AnswerService
-from rag.cli import main
+from sync.daemon.main import main
 from rag.llm import OllamaChat
 from rag.errors import UserError
 from rag.memory.store import MemoryStore, NoteInfo, correction_id, correction_target

@@ -36,7 +36,7 @@ from rag.memory import explore
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore, path_for
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
 from sync.service import SyncService
 from sync.state import State
 

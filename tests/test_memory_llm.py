@@ -20,7 +20,7 @@ from rag.memory.store import MemoryStore
 from rag.model import Note
 from sync.indexer import Indexer
 from sync.memory_jobs import MemoryJobs
-from sync.report import memory_counts
+from sync.daemon.report import memory_counts
 from sync.state import INDEXED
 
 from conftest import within

@@ -16,8 +16,8 @@ from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.metrics import Metrics, StateSnapshot, UserCounts
-from sync.daemon import Daemon
-from sync.metrics_wiring import attach_metrics
+from sync.daemon.host import Daemon
+from sync.daemon.metrics_wiring import attach_metrics
 from sync.service import SyncService
 from sync.state import State
 

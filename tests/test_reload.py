@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sync.daemon import merge_reload
+from sync.daemon.host import merge_reload
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from rag.cli import main
+from sync.daemon.main import main
 from rag.redact import safe_url
 
 from conftest import EXAMPLES, free_port

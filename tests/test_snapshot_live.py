@@ -27,7 +27,7 @@ from bson import ObjectId
 from rag.errors import UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.daemon import Daemon
+from sync.daemon.host import Daemon
 from sync.service import SyncService
 from sync.sources.files import stable_id
 from sync.sources.mongodump import MongodumpSource

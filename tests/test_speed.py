@@ -114,7 +114,7 @@ def test_a_fast_machine_gets_all_the_evidence(sample_index, use_embedder):
 
 
 def test_the_speed_is_kept_for_the_next_start_and_shown_by_status(sample_index, use_embedder, capsys):
-    from rag.cli import main
+    from sync.daemon.main import main
 
     with FakeOllama(speed=(500.0, 60.0)) as ollama:
         svc, index = service(sample_index, ollama.url, use_embedder)

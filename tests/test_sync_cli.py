@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from rag.cli import main
+from sync.daemon.main import main
 
 from fakes.leanote import FakeLeanote
 

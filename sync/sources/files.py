@@ -29,7 +29,7 @@ from rag.index.clean import strip_front_matter
 from rag.errors import UserError
 from rag.model import NOTEBOOK_SEP, Note
 
-from sync.sources import Known, SnapshotItem, Skipped, Unchanged
+from sync.sources.base import Known, SnapshotItem, Skipped, Unchanged
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ from rag.errors import AuthFailed, NoteError, Refused, Unavailable
 from rag.redact import safe_url
 from rag.model import Note, Notebook
 
-from sync.sources import Page, Skipped, fields
+from sync.sources.base import Page, Skipped
+from sync.sources import fields
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from rag.errors import NoteError, Unavailable, UserError
 from rag.model import Note, Notebook
 from rag.redact import safe_url
 
-from sync.sources import Page, Skipped, fields
+from sync.sources.base import Page, Skipped
+from sync.sources import fields
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from rag.config import prepare_state_dir
 from rag.errors import NoteError, UserError
 from rag.model import Note, Notebook
 
-from sync.sources import BookPath, Checkpoint, Known, SnapshotItem, Skipped, Unchanged, notebook_paths
+from sync.sources.base import BookPath, Checkpoint, Known, SnapshotItem, Skipped, Unchanged, notebook_paths
 from sync.sources.mongodb import read_notebooks, note_from_doc
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ existing index while Leanote is down. An account that fails is retried on its
 backoff schedule, sooner than the interval when that is shorter.
 
 One process, because the embedded index allows one opener: the CLI, scripts and
-monitoring reach it through its API (``sync.api``); ``trigger()`` (the bots' ``/sync``)
+monitoring reach it through its API (``sync.daemon.api``); ``trigger()`` (the bots' ``/sync``)
 runs a sync now, debounced. SIGHUP (``systemctl reload``) re-reads the config: what
 can change while running changes at once, the rest is named in the log as needing a
 restart. Under systemd (``Type=notify``) it reports READY, RELOADING, STOPPING and
@@ -29,7 +29,6 @@ import sqlite3
 import threading
 import time
 from datetime import datetime, timedelta
-from importlib.metadata import entry_points
 from typing import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -46,21 +45,19 @@ from rag.index.note_index import NoteIndex
 from rag.metrics import Metrics
 from rag.redact import safe_url
 
-from sync import api
-from sync.capture import Capture
+from sync.daemon import api
+from sync.daemon.capture import Capture
 from sync.faults import ServeLock, check_disk, state_fault
 from sync.memory_jobs import MemoryJobs
-from sync.metrics_wiring import attach_metrics
-from sync.notify import Notifier
+from sync.daemon.metrics_wiring import attach_metrics
+from sync.daemon.notify import Notifier
 from sync.service import PassResult, SyncService
 from sync.state import State
-from sync.watch import watch
 
 log = logging.getLogger(__name__)
 
-# Extra long-running parts (the chat bots) plug in here: called with the daemon,
-# they run until it stops. They are found through the ``leanote_rag.services`` entry
-# point group, so sync/ never imports bot/.
+# The long-running parts beside the sync (the chat bots, the file watcher): called with
+# the daemon, they run until it stops. ``sync.daemon.main.services()`` names them.
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
@@ -97,21 +94,10 @@ def merge_reload(old: Settings, new: Settings) -> tuple[Settings, list[str], lis
     return old.model_copy(update=update), live, restart
 
 
-def discover_services() -> list[Service]:
-    services = []
-    for ep in entry_points(group="leanote_rag.services"):
-        try:
-            services.append(ep.load())
-        except Exception as err:  # a broken plugin must not stop the sync
-            log.warning("cannot load service %s (%s): %s", ep.name, ep.value, err)
-    return services
-
-
 class Daemon:
-    def __init__(self, settings: Settings, services: list[Service] | None = None, clock=time.time):
+    def __init__(self, settings: Settings, services: list[Service], clock=time.time):
         self.settings = settings
-        # the bots (entry points) and the file watcher of snapshot sources
-        self.services = [*discover_services(), watch] if services is None else services
+        self.services = list(services)  # what runs beside the sync (``sync.daemon.main.services``)
         self.clock = clock
         self.index: NoteIndex | None = None
         self.answers: AnswerService | None = None
@@ -131,7 +117,7 @@ class Daemon:
         self._reader: State | None = None  # for reads in worker threads, behind _reader_lock
         self._reader_lock = threading.Lock()
         self._user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
-        self.capture: Capture | None = None  # writing from chat into Leanote (sync.capture)
+        self.capture: Capture | None = None  # writing from chat into Leanote (sync.daemon.capture)
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
         self.memory_jobs: MemoryJobs | None = None  # the memory's LLM tier (sync.memory_jobs)

@@ -40,7 +40,7 @@ import socket
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, Protocol
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -51,20 +51,43 @@ from rag.memory import explore
 
 from rag import limits
 from rag.client import check_socket_path
-from rag.config import secret
+from rag.config import Settings, secret
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.memory.store import MemoryStore
 from rag.index.retrieve import RETRIEVERS, resolve_user
 
 from sync.faults import reading_state
-from sync.report import status_report
+from sync.daemon.report import status_report
 from sync.state import State
 
 if TYPE_CHECKING:
-    from sync.daemon import Daemon
+    from rag.answer.service import AnswerService
+    from rag.index.note_index import NoteIndex
+    from rag.metrics import Metrics
+    from sync.service import PassResult, SyncService
 
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
+
+
+class Host(Protocol):
+    """What the API reads of the daemon that runs it (``sync.daemon.host.Daemon``)."""
+
+    settings: Settings
+    index: "NoteIndex | None"
+    answers: "AnswerService | None"
+    sync: "SyncService | None"
+    metrics: "Metrics"
+    stopping: asyncio.Event
+    passes: int
+    last_pass: "PassResult | None"
+    not_ready: str | None
+
+    def problems(self) -> list[dict]: ...
+
+    def resolve_user_name(self, name: str) -> str: ...
+
+    async def sync_now(self, reconcile: bool = False, rebuild: bool = False, progress=None) -> "PassResult": ...
 
 
 @dataclass(frozen=True)
@@ -116,7 +139,7 @@ def _error_body(err: Exception) -> tuple[int, dict]:
     return 500, {"error": "internal error: see the daemon's log", "kind": "internal"}
 
 
-def create_app(daemon: "Daemon", auth: "TokenAuth | None" = None) -> FastAPI:
+def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
     """The API over what the daemon holds. ``auth`` None: the local socket (full access)."""
     body_kb = daemon.settings.limits.request_kb
     app = FastAPI(title="leanote-rag", version="1", docs_url=None, redoc_url=None,
@@ -369,7 +392,7 @@ def _log_failure(task: asyncio.Task) -> None:
         log.error("a sync started through the API failed", exc_info=task.exception())
 
 
-async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
+async def _answer_events(daemon: Host, question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(daemon.answers.ask(
         question, user_id, conversation=conversation, on_token=lambda text: queue.put_nowait(("token", text)),
@@ -394,7 +417,7 @@ async def _answer_events(daemon: "Daemon", question: str, user_id: str, conversa
     yield _event(event="answer", answer=answer.as_json(with_trace=True))
 
 
-async def _sync_events(daemon: "Daemon", body: SyncIn) -> AsyncIterator[bytes]:
+async def _sync_events(daemon: Host, body: SyncIn) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     # a snapshot's size may take a read of the whole backup: not on the event loop
@@ -423,7 +446,7 @@ async def _sync_events(daemon: "Daemon", body: SyncIn) -> AsyncIterator[bytes]:
 class TokenAuth:
     """Bearer tokens for the TCP listener, each with the users it may query."""
 
-    def __init__(self, daemon: "Daemon"):
+    def __init__(self, daemon: Host):
         self.daemon = daemon
         self.entries = [(secret(entry.token_env, f"api.tokens[{i}].token_env").encode(), i, entry)
                         for i, entry in enumerate(daemon.settings.api.tokens)]
@@ -489,7 +512,7 @@ def tcp_listener(listen: str) -> socket.socket:
     return sock
 
 
-async def service(daemon: "Daemon") -> None:
+async def service(daemon: Host) -> None:
     """Serve the API until the daemon stops (run by the daemon like the bots)."""
     cfg = daemon.settings.api
     if not cfg.enabled:

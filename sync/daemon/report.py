@@ -20,7 +20,7 @@ from rag.index.store import Store
 
 from rag.errors import DiskFull
 
-from sync.capture import Outbox, account_emails
+from sync.daemon.capture import Outbox, account_emails
 from sync.faults import check_disk
 from sync.incremental import USN_BACK
 from sync.indexer import Summary

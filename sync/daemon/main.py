@@ -1,21 +1,37 @@
-"""The commands sync/ owns: ``index``, ``serve``, ``status``, ``doctor``."""
+"""The composition root: the one place where leanote-rag's parts are put together.
+
+``leanote-rag`` runs ``main`` here. With plain imports, this module wires
+config -> index -> answer service -> sync -> bots -> API:
+
+- the command line: ``rag.cli``'s group (search, ask, eval, ...) with the commands that
+  sync and serve, defined here: ``index``, ``status``, ``serve``, ``doctor``;
+- ``serve``: the daemon (``sync.daemon.host.Daemon``), which opens the index, the answer
+  service and the sync, and runs the API and ``services()``: the Telegram and Discord
+  bots and the file watcher;
+- ``doctor``: every part's check, the bots' (``checks()``) too.
+
+The bots are imported when ``serve`` or ``doctor`` starts, so a one-shot command does not
+load the chat libraries. Nothing else imports this module.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import sys
 
 import click
 from tqdm import tqdm
 
-from rag.cli import USER_NAMES, App, pass_app
+from rag.cli import USER_NAMES, App, cli, pass_app
+from rag.cli import main as cli_main
 from rag.client import find_daemon, say_door
 from rag.errors import Unavailable, UserError
 from rag.index.store import open_store
 
 from sync.faults import check_disk, reading_state
-from sync.report import print_pass, print_status, status_report
+from sync.daemon.report import print_pass, print_status, status_report
 from sync.service import SyncService
 from sync.state import State
 
@@ -109,9 +125,9 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
 @pass_app
 def serve(app: App) -> None:
     """Run the sync daemon: incremental sync on a schedule, daily reconcile."""
-    from sync.daemon import Daemon
+    from sync.daemon.host import Daemon
 
-    asyncio.run(Daemon(app.settings).run())
+    asyncio.run(Daemon(app.settings, services()).run())
 
 
 def _status_here(settings) -> dict:
@@ -154,10 +170,10 @@ def status(app: App, as_json: bool) -> None:
 @pass_app
 def doctor(app: App) -> None:
     """Check config, the source (reachability, login), the index and the embedder; say how to fix what fails."""
-    from sync.doctor import run_checks
+    from sync.daemon.doctor import run_checks
 
     failed = 0
-    for check in run_checks(app):
+    for check in run_checks(app, checks()):
         mark = (click.style("FAIL", fg="red") if not check.ok else click.style("WARN", fg="yellow") if check.warn
                 else click.style("ok  ", fg="green"))
         click.echo(f"{mark} {check.name}: {check.detail}")
@@ -167,3 +183,32 @@ def doctor(app: App) -> None:
     if failed:
         raise click.exceptions.Exit(1)
 
+
+def services() -> list:
+    """What ``serve`` runs beside the sync: the chat bots and the file watcher."""
+    from bot.discord import service as discord
+    from bot.telegram import service as telegram
+    from sync.watch import watch
+
+    return [telegram, discord, watch]
+
+
+def checks() -> list:
+    """What ``doctor`` asks the bots to check (their tokens, chats, channels)."""
+    from bot.discord import check as discord
+    from bot.telegram import check as telegram
+
+    return [telegram, discord]
+
+
+for _command in (index, status, serve, doctor):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``leanote-rag``: every command; the exit code (``rag.cli.main`` says which)."""
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,8 +7,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 from rag.index import embed as embed_mod
 from rag.config import Settings, make_private
@@ -37,7 +36,13 @@ class Check:
     warn: bool = False  # ok, but worth knowing: something doctor found and put right
 
 
-def run_checks(app) -> Iterator[Check]:
+# A part's own check (each bot has one): settings -> (name, ok, detail, fix) per finding.
+PartCheck = Callable[[Settings], Iterable[tuple[str, bool, str, str]]]
+
+
+def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
+    """Every check, in order; ``parts``: the checks of the parts ``serve`` runs (the
+    composition root, ``sync.daemon.main``, passes the bots')."""
     try:
         settings: Settings = app.settings
     except LeanoteRagError as err:
@@ -51,7 +56,7 @@ def run_checks(app) -> Iterator[Check]:
     yield from _reranker(settings)
     yield from _ollama(settings)
     yield from _api(settings)
-    yield from _plugins(settings)
+    yield from _parts(settings, parts)
 
 
 def _api(settings: Settings) -> Iterator[Check]:
@@ -73,15 +78,16 @@ def _api(settings: Settings) -> Iterator[Check]:
                         f"{', '.join(token.users) or 'no user'}{' (admin)' if token.admin else ''}")
 
 
-def _plugins(settings: Settings) -> Iterator[Check]:
-    """Checks of the parts found through entry points (the chat bots)."""
-    for ep in entry_points(group="leanote_rag.checks"):
+def _parts(settings: Settings, parts: Iterable[PartCheck]) -> Iterator[Check]:
+    """The parts' own checks (the chat bots')."""
+    for check in parts:
+        name = check.__module__.rsplit(".", 1)[-1]
         try:
-            for name, ok, detail, fix in ep.load()(settings):
+            for name, ok, detail, fix in check(settings):
                 yield Check(name, ok, detail, fix)
         except Exception as err:  # a broken check must not hide the others
-            log.debug("check %s failed", ep.name, exc_info=True)
-            yield Check(ep.name, False, f"the check itself failed: {type(err).__name__}: {err}", "run with --debug")
+            log.debug("check %s failed", name, exc_info=True)
+            yield Check(name, False, f"the check itself failed: {type(err).__name__}: {err}", "run with --debug")
 
 
 def _state(settings: Settings) -> Iterator[Check]:
