@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # download a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: demo test bench eval clean
+.PHONY: demo test docs bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,8 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[models,test]"
-	touch $@ $(VENV)/.demo-installed
+	$(BIN)/pip install -q -e ".[models,test,docs]"
+	touch $@ $(VENV)/.demo-installed $(VENV)/.docs-installed
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/leanote-rag --config config.yaml index
@@ -39,7 +39,15 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q
 
-# Benchmarks (need ../shared): figures for the README.
+# The documentation site: docs/ into site/ (a broken link or a page missing from the nav fails).
+$(VENV)/.docs-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# Benchmarks (need ../shared): figures for the docs (docs/performance.md, docs/answers.md).
 bench: $(VENV)/.demo-installed
 	$(BIN)/python bench/index_search.py
 
@@ -60,4 +68,4 @@ eval: $(VENV)/.demo-installed
 	$(BIN)/python bench/answers_eval.py $${OLLAMA_HOST:+--ollama-host "$$OLLAMA_HOST"} $${OLLAMA_HOST:+$${OLLAMA_MODEL:+--model "$$OLLAMA_MODEL"}}
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data site

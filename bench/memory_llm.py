@@ -65,7 +65,7 @@ ESTIMATE = Speed()  # the project's token estimate, uncalibrated (calibration 1.
 RELATIONS = 6  # relations per reply (a section)
 ENTITIES = 12  # entities per reply
 SUMMARY_CHARS = 60
-# (name, read tok/s, write tok/s): README's slow CPU figure and a GPU
+# (name, read tok/s, write tok/s): the docs' slow CPU figure (docs/answers.md) and a GPU
 SPEEDS = [("qwen2.5:7b on a 4-core CPU", 60.0, 6.0), ("a GPU", 1500.0, 60.0)]
 _SENTENCES = re.compile(r"(?<=[。！？；!?])|(?<=[.;])\s+|\n+")
 _HEAD = re.compile(r"^(Title: [^\n]*\n)?(\(part \d+ of \d+\)\n)?\n", re.S)

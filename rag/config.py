@@ -137,7 +137,7 @@ class AnswerConfig(Section):
     first_token_budget: Duration = Field(
         default=30.0, description="the first token within this: at the LLM speed measured here, evidence is cut to fit"
     )
-    # No evidence, no LLM call: only when nothing plausible came back (README, "Refusing without an LLM").
+    # No evidence, no LLM call: only when nothing plausible came back (docs/answers.md, "Refusing without an LLM").
     outlier_z: float = Field(
         default=3.0, ge=0,
         description="refuse at once when no top-5 chunk shares a word with the question and the best dense "

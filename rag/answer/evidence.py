@@ -195,7 +195,7 @@ def add_facts(blocks: list[Evidence], facts: list[dict], limit: int = MAX_FACTS)
 
 # The fixed instructions, one per language, identical for every question: the prompt's
 # first message, so Ollama's prompt cache reuses it from one question to the next. Worded
-# for a small model (measured with Qwen2.5-Coder 1.5B and 0.5B: README, "Answers from a
+# for a small model (measured with Qwen2.5-Coder 1.5B and 0.5B: docs/answers.md, "Answers from a
 # real model"): short rules in the question's language, the refusal only when no block
 # is about the question (a plain "if the evidence does not answer" made the 1.5B refuse
 # answerable questions). The random tag that delimits note text is named in the user

@@ -1,7 +1,7 @@
 """After the LLM has answered: does the answer stand on its evidence, and on which blocks?
 
 What real small models do with evidence blocks, seen with Qwen2.5-Coder 1.5B and 0.5B
-(README, "Answers from a real model"), and what this module makes of it:
+(docs/answers.md, "Answers from a real model"), and what this module makes of it:
 
 - They refuse in their own words ("我们笔记里没有相关内容。", "The notes do not mention
   …"), not with the exact phrase asked for: ``refuses`` recognises a refusal by meaning,

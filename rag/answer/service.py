@@ -354,7 +354,7 @@ def dense_outlier(hits: list[Hit]) -> float:
 
 # However slow the machine, the LLM gets this much: the best passage's sentences with the
 # question's terms (rag.answer.evidence.condense). Below the 400 it used to be, the 1.5B read the
-# fixed instructions and its evidence within a 30 s budget here (README).
+# fixed instructions and its evidence within a 30 s budget here (docs/answers.md).
 MIN_EVIDENCE_CHARS = 160
 SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion

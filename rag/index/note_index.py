@@ -57,7 +57,7 @@ def text_hash(text: str) -> str:
 def embed_text(chunk: Chunk) -> str:
     """What the dense model sees: the chunk's own words. (Prefixing the note title and
     heading path made every chunk of a note look alike to the model and lowered dense
-    recall and MRR on the dev set; see README, "Retrieval quality".)"""
+    recall and MRR on the dev set; see docs/performance.md, "Retrieval quality".)"""
     return search_text(chunk.text)
 
 

@@ -14,7 +14,7 @@ Two fusions (``retrieval.fusion``):
   the step from one rank to the next.
 - ``rrf``: reciprocal-rank fusion, ``sum(weight / (k + rank))``. Rank-only: with
   k=60 a dense-only first place ties a sparse-only 31st place at weights 1 : 1.5.
-Measured on the dev set (README, "Retrieval quality"), dbsf beats rrf at every
+Measured on the dev set (docs/performance.md, "Retrieval quality"), dbsf beats rrf at every
 weight tried and beats either retriever alone on every metric.
 
 The passage step (``retrieval.passages``, hybrid only). The first ranking usually
@@ -43,7 +43,7 @@ it) or below other chunks of its note. So, for the best ``passage_notes`` notes:
 
 Which notes come first is untouched (MRR@10 is the same with and without the
 step); a best note's extra places can only push the last notes further down.
-Measured in ``bench/retrieval_steps.py`` (README, "Decisions").
+Measured in ``bench/retrieval_steps.py`` (docs/how-it-works.md, "Decisions").
 
 Entities named in the question (``rag.memory.store``, hybrid only). The question's text is
 matched against the user's entity names (``named_entities``: a whole name of at least two

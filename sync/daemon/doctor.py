@@ -280,10 +280,10 @@ def _embedder(settings: Settings) -> Iterator[Check]:
         embedder.embed(["健康检查 health check"])
         yield Check(name, True, f"{embedder.model_id}, {embedder.dim} dimensions")
     except UserError as err:
-        yield Check(name, False, str(err), "see the README, section Install")
+        yield Check(name, False, str(err), "see docs/install.md in the repository")
     except LeanoteRagError as err:
         fix = ("check embedder.host and that Ollama runs: curl {host}/api/tags".format(host=safe_url(settings.embedder.host))
-               if settings.embedder.kind == "ollama" else "see the README, section Install")
+               if settings.embedder.kind == "ollama" else "see docs/install.md in the repository")
         yield Check(name, False, str(err), fix)
 
 
@@ -301,7 +301,7 @@ def _reranker(settings: Settings) -> Iterator[Check]:
         yield Check(name, True, model.model_id)
     except LeanoteRagError as err:
         yield Check(name, False, f"{err} (answers still work, without reranking)",
-                    "install the [models] extra and the weights (README, Install), or set rerank.kind: none")
+                    "install the [models] extra and the weights (docs/install.md), or set rerank.kind: none")
 
 
 def _ollama(settings: Settings) -> Iterator[Check]:
