@@ -22,7 +22,11 @@ make a question worse; a real LLM's terms can only be measured with a real LLM).
 the variant's p50); (b) is the same search without it, as with ``memory.enabled: false``.
 Left out (with a note) when the index has no memory.
 ``--variant "NAME:key=value,..."`` adds a variant with other ``retrieval`` settings
-from the command line.
+from the command line. ``--expand-with URL --model NAME`` adds "(e) (b) + expansion" by a
+real model at that Ollama: each question's expansion is asked for once, as
+``rag.answer.expand.Expander`` asks (its prompt, schema and output cap), timed, and not
+cut by any budget, so it shows what the terms add and what they cost on this machine;
+``--types paraphrase`` keeps the run to one kind of question.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Callable
 import yaml
 
 from rag import config
+from rag.answer.expand import OUTPUT_TOKENS, SCHEMA, SYSTEM, parse
 from rag.eval import _outcome, load_questions, normalise
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore, path_for
@@ -107,6 +112,41 @@ def remembered(**retrieval) -> Callable[[NoteIndex], Search]:
                 ENTITY_STATS["questions_with_entities"].add((user_id, question))
             ranking = entity_ranking(memory, user_id, named, max(view.settings.retrieval.candidates, k))
             return search(view, question, user_id, k, entities=ranking)
+
+        return fn
+
+    return make
+
+
+EXPANSIONS: dict[str, dict] = {}  # question -> the real model's terms, sentence and seconds
+
+
+def real_expansions(url: str, model: str, questions: list[dict]) -> None:
+    """Ask the Ollama at ``url`` for each question's expansion, as ``Expander`` does."""
+    import requests
+
+    for q in questions:
+        body = {"model": model, "stream": False, "format": SCHEMA,
+                "options": {"num_predict": OUTPUT_TOKENS, "temperature": 0},
+                "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q["question"]}]}
+        started = time.perf_counter()
+        reply = requests.post(url.rstrip("/") + "/api/chat", json=body, timeout=600)
+        reply.raise_for_status()
+        found = parse(reply.json()["message"]["content"])
+        EXPANSIONS[q["question"]] = {"terms": found.terms, "answer": found.answer,
+                                     "seconds": round(time.perf_counter() - started, 2)}
+
+
+def expanded(**retrieval) -> Callable[[NoteIndex], Search]:
+    """As ``hybrid``, with the real model's expansion (``EXPANSIONS``) fused in."""
+
+    def make(index: NoteIndex) -> Search:
+        view = _view(index, retrieval)
+
+        def fn(question: str, user_id: str, k: int) -> list[Hit]:
+            e = EXPANSIONS.get(question) or {}
+            terms, answer = e.get("terms") or [], e.get("answer") or ""
+            return search(view, question, user_id, k, expansion=(terms, answer) if terms or answer else None)
 
         return fn
 
@@ -218,12 +258,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds over the questions; the first is a warm-up")
     ap.add_argument("--no-entities", action="store_true", help="leave out the entities variant (d)")
     ap.add_argument("--out", default=str(OUT), help="where to write the JSON ('-': nowhere)")
+    ap.add_argument("--expand-with", metavar="URL", help="an Ollama whose model expands each question: variant (e)")
+    ap.add_argument("--model", help="with --expand-with: the model")
+    ap.add_argument("--types", help="only these question types (comma-separated), e.g. paraphrase")
     args = ap.parse_args()
     settings = config.load(args.config)
     questions = [
         q for q in load_questions(Path(args.questions)) if q.get("gold_note_ids") and not q.get("after_changes")
     ]
+    if args.types:
+        kinds = set(args.types.split(","))
+        questions = [q for q in questions if q.get("type") in kinds]
     variants = list(VARIANTS)
+    if args.expand_with:
+        if not args.model:
+            ap.error("--expand-with needs --model")
+        real_expansions(args.expand_with, args.model, questions)
+        variants.append(Variant(f"(e) (b) + expansion, {args.model}", expanded(passages=True)))
     memory_note = None
     if not args.no_entities:
         if path_for(settings).exists():
@@ -246,6 +297,12 @@ def main() -> None:
                               "memory": str(path_for(settings))}
     elif memory_note:
         report["entities"] = {"note": memory_note}
+    if EXPANSIONS:
+        seconds = sorted(e["seconds"] for e in EXPANSIONS.values())
+        report["expansion"] = {"model": args.model, "url": args.expand_with,
+                               "seconds_p50": median(seconds), "seconds_max": seconds[-1],
+                               "empty": sum(1 for e in EXPANSIONS.values() if not e["terms"] and not e["answer"]),
+                               "by_question": EXPANSIONS}
     text = json.dumps(report, ensure_ascii=False, indent=1)
     print(text)
     if args.out != "-":
