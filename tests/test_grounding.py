@@ -52,6 +52,35 @@ def test_a_sentence_following_a_block_gets_its_citation_inferred_before_its_end(
     assert r.text == "第一次重试前等待 30 秒，之后每次翻倍，最多重试 5 次[2]。"
 
 
+def test_a_close_paraphrase_of_a_block_is_cited():
+    # the 1.5B's reply to A014, shortened: under half its words are the block's, but 40 % are
+    blocks = {1: ("[1] RocketMQ 存储 (中间件)", "RocketMQ 没有用 sendfile 直接转发文件，它的消息读写主要走 mmap，"
+                  "因为 mmap 适合小块数据的随机读写。"),
+              2: ("[2] Kafka (中间件)", "Kafka 发送消息时用 sendfile 零拷贝。")}
+    r = read("阿里开源的 RocketMQ 不用直接转发文件的方式，因为它主要走 mmap。", "RocketMQ 为什么不用零拷贝转发文件？", blocks)
+    assert r.inferred == [1]
+
+
+def test_a_short_answer_is_cited_when_one_block_alone_holds_its_name():
+    blocks = {1: ("[1] 机器人定位 (算法)", "在地上铺一串黑白方块组成的 De Bruijn 序列，机器人读最近几块就知道位置。"),
+              2: ("[2] 序列化 (编程)", "Protocol Buffers 把消息序列化成字节。")}
+    question = "只在地上铺一长串两种颜色的小方块，机器人就能知道自己走了多远——这利用的是哪种序列？"
+    assert read("De Bruijn 序列", question, blocks).inferred == [1]
+    # a word every block holds, or a word no block holds, says nothing about whose it is
+    assert read("序列化", question, {**blocks, 3: ("[3] x", "序列化")}).cited == []
+    assert read("格雷码", question, blocks).cited == []
+
+
+def test_the_replys_own_code_is_cited_only_when_copied():
+    blocks = {1: ("[1] Go 的错误 (编程)", "返回一个值为 nil 的 *MyErr 时，接口本身不为 nil：一些操作之前先判断具体类型。"),
+              2: ("[2] 重试策略 (工作)", "付款失败后第一次重试前等待 30 秒。")}
+    question = "自定义错误类型返回后判断是不是空，为什么永远不为空？"
+    made_up = "例如：\n```javascript\nfunction f() {\n  // 执行一些操作\n  return new Error('x');\n}\n```"
+    assert read(made_up, question, blocks).cited == []
+    copied = "```\n返回一个值为 nil 的 *MyErr 时，接口本身不为 nil\n```"
+    assert read(copied, question, blocks).inferred == [1]
+
+
 def test_an_answer_from_elsewhere_gets_no_citation():
     r = read("WireGuard 的握手过程是基于 Noise 协议模式设计的。", "WireGuard 握手怎么做？", BLOCKS)
     assert r.says_something and r.cited == []

@@ -29,8 +29,10 @@ _LATIN = re.compile(r"[a-z0-9_][a-z0-9_.\-]{2,}|\d+")
 _SENTENCE = re.compile(r"(?<=[。！？!?；;：])|(?<=[.:])\s+|\n+")
 _ONLY_MARKERS = re.compile(r"^[\s\[\]【】\d,，、。.]*$")
 MIN_OWN_WORDS = 1  # a sentence that says something has a word the question lacks
-INFER_SHARE = 0.5  # of a sentence's words found in one block: it follows that block
-INFER_MIN_WORDS = 4  # shorter sentences are too short to tell whose they are
+INFER_SHARE = 0.4  # of a sentence's words found in one block: it follows that block
+INFER_CODE_SHARE = 0.8  # a line of the reply's own code follows a block only when it is nearly copied
+INFER_MIN_WORDS = 4  # shorter sentences follow a block only when it alone holds their distinctive words
+_FENCE = re.compile(r"^\s*(```|~~~)")
 
 _SORRY = r"(?:(?:抱歉|对不起|很抱歉|sorry|i'?m sorry|unfortunately)[，,。.!！\s]*)?"
 _REFUSALS = re.compile(
@@ -111,6 +113,16 @@ def _copied_header(sentence: str, headers: dict[int, set[str]]) -> bool:
     return any(rest <= headers.get(int(x), set()) for x in re.findall(r"\d+", m.group(1)))
 
 
+def _sole_holder(own: set[str], block_words: dict[int, set[str]]) -> int | None:
+    """The one block holding all of a short sentence's words the question lacks (a name,
+    a number: "De Bruijn 序列" for "……这利用的是哪种序列？"), when they are distinctive: a
+    Latin word or number among them, or two CJK bigrams; None when no block or several do."""
+    if not own or not (any(not _CJK_RUN.fullmatch(w) for w in own) or len(own) >= 2):
+        return None
+    holders = [n for n, bw in block_words.items() if own <= bw]
+    return holders[0] if len(holders) == 1 else None
+
+
 def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Reading:
     """``blocks``: number -> (header as the prompt showed it, text). The markers that count,
     the citations to infer, and whether the answer says anything at all."""
@@ -118,8 +130,12 @@ def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Readin
     headers = {n: words(header) for n, (header, _) in blocks.items()}
     block_words = {n: words(header + "\n" + body) for n, (header, body) in blocks.items()}
     reading = Reading(text)
-    own_sentences: list[tuple[str, set[str]]] = []
+    own_sentences: list[tuple[str, set[str], bool]] = []
+    code = False  # inside a fenced code block of the reply
     for sentence in sentences(text):
+        if _FENCE.match(sentence):
+            code = not code
+            continue
         if _copied_header(sentence, headers):
             continue
         mine = words(_MARKER.sub(" ", sentence))
@@ -127,7 +143,7 @@ def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Readin
         if len(own) < MIN_OWN_WORDS:
             continue
         reading.says_something = True
-        own_sentences.append((sentence, mine))
+        own_sentences.append((sentence, mine, code))
         for m in _MARKER.finditer(sentence):
             for x in re.findall(r"\d+", m.group(1)):
                 n = int(x)
@@ -136,11 +152,14 @@ def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Readin
     if reading.marked or not reading.says_something:
         return reading
     out = text
-    for sentence, mine in own_sentences:
+    for sentence, mine, in_code in own_sentences:
         if len(mine) < INFER_MIN_WORDS:
-            continue
-        share, n = max(((len(mine & bw) / len(mine), n) for n, bw in block_words.items()), default=(0.0, None))
-        if n is not None and share >= INFER_SHARE:
+            n = None if in_code else _sole_holder(mine - asked, block_words)
+        else:
+            share, n = max(((len(mine & bw) / len(mine), n) for n, bw in block_words.items()), default=(0.0, None))
+            if share < (INFER_CODE_SHARE if in_code else INFER_SHARE):
+                n = None
+        if n is not None:
             if n not in reading.inferred:
                 reading.inferred.append(n)
             stripped = sentence.rstrip()
