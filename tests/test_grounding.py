@@ -18,7 +18,7 @@ BLOCKS = {
 @pytest.mark.parametrize("text", [
     REFUSAL, "我们笔记里没有相关内容。", "笔记中没有提到具体的冷藏时间。", "抱歉，提供的片段中没有相关信息。",
     "根据提供的笔记，无法回答这个问题。", "The notes do not mention how long to chill it.",
-    "Sorry, I cannot find that in your notes.", "", "[1]",
+    "Sorry, I cannot find that in your notes.",
 ])
 def test_refusals_are_recognised_by_meaning(text):
     assert refuses(text, REFUSAL)
@@ -29,6 +29,13 @@ def test_refusals_are_recognised_by_meaning(text):
 ])
 def test_answers_are_not_refusals(text):
     assert not refuses(text, REFUSAL)
+
+
+@pytest.mark.parametrize("text", ["", "[1]", "[1] [2][3]", " 【2】 "])
+def test_a_reply_of_markers_only_is_no_refusal_and_says_nothing(text):
+    # what the 1.5B wrote to three answerable dev questions: it pointed at blocks, it did not decline
+    assert not refuses(text, REFUSAL)
+    assert not read(text, "付款失败后多久重试？", BLOCKS).says_something
 
 
 def test_markers_count_in_sentences_that_say_something():

@@ -68,10 +68,11 @@ def words(text: str) -> set[str]:
 
 def refuses(text: str, refusal: str = "") -> bool:
     """The answer says the notes do not answer: the configured phrase, or the same in
-    other words at its opening."""
+    other words at its opening. A reply of markers only ("[1]", "[1] [2][3]": the model
+    pointing at blocks) or of nothing is no refusal: it says nothing (``Reading.says_something``)."""
     opening = _MARKER.sub("", text).strip()[:OPENING]
     if not opening:
-        return True
+        return False
     if refusal and refusal in opening:
         return True
     return bool(_REFUSALS.search(opening))
