@@ -10,13 +10,6 @@ over ~2.4 s), so the fakes' threads do not compete with the daemon for its GIL.
 daemon's event-loop lag (a 10 ms ticker's delays, inside the daemon) while they are,
 and each answer's edits against the pacing limit (telegram.edit_interval).
 Prints JSON and writes bench/bots_results.json.
-
-    .venv/bin/python bench/bots.py --ollama-host http://127.0.0.1:11435 --model qwen2.5-coder:1.5b-instruct
-
-With a real model instead: one person asks ``REAL_QUESTIONS`` in turn, each after the
-last is answered, and what they see is timed from the moment they ask: the first message
-(the sources, before the LLM reads), the first edit with the answer's text, and the
-final answer. Written to bench/bots_real_results.json.
 """
 
 from __future__ import annotations
@@ -44,8 +37,6 @@ QUESTIONS = ["番茄炒蛋怎么做才不酸？", "红烧肉要炖多久？", "�
 
 
 INTERVAL = 1.5
-REAL_QUESTIONS = QUESTIONS + ["付款失败后第一次重试前要等多久？", "家里路由器自动分给设备的 IP 是从哪到哪？",
-                              "How do I follow one service's logs live?", "PostgreSQL 连接池开多大合适？"]
 
 
 def child(settings_json: str, lag_file: str) -> None:
@@ -127,80 +118,10 @@ async def main() -> dict:
         }
 
 
-def _spread(values: list[float]) -> dict:
-    values = sorted(values)
-    if not values:
-        return {}
-    return {"p50": round(values[len(values) // 2], 2), "p95": round(values[min(len(values) - 1, int(len(values) * 0.95))], 2),
-            "max": round(values[-1], 2)}
-
-
-async def real(host: str, model: str) -> dict:
-    """One person, one question at a time, a real model: what they see, and when."""
-    import subprocess
-
-    person = PEOPLE[0]
-    work = Path(tempfile.mkdtemp())
-    with FakeTelegram() as tg:
-        settings = make_settings(
-            work,
-            telegram={"enabled": True, "token_env": "BENCH_TG", "base_url": tg.base_url, "edit_interval": INTERVAL},
-            users=[{"leanote_user_id": "local", "telegram_ids": [person]}],
-            ollama={"host": host, "model": model}, rerank={"kind": "none"}, sync={"interval": "1h"},
-            memory={"llm": "off"},  # the LLM answers only: the memory's tier would queue behind every answer
-        )
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", settings.model_dump_json(), str(work / "lags.json")],
-            stdin=subprocess.PIPE, env={**os.environ, "BENCH_TG": "123:TEST"},
-        )
-        while not tg.method_calls("getUpdates"):
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(2.0)
-        rows = []
-        for q in REAL_QUESTIONS:
-            asked = time.monotonic()
-            tg.say(person, q)
-            shown: list[tuple[float, str]] = []  # (when, text) of every message and edit sent to them
-            while time.monotonic() - asked < 600:
-                shown = [(t, p.get("text") or "") for method, p, t in list(tg.calls)
-                         if method in ("sendMessage", "editMessageText") and t >= asked
-                         and str(p.get("chat_id")) == str(person)]
-                last = shown[-1] if shown else None
-                if last and not last[1].endswith(("▌", "…")) and time.monotonic() - last[0] > 3:
-                    break  # the final text (no cursor, no placeholder), unchanged for 3 s
-                await asyncio.sleep(0.1)
-            sources = next((t for t, text in shown if "读的笔记" in text or "Reading:" in text), None)
-            writing = next((t for t, text in shown if text.endswith("▌")), None)
-            rows.append({"question": q, "sources_s": round(sources - asked, 2) if sources else None,
-                         "first_text_s": round(writing - asked, 2) if writing else None,
-                         "final_s": round(shown[-1][0] - asked, 2) if shown else None,
-                         "final": shown[-1][1][:300] if shown else ""})
-        proc.stdin.close()
-        proc.wait(timeout=60)
-    return {"model": model, "host": host, "questions": len(rows),
-            "sources_s": _spread([r["sources_s"] for r in rows if r["sources_s"] is not None]),
-            "first_text_s": _spread([r["first_text_s"] for r in rows if r["first_text_s"] is not None]),
-            "final_s": _spread([r["final_s"] for r in rows if r["final_s"] is not None]), "rows": rows}
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
         sys.exit(0)
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ollama-host", metavar="URL", help="a real Ollama: one person's questions, timed")
-    ap.add_argument("--model", help="with --ollama-host: the model")
-    args = ap.parse_args()
-    if args.ollama_host:
-        if not args.model:
-            ap.error("--ollama-host needs --model")
-        results = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(),
-                   **asyncio.run(real(args.ollama_host, args.model))}
-        out = REPO / "bench" / "bots_real_results.json"
-    else:
-        results = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), **asyncio.run(main())}
-        out = REPO / "bench" / "bots_results.json"
-    out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    results = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), **asyncio.run(main())}
+    (REPO / "bench" / "bots_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(results, indent=2, ensure_ascii=False))

@@ -263,7 +263,8 @@ def test_a_change_during_a_running_pass_is_synced_after_it(notes_dir, tmp_path):
             rows = [r for r in all_runs(db) if r[2] is None]
             return rows[-1][0] if rows else None
 
-        await until(lambda: running() is not None, "the pass for the long note starts")
+        # the watcher's debounce, then a pass: slow when other work holds the cores, so a long deadline
+        await until(lambda: running() is not None, "the pass for the long note starts", timeout=120)
         busy = running()
         (notes_dir / "巡检期间.md").write_text("# 巡检期间\n\n巡检同步进行中写下的 DURING-PASS-3。\n", encoding="utf-8")
         written = time.time()

@@ -77,10 +77,13 @@ def test_a_model_too_slow_for_the_full_evidence_learns_from_its_timeouts_and_the
     """Nothing measured, and the first prompt (all the evidence) takes longer than
     ollama.timeout to read: the cut-short reply teaches the speed, the next prompts are
     smaller, and an answer comes (it used to go out full-size and time out for good)."""
-    read = 400.0  # tokens a second: the full evidence takes a few seconds
+    # Tokens a second: the full evidence takes ~25 s to read, against a 6 s timeout and a 4 s
+    # budget. The 2 s between budget and timeout leave room for the rest of an answer's
+    # work (search, the prompt) on a machine busy with other work.
+    read = 100.0
     with FakeOllama(speed=(read, 2000.0)) as ollama:
-        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=1.0)
-        svc.settings = svc.settings.model_copy(update={"ollama": svc.settings.ollama.model_copy(update={"timeout": 1.5})})
+        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=4.0)
+        svc.settings = svc.settings.model_copy(update={"ollama": svc.settings.ollama.model_copy(update={"timeout": 6.0})})
         svc.chat = OllamaChat(svc.settings.ollama)
         try:
             outcomes, prompts = [], []
