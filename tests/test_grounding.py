@@ -85,7 +85,8 @@ def test_the_replys_own_code_is_cited_only_when_copied():
     made_up = "例如：\n```javascript\nfunction f() {\n  // 执行一些操作\n  return new Error('x');\n}\n```"
     assert read(made_up, question, blocks).cited == []
     copied = "```\n返回一个值为 nil 的 *MyErr 时，接口本身不为 nil\n```"
-    assert read(copied, question, blocks).inferred == [1]
+    r = read(copied, question, blocks)
+    assert r.inferred == [1] and r.text == copied  # cited, and the code is shown as the model wrote it
 
 
 def test_an_answer_from_elsewhere_gets_no_citation():

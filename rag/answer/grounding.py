@@ -12,8 +12,10 @@ What real small models do with evidence blocks, seen with Qwen2.5-Coder 1.5B and
   word the question does not hold), and an answer with no such sentence is
   no answer.
 - They often answer from a block without typing a single ``[n]``: a sentence that
-  quotes or closely follows one block (at least half its words are that block's) gets
-  the block's citation when the model gave none (``inferred``); the trace marks it so.
+  quotes or closely follows one block (``INFER_SHARE``, 40 % of its words are that
+  block's), a line of their own code that copies one (``INFER_CODE_SHARE``), or a short
+  answer whose distinctive words one block alone holds gets the block's citation when
+  the model gave none (``inferred``); the trace marks it so.
 
 Words are CJK character bigrams, Latin words of three letters or more (lowercased) and numbers.
 """
@@ -163,6 +165,8 @@ def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Readin
         if n is not None:
             if n not in reading.inferred:
                 reading.inferred.append(n)
+            if in_code:
+                continue  # a marker inside code would change the code; the citation stands below it
             stripped = sentence.rstrip()
             body = stripped.rstrip("。！？!?；;.")
             out = out.replace(stripped, f"{body}[{n}]{stripped[len(body):]}", 1)
