@@ -18,48 +18,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
 RESULTS = REPO / "bench" / "answers_eval_results.json"
 DEV = SHARED / "eval" / "dev.jsonl"
-_TAG = re.compile(r"(?:正文在|text between) <(note-[0-9a-f]+)> (?:和|and) </note-[0-9a-f]+>")
-
-
-def prompt_parts(messages: list[dict]) -> tuple[str, dict[int, tuple[str, str]]] | None:
-    """(question, blocks n -> (header, text)) of an answer prompt, else None."""
-    user = [m.get("content") or "" for m in messages if m.get("role") == "user"]
-    if not user:
-        return None
-    user = user[-1]
-    tag = _TAG.search(user)
-    if not tag:
-        return None
-    tag = tag.group(1)
-    blocks = {int(n): (f"[{n}] {head}", text) for n, head, text in
-              re.findall(rf"^\[(\d+)\] ([^\n]*)\n<{tag}>\n(.*?)\n</{tag}>$", user, re.M | re.S)}
-    tail = user.rsplit(f"</{tag}>", 1)[-1]
-    asked = re.findall(r"^(?:问题：|Question: )(.*)$", tail, re.M)
-    return (asked[-1] if asked else ""), blocks
 
 
 def citing(reply: str, question: str, blocks: dict, refusal: str) -> tuple[str, list[int]]:
+    """How the product reads the reply now (``rag.answer.grounding``), and the blocks it cites."""
     from rag.answer import grounding
 
     reading = grounding.read(reply, question, blocks)
-    if grounding.refuses(reply, refusal):
-        return "refused", []
-    if not reading.says_something:
-        return "nothing", []
-    if reading.marked:
-        return "cited", reading.marked
-    if reading.inferred:
-        return "inferred", reading.inferred
-    return "uncited", []
+    how = grounding.citing(reply, reading, refusal)
+    return how, reading.cited if how in ("cited", "inferred") else []
 
 
 def main() -> int:
@@ -68,6 +44,8 @@ def main() -> int:
         return 2
     records = [json.loads(line) for line in Path(sys.argv[1]).read_text(encoding="utf-8").splitlines() if line]
     key = sys.argv[2] if len(sys.argv) > 2 else "ollama qwen2.5-coder:1.5b-instruct"
+    from fakes.ollama import answer_prompt
+
     from rag.config import AnswerConfig
 
     refusal = AnswerConfig().refusal
@@ -76,7 +54,7 @@ def main() -> int:
     counts = {"answerable": 0, "gold_by_llm": 0, "refused": 0, "uncited": 0, "no_answer": 0,
               "no_answer_cited": 0, "traps_cited": 0, "changed": 0}
     for rec in records:
-        parts = prompt_parts(rec.get("messages") or [])
+        parts = answer_prompt(rec.get("messages") or [])
         if parts is None:
             continue
         question, blocks = parts

@@ -60,20 +60,23 @@ def test_every_config_shown_is_accepted(tmp_path):
     assert checked >= 10
 
 
+def strict_build(folder: Path, site: Path) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of the site whose mkdocs.yml is in ``folder``; skips without the docs extra."""
+    for module in ("mkdocs", "material"):
+        pytest.importorskip(module, reason="the docs extra is not installed (make test installs it): pip install -e '.[docs]'")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=folder, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
 def test_the_site_builds_strictly(tmp_path):
-    pytest.importorskip("mkdocs", reason="the docs extra is not installed (make test installs it): pip install -e '.[docs]'")
-    pytest.importorskip("material", reason="the docs extra is not installed (make test installs it): pip install -e '.[docs]'")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                         cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    run = strict_build(REPO, tmp_path / "site")
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "site" / "answers" / "index.html").exists()
 
 
 def test_a_broken_link_fails_the_build(tmp_path):
     # the strict build is what catches it: a copy of the docs with one bad link and one page left out of the nav
-    pytest.importorskip("mkdocs", reason="the docs extra is not installed (make test installs it): pip install -e '.[docs]'")
-    pytest.importorskip("material", reason="the docs extra is not installed (make test installs it): pip install -e '.[docs]'")
     docs = tmp_path / "docs"
     docs.mkdir()
     for page in PAGES:
@@ -82,8 +85,6 @@ def test_a_broken_link_fails_the_build(tmp_path):
         f.write("\nSee [the missing page](nowhere.md).\n")
     (docs / "stray.md").write_text("# Not in the nav\n", encoding="utf-8")
     (tmp_path / "mkdocs.yml").write_text((REPO / "mkdocs.yml").read_text(encoding="utf-8"), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    run = strict_build(tmp_path, tmp_path / "site")
     assert run.returncode != 0
     assert "nowhere.md" in run.stderr and "stray.md" in run.stderr

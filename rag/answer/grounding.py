@@ -172,3 +172,13 @@ def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Readin
             out = out.replace(stripped, f"{body}[{n}]{stripped[len(body):]}", 1)
     reading.text = out
     return reading
+
+
+def citing(text: str, reading: Reading, refusal: str = "") -> str:
+    """What a reply stands on, as ``Trace.citing`` names it: "refused", "nothing" (no
+    words of its own), "cited" (markers), "inferred" or "uncited" (follows no block)."""
+    if refuses(text, refusal):
+        return "refused"
+    if not reading.says_something:
+        return "nothing"
+    return "cited" if reading.marked else "inferred" if reading.inferred else "uncited"

@@ -852,16 +852,7 @@ class AnswerService:
         refusal = self.settings.answer.refusal
         trace.reply = text[:REPLY_KEPT]
         reading = grounding.read(text, standalone, {b.n: (header(b), b.text) for b in blocks})
-        if grounding.refuses(text, refusal):
-            trace.citing = "refused"
-        elif not reading.says_something:
-            trace.citing = "nothing"
-        elif reading.marked:
-            trace.citing = "cited"
-        elif reading.inferred:
-            trace.citing = "inferred"
-        else:
-            trace.citing = "uncited"
+        trace.citing = grounding.citing(text, reading, refusal)
         if trace.citing in ("cited", "inferred"):
             by_n = {b.n: b for b in blocks}
             shown, _ = cited(reading.text, set(by_n))

@@ -82,19 +82,33 @@ def _content(messages: list[dict], role: str, last: bool = False) -> str:
     return (found[-1] if last else found[0]) if found else ""
 
 
+def answer_prompt(messages: list[dict]) -> tuple[str, dict[int, tuple[str, str]]] | None:
+    """An answer prompt (``rag.answer.evidence.messages``) read back: its question and its
+    blocks, n -> (header line as shown, text); None when the user message names no
+    evidence tag. Also what ``bench/reread.py`` reads recorded prompts with."""
+    user = _content(messages, "user", last=True)
+    tag = _TAG.search(user)
+    if not tag:
+        return None
+    tag = tag.group(1)
+    blocks = {int(n): (f"[{n}] {head}", text) for n, head, text in
+              re.findall(rf"^\[(\d+)\] ([^\n]*)\n<{tag}>\n(.*?)\n</{tag}>$", user, re.M | re.S)}
+    tail = user.rsplit(f"</{tag}>", 1)[-1]  # the question comes after the last block
+    asked = re.findall(r"^(?:问题：|Question: )(.*)$", tail, re.M)
+    return (asked[-1] if asked else ""), blocks
+
+
 def read_evidence(messages: list[dict]) -> str | None:
     """What the reader stand-in replies to an answer prompt, or None when ``messages``
     is not one (no refusal rule in the system prompt, no evidence tag named in the user's)."""
-    system = _content(messages, "system")
-    user = _content(messages, "user", last=True)
-    tag, refusal = _TAG.search(user), _REFUSAL.search(system)
-    if not tag or not refusal:
+    refusal = _REFUSAL.search(_content(messages, "system"))
+    prompt = answer_prompt(messages)
+    if not prompt or not refusal:
         return None
-    tag, refusal = tag.group(1), refusal.group(1).strip()
-    blocks = re.findall(rf"^\[(\d+)\] [^\n]*\n<{tag}>\n(.*?)\n</{tag}>$", user, re.M | re.S)
-    tail = user.rsplit(f"</{tag}>", 1)[-1]  # the question comes after the last block
-    asked = re.findall(r"^(?:问题：|Question: )(.*)$", tail, re.M)
-    terms = set(tokenize(asked[-1])) if asked else set()
+    refusal = refusal.group(1).strip()
+    question, shown = prompt
+    blocks = [(n, text) for n, (_, text) in shown.items()]
+    terms = set(tokenize(question)) if question else set()
     best, best_shared = None, 0
     for n, text in blocks:
         shared = len(terms & set(tokenize(text)))
