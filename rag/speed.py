@@ -63,9 +63,18 @@ class Speed:
     calibration: float = 1.0  # observed prompt tokens / base estimate
     samples: int = 0
     updated: float = 0.0
+    # read_tps is only an upper bound: a reply was cut short before its first token, so the
+    # model reads slower than this; the next reply that measures it replaces the bound
+    bound: bool = False
 
     def tokens(self, text: str) -> int:
         return max(1, round(base_tokens(text) * self.calibration))
+
+    def read(self, tps: float) -> None:
+        """A reading speed measured: blended into the estimate, or in place of a bound
+        (a bound blended with a measurement would stay optimistic for several replies)."""
+        self.read_tps = tps if self.bound else _ewma(self.read_tps, tps)
+        self.bound = False
 
     def read_seconds(self, tokens: float) -> float | None:
         return tokens / self.read_tps if self.read_tps else None
@@ -76,7 +85,8 @@ class Speed:
     def describe(self, model: str) -> str:
         if not self.samples:
             return f"{model}: speed not measured yet"
-        read = f"{self.read_tps:.0f} tok/s reading" if self.read_tps else "reading speed unknown"
+        read = ((f"under {self.read_tps:.0f} tok/s reading (a reply was cut short)" if self.bound
+                 else f"{self.read_tps:.0f} tok/s reading") if self.read_tps else "reading speed unknown")
         write = f"{self.write_tps:.1f} tok/s writing" if self.write_tps else "writing speed unknown"
         return f"{model} here: {read}, {write} ({self.samples} replies)"
 
@@ -99,7 +109,7 @@ def meaning(model: str, speed: "Speed", budget: float) -> str | None:
     if not speed.read_tps:
         return None
     first = TYPICAL_PROMPT / speed.read_tps
-    line = f"~{first:.0f} s to a first token for {TYPICAL_PROMPT} prompt tokens"
+    line = f"{'over ' if speed.bound else ''}~{first:.0f} s to a first token for {TYPICAL_PROMPT} prompt tokens"
     size = model_size(model)
     if size is None:
         return line
@@ -136,7 +146,7 @@ class SpeedBook:
             return
         speed = self._speeds.setdefault(model, Speed())
         if usage.prompt_tokens >= MIN_TOKENS and usage.prompt_seconds > 0:
-            speed.read_tps = _ewma(speed.read_tps, usage.prompt_tokens / usage.prompt_seconds)
+            speed.read(usage.prompt_tokens / usage.prompt_seconds)
         if usage.output_tokens >= MIN_TOKENS and usage.output_seconds > 0:
             speed.write_tps = _ewma(speed.write_tps, usage.output_tokens / usage.output_seconds)
         estimate = base_tokens(prompt_text)
@@ -153,15 +163,20 @@ class SpeedBook:
         prompt that fast; with none within ``seconds``, it reads at most
         ``prompt_tokens / seconds``. So the first answer of a model too slow for the
         evidence it was given teaches the next one to give it less: the sizing cannot
-        lock itself out (an answer always sent full-size, never measured)."""
+        lock itself out (an answer always sent full-size, never measured).
+
+        ``prompt_tokens / seconds`` is not a speed but a bound: the model reads slower than
+        that. It is kept as one (``Speed.bound``), lowered by every further cut-short reply
+        and replaced, not blended, by the first reply that measures the speed."""
         if prompt_tokens < MIN_TOKENS or seconds <= 0:
             return
         speed = self._speeds.setdefault(model, Speed())
         if first_token is not None and first_token > 0:
-            speed.read_tps = _ewma(speed.read_tps, prompt_tokens / first_token)
+            speed.read(prompt_tokens / first_token)
         else:
             most = prompt_tokens / seconds
-            speed.read_tps = most if speed.read_tps is None else min(speed.read_tps, most)
+            if speed.read_tps is None or most < speed.read_tps:
+                speed.read_tps, speed.bound = most, True
         speed.samples += 1
         speed.updated = time.time()
         self.save()

@@ -149,6 +149,27 @@ def test_the_token_estimate_follows_the_scripts_and_learns_from_counts(tmp_path)
     assert book.get("m").samples == 1
 
 
+def test_a_reply_cut_short_before_its_first_token_is_a_bound_that_the_next_measurement_replaces(tmp_path):
+    """1,000 prompt tokens and no first token within 2 s: the model reads under 500 tok/s,
+    not at 500. A later reply measuring 100 tok/s is the speed (blending it into the bound
+    gave 380, and the next prompts were sized for a model four times as fast)."""
+    book = SpeedBook(tmp_path / FILE)
+    book.cut_short("m", 1000, 2.0, None)
+    assert book.get("m").read_tps == pytest.approx(500.0) and book.get("m").bound
+    assert "under 500 tok/s reading" in book.get("m").describe("m")
+    book.cut_short("m", 1200, 2.0, None)  # a looser bound says nothing new
+    assert book.get("m").read_tps == pytest.approx(500.0)
+    book.cut_short("m", 600, 2.0, None)  # a tighter one lowers it
+    assert book.get("m").read_tps == pytest.approx(300.0)
+    book.observe("m", Usage(prompt_tokens=200, prompt_seconds=2.0, output_tokens=20, output_seconds=2.0), "x" * 700)
+    again = SpeedBook(tmp_path / FILE).get("m")  # as a new process reads it
+    assert again.read_tps == pytest.approx(100.0) and not again.bound
+    book.observe("m", Usage(prompt_tokens=200, prompt_seconds=1.0), "x" * 700)  # measurements blend
+    assert book.get("m").read_tps == pytest.approx(0.7 * 100 + 0.3 * 200)
+    book.cut_short("m", 1000, 2.0, None)  # a bound above a measured speed changes nothing
+    assert book.get("m").read_tps == pytest.approx(130.0) and not book.get("m").bound
+
+
 def test_what_a_measured_speed_means_for_the_person_waiting():
     from rag.speed import Speed, meaning, model_size
 
@@ -160,3 +181,4 @@ def test_what_a_measured_speed_means_for_the_person_waiting():
     assert "fits" not in meaning("qwen2.5:7b-instruct", Speed(read_tps=200.0), 30.0).split(";")[0]
     assert "even for a 0.5B" in meaning("qwen2.5-coder:0.5b-instruct", Speed(read_tps=10.0), 30.0)
     assert meaning("m", Speed(), 30.0) is None
+    assert meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0, bound=True), 30.0).startswith("over ~32 s")
