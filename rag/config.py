@@ -453,6 +453,20 @@ class Settings(Section):
     # Where the file was read from; relative paths were resolved against its folder.
     config_path: Path | None = Field(default=None, exclude=True)
 
+    @model_validator(mode="after")
+    def _answer_fits_timeout(self) -> "Settings":
+        # The evidence is sized to be read within the budget; the answer is then written within
+        # what is left of the timeout. A budget as long as the timeout leaves none: every answer
+        # would be cut short.
+        if self.ollama.enabled and self.answer.first_token_budget >= self.ollama.timeout:
+            raise ValueError(
+                f"answer.first_token_budget ({self.answer.first_token_budget:g} s) must be shorter than "
+                f"ollama.timeout ({self.ollama.timeout:g} s): the answer is written after its first token, "
+                f"within the timeout (raise ollama.timeout, e.g. to {self.answer.first_token_budget * 2:g} s, "
+                f"or lower answer.first_token_budget, e.g. to {self.ollama.timeout / 2:g} s)"
+            )
+        return self
+
 
 def locate(explicit: str | os.PathLike | None = None) -> Path:
     """The config file to read: explicit, else $LEANOTE_RAG_CONFIG, else ./config.yaml,
@@ -559,7 +573,7 @@ def _describe(error: dict) -> str:
     if error["type"] == "missing":
         return f"{path}: required"
     msg = error["msg"].removeprefix("Value error, ")
-    return f"{path}: {msg}"
+    return f"{path}: {msg}" if loc else msg  # a rule across sections names its keys itself
 
 
 def private_files() -> None:

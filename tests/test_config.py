@@ -60,6 +60,18 @@ def test_unknown_key_inside_a_list_names_its_index(tmp_path):
     assert "source.accounts[0].password_env: required" in message
 
 
+def test_a_budget_that_leaves_the_answer_no_time_is_refused_naming_both_keys(tmp_path):
+    """answer.first_token_budget as long as ollama.timeout: every answer would be cut short
+    while it is written."""
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, "source: {kind: files, path: x}\nanswer: {first_token_budget: 120}\n")
+    assert "config.yaml: answer.first_token_budget (120 s) must be shorter than ollama.timeout (120 s)" in str(err.value)
+    ok = load_text(tmp_path, "source: {kind: files, path: x}\nanswer: {first_token_budget: 120}\nollama: {timeout: 240}\n")
+    assert ok.answer.first_token_budget == 120
+    assert load_text(tmp_path, "source: {kind: files, path: x}\nanswer: {first_token_budget: 120}\n"
+                               "ollama: {enabled: false}\n").ollama.enabled is False
+
+
 def test_bad_values_are_reported_with_their_path(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_text(tmp_path, "source: {kind: files, path: x}\nretrieval: {top_k: 0}\nembedder: {kind: bert}\n")

@@ -38,7 +38,7 @@ def world(monkeypatch, tmp_path, use_embedder):
             tmp_path, leanote={"base_url": leanote.url},
             source={"kind": "leanote_api", "path": None,
                     "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]},
-            ollama={"host": ollama.url, "timeout": 5}, memory={"llm": "on"}, rerank={"kind": "none"},
+            ollama={"host": ollama.url, "timeout": 5}, answer={"first_token_budget": 2}, memory={"llm": "on"}, rerank={"kind": "none"},
         )
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)

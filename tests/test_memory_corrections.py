@@ -26,7 +26,7 @@ from fakes.ollama import FakeOllama
 def world(tmp_path, settings_factory):
     """The memory, the fake Ollama and the LLM tier's worker on a fake clock (as in test_memory_llm)."""
     with FakeOllama() as fake:
-        settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, memory={"llm": "on"})
+        settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "on"})
         clock = Clock()
         store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
         answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))

@@ -68,7 +68,7 @@ def fake():
 
 @pytest.fixture
 def world(tmp_path, settings_factory, fake):
-    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, memory={"llm": "on"})
+    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "on"})
     clock = Clock()
     store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
     answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))

@@ -108,7 +108,7 @@ def test_a_real_qwen_answers_a_dev_question_citing_its_gold_note(tmp_path, use_e
         rerank={"kind": "none"}, retrieval={"expand": "off"},
         ollama={"host": real_ollama, "model": MODEL, "timeout": 900, "stall_timeout": 120},
         # a small prompt, and no cut to a speed: the test is about the answer, not the clock
-        answer={"top_k": 3, "total_chars": 1500, "first_token_budget": 900},
+        answer={"top_k": 3, "total_chars": 1500, "first_token_budget": 600},
     )
     index = NoteIndex.open(settings, embedder=use_embedder)
     service = AnswerService(settings, index, chat=OllamaChat(settings.ollama))
