@@ -53,13 +53,16 @@ def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProces
     return subprocess.run(cmd + list(args), check=True, text=True, stdout=subprocess.PIPE if capture else None)
 
 
-def write_config(folder: Path, host: str, model: str, enabled: bool = True, budget: float | None = None) -> Path:
+def write_config(folder: Path, host: str, model: str, enabled: bool = True, budget: float | None = None,
+                 timeout: float | None = None) -> Path:
     """bench/corpus.yaml (the same source, embedder and index) with the LLM given here
-    (and ``answer.first_token_budget``, when given)."""
+    (and ``answer.first_token_budget`` and ``ollama.timeout``, when given)."""
     raw = yaml.safe_load((REPO / "bench" / "corpus.yaml").read_text(encoding="utf-8"))
     raw["source"]["path"] = str(BACKUP)
     raw["state_dir"] = str(DATA)
     raw["ollama"] = {**(raw.get("ollama") or {}), "host": host, "model": model, "enabled": enabled}
+    if timeout is not None:
+        raw["ollama"]["timeout"] = timeout
     if budget is not None:
         raw["answer"] = {**(raw.get("answer") or {}), "first_token_budget": budget}
     path = folder / "answers_eval.yaml"
@@ -172,12 +175,16 @@ def host_url(host: str) -> str:
 
 
 def main() -> int:
+    from rag.config import AnswerConfig, OllamaConfig
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--speed", metavar="READ,WRITE", help="the stand-in's speed in tokens/s (prompt read, answer written)")
     ap.add_argument("--ollama-host", metavar="URL", help="a real Ollama instead of the stand-in")
     ap.add_argument("--model", default=None, help="with --ollama-host: the model (default: the config's)")
     ap.add_argument("--budget", type=float, metavar="SECONDS",
                     help="answer.first_token_budget for this run (default: the config's, 30 s)")
+    ap.add_argument("--timeout", type=float, metavar="SECONDS",
+                    help="ollama.timeout for this run (default: the config's, 120 s; it must exceed --budget)")
     ap.add_argument("--extractive", action="store_true", help="no LLM: extractive answers (ollama.enabled: false)")
     ap.add_argument("--record", type=Path, metavar="JSONL",
                     help="with --ollama-host: keep every chat the model read and wrote (for bench/reread.py)")
@@ -195,6 +202,9 @@ def main() -> int:
         ap.error("--record is for a real Ollama (--ollama-host)")
     if args.budget is not None and args.budget <= 0:
         ap.error("--budget takes a positive number of seconds")
+    if (args.timeout or OllamaConfig().timeout) <= (args.budget or AnswerConfig().first_token_budget):
+        ap.error("the timeout (--timeout, default 120 s) must be longer than the first-token budget (--budget): "
+                 "the answer is written after its first token")
     speed = None
     if args.speed:
         try:
@@ -206,7 +216,6 @@ def main() -> int:
     from fakes.ollama import FakeOllama
 
     from rag.cli import answer_table
-    from rag.config import AnswerConfig, OllamaConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -224,7 +233,8 @@ def main() -> int:
             recorder = Recorder(host_url(args.ollama_host), args.record) if args.record else None
             try:
                 url = recorder.url if recorder else host_url(args.ollama_host)
-                report = run_eval(write_config(tmp, url, model, budget=args.budget), False, questions)
+                report = run_eval(write_config(tmp, url, model, budget=args.budget, timeout=args.timeout), False,
+                                  questions)
             finally:
                 if recorder:
                     recorder.close()
@@ -234,10 +244,13 @@ def main() -> int:
             print("answer eval with the reader stand-in (tests/fakes/ollama.py), not a real LLM"
                   + (f"; as slow as {speed[0]:g} tok/s reading, {speed[1]:g} writing" if speed else ""), file=sys.stderr)
             with FakeOllama(models=(STAND_IN,), speed=speed, reader=True) as fake:
-                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget), False, questions)
+                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget, timeout=args.timeout),
+                                  False, questions)
         seconds = round(time.monotonic() - started, 1)
     if args.budget is not None:
         key += f", first-token budget {args.budget:g} s"
+    if args.timeout is not None:
+        key += f", timeout {args.timeout:g} s"
     if args.questions:
         key += f", questions {args.questions}"
 
@@ -248,7 +261,8 @@ def main() -> int:
     runs = results.get("runs") or {}
     runs[key] = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "seconds": seconds,
                  "stand_in": not args.ollama_host and not args.extractive, "speed": list(speed) if speed else None,
-                 "first_token_budget": args.budget or AnswerConfig().first_token_budget, "report": report}
+                 "first_token_budget": args.budget or AnswerConfig().first_token_budget,
+                 "timeout": args.timeout or OllamaConfig().timeout, "report": report}
     RESULTS.write_text(json.dumps({"runs": runs}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"\n{key} ({seconds} s for the eval; {RESULTS.relative_to(REPO)})")
     for line in answer_table(report):
