@@ -295,6 +295,8 @@ def trace_text(trace: Trace | None) -> str:
     lines = [f"问题 question: {trace.question}"]
     if trace.standalone != trace.question:
         lines.append(f"改写为 rewritten: {trace.standalone}")
+    if trace.followup:
+        lines.append(f"追问 follow-up: {trace.followup}")
     if trace.expansion:
         lines.append(f"扩展 expansion: {trace.expansion}")
     lines.append(f"重排 rerank: {trace.rerank}")

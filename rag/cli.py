@@ -253,6 +253,8 @@ def _print_trace(answer) -> None:
     click.echo(f"  question:   {t.question}")
     if t.standalone != t.question:
         click.echo(f"  rewritten:  {t.standalone}")
+    if t.followup:
+        click.echo(f"  follow-up:  {t.followup}")
     if t.expansion:
         click.echo(f"  expansion:  {t.expansion}")
     click.echo(f"  rerank:     {t.rerank}")

@@ -177,7 +177,7 @@ def test_every_step_reads_at_most_the_limit_of_a_huge_question(tmp_path, use_emb
                     first = await service.ask(huge, "local", conversation="c")
                     ollama.reply("番茄炒蛋怎么做才不酸？")  # the follow-up's rewrite, then its answer
                     ollama.reply("加一小勺糖[1]。")
-                    second = await service.ask(huge, "local", conversation="c")
+                    second = await service.ask("那它呢？", "local", conversation="c")  # after the huge turn
                     hits = await service.search(huge, "local", 3)
                 finally:
                     service.close()
@@ -186,6 +186,7 @@ def test_every_step_reads_at_most_the_limit_of_a_huge_question(tmp_path, use_emb
         first, second, hits = asyncio.run(main())
     assert len(first.trace.question) <= 100 and first.trace.question.startswith("番茄炒蛋怎么做才不酸？")
     assert first.citations and first.citations[0].title == "番茄炒蛋" and hits[0].title == "番茄炒蛋"
+    assert second.trace.followup.startswith("rewritten by the LLM")
     for chat in ollama.chats():  # the answer's prompt, the rewrite's (with the history), the second answer's
         assert sum(len(m["content"]) for m in chat["messages"]) < 20_000
         assert max(len(m["content"]) for m in chat["messages"] if m["role"] == "user") < 12_000

@@ -261,18 +261,6 @@ def messages(question: str, blocks: list[Evidence], refusal: str) -> list[dict]:
     ]
 
 
-CONDENSE = """Rewrite the user's last message as one standalone question that can be understood without the conversation.
-Keep the language of the last message. Output only the question."""
-
-
-def condense_messages(history: list[tuple[str, str]], question: str) -> list[dict]:
-    turns = "\n".join(f"Q: {q}\nA: {a}" for q, a in history)
-    return [
-        {"role": "system", "content": CONDENSE},
-        {"role": "user", "content": f"Conversation:\n{turns}\n\nLast message: {question}"},
-    ]
-
-
 def cited(text: str, valid: set[int]) -> tuple[str, list[int]]:
     """The answer with markers pointing at no block removed, and the cited block numbers
     in order of first citation."""

@@ -1,6 +1,7 @@
 """Question in, grounded answer out.
 
-    follow-up? -> rewrite into a standalone question (LLM; skipped without history or LLM)
+    follow-up? -> made standalone: rewritten by the LLM within a share of the budget, else joined
+                  to the last question (rag.answer.followup; a question that stands alone is not)
     -> hybrid retrieval (top ``rerank.candidates``) -> rerank (time-budgeted) -> top-k
     -> nothing plausible? refusal phrase + closest notes, no LLM call
     -> evidence blocks, cut to what the LLM reads here within ``answer.first_token_budget``
@@ -42,7 +43,8 @@ from rag.answer import rerank as rerank_mod
 from rag.config import AnswerConfig, Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
-from rag.answer.evidence import CitationFilter, Evidence, build_evidence, cited, condense_messages, header, messages
+from rag.answer import followup
+from rag.answer.evidence import CitationFilter, Evidence, build_evidence, cited, header, messages
 from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
@@ -160,6 +162,7 @@ class Trace:
     standalone: str
     candidates: list[Candidate] = field(default_factory=list)
     rerank: str = ""
+    followup: str = ""  # a follow-up: how it was made standalone (rag.answer.followup), and why so
     expansion: str = ""  # the LLM's terms and hypothetical answer fused in, or why there were none
     budget: str = ""  # how the evidence was sized to the LLM's speed here, and what was cut
     decision: str = ""  # why the answer is what it is
@@ -507,16 +510,11 @@ class AnswerService:
         if not question:
             raise UserError("the question is empty")
         history = self.conversations.history(user_id, conversation)
-        standalone = question
-        if history and self.chat is not None:
-            try:
-                async with self.llm_slot():
-                    rewritten = await self._complete(condense_messages(history, question))
-                standalone = limits.cut(rewritten, most)[0] or question
-            except LeanoteRagError as err:
-                log.info("could not rewrite the follow-up (%s); searching with it as asked", err)
+        standalone, follow = question, ""
+        if history and followup.is_follow_up(question):
+            standalone, follow = await self._standalone(history, question, most)
             mark("rewrite")
-        trace = Trace(question, standalone)
+        trace = Trace(question, standalone, followup=follow)
 
         about = notes_about(standalone) if self.memory is not None else None
         if about:
@@ -684,6 +682,34 @@ class AnswerService:
                           f"newest first (no search, no LLM)")
         trace.outcome = "listing"
         return Answer(question, "\n".join(lines), used_llm=False, grounded=True, citations=citations)
+
+    # --- a follow-up, made standalone (rag.answer.followup) ---------------------------------------
+
+    async def _standalone(self, history: list[tuple[str, str]], question: str, most: int) -> tuple[str, str]:
+        """The follow-up as a question of its own, and a line for the trace: rewritten by the LLM
+        when that fits its share of the budget here, else joined to the last question."""
+        joined = limits.cut(followup.joined(history, question), most)[0]
+        if self.chat is None:
+            return joined, "joined to the last question (no LLM)"
+        prompt = followup.messages(history, question)
+        plan = followup.plan(prompt, self.speeds.get(self.chat.model), self.settings.answer.first_token_budget)
+        if not plan.rewrite:
+            return joined, f"joined to the last question: {plan.why}"
+        async def rewrite() -> str:
+            async with self.llm_slot():
+                return await self._complete(prompt)
+
+        try:  # the wait for a free LLM slot counts too: the person waits for either
+            rewritten = await asyncio.wait_for(rewrite(), timeout=plan.wait)
+        except asyncio.TimeoutError:
+            return joined, f"joined to the last question: the rewrite was not ready within {plan.wait:.1f} s"
+        except LeanoteRagError as err:
+            log.info("could not rewrite the follow-up (%s); searching with it joined to the last question", err)
+            return joined, f"joined to the last question: the rewrite failed ({err})"
+        rewritten = limits.cut(" ".join(rewritten.split()), most)[0]
+        if not rewritten:
+            return joined, "joined to the last question: the rewrite came back empty"
+        return rewritten, f"rewritten by the LLM ({plan.why})"
 
     # --- LLM-assisted retrieval (rag.answer.expand) ----------------------------------------------
 

@@ -129,7 +129,7 @@ def read_evidence(messages: list[dict]) -> str | None:
 
 
 def follow_up(messages: list[dict]) -> str | None:
-    """The reader's rewrite of a follow-up (``rag.answer.evidence.condense_messages``): the last
+    """The reader's rewrite of a follow-up (``rag.answer.followup.messages``): the last
     message, unchanged."""
     found = re.findall(r"^Last message: (.*)$", _content(messages, "user", last=True), re.M)
     return found[-1] if found else None
