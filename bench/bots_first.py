@@ -2,7 +2,7 @@
 questions over the shared corpus through the real python-telegram-bot Application.
 
     .venv/bin/python bench/bots_first.py --ollama-host http://127.0.0.1:11435 \\
-        --model qwen2.5-coder:1.5b-instruct [--questions A002,A011] [--count 10]
+        --model qwen2.5-coder:1.5b-instruct [--questions A002,A011] [--count 10] [--follow-ups 3]
 
 The daemon (``leanote-rag serve``'s ``Daemon`` with the Telegram bot) runs in its own
 process on ``bench/data`` (index it first: ``answers_eval.py`` does; nothing else may
@@ -43,6 +43,7 @@ from fakes.telegram import FakeTelegram  # noqa: E402
 
 RESULTS = REPO / "bench" / "bots_first_results.json"
 WAIT = 400.0  # seconds one answer may take before it counts as lost
+FOLLOW_UP = "还有别的办法吗？"  # "any other way?": a follow-up (rag.answer.followup), asked after a question
 SOURCES_HEAD = "📚"
 CURSOR = " ▌"  # bot.common.Pacer: streamed text ends with it until the final edit
 
@@ -115,6 +116,8 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--questions", metavar="ID,ID", help="these dev questions (default: the first --count answerable)")
     ap.add_argument("--count", type=int, default=10, help="without --questions: how many (default 10)")
+    ap.add_argument("--follow-ups", type=int, default=0, metavar="N",
+                    help=f"after each of the first N questions, the same person asks {FOLLOW_UP!r}")
     ap.add_argument("--budget", type=float, metavar="SECONDS", help="answer.first_token_budget (default: the config's)")
     args = ap.parse_args()
     if not DEV.exists() or not BACKUP.exists():
@@ -150,27 +153,30 @@ def main() -> int:
                     return 1
                 time.sleep(0.1)
             time.sleep(5.0)  # the first sync pass (no changes) before the first question
-            for q in chosen:
-                row = one(tg, people[q["user_id"]], q["question"])
-                row["id"] = q["id"]
-                row["gold_cited"] = any(g in row.get("final_text", "") for g in q["gold_note_ids"])
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "final_text"}, ensure_ascii=False),
-                      file=sys.stderr)
+            for n, q in enumerate(chosen):
+                asks = [(q["question"], False)] + ([(FOLLOW_UP, True)] if n < args.follow_ups else [])
+                for text, follow in asks:
+                    row = one(tg, people[q["user_id"]], text)
+                    row["id"], row["follow_up"] = q["id"], follow
+                    row["gold_cited"] = any(g in row.get("final_text", "") for g in q["gold_note_ids"])
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items() if k != "final_text"}, ensure_ascii=False),
+                          file=sys.stderr)
         finally:
             proc.stdin.close()
             proc.wait(timeout=120)
 
     done = [r for r in rows if not r["lost"]]
 
-    def summary(key: str) -> dict:
-        values = [r[key] for r in done if r.get(key) is not None]
+    def summary(key: str, follow: bool = False) -> dict:
+        values = [r[key] for r in done if r.get(key) is not None and r["follow_up"] == follow]
         return {"n": len(values), "p50": pct(values, 0.5), "p95": pct(values, 0.95), "max": pct(values, 1.0)}
 
     result = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "model": args.model,
-              "first_token_budget": args.budget, "questions": len(rows), "answered": len(done),
-              "gold_in_final_answer": sum(r["gold_cited"] for r in done),
+              "first_token_budget": args.budget, "asked": len(rows), "answered": len(done),
+              "gold_in_final_answer": sum(r["gold_cited"] for r in done if not r["follow_up"]),
               **{key: summary(key) for key in ("placeholder_s", "sources_s", "first_text_s", "final_s")},
+              "follow_ups": {key: summary(key, True) for key in ("sources_s", "first_text_s", "final_s")},
               "rows": [{k: v for k, v in r.items() if k != "final_text"} for r in rows]}
     try:
         runs = json.loads(RESULTS.read_text(encoding="utf-8")).get("runs") or {}
