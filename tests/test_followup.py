@@ -75,6 +75,14 @@ def test_the_rewrite_reads_the_last_questions_and_the_head_of_the_last_answer_no
     assert len(user) < 600  # of ~60,000 characters of history
 
 
+def test_a_chain_of_joined_follow_ups_keeps_the_topic_and_does_not_grow():
+    history = [("家里服务器怎么备份的？", "用 restic。")]
+    for _ in range(50):
+        history.append((followup.joined(history, "还有别的办法吗？"), "……"))
+    assert history[-1][0].startswith("家里服务器怎么备份的？ 还有别的办法吗？")
+    assert len(history[-1][0]) <= followup.JOIN_CHARS + len(" 还有别的办法吗？")
+
+
 def test_a_question_that_stands_alone_is_searched_as_asked_in_a_conversation(answers):
     with FakeOllama() as ollama:
         service = answers(ollama.url)

@@ -35,6 +35,7 @@ MIN_REWRITE_WAIT = 1.0  # seconds: however fast the model measured, it gets this
 REWRITE_TOKENS = 40  # a standalone question, written
 TURNS = 2  # earlier questions the rewrite reads
 ANSWER_HEAD = 300  # characters of the last answer it reads
+JOIN_CHARS = 200  # characters of the last question a follow-up is joined to
 
 VERY_SHORT = 6  # size (below) at or under which a question is a follow-up whatever it says (为什么？)
 SHORT = 20  # size at or under which a question that refers back is a follow-up (那它保留多少份？)
@@ -78,8 +79,13 @@ def messages(history: list[tuple[str, str]], question: str) -> list[dict]:
 
 
 def joined(history: list[tuple[str, str]], question: str) -> str:
-    """The follow-up searched without the LLM: the last question, then this one."""
-    return f"{history[-1][0]} {question}"
+    """The follow-up searched without the LLM: the last question, then this one. The last
+    question may itself be joined (a chain of follow-ups): its start, which names the topic,
+    is kept, so the chain does not grow with every follow-up."""
+    last = history[-1][0]
+    if len(last) > JOIN_CHARS:
+        last = last[:JOIN_CHARS].rstrip()
+    return f"{last} {question}"
 
 
 @dataclass
