@@ -409,7 +409,8 @@ class RetrievalConfig(Section):
     expand: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="LLM-assisted retrieval for paraphrased questions: one short generation of terms and a "
-        "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in the first-token budget",
+        "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in a quarter of the "
+        "first-token budget and in 2 s (the sources wait for it); on: within the quarter",
     )
     # The right passage of the right note: see rag.index.retrieve, "The passage step".
     passages: bool = Field(

@@ -127,6 +127,23 @@ def test_auto_waits_for_a_measured_speed_and_skips_a_slow_machine(sample_index, 
             index.close()
 
 
+def test_auto_does_not_hold_the_sources_back_for_an_expansion_even_when_the_budget_would_fit_it(
+        sample_index, use_embedder):
+    """A 120 s budget fits a ~3 s expansion in its quarter, but the sources wait for the
+    expansion's search: auto skips it (the 1.5B here held them back 13.7 s p50)."""
+    with FakeOllama(speed=(400.0, 40.0)) as ollama:
+        svc, index = service(sample_index, ollama.url, use_embedder, expand="auto", budget=120.0, total_chars=1000)
+        try:
+            ollama.reply("先炒蛋[1]，再加一小勺糖压酸味[1]。")
+            asyncio.run(svc.ask("番茄炒蛋怎么做才不酸？", "local"))
+            ollama.reply("加一小勺糖[1]。")
+            second = asyncio.run(svc.ask("番茄炒蛋怎么做才不酸？", "local"))
+        finally:
+            svc.close()
+            index.close()
+    assert "the sources would wait for it" in second.trace.expansion and expansions(ollama) == []
+
+
 def test_an_expansion_that_repeats_the_question_changes_no_ranking(sample_index, use_embedder):
     with NoteIndex.open(sample_index, embedder=use_embedder) as index:
         for question in ("retry_count", "付款失败后第一次重试前要等多久", PARAPHRASE, "How do I follow a service's logs?"):

@@ -362,6 +362,7 @@ MIN_EVIDENCE_CHARS = 160
 SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
 MIN_EXPAND_WAIT = 1.0  # seconds: however fast the model measured, it gets this long
+SOURCES_WITHIN = 2.0  # seconds: retrieval.expand auto never holds the sources back longer than this
 MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 128, 1024
 
 
@@ -728,6 +729,11 @@ class AnswerService:
         if mode == "auto" and needs > budget:
             return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, over "
                          f"{EXPAND_SHARE:.0%} of answer.first_token_budget")
+        if mode == "auto":  # the sources wait for the expansion's search: auto never makes them wait long
+            if needs > SOURCES_WITHIN:
+                return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, and the sources would wait "
+                             f"for it (they are shown within {SOURCES_WITHIN:g} s)")
+            budget = min(budget, SOURCES_WITHIN)
         # twice the estimate, and never less than a round trip and a warm model need
         return max(0.0, min(budget, max(MIN_EXPAND_WAIT, needs * 2))), ""
 
