@@ -696,6 +696,7 @@ class AnswerService:
         plan = followup.plan(prompt, self.speeds.get(self.chat.model), self.settings.answer.first_token_budget)
         if not plan.rewrite:
             return joined, f"joined to the last question: {plan.why}"
+
         async def rewrite() -> str:
             async with self.llm_slot():
                 return await self._complete(prompt)
