@@ -61,7 +61,7 @@ def served(tmp_path, use_embedder, ollama):
     """What ``serve`` holds: one index, a sync service and an answer service over it, and
     the metrics attached to them."""
     settings = make_settings(tmp_path, ollama={"host": ollama.url, "stall_timeout": 1.0, "timeout": 10.0},
-                             rerank={"kind": "none"})
+                             answer={"first_token_budget": 5.0}, rerank={"kind": "none"})
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
     sync = SyncService(settings, index, state, clock=lambda: NOW)
