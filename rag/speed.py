@@ -82,6 +82,12 @@ class Speed:
     def write_seconds(self, tokens: float) -> float | None:
         return tokens / self.write_tps if self.write_tps else None
 
+    def reply_seconds(self, prompt: str, output_tokens: float) -> float | None:
+        """How long a reply of ``output_tokens`` to ``prompt`` takes here (None: not measured)."""
+        if not (self.read_tps and self.write_tps):
+            return None
+        return self.tokens(prompt) / self.read_tps + output_tokens / self.write_tps
+
     def describe(self, model: str) -> str:
         if not self.samples:
             return f"{model}: speed not measured yet"

@@ -100,10 +100,9 @@ class Plan:
 def plan(prompt: list[dict], speed: Speed, budget: float) -> Plan:
     """How the follow-up is made standalone within ``REWRITE_SHARE`` of ``budget`` at ``speed``."""
     share = budget * REWRITE_SHARE
-    if not (speed.read_tps and speed.write_tps):
+    needs = speed.reply_seconds("\n".join(m["content"] for m in prompt), REWRITE_TOKENS)
+    if needs is None:
         return Plan(True, max(MIN_REWRITE_WAIT, share), "the LLM's speed is not measured yet")
-    text = "\n".join(m["content"] for m in prompt)
-    needs = speed.tokens(text) / speed.read_tps + REWRITE_TOKENS / speed.write_tps
     if needs > share:
         return Plan(False, 0.0, f"a rewrite would take ~{needs:.0f} s here, over {REWRITE_SHARE:.0%} "
                                 f"of answer.first_token_budget")

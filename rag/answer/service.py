@@ -721,16 +721,16 @@ class AnswerService:
         if mode == "off" or self.chat is None:
             return 0.0, "" if self.chat is None else "off (retrieval.expand)"
         budget = self.settings.answer.first_token_budget * EXPAND_SHARE - elapsed
-        speed = self.speeds.get(self.chat.model)
-        if not (speed.read_tps and speed.write_tps):
+        needs = self.speeds.get(self.chat.model).reply_seconds(EXPAND_SYSTEM + question, EXPAND_TOKENS)
+        if needs is None:
             if mode == "auto":
                 return 0.0, "auto: not until the LLM's speed here is measured"
             return max(0.0, budget), ""
-        needs = speed.tokens(EXPAND_SYSTEM + question) / speed.read_tps + EXPAND_TOKENS / speed.write_tps
-        if mode == "auto" and needs > budget:
-            return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, over "
-                         f"{EXPAND_SHARE:.0%} of answer.first_token_budget")
-        if mode == "auto":  # the sources wait for the expansion's search: auto never makes them wait long
+        if mode == "auto":
+            if needs > budget:
+                return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, over "
+                             f"{EXPAND_SHARE:.0%} of answer.first_token_budget")
+            # the sources wait for the expansion's search: auto never makes them wait long
             if needs > SOURCES_WITHIN:
                 return 0.0, (f"auto: skipped, it would take ~{needs:.1f} s here, and the sources would wait "
                              f"for it (they are shown within {SOURCES_WITHIN:g} s)")
