@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from answers_eval import BACKUP, DATA, DEV, host_url  # noqa: E402
+from answers_eval import BACKUP, DATA, DEV, host_url, write_config  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
 
 RESULTS = REPO / "bench" / "bots_first_results.json"
@@ -48,18 +48,18 @@ SOURCES_HEAD = "📚"
 CURSOR = " ▌"  # bot.common.Pacer: streamed text ends with it until the final edit
 
 
-def config(host: str, model: str, base_url: str, people: dict[str, int], budget: float | None) -> dict:
-    raw = yaml.safe_load((REPO / "bench" / "corpus.yaml").read_text(encoding="utf-8"))
-    raw["source"]["path"] = str(BACKUP)
-    raw["state_dir"] = str(DATA)
-    raw["ollama"] = {"host": host, "model": model}
+def config(folder: Path, host: str, model: str, base_url: str, people: dict[str, int],
+           budget: float | None) -> Path:
+    """answers_eval's config (the corpus, bench/data, the LLM, the budget) with the bot, the
+    people, no memory LLM tier and no watcher."""
+    path = write_config(folder, host, model, budget=budget)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     raw["memory"] = {"llm": "off"}
     raw["sync"] = {"interval": "1h", "watch": False}
     raw["telegram"] = {"enabled": True, "token_env": "BENCH_TG", "base_url": base_url}
     raw["users"] = [{"leanote_user_id": user, "telegram_ids": [pid]} for user, pid in people.items()]
-    if budget is not None:
-        raw["answer"] = {"first_token_budget": budget}
-    return raw
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    return path
 
 
 def child(config_path: str) -> None:
@@ -140,9 +140,7 @@ def main() -> int:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp, FakeTelegram() as tg:
-        path = Path(tmp) / "bots_first.yaml"
-        path.write_text(yaml.safe_dump(config(host_url(args.ollama_host), args.model, tg.base_url, people,
-                                              args.budget), allow_unicode=True), encoding="utf-8")
+        path = config(Path(tmp), host_url(args.ollama_host), args.model, tg.base_url, people, args.budget)
         proc = subprocess.Popen([sys.executable, __file__, "--child", str(path)], stdin=subprocess.PIPE,
                                 env={**os.environ, "BENCH_TG": "123:TEST"})
         try:
