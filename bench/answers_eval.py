@@ -54,10 +54,15 @@ def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProces
 
 
 def write_config(folder: Path, host: str, model: str, enabled: bool = True, budget: float | None = None,
-                 timeout: float | None = None) -> Path:
+                 timeout: float | None = None, settings: list[str] = ()) -> Path:
     """bench/corpus.yaml (the same source, embedder and index) with the LLM given here
-    (and ``answer.first_token_budget`` and ``ollama.timeout``, when given)."""
+    (and ``answer.first_token_budget`` and ``ollama.timeout``, when given; ``settings``:
+    ``section.key=value`` more, the value read as YAML)."""
     raw = yaml.safe_load((REPO / "bench" / "corpus.yaml").read_text(encoding="utf-8"))
+    for item in settings:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        raw.setdefault(section, {})[name] = yaml.safe_load(value)
     raw["source"]["path"] = str(BACKUP)
     raw["state_dir"] = str(DATA)
     raw["ollama"] = {**(raw.get("ollama") or {}), "host": host, "model": model, "enabled": enabled}
@@ -189,6 +194,10 @@ def main() -> int:
     ap.add_argument("--record", type=Path, metavar="JSONL",
                     help="with --ollama-host: keep every chat the model read and wrote (for bench/reread.py)")
     ap.add_argument("--questions", metavar="ID,ID", help="only these dev questions (the run is filed under its own key)")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a config setting for this run, e.g. answer.prompt=quote (the run is filed under its own key)")
+    ap.add_argument("--fresh-speed", action="store_true",
+                    help="forget the model's learned speed first (a first run after install: measured at the first question)")
     args = ap.parse_args()
     if not DEV.exists() or not BACKUP.exists():
         print(f"the answer eval needs the shared corpus and dev set: {BACKUP} and {DEV} (LEANOTE_RAG_SHARED)",
@@ -233,8 +242,10 @@ def main() -> int:
             recorder = Recorder(host_url(args.ollama_host), args.record) if args.record else None
             try:
                 url = recorder.url if recorder else host_url(args.ollama_host)
-                report = run_eval(write_config(tmp, url, model, budget=args.budget, timeout=args.timeout), False,
-                                  questions)
+                if args.fresh_speed:
+                    forget_speed(model)
+                report = run_eval(write_config(tmp, url, model, budget=args.budget, timeout=args.timeout,
+                                               settings=args.settings), False, questions)
             finally:
                 if recorder:
                     recorder.close()
@@ -244,13 +255,15 @@ def main() -> int:
             print("answer eval with the reader stand-in (tests/fakes/ollama.py), not a real LLM"
                   + (f"; as slow as {speed[0]:g} tok/s reading, {speed[1]:g} writing" if speed else ""), file=sys.stderr)
             with FakeOllama(models=(STAND_IN,), speed=speed, reader=True) as fake:
-                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget, timeout=args.timeout),
-                                  False, questions)
+                report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget, timeout=args.timeout,
+                                               settings=args.settings), False, questions)
         seconds = round(time.monotonic() - started, 1)
     if args.budget is not None:
         key += f", first-token budget {args.budget:g} s"
     if args.timeout is not None:
         key += f", timeout {args.timeout:g} s"
+    if args.settings:
+        key += ", " + ", ".join(args.settings)
     if args.questions:
         key += f", questions {args.questions}"
 

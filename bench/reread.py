@@ -1,21 +1,29 @@
-"""Read recorded real-model replies again with this checkout's ``rag.answer.grounding``.
+"""Read recorded real-model replies again with this checkout's answer check.
 
     .venv/bin/python bench/answers_eval.py --ollama-host URL --record replies.jsonl   # once: the model's work
-    .venv/bin/python bench/reread.py replies.jsonl ["ollama qwen2.5-coder:1.5b-instruct"]
+    .venv/bin/python bench/reread.py replies.jsonl [--run "ollama qwen2.5-coder:1.5b-instruct"]
+                                     [--labels bench/answer_labels.jsonl] [--show]
 
-A change to how replies are read (refusals, markers, inferred citations) is measured on
-the very replies the model wrote, in a second, instead of another hour of the model.
-Each recorded chat whose user message names an evidence tag is an answer prompt: its
-blocks come from the prompt, the question from its last line, the notes behind the blocks
-from the eval row of that question (``rows[].blocks`` of the run in
-``bench/answers_eval_results.json``). What is printed: per question, what the reading
-makes of the reply then and now; and the answer eval's counts that the reading decides
-(gold note cited by the LLM's own answer, refused, uncited, no-answer questions cited,
-trap notes cited).
+A change to how replies are read (refusals, which sentences stand on the evidence, specifics,
+the answer-points judge) is measured on the very replies the model wrote, in a second,
+instead of another hour of the model. Each recorded chat whose user message names an evidence
+tag is an answer prompt: its blocks come from the prompt, the question from its last line, the
+notes behind the blocks from the eval row of that question (``rows[].blocks`` of ``--run`` in
+``bench/answers_eval_results.json``).
+
+Printed per question: what the check makes of the reply (``rag.answer.support``: cited,
+inferred, partly, uncited, refused, nothing), whether the gold note is cited, the units that say
+something and those standing on the evidence, invented specifics, and the answer points stated
+by what would be shown. Then the counts. With ``--labels`` (a JSON line per question, read by
+hand: ``{"id", "points": [true, false, ...], "wrong": bool}`` about the reply as the model wrote
+it), how often the answer-points judge (``rag.eval.point_stated``) and the wrong-claim flags
+agree with that reading, and how many replies read as wrong by hand would still be shown. With
+``--show``, each reply and what would be shown of it, for reading.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -29,57 +37,121 @@ RESULTS = REPO / "bench" / "answers_eval_results.json"
 DEV = SHARED / "eval" / "dev.jsonl"
 
 
-def citing(reply: str, question: str, blocks: dict, refusal: str) -> tuple[str, list[int]]:
-    """How the product reads the reply now (``rag.answer.grounding``), and the blocks it cites."""
-    from rag.answer import grounding
-
-    reading = grounding.read(reply, question, blocks)
-    how = grounding.citing(reply, reading, refusal)
-    return how, reading.cited if how in ("cited", "inferred") else []
-
-
-def main() -> int:
-    if len(sys.argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    records = [json.loads(line) for line in Path(sys.argv[1]).read_text(encoding="utf-8").splitlines() if line]
-    key = sys.argv[2] if len(sys.argv) > 2 else "ollama qwen2.5-coder:1.5b-instruct"
+def records(path: Path) -> list[dict]:
+    """The answer prompts of a recording, with their question and blocks (later replies to the
+    same question, e.g. a retry, replace earlier ones)."""
     from fakes.ollama import answer_prompt
 
-    from rag.config import AnswerConfig
-
-    refusal = AnswerConfig().refusal
-    rows = {r["id"]: r for r in json.loads(RESULTS.read_text(encoding="utf-8"))["runs"][key]["report"]["rows"]}
-    dev = {q["question"]: q for q in map(json.loads, DEV.read_text(encoding="utf-8").splitlines()) if q}
-    counts = {"answerable": 0, "gold_by_llm": 0, "refused": 0, "uncited": 0, "no_answer": 0,
-              "no_answer_cited": 0, "traps_cited": 0, "changed": 0}
-    for rec in records:
+    out: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
         parts = answer_prompt(rec.get("messages") or [])
         if parts is None:
             continue
         question, blocks = parts
-        q = dev.get(question)
-        row = rows.get(q["id"]) if q else None
-        if row is None:
+        out[question] = {"question": question, "blocks": blocks, "reply": rec["reply"]}
+    return list(out.values())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("recording", type=Path)
+    ap.add_argument("--run", default="ollama qwen2.5-coder:1.5b-instruct",
+                    help="the run in bench/answers_eval_results.json whose rows map blocks to notes")
+    ap.add_argument("--labels", type=Path, help="a reading by hand: JSON lines {id, points, wrong}")
+    ap.add_argument("--show", action="store_true", help="print each reply and what would be shown of it")
+    ap.add_argument("--json", type=Path, metavar="OUT", help="write the counts and rows as JSON")
+    args = ap.parse_args()
+
+    from rag.answer import support
+    from rag.config import AnswerConfig
+    from rag.eval import contradicted, point_stated
+
+    refusal = AnswerConfig().refusal
+    runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
+    rows = {r["id"]: r for r in runs[args.run]["report"]["rows"]} if args.run in runs else {}
+    dev = {q["question"]: q for q in map(json.loads, DEV.read_text(encoding="utf-8").splitlines()) if q}
+    labels = {}
+    if args.labels:
+        labels = {x["id"]: x for x in map(json.loads, args.labels.read_text(encoding="utf-8").splitlines()) if x}
+    counts = {"answerable": 0, "gold_by_llm": 0, "shown_llm": 0, "refused": 0, "passages_or_refusal": 0,
+              "no_answer": 0, "no_answer_answered": 0, "traps_cited": 0, "reply_units": 0, "reply_supported": 0,
+              "shown_units": 0, "replies_invented": 0, "points": 0, "points_stated": 0, "wrong_flagged": 0}
+    agree = {"points": 0, "points_judged": 0, "judge_yes_me_no": 0, "judge_no_me_yes": 0,
+             "wrong_by_hand": 0, "wrong_by_hand_shown": 0, "wrong_by_hand_flagged": 0, "flagged_not_wrong": 0,
+             "labelled": 0}
+    out_rows = []
+    for rec in records(args.recording):
+        q = dev.get(rec["question"])
+        if q is None:
             continue
-        now, ns = citing(rec["reply"], question, blocks, refusal)
-        notes = {row["blocks"].get(str(n)) for n in ns} - {None}
+        check = support.check(rec["reply"], rec["question"], rec["blocks"])
+        how = support.verdict(rec["reply"], check, refusal)
+        shown = how in ("cited", "inferred")
+        row = rows.get(q["id"]) or {}
+        notes = {row.get("blocks", {}).get(str(n)) for n in (check.cited if shown else [])} - {None}
         gold, traps = set(q.get("gold_note_ids") or []), set(q.get("trap_note_ids") or [])
+        points = q.get("answer_points") or []
+        text = check.text if shown else ""
+        stated = [point_stated(p, text, rec["question"]) for p in points] if shown else []
+        wrong = bool(contradicted(points, text) or check.invented_specifics and shown and
+                     support.check(text, rec["question"], rec["blocks"]).invented_specifics)
+        counts["reply_units"] += len(check.saying)
+        counts["reply_supported"] += len(check.supported)
+        counts["replies_invented"] += bool(check.invented_specifics)
         if gold:
             counts["answerable"] += 1
             counts["gold_by_llm"] += bool(gold & notes)
-            counts["refused"] += now == "refused"
-            counts["uncited"] += now in ("uncited", "nothing")
+            counts["refused"] += how == "refused"
+            counts["passages_or_refusal"] += not shown
         else:
             counts["no_answer"] += 1
-            counts["no_answer_cited"] += bool(notes)
+            counts["no_answer_answered"] += shown
         counts["traps_cited"] += bool(traps & notes)
-        then = row.get("citing") or "-"
-        mark = "" if then == now else "  <- was " + then
-        counts["changed"] += bool(mark)
+        if shown:
+            counts["shown_llm"] += 1
+            counts["shown_units"] += len([v for v in check.supported])
+            counts["points"] += len(points)
+            counts["points_stated"] += sum(stated)
+            counts["wrong_flagged"] += wrong
+        label = labels.get(q["id"])
+        if label is not None:
+            agree["labelled"] += 1
+            judged = [point_stated(p, rec["reply"], rec["question"]) for p in points]
+            for mine, theirs in zip(label.get("points") or [], judged):
+                agree["points_judged"] += 1
+                agree["points"] += mine == theirs
+                agree["judge_yes_me_no"] += theirs and not mine
+                agree["judge_no_me_yes"] += mine and not theirs
+            if label.get("wrong"):
+                agree["wrong_by_hand"] += 1
+                left = [w for w in label.get("wrong_text") or [] if w in text]
+                agree["wrong_by_hand_shown"] += bool(left)  # the wrong claim still in what is shown
+                agree["wrong_by_hand_flagged"] += bool(shown and wrong)
+                if left:
+                    agree.setdefault("wrong_shown_ids", []).append(q["id"])
+            elif shown and wrong:
+                agree["flagged_not_wrong"] += 1
         hit = "gold" if gold & notes else ("TRAP" if traps & notes else ("-" if gold else "no-answer"))
-        print(f"{q['id']:6} {q.get('type', ''):11} {now:9} {hit:9}{mark}  {' '.join(rec['reply'].split())[:90]}")
+        share = f"{len(check.supported)}/{len(check.saying)}"
+        print(f"{q['id']:6} {q.get('type', ''):11} {how:9} {hit:9} units {share:6} points "
+              f"{sum(stated)}/{len(points) if shown else '-'}  invented {', '.join(check.invented_specifics)[:60]}")
+        if args.show:
+            print("   reply: " + rec["reply"].replace("\n", "\n          "))
+            print("   shown: " + (text.replace("\n", "\n          ") if shown else "(not shown)"))
+            for p, ok in zip(points, stated):
+                print(f"   point {'+' if ok else '-'} {p}")
+        out_rows.append({"id": q["id"], "verdict": how, "hit": hit, "units": len(check.saying),
+                         "supported": len(check.supported), "invented": check.invented_specifics,
+                         "points": len(points), "stated": sum(stated), "wrong_flagged": wrong})
     print(json.dumps(counts))
+    if labels:
+        print(json.dumps(agree))
+    if args.json:
+        args.json.write_text(json.dumps({"counts": counts, "agreement": agree if labels else None, "rows": out_rows},
+                                        ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

@@ -307,6 +307,8 @@ def trace_text(trace: Trace | None) -> str:
     if trace.facts:
         lines.append("事实 facts: " + "; ".join(trace.facts))
     lines.append(f"结论 decision: {trace.decision}")
+    if trace.support:  # which sentences of the model's answer stand on the notes, and what was left out
+        lines.append(f"核对 checked: {trace.support}")
     if trace.llm_error:  # the details (host, model) are in the service's log
         lines.append("LLM: 不可用，用了笔记原文 unavailable: answered with passages")
     lines.append("候选 candidates (dense · sparse · fused · rerank → evidence):")

@@ -208,15 +208,18 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
     if as_json:
         _print_json(answer.as_json(with_trace=show_trace))
         return
-    if stream and answer.used_llm and answer.trace is not None and answer.trace.outcome == "llm":
+    answered = answer.trace is not None and answer.trace.outcome == "llm"
+    if stream and answered and "".join(streamed).strip() == answer.answer.strip():
         click.echo()
     else:
-        if streamed:  # the LLM stopped halfway or wrote no answer from the notes: what follows replaces it
-            click.echo()
-        offline = _without_llm(question, answer)
+        if streamed:  # the LLM stopped halfway, or its answer did not stand on the notes: withdrawn
+            _withdraw("".join(streamed), question)
+        offline = None if answered else _without_llm(question, answer)
         if offline:  # first: what the passages below are
             click.echo(click.style(offline, dim=True))
         click.echo(answer.answer)
+    if answered and answer.notice:  # sentences left out of the answer: said after it
+        click.echo(click.style(answer.notice, dim=True))
     if answer.citations:
         click.echo("\n" + click.style("来源 / Sources:", bold=True))
         for c in answer.citations:
@@ -227,6 +230,28 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
             click.echo(f"- {c.label}  {c.url}")
     if show_trace:
         _print_trace(answer)
+
+
+def _withdraw(text: str, question: str) -> None:
+    """Take back text streamed to the terminal that is not the answer: erased when it is all
+    still on screen, else struck through and followed by a line saying so."""
+    import shutil
+    import unicodedata
+
+    size = shutil.get_terminal_size()
+    rows = 0
+    for line in text.split("\n"):
+        width = sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in line)
+        rows += max(1, -(-width // max(1, size.columns)))
+    if rows < size.lines:
+        # back to the start of the streamed text, and clear from there down
+        click.echo(f"\r\x1b[{rows - 1}F\x1b[J" if rows > 1 else "\r\x1b[J", nl=False)
+        return
+    zh = any("\u3400" <= ch <= "\u9fff" for ch in question)
+    click.echo()
+    click.echo(click.style("（上面的文字没有通过与笔记的核对，已撤回，以下为准。）" if zh else
+                           "(The text above did not check out against your notes and is withdrawn; what follows is the answer.)",
+                           bold=True))
 
 
 def _without_llm(question: str, answer) -> str | None:
@@ -271,6 +296,8 @@ def _print_trace(answer) -> None:
         click.echo(f"  not in any note: {', '.join(t.unknown_names)}")
     if t.citing:
         click.echo(f"  llm reply:  {t.citing}" + ("" if t.outcome == "llm" else f": {' '.join(t.reply.split())[:300]}"))
+    if t.support:
+        click.echo(f"  checked:    {t.support}")
     click.echo(f"  timings ms: {answer.timings_ms}")
     click.echo("  candidates: dense rank/score · sparse rank/score · fused · rerank · evidence block")
     for c in t.candidates[:20]:
@@ -370,6 +397,18 @@ def answer_table(r: dict) -> list[str]:
     lines.append(f"trap notes cited: {t['cited']} (questions with traps: {t['questions_with_traps']}; "
                  f"shown as closest notes: {t['shown_as_closest']})")
     lines.append(f"LLM fallbacks: {r['fallbacks']}")
+    s = r.get("says")
+    if s and s["replies"]:
+        share = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        lines.append(f"what the answers say: the LLM's replies {s['reply_units_supported']}/{s['reply_units']} "
+                     f"sentences on the evidence ({share(s['reply_supported_share'])}), {s['replies_with_invented']} "
+                     f"replies with specifics no evidence holds; shown as its answer ({s['shown_answers']}): "
+                     f"{s['shown_units'] - s['shown_units_unsupported']}/{s['shown_units']} sentences on the evidence "
+                     f"({share(s['shown_supported_share'])}), invented specifics {s['shown_invented']}")
+        if s["points"]:
+            lines.append(f"  answer points stated: {s['points_stated']}/{s['points']} "
+                         f"({share(s['points_stated_rate'])}) in {s['answers_with_points']} answers; "
+                         f"shown cited with a wrong claim: {s['wrong_cited']}")
     lines += ["", f"{'':<14} {'p50':>7} {'p95':>7} {'n':>4}"]
     lat = r["latency_ms"]
     lines.append(f"{'sources ms':<14} {_ms(lat['sources']['p50']):>7} {_ms(lat['sources']['p95']):>7} "

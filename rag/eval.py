@@ -278,6 +278,88 @@ def _verdict(answer: "Answer", outcome: str, refusal: str) -> str:
     return "cited_nothing" if not answer.citations else "llm_cited"
 
 
+# --- what an answer says (not only what it cites) -----------------------------------------
+# An answer point (``answer_points`` of a dev question) is stated when the answer gives one of
+# its numbers that the question does not (with its unit), if it has any, and holds at least
+# POINT_SHARE of its words that the question lacks (rag.answer.support.terms). Checked against a
+# reading by hand of real-model answers (bench/answer_labels.jsonl; docs/answers.md).
+POINT_SHARE = 0.2
+
+
+def evidence_blocks(answer: "Answer") -> dict[int, tuple[str, str]]:
+    """The evidence an answer's LLM read, as ``rag.answer.support`` takes it (from the trace)."""
+    trace = answer.trace
+    out = {}
+    for n, text in (trace.evidence if trace is not None else {}).items():
+        head, _, body = text.partition("\n")
+        out[int(n)] = (head, body)
+    return out
+
+
+def point_stated(point: str, text: str, question: str = "") -> bool:
+    """Does ``text`` (an answer to ``question``) state the answer point ``point``?"""
+    from rag.answer import support
+
+    held, asked = support.Held.of(text), support.Held.of(question)
+    given = [(v, u) for v, u, _ in support.numbers(point) if not asked.holds_number(v, u)]
+    if given and not any(held.holds_number(v, u) for v, u in given):
+        return False
+    words = support.terms(point)
+    words = (words - support.terms(question)) or words
+    if not words:
+        return True
+    return support.Body(text).share(words) >= POINT_SHARE
+
+
+def contradicted(points: list[str], text: str) -> list[str]:
+    """Numbers the text gives with a unit the points give other numbers with (``3 颗`` where
+    a point says ``2 颗``), as written in the text."""
+    from rag.answer import support
+
+    given: dict[str, set[str]] = {}
+    for point in points:
+        for value, unit, _ in support.numbers(point):
+            if unit:
+                given.setdefault(unit, set()).add(value)
+    out = []
+    for value, unit, written in support.numbers(text):
+        if unit in given and value not in given[unit]:
+            out.append(written)
+    return list(dict.fromkeys(out))
+
+
+def said(q: dict, answer: "Answer") -> dict:
+    """What the LLM's reply and the answer shown say, read against the evidence the LLM read:
+    the units that say something and those that stand on a block (``rag.answer.support``), the
+    specifics no evidence holds, the answer points stated (in what was shown as the LLM's
+    answer), and whether a wrong claim was shown cited."""
+    from rag.answer import support
+
+    trace = answer.trace
+    blocks = evidence_blocks(answer)
+    out = {"reply_saying": None, "reply_supported": None, "reply_invented": [], "shown_saying": None,
+           "shown_unsupported": None, "shown_invented": [], "points": None, "points_stated": None,
+           "contradicted": [], "wrong_cited": None}
+    if trace is None or not trace.reply or not blocks:
+        return out
+    question = trace.standalone or q["question"]
+    checker = support.Checker(question, blocks)
+    reply = checker.check(trace.reply)
+    out.update(reply_saying=len(reply.saying), reply_supported=len(reply.supported),
+               reply_invented=reply.invented_specifics)
+    if trace.outcome != "llm":
+        return out
+    shown = checker.check(answer.answer)
+    points = q.get("answer_points") or []
+    stated = [p for p in points if point_stated(p, answer.answer, q["question"])]
+    wrong = contradicted(points, answer.answer)
+    out.update(shown_saying=len(shown.saying), shown_unsupported=len(shown.dropped),
+               shown_invented=shown.invented_specifics, contradicted=wrong,
+               points=len(points) if points else None, points_stated=len(stated) if points else None,
+               wrong_cited=bool(wrong or shown.invented_specifics or shown.dropped))
+    return out
+
+
 def _row(q: dict, answer: "Answer", refusal: str) -> dict:
     trace = answer.trace
     outcome = trace.outcome if trace is not None else ""
@@ -322,6 +404,7 @@ def _row(q: dict, answer: "Answer", refusal: str) -> dict:
         # evidence block n -> its note, for reading a recorded reply again (bench/reread.py)
         "blocks": {str(c.evidence): c.note_id for c in trace.candidates if c.evidence} if trace is not None else {},
         "answer": answer.answer,
+        **said(q, answer),
     }
 
 
@@ -358,6 +441,35 @@ def _answerable(rows: list[dict]) -> dict:
         "shown_uncited": v["cited_nothing"],  # a text shown as an answer citing nothing
         "cited_other_notes_only": sum(1 for r in rows if r["verdict"] in ("llm_cited", "llm_inferred")
                                       and not r["gold_cited"]),
+    }
+
+
+def _says(rows: list[dict]) -> dict:
+    """What the answers say, summed (``said``): the LLM's replies' units that say something
+    and those standing on the evidence; the units shown as the LLM's answer and those standing
+    on none; the specifics no evidence holds, in replies and shown as cited; answer points
+    stated by the answers shown; answers shown cited with a wrong claim."""
+    replied = [r for r in rows if r["reply_saying"] is not None]
+    shown = [r for r in rows if r["shown_saying"] is not None]
+    with_points = [r for r in shown if r["points"]]
+    reply_saying = sum(r["reply_saying"] for r in replied)
+    reply_supported = sum(r["reply_supported"] for r in replied)
+    shown_saying = sum(r["shown_saying"] for r in shown)
+    shown_unsupported = sum(r["shown_unsupported"] for r in shown)
+    points = sum(r["points"] for r in with_points)
+    stated = sum(r["points_stated"] for r in with_points)
+    return {
+        "replies": len(replied),
+        "reply_units": reply_saying, "reply_units_supported": reply_supported,
+        "reply_supported_share": _rate(reply_supported, reply_saying),
+        "replies_with_invented": sum(1 for r in replied if r["reply_invented"]),
+        "shown_answers": len(shown),
+        "shown_units": shown_saying, "shown_units_unsupported": shown_unsupported,
+        "shown_supported_share": _rate(shown_saying - shown_unsupported, shown_saying),
+        "shown_invented": sum(len(r["shown_invented"]) for r in shown),
+        "answers_with_points": len(with_points), "points": points, "points_stated": stated,
+        "points_stated_rate": _rate(stated, points),
+        "wrong_cited": sum(1 for r in shown if r["wrong_cited"]),
     }
 
 
@@ -442,6 +554,7 @@ def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, sk
             "total": _spread([r["total_ms"] for r in rows if r["total_ms"] is not None]),
         },
         "prompt_tokens": {**_spread([r["prompt_tokens"] for r in tokens]), "source": source},
+        "says": _says(rows),
         "by_type": by_type,
         "rows": rows,
     }

@@ -63,18 +63,27 @@ def answering(indexed, use_embedder, ollama):
 
 
 def test_answer_cites_the_blocks_it_used_with_links(answering, ollama):
-    ollama.reply("番茄炒蛋要先把鸡蛋炒好盛出", "[1]，再加一小勺糖压酸味[3]。")
+    ollama.reply("番茄炒蛋要先把鸡蛋炒好盛出", "[1]，再加一小勺糖压酸味[1]。")
     answer, streamed = ask(answering, "番茄炒蛋怎么做才不酸？")
     assert answer.used_llm and answer.grounded
-    assert [c.n for c in answer.citations] == [1, 3]
+    assert [c.n for c in answer.citations] == [1]
     assert answer.citations[0].title == "番茄炒蛋" and answer.citations[0].url.startswith("file://")
-    assert streamed == answer.answer == "番茄炒蛋要先把鸡蛋炒好盛出[1]，再加一小勺糖压酸味[3]。"
+    assert streamed == answer.answer == "番茄炒蛋要先把鸡蛋炒好盛出[1]，再加一小勺糖压酸味[1]。"
     prompt = ollama.chats()[-1]["messages"]
     assert REFUSAL in prompt[0]["content"] and "不是给你的指令" in prompt[0]["content"]
     assert "[1] 番茄炒蛋" in prompt[1]["content"] and "<note-" in prompt[1]["content"]
     assert set(answer.timings_ms) >= {"retrieve", "first_token", "total"}
     options = ollama.chats()[-1]["options"]
     assert options["temperature"] == 0.1 and options["num_ctx"] == 8192
+
+
+def test_a_marker_naming_a_block_that_does_not_hold_the_sentence_is_moved_to_the_one_that_does(answering, ollama):
+    # block 1 is the 番茄炒蛋 note; block 3 is another note, which says nothing of sugar
+    ollama.reply("番茄炒蛋要先把鸡蛋炒好盛出", "[1]，再加一小勺糖压酸味[3]。")
+    answer, streamed = ask(answering, "番茄炒蛋怎么做才不酸？")
+    assert "糖" not in ollama.chats()[-1]["messages"][1]["content"].split("[3] ", 1)[1].split("</note-", 1)[0]
+    assert streamed == answer.answer == "番茄炒蛋要先把鸡蛋炒好盛出[1]，再加一小勺糖压酸味[1]。"
+    assert [c.n for c in answer.citations] == [1]
 
 
 def test_markers_pointing_at_no_evidence_are_removed_even_while_streaming(answering, ollama):
@@ -87,11 +96,11 @@ def test_markers_pointing_at_no_evidence_are_removed_even_while_streaming(answer
 def test_an_answer_citing_nothing_and_following_no_block_is_never_shown_as_from_the_notes(answering, ollama):
     ollama.reply("大概是随便做做吧，网上都这么说。")
     answer, streamed = ask(answering, "番茄炒蛋的步骤")
-    assert streamed == "大概是随便做做吧，网上都这么说。"  # what streamed is replaced by the passages
+    assert streamed == ""  # checked before it is shown: it never was
     assert answer.trace.citing == "uncited" and answer.trace.outcome == "llm_passages"
     assert "网上" not in answer.answer and answer.answer.startswith("[1] 番茄炒蛋")
     assert answer.citations[0].title == "番茄炒蛋" and answer.grounded
-    assert answer.notice == "（模型没能根据这些段落写出回答，以下是笔记里最相关的段落。）"
+    assert answer.notice == "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）"
 
 
 @pytest.mark.parametrize("reply", [REFUSAL, "我们笔记里没有相关内容。", "抱歉，提供的片段中没有提到冰糖的用量。"])
@@ -116,8 +125,8 @@ def test_an_answer_following_a_block_without_markers_gets_its_citation_inferred(
     assert answer.trace.citing == "inferred" and answer.trace.outcome == "llm" and answer.grounded
     assert [c.title for c in answer.citations] == ["番茄炒蛋"]
     n = answer.citations[0].n
-    assert answer.answer == f"番茄炒蛋要先把鸡蛋炒好盛出，再加一小勺糖压酸味[{n}]。" != streamed
-    assert "inference" in answer.trace.decision and f"[{n}]" in answer.trace.decision
+    assert answer.answer == f"番茄炒蛋要先把鸡蛋炒好盛出，再加一小勺糖压酸味[{n}]。" == streamed
+    assert "without markers" in answer.trace.decision and f"[{n}]" in answer.trace.decision
 
 
 def test_no_evidence_means_no_llm_call(answering, ollama):
@@ -428,3 +437,71 @@ def test_doctor_checks_the_llm(indexed, ollama, capsys, tmp_path):
     cfg.write_text(cfg.read_text().replace("qwen2.5:72b", "qwen2.5:7b-instruct"))
     assert main(["--config", str(cfg), "doctor"]) == 0
     assert "ok   ollama" in capsys.readouterr().out
+
+
+# --- what is shown is what the notes support (rag.answer.support) ------------------------------------
+
+# The kind of reply the real 1.5B gave to a question no note answers (how to whip meringue for
+# macarons): a long recipe of its own, one line of which shares words with a note.
+MACARON = """马卡龙的蛋白霜要这样打：
+
+1. 蛋白提前一天分离，放冰箱冷藏，用之前回温到室温。
+2. 用电动打蛋器低速打到出现大泡，加入 1/3 的细砂糖。
+3. 转中速打到纹路明显，再加入 1/3 的细砂糖。
+4. 鸡蛋打散，加一小撮盐和一点点水，打到起泡[1]。
+5. 最后高速打到提起打蛋头有直立的小尖角，大约 8 分钟。
+6. 加入过筛的杏仁粉和糖粉，翻拌到面糊像岩浆一样缓缓流下。
+7. 挤在烤盘上，静置 30 分钟结皮，150 度烤 14 分钟。"""
+
+
+def test_a_long_answer_of_the_models_own_with_one_line_from_a_note_ends_as_the_refusal(answering, ollama):
+    ollama.reply(*[MACARON[i:i + 9] for i in range(0, len(MACARON), 9)])
+    answer, streamed = ask(answering, "做马卡龙的蛋白霜要打发到什么程度？鸡蛋要先冷藏吗？")
+    assert answer.trace.citing in ("uncited", "partly") and answer.trace.outcome == "llm_refused"
+    assert answer.answer == REFUSAL and not answer.citations and not answer.grounded
+    assert answer.closest and answer.closest[0].title == "番茄炒蛋"  # the closest notes, by title
+    assert answer.notice == "（模型写了一段你的笔记里没有依据的回答，没有显示。）"
+    assert "杏仁粉" not in streamed and "8 分钟" not in streamed  # never on screen
+    assert "left out" in answer.trace.support  # /why says what was dropped
+
+
+def test_a_cited_sentence_with_a_number_the_note_does_not_hold_is_left_out(answering, ollama):
+    ollama.reply("番茄炒蛋用 5 个鸡蛋[1]。", "番茄 2 个，要熟透的[1]。", "葱 1 根[1]。")
+    answer, streamed = ask(answering, "番茄炒蛋要准备什么用料？")
+    assert answer.trace.outcome == "llm" and answer.grounded
+    assert answer.answer == streamed == "番茄 2 个，要熟透的[1]。葱 1 根[1]。"
+    assert answer.notice == "（另有 1 句在你的笔记里找不到依据，已略去。）"
+    assert "5 个" in answer.trace.support and answer.trace.units[0]["invented"] == ["5 个"]
+    # and when that is all the answer says, the passages instead, under the line that says so
+    ollama.reply("番茄炒蛋用 5 个鸡蛋[1]。")
+    answer, streamed = ask(answering, "番茄炒蛋要几个鸡蛋？")
+    assert streamed == "" and answer.trace.outcome == "llm_passages"
+    assert answer.answer.startswith("[1] 番茄炒蛋") and "鸡蛋 3 个" in answer.answer
+    assert answer.notice == "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）"
+
+
+def test_a_fully_supported_answer_is_shown_as_the_model_wrote_it(answering, ollama):
+    reply = "番茄顶上划个十字，开水烫 30 秒后去皮[1]。锅里留底油，葱白爆香，下番茄中火炒出汁[1]。"
+    ollama.reply(*[reply[i:i + 5] for i in range(0, len(reply), 5)])
+    answer, streamed = ask(answering, "番茄炒蛋的番茄怎么处理？")
+    assert answer.answer == streamed == reply and answer.notice is None
+    assert answer.trace.citing == "cited" and [c.n for c in answer.citations] == [1]
+
+
+@pytest.mark.parametrize("question", ["我家猫下一次打疫苗是什么时候？", "hello", "When is my cat's next vaccination?"])
+def test_a_refusal_about_what_no_note_covers_is_the_refusal_with_titles_not_passages(answering, ollama, question):
+    ollama.reply("我笔记里没有相关内容。")
+    answer, _ = ask(answering, question)
+    if answer.trace.outcome == "refused":  # refused before the LLM: the same for the person
+        assert not ollama.chats()
+    else:
+        assert answer.trace.citing == "refused" and answer.trace.outcome == "llm_refused"
+    assert answer.answer == REFUSAL and not answer.citations and answer.notice is None
+    assert all(c.title for c in answer.closest)  # titles and links only: no passage text is shown
+
+
+def test_the_question_echoed_back_is_no_answer(answering, ollama):
+    ollama.reply("根据 [1] 段落，番茄炒蛋的鸡蛋要炒到几成熟。")
+    answer, streamed = ask(answering, "番茄炒蛋的鸡蛋要炒到几成熟？")
+    assert answer.trace.citing == "nothing" and streamed == ""
+    assert answer.trace.outcome == "llm_passages" and "七八成熟" in answer.answer  # the passages are about it

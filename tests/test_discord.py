@@ -12,6 +12,7 @@ import discord
 import pytest
 
 from bot.discord import DiscordBot, embeds_for
+from bot.render import discord_plain_links
 from sync.daemon.host import Daemon
 
 from conftest import SCENARIO, make_settings, within
@@ -87,7 +88,7 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
     settings, ollama = world
 
     async def scenario(daemon, bot, command):
-        ollama.reply("先把鸡蛋炒好盛出", "，再下番茄", "，加一小勺糖[1]。", delay=0.3)
+        ollama.reply("先把鸡蛋炒好盛出[1]。", "再下番茄", "中火炒出汁[1]。", "加一小勺糖[1]。", delay=0.3)
         it = FakeInteraction(OWNER)
         await command("ask")(it, question="番茄炒蛋怎么做才不酸？", private=False)  # the asker shares it
         assert it.names()[0] == "defer" and it.events[0][1] == {"thinking": True, "ephemeral": False}
@@ -100,13 +101,16 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         times = [t for name, _, t in it.events if name == "edit"]
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))
         final = it.events[-1][1]["embed"]
-        assert final.description.startswith("先把鸡蛋炒好盛出，再下番茄，加一小勺糖[1]。")
-        # a link in the LLM's words is shown with its address, not clickable
-        ollama.reply("先登录 [Leanote](https://phish.example/login) 再炒蛋[1]。")
+        assert final.description.startswith("先把鸡蛋炒好盛出[1]。再下番茄中火炒出汁[1]。加一小勺糖[1]。")
+        # a link in the LLM's words that no note holds is never shown
+        ollama.reply("先把鸡蛋炒好盛出[1]。先登录 [Leanote](https://phish.example/login) 再炒蛋[1]。")
         it2 = FakeInteraction(FRIEND)  # another person: no history, no follow-up rewrite
         await command("ask")(it2, question="番茄炒蛋怎么做才不酸？")
         shown = it2.events[-1][1]["embed"].description
-        assert "Leanote (`https://phish.example/login`)" in shown and "](https://phish" not in shown
+        assert shown.startswith("先把鸡蛋炒好盛出[1]。") and "phish" not in shown
+        # where one is shown, it is with its address, not clickable
+        plain = discord_plain_links("先登录 [Leanote](https://phish.example/login) 再炒蛋")
+        assert "Leanote (`https://phish.example/login`)" in plain and "](https://phish" not in plain
         assert "[1] 番茄炒蛋 <file://" in final.description
         assert len(final) <= 6000 and len(final.description) <= 4096
 
@@ -117,7 +121,7 @@ def test_private_answers_and_long_answers_continue_in_ephemeral_follow_ups(world
     settings, ollama = world
 
     async def scenario(daemon, bot, command):
-        ollama.reply("\n\n".join(f"第{i}段：" + "很长的说明文字。" * 60 for i in range(20)) + "[1]")
+        ollama.reply("\n\n".join("锅里留底油，葱白爆香，下番茄中火炒出汁[1]。" * 40 for i in range(20)))
         it = FakeInteraction(FRIEND)
         await command("ask")(it, question="番茄炒蛋怎么做？")  # private unless asked otherwise
         assert it.events[0][1]["ephemeral"] is True

@@ -239,10 +239,10 @@ def test_a_search_held_up_for_one_request_does_not_hold_another_persons_answer(w
                                what="the other person's answer")
             assert "先把鸡蛋炒好盛出" in done[0]["text"]
             assert not held.done() and ollama.held == ["慢一点的问题"]  # still held
-            ollama.reply("红烧肉要小火慢炖[1]。")
+            ollama.reply("大火烧开后转小火，盖上盖子炖 60 分钟[1]。")
             release.set()
             events = await asyncio.wait_for(held, timeout=60)
-        assert events[-1]["event"] == "answer" and "小火慢炖" in events[-1]["answer"]["answer"]
+        assert events[-1]["event"] == "answer" and "炖 60 分钟" in events[-1]["answer"]["answer"]
 
     run(settings, scenario)
 

@@ -108,7 +108,8 @@ def test_a_late_expansion_is_dropped_without_delaying_the_answer(sample_index, u
         finally:
             svc.close()
             index.close()
-    assert "dropped" in answer.trace.expansion and answer.trace.outcome == "llm"
+    # dropped by the answer's wait, or given up by the expansion's own deadline first: either way not waited for
+    assert answer.trace.expansion.startswith(("dropped", "none")) and answer.trace.reply == "用 journalctl[1]。"
     assert took < 2.0  # the answer did not wait past the expansion's share of the budget
 
 

@@ -44,15 +44,16 @@ def ask(svc, question=QUESTION):
 
 def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budget(sample_index, use_embedder):
     read, write = 3000.0, 400.0  # tokens a second: a small CPU, ten times sped up for the test
-    budget = 0.4
+    budget = 0.8
     with FakeOllama(speed=(read, write)) as ollama:
         svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=budget)
         try:
             ollama.reply("先把鸡蛋炒好盛出[1]，", "再加一小勺糖[1]。")
-            first = ask(svc)  # nothing measured yet: everything as configured
-            assert "not measured yet" in first.trace.budget
+            first = ask(svc)  # nothing measured yet: measured first, with a short reply
+            assert "speed measured first" in first.trace.budget and len(ollama.probes()) == 1
             speed = svc.speeds.get("qwen2.5:7b-instruct")
             assert speed.read_tps == pytest.approx(read, rel=0.25) and speed.write_tps == pytest.approx(write, rel=0.4)
+            assert "evidence cut to" in first.trace.budget  # sized to it at once
             # the estimate learned how the model counts tokens: off by little on the next prompt
             reported, estimated = first.usage["prompt_tokens"], first.usage["prompt_tokens_estimated"]
             assert reported == fake_tokens("\n".join(m["content"] for m in ollama.chats()[-1]["messages"]))
@@ -61,30 +62,66 @@ def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budg
                 ollama.reply("加一小勺糖[1]。")
                 answer = ask(svc)
             assert "evidence cut to" in answer.trace.budget and "first_token_budget" in answer.trace.budget
+            assert len(ollama.probes()) == 1  # measured once
             # what the model had to read fits the budget at its speed (the fake sleeps exactly that long)
             assert answer.usage["prompt_tokens"] / read <= budget
             assert answer.usage["prompt_tokens_estimated"] == pytest.approx(answer.usage["prompt_tokens"], rel=0.15)
-            assert first.usage["prompt_tokens"] > answer.usage["prompt_tokens"]  # something was cut
+            assert sum(len(t) for t in answer.trace.evidence.values()) < svc.settings.answer.total_chars
             options = ollama.chats()[-1]["options"]
-            assert 128 <= options["num_predict"] <= 1024  # the answer fits ollama.timeout at its writing speed
+            assert 64 <= options["num_predict"] <= 1024  # the answer fits ollama.timeout at its writing speed
         finally:
             svc.close()
             index.close()
         assert estimated > 0
 
 
-def test_a_model_too_slow_for_the_full_evidence_learns_from_its_timeouts_and_then_answers(sample_index, use_embedder):
-    """Nothing measured, and the first prompt (all the evidence) takes longer than
-    ollama.timeout to read: the cut-short reply teaches the speed, the next prompts are
-    smaller, and an answer comes (it used to go out full-size and time out for good)."""
-    # Tokens a second: the full evidence takes ~25 s to read, against a 6 s timeout and a 4 s
-    # budget. The 2 s between budget and timeout leave room for the rest of an answer's
-    # work (search, the prompt) on a machine busy with other work.
-    read = 100.0
+def test_the_evidence_is_never_cut_below_the_best_passage_whole(sample_index, use_embedder):
+    """A machine as slow as 12 tokens a second reading (ten times sped up: 120), against a 3 s
+    budget: the best passage alone takes longer than the budget to read. It is sent whole and
+    the first token comes later (it used to be cut to 160 characters, and the model guessed)."""
+    with FakeOllama(speed=(120.0, 30.0)) as ollama:
+        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=3.0)
+        svc.settings = svc.settings.model_copy(update={"ollama": svc.settings.ollama.model_copy(update={"timeout": 40.0})})
+        svc.chat = OllamaChat(svc.settings.ollama)
+        try:
+            ollama.reply("先把鸡蛋炒好盛出[1]。")
+            answer = ask(svc)
+            assert answer.trace.outcome == "llm", answer.trace.decision  # the first question does not time out
+            assert len(ollama.probes()) == 1
+            blocks = answer.trace.evidence
+            assert len(blocks) == 1 and "the first token comes after" in answer.trace.budget
+            text = blocks["1"].split("\n", 1)[1]
+            assert "一定要先把鸡蛋炒好盛出" in text and not text.endswith("…")  # the section whole
+        finally:
+            svc.close()
+            index.close()
+
+
+def test_a_model_too_slow_to_read_the_best_passage_within_the_timeout_is_not_asked(sample_index, use_embedder):
+    with FakeOllama(speed=(60.0, 30.0)) as ollama:  # the best passage alone: ~20 s, against a 12 s timeout
+        svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=3.0)
+        svc.settings = svc.settings.model_copy(update={"ollama": svc.settings.ollama.model_copy(update={"timeout": 12.0})})
+        svc.chat = OllamaChat(svc.settings.ollama)
+        try:
+            answer = ask(svc)
+            assert len(ollama.probes()) == 1 and ollama.chats() == []  # measured, then not asked
+            assert answer.trace.outcome == "fallback" and "would not fit ollama.timeout" in answer.trace.decision
+            assert answer.answer.startswith("[1] 番茄炒蛋") and answer.notice.startswith("（这台机器上的语言模型太慢")
+        finally:
+            svc.close()
+            index.close()
+
+
+def test_a_machine_that_got_slower_learns_from_its_timeouts_and_then_answers(sample_index, use_embedder):
+    """The speed measured when the machine was idle; now it reads ten times slower and the
+    first prompt (sized to the old speed) takes longer than ollama.timeout: the cut-short reply
+    teaches the speed, the next prompts are smaller, and an answer comes."""
+    read = 400.0
     with FakeOllama(speed=(read, 2000.0)) as ollama:
         svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=4.0)
         svc.settings = svc.settings.model_copy(update={"ollama": svc.settings.ollama.model_copy(update={"timeout": 6.0})})
         svc.chat = OllamaChat(svc.settings.ollama)
+        svc.speeds.observe("qwen2.5:7b-instruct", Usage(4000, 1.0, 400, 0.2), "字" * 4000)  # once, when idle
         try:
             outcomes, prompts = [], []
             for _ in range(8):
@@ -98,6 +135,7 @@ def test_a_model_too_slow_for_the_full_evidence_learns_from_its_timeouts_and_the
             assert outcomes[0] == "fallback" and outcomes[-1] == "llm", outcomes
             assert prompts[-1] < prompts[0]
             assert svc.speeds.get("qwen2.5:7b-instruct").read_tps <= read * 1.3
+            assert ollama.probes() == []  # a speed was known: nothing to measure first
         finally:
             svc.close()
             index.close()

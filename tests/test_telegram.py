@@ -64,12 +64,13 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
     settings, tg, ollama = world
 
     async def scenario(daemon):
-        ollama.reply("先把鸡蛋炒好盛出", "，再下番茄", "，最后加一小勺糖压酸味", "[1]。", delay=0.25)
+        # each sentence is shown once it is complete and checked against the notes
+        ollama.reply("先把鸡蛋炒好盛出[1]。", "再下番茄", "中火炒出汁[1]。", "最后加一小勺糖压酸味", "[1]。", delay=0.25)
         tg.say(OWNER, "番茄炒蛋怎么做才不酸？")
         done = await until(lambda: final(tg, OWNER, "来源"))
         message = done[0]
         assert message["parse_mode"] == "HTML" and message["preview_off"]
-        assert message["text"].startswith("先把鸡蛋炒好盛出，再下番茄，最后加一小勺糖压酸味[1]。")
+        assert message["text"].startswith("先把鸡蛋炒好盛出[1]。再下番茄中火炒出汁[1]。最后加一小勺糖压酸味[1]。")
         assert "[1] 番茄炒蛋" in message["text"]
         assert html_error(message["text"]) is None
         streamed = [text for _, text in message["edits"][:-1]]
@@ -132,18 +133,22 @@ def test_note_text_is_escaped_and_long_answers_are_split(world):
     settings, tg, ollama = world
 
     async def scenario(daemon):
-        risky = "比较 a < b && c > d：\n\n```python\nif x < 3 and y & 1:\n    print('<b>')\n```\n\n"
-        long_tail = "\n\n".join(f"第{i}段说明了一个细节，内容比较长。" * 12 for i in range(30))
-        ollama.reply(risky + long_tail + "[1]")
-        tg.say(OWNER, "番茄炒蛋怎么做才不酸？")
+        # what the restic note says, with its < and > (and & in the code), then a long answer
+        line = "UUID=<移动硬盘的UUID> /mnt/backup-usb ext4 defaults,nofail 0 2"
+        risky = (f"移动硬盘按 UUID 挂载：{line}[1]。\n\n```bash\necho '{line}' | sudo tee -a /etc/fstab && "
+                 "sudo mount -a\n```\n\n")
+        long_tail = "\n\n".join("密码文件权限设成 600，并且在密码管理器里另存一份[1]。" * 12 for i in range(30))
+        ollama.reply(risky + long_tail)
+        tg.say(OWNER, "家里的服务器用 restic 怎么备份到移动硬盘？")
         await until(lambda: final(tg, OWNER, "来源"), timeout=40)
         sent = tg.sent_to(OWNER)
         assert len(sent) >= 2
         for m in sent:
             assert len(m["text"]) <= 4096 and m["parse_mode"] == "HTML" and html_error(m["text"]) is None
         first = sent[0]["text"]
-        assert "a &lt; b &amp;&amp; c &gt; d" in first
-        assert "<pre><code class=\"language-python\">if x &lt; 3 and y &amp; 1:\n    print('&lt;b&gt;')</code></pre>" in first
+        assert "UUID=&lt;移动硬盘的UUID&gt; /mnt/backup-usb" in first
+        assert ("<pre><code class=\"language-bash\">echo 'UUID=&lt;移动硬盘的UUID&gt; /mnt/backup-usb ext4 "
+                "defaults,nofail 0 2' | sudo tee -a /etc/fstab &amp;&amp; sudo mount -a</code></pre>") in first
 
     run(settings, tg, scenario)
 
@@ -188,7 +193,7 @@ def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
     settings, tg, ollama = world
     ONE, TWO = OWNER, FRIEND
     secret_question = "家里路由器的 DHCP 地址池是多少，我急用？"
-    secret_answer = "ONE 专属的回答：地址池从 .100 到 .199"
+    secret_answer = "DHCP 地址池设为 192.168.50.100–192.168.50.199，租期 24 小时"
 
     async def scenario(daemon):
         ollama.reply(secret_answer + "[1]。")
@@ -209,11 +214,12 @@ def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
         ollama.reply("我笔记里没有相关内容")
         tg.say(TWO, "那密码呢？", chat_id=GROUP, chat_type="supergroup", reply_to_bot=True)
         # the LLM refused: the best passages for TWO's question, under the line that says so
-        await until(lambda: final(tg, GROUP, "模型没能根据这些段落写出回答"), what="TWO's answer")
+        await until(lambda: final(tg, GROUP, "模型没能从这些段落里找到直接的回答"), what="TWO's answer")
         assert len(ollama.chats()) == chats_before + 1  # TWO has no history: no rewrite
         for chat in ollama.chats()[chats_before:]:
             prompt = "\n".join(m["content"] for m in chat["messages"])
-            assert secret_question not in prompt and "ONE 专属" not in prompt
+            # (ONE's answer is the notes' own words, which TWO's evidence may hold: the question is ONE's)
+            assert secret_question not in prompt
 
         tg.say(TWO, "/status", chat_id=GROUP, chat_type="supergroup")  # not an admin: own account only
         status = await until(lambda: final(tg, TWO, "your notes indexed"))
@@ -227,7 +233,7 @@ def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
 
         # nothing sent to TWO, in private or in the group after ONE's answer, names ONE's question
         for m in tg.sent_to(TWO):
-            assert secret_question not in m["text"] and "ONE 专属" not in m["text"]
+            assert secret_question not in m["text"]
             assert not one_titles & set(re.findall(r"• (.+?) ›", m["text"]))
 
         # a stranger in the group: one refusal, then silence (refusals are rate-limited too)
@@ -445,11 +451,16 @@ def test_a_link_in_the_llms_reply_is_shown_not_clickable(world):
     settings, tg, ollama = world
 
     async def scenario(daemon):
-        ollama.reply("先确认账号：[点这里登录 Leanote](https://phish.example/login)，再炒蛋[1]。")
+        ollama.reply("先把鸡蛋炒好盛出[1]。再下番茄中火炒出汁[1]。最后加一小勺糖压酸味[1]。"
+                     "先确认账号：[点这里登录 Leanote](https://phish.example/login)，再炒蛋[1]。")
         tg.say(OWNER, "番茄炒蛋怎么做？")
         done = await until(lambda: final(tg, OWNER, "来源"))
         text = done[0]["text"]
-        assert "https://phish.example/login" in text  # in plain sight ...
-        assert not re.search(r'<a href="[^"]*phish', text)  # ... and not behind words
+        assert text.startswith("先把鸡蛋炒好盛出[1]。")
+        assert "phish" not in text and "登录" not in text  # no note holds it: never shown
+        assert "另有 2 句在你的笔记里找不到依据，已略去" in text
 
     run(settings, tg, scenario)
+    # and where a link is shown, it is in plain sight, not behind words
+    html_text = telegram_messages("先确认账号：[点这里登录 Leanote](https://phish.example/login)")[0]
+    assert "https://phish.example/login" in html_text and not re.search(r'<a href="[^"]*phish', html_text)

@@ -1,40 +1,20 @@
-"""After the LLM has answered: does the answer stand on its evidence, and on which blocks?
+"""After the LLM has answered: does it refuse? And the words a text is compared by.
 
-What real small models do with evidence blocks, seen with Qwen2.5-Coder 1.5B and 0.5B
-(docs/answers.md, "Answers from a real model"), and what this module makes of it:
+Real small models (Qwen2.5-Coder 1.5B and 0.5B, docs/answers.md) refuse in their own words
+("我们笔记里没有相关内容。", "The notes do not mention …"), not with the exact phrase asked for:
+``refuses`` recognises a refusal by meaning, in the answer's opening. Which sentences of an
+answer stand on the evidence is ``rag.answer.support``.
 
-- They refuse in their own words ("我们笔记里没有相关内容。", "The notes do not mention
-  …"), not with the exact phrase asked for: ``refuses`` recognises a refusal by meaning,
-  in the answer's opening.
-- They paste the evidence headers (``[1] 提拉米苏的做法 (菜谱 / 甜品)``) or the question
-  back, with markers, saying nothing: a pasted header is no sentence, a marker counts as
-  a citation only in a sentence that says something of its own (``says_something``: a
-  word the question does not hold), and an answer with no such sentence is
-  no answer.
-- They often answer from a block without typing a single ``[n]``: a sentence that
-  quotes or closely follows one block (``INFER_SHARE``, 40 % of its words are that
-  block's), a line of their own code that copies one (``INFER_CODE_SHARE``), or a short
-  answer whose distinctive words one block alone holds gets the block's citation when
-  the model gave none (``inferred``); the trace marks it so.
-
-Words are CJK character bigrams, Latin words of three letters or more (lowercased) and numbers.
+``words``: CJK character bigrams, Latin words of three letters or more (lowercased) and numbers.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 _MARKER = re.compile(r"[\[【]\s*(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\s*[\]】]")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
 _LATIN = re.compile(r"[a-z0-9_][a-z0-9_.\-]{2,}|\d+")
-_SENTENCE = re.compile(r"(?<=[。！？!?；;：])|(?<=[.:])\s+|\n+")
-_ONLY_MARKERS = re.compile(r"^[\s\[\]【】\d,，、。.]*$")
-MIN_OWN_WORDS = 1  # a sentence that says something has a word the question lacks
-INFER_SHARE = 0.4  # of a sentence's words found in one block: it follows that block
-INFER_CODE_SHARE = 0.8  # a line of the reply's own code follows a block only when it is nearly copied
-INFER_MIN_WORDS = 4  # shorter sentences follow a block only when it alone holds their distinctive words
-_FENCE = re.compile(r"^\s*(```|~~~)")
 
 _SORRY = r"(?:(?:抱歉|对不起|很抱歉|sorry|i'?m sorry|unfortunately)[，,。.!！\s]*)?"
 _REFUSALS = re.compile(
@@ -78,107 +58,3 @@ def refuses(text: str, refusal: str = "") -> bool:
     if refusal and refusal in opening:
         return True
     return bool(_REFUSALS.search(opening))
-
-
-@dataclass
-class Reading:
-    """What an answer's text stands on."""
-
-    text: str  # the answer, inferred markers appended to their sentences
-    marked: list[int] = field(default_factory=list)  # blocks cited with a marker in a sentence that says something
-    inferred: list[int] = field(default_factory=list)  # blocks whose text a sentence follows, the model citing none
-    says_something: bool = False  # any sentence with words of its own
-
-    @property
-    def cited(self) -> list[int]:
-        return self.marked or self.inferred
-
-
-def sentences(text: str) -> list[str]:
-    """The answer's sentences; markers standing after a sentence's end belong to it."""
-    out: list[str] = []
-    for piece in _SENTENCE.split(text):
-        if not piece or not piece.strip():
-            continue
-        if out and _ONLY_MARKERS.match(piece):
-            out[-1] += piece
-        else:
-            out.append(piece)
-    return out
-
-
-def _copied_header(sentence: str, headers: dict[int, set[str]]) -> bool:
-    """A line that is an evidence header pasted back: ``[n]`` and words of block n's header only."""
-    m = _MARKER.match(sentence.strip())
-    if not m:
-        return False
-    rest = words(sentence[sentence.index(m.group()) + len(m.group()):])
-    return any(rest <= headers.get(int(x), set()) for x in re.findall(r"\d+", m.group(1)))
-
-
-def _sole_holder(own: set[str], block_words: dict[int, set[str]]) -> int | None:
-    """The one block holding all of a short sentence's words the question lacks (a name,
-    a number: "De Bruijn 序列" for "……这利用的是哪种序列？"), when they are distinctive: a
-    Latin word or number among them, or two CJK bigrams; None when no block or several do."""
-    if not own or not (any(not _CJK_RUN.fullmatch(w) for w in own) or len(own) >= 2):
-        return None
-    holders = [n for n, bw in block_words.items() if own <= bw]
-    return holders[0] if len(holders) == 1 else None
-
-
-def read(text: str, question: str, blocks: dict[int, tuple[str, str]]) -> Reading:
-    """``blocks``: number -> (header as the prompt showed it, text). The markers that count,
-    the citations to infer, and whether the answer says anything at all."""
-    asked = words(question)
-    headers = {n: words(header) for n, (header, _) in blocks.items()}
-    block_words = {n: words(header + "\n" + body) for n, (header, body) in blocks.items()}
-    reading = Reading(text)
-    own_sentences: list[tuple[str, set[str], bool]] = []
-    code = False  # inside a fenced code block of the reply
-    for sentence in sentences(text):
-        if _FENCE.match(sentence):
-            code = not code
-            continue
-        if _copied_header(sentence, headers):
-            continue
-        mine = words(_MARKER.sub(" ", sentence))
-        own = mine - asked
-        if len(own) < MIN_OWN_WORDS:
-            continue
-        reading.says_something = True
-        own_sentences.append((sentence, mine, code))
-        for m in _MARKER.finditer(sentence):
-            for x in re.findall(r"\d+", m.group(1)):
-                n = int(x)
-                if n in blocks and n not in reading.marked:
-                    reading.marked.append(n)
-    if reading.marked or not reading.says_something:
-        return reading
-    out = text
-    for sentence, mine, in_code in own_sentences:
-        if len(mine) < INFER_MIN_WORDS:
-            n = None if in_code else _sole_holder(mine - asked, block_words)
-        else:
-            share, n = max(((len(mine & bw) / len(mine), n) for n, bw in block_words.items()), default=(0.0, None))
-            if share < (INFER_CODE_SHARE if in_code else INFER_SHARE):
-                n = None
-        if n is not None:
-            if n not in reading.inferred:
-                reading.inferred.append(n)
-            if in_code:
-                continue  # a marker inside code would change the code; the citation stands below it
-            stripped = sentence.rstrip()
-            body = stripped.rstrip("。！？!?；;.")
-            out = out.replace(stripped, f"{body}[{n}]{stripped[len(body):]}", 1)
-    reading.text = out
-    return reading
-
-
-def citing(text: str, reading: Reading, refusal: str = "") -> str:
-    """What a reply stands on, as ``Trace.citing`` names it: "refused", "nothing" (no
-    words of its own), "cited" (markers), "inferred" or "uncited" (follows no block)."""
-    if refuses(text, refusal):
-        return "refused"
-    if not reading.says_something:
-        return "nothing"
-    return "cited" if reading.marked else "inferred" if reading.inferred else "uncited"

@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from rag.answer import grounding
+from rag.answer import grounding, support
 
 from rag import limits
 from rag import llm as llm_mod
@@ -44,7 +44,7 @@ from rag.config import AnswerConfig, Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer import followup
-from rag.answer.evidence import CitationFilter, Evidence, build_evidence, cited, header, messages
+from rag.answer.evidence import Evidence, build_evidence, header, messages
 from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
@@ -72,10 +72,19 @@ MAX_PASSAGES = 3
 SEARCH_WORKERS = 4
 LLM_DOWN_ZH = "（语言模型暂时不可用，以下是笔记里最相关的段落。）"
 LLM_DOWN_EN = "(The language model is unavailable right now; here are the most relevant passages of your notes.)"
-# The LLM refused or said nothing it took from the evidence, and retrieval was confident
-# (no name the notes never mention): the passages, cited, instead of a bare refusal.
-LLM_NO_ANSWER_ZH = "（模型没能根据这些段落写出回答，以下是笔记里最相关的段落。）"
-LLM_NO_ANSWER_EN = "(The model could not compose an answer from these passages; here they are.)"
+# The LLM refused or said nothing of its own, and the best passages are about the question
+# (``plausible``): they are shown, under a line saying the notes hold no direct answer.
+LLM_NO_ANSWER_ZH = "（模型没能从这些段落里找到直接的回答。以下是笔记里最相关的段落。）"
+LLM_NO_ANSWER_EN = "(The model found no direct answer in these passages. Here are the most relevant ones.)"
+# The LLM's answer does not stand on the evidence (``rag.answer.support``): never shown. The
+# passages when they are about the question, else the refusal and the closest notes' titles.
+LLM_UNSUPPORTED_ZH = "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）"
+LLM_UNSUPPORTED_EN = "(The model's answer is not backed by your notes, so it is not shown. Here are the most relevant passages.)"
+LLM_UNSUPPORTED_REFUSED_ZH = "（模型写了一段你的笔记里没有依据的回答，没有显示。）"
+LLM_UNSUPPORTED_REFUSED_EN = "(The model wrote an answer your notes do not back; it is not shown.)"
+# Units of an answer that stand on no block were left out of it (``rag.answer.support``).
+LEFT_OUT_ZH = "（另有 {n} 句在你的笔记里找不到依据，已略去。）"
+LEFT_OUT_EN = "({n} sentence(s) the model wrote are not backed by your notes and were left out.)"
 # Extractive passages from notes scoring below this share of the best hit's score are
 # left out: they are what the search found next, not what answers the question.
 MIN_RELATIVE_SCORE = 0.7
@@ -168,12 +177,21 @@ class Trace:
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
     outcome: str = ""  # one of OUTCOMES, set with the decision
-    # What the LLM's reply was (rag.answer.grounding): "cited" (markers in sentences that say
-    # something), "inferred" (no marker; citations from the blocks its sentences follow),
-    # "refused", "uncited" (says something, follows no block), "nothing" (no words of its
-    # own: the question or the headers back); "" when no LLM answered.
+    # What the LLM's reply was (rag.answer.support): "cited" (enough of it stands on the
+    # evidence, and the model marked the blocks), "inferred" (the same, citations from the
+    # blocks its sentences follow), "refused", "uncited" (no sentence stands on the evidence),
+    # "partly" (some do, under support.MIN_SHARE), "nothing" (no words of its own: the
+    # question or the headers back); "" when no LLM answered.
     citing: str = ""
     reply: str = ""  # what the LLM wrote, as it wrote it (the answer may show passages instead)
+    # What of the reply stands on the evidence (rag.answer.support): a line, and each unit of
+    # the reply (its text, "supported" / "unsupported" / "filler", its block, its share of own
+    # words in that block, the specifics no evidence holds).
+    support: str = ""
+    units: list[dict] = field(default_factory=list)
+    # The evidence the LLM read: block number (as text) -> its header line and text, so an
+    # answer can be read against it again (``leanote-rag eval --answers``, ``bench/reread.py``).
+    evidence: dict[str, str] = field(default_factory=dict)
     unknown_names: list[str] = field(default_factory=list)  # named in the question, in no note
     # The memory's part: entities the question named ("name (kind; notes)") and the facts
     # that went into the evidence ("[n] subject — predicate — object").
@@ -355,15 +373,16 @@ def dense_outlier(hits: list[Hit]) -> float:
     return (scores[-1] - statistics.fmean(rest)) / spread
 
 
-# However slow the machine, the LLM gets this much: the best passage's sentences with the
-# question's terms (rag.answer.evidence.condense). Below the 400 it used to be, the 1.5B read the
-# fixed instructions and its evidence within a 30 s budget here (docs/answers.md).
-MIN_EVIDENCE_CHARS = 160
 SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
 MIN_EXPAND_WAIT = 1.0  # seconds: however fast the model measured, it gets this long
 SOURCES_WITHIN = 2.0  # seconds: retrieval.expand auto never holds the sources back longer than this
-MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 128, 1024
+MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 64, 1024
+SAFE_ANSWER_TOKENS = 256  # the answer's length when the LLM's speed could not be measured
+PROBE_TOKENS = 12  # the measuring reply: enough tokens written to time the writing
+TOO_SLOW_ZH = "（这台机器上的语言模型太慢，在时限内读不完最相关的一段笔记，以下是笔记里最相关的段落。）"
+TOO_SLOW_EN = ("(The language model is too slow here to read the most relevant passage within its time limit; "
+               "here are the most relevant passages of your notes.)")
 
 
 @dataclass
@@ -375,6 +394,8 @@ class Plan:
     options: dict | None = None
     note: str = ""
     max_prompt_tokens: int | None = None  # what the LLM reads here within the budget; None: unknown
+    floor_chars: int = 0  # the best passage whole: the evidence is never cut below it
+    too_slow: str = ""  # why the LLM cannot answer within ollama.timeout here (then it is not asked)
 
     def prompt_tokens(self, prompt: list[dict]) -> int:
         """The prompt's size in tokens, by the calibrated estimate."""
@@ -574,10 +595,25 @@ class AnswerService:
             answer = self._refusal(question, top)
             return self._finish(answer, user_id, conversation, trace, timings, started)
 
+        shown_sources = False
+        if self.chat is not None and not self.speeds.get(self.chat.model).read_tps:
+            # The first answer with this model here: the sources now, then the model's speed
+            # measured with a short reply (its fixed instructions, which Ollama then keeps in
+            # its prompt cache for the answer), so the evidence is sized to it.
+            if on_sources is not None:
+                await _call(on_sources, self._sources(question, build_evidence(top, cfg)))
+            shown_sources = True
+            mark("sources")
+            try:
+                trace.budget = await self._measure(standalone)
+            except (Unavailable, ModelMissing) as err:
+                return self._finish(self._llm_down(question, top, trace, err), user_id, conversation, trace,
+                                    timings, started)
         plan = self._plan(standalone, top, time.perf_counter() - started)
         blocks, prompt, used = self._fit(standalone, top, plan, facts)
         trace.facts = [f"[{n}] {f['subject']} — {f['predicate']} — {f['object']}" for n, f in used]
-        trace.budget = plan.note
+        trace.budget = "; ".join(p for p in (trace.budget, plan.note) if p)
+        trace.evidence = {str(b.n): f"{header(b)}\n{b.text}" for b in blocks}
         by_point = {pid: b.n for b in blocks for pid in b.point_ids}
         for c in trace.candidates:
             c.evidence = by_point.get(c.point_id)
@@ -586,13 +622,22 @@ class AnswerService:
             trace.outcome = "extractive"
             answer = extractive(question, top, refusal=cfg.refusal)
             return self._finish(answer, user_id, conversation, trace, timings, started)
+        if plan.too_slow:
+            # Not even the best passage can be read and answered within ollama.timeout here:
+            # the passages, rather than a guess from a scrap or an answer cut off by the timeout.
+            trace.decision, trace.outcome = f"{plan.too_slow}: extractive answer", "fallback"
+            answer = extractive(question, top, refusal=cfg.refusal)
+            answer.notice = _language_notice(question, TOO_SLOW_ZH, TOO_SLOW_EN)
+            return self._finish(answer, user_id, conversation, trace, timings, started)
 
-        if on_sources is not None:
+        if on_sources is not None and not shown_sources:
             await _call(on_sources, self._sources(question, blocks))
-        mark("sources")
-        valid = {b.n for b in blocks}
-        filt = CitationFilter(valid)
-        parts: list[str] = []
+        if not shown_sources:
+            mark("sources")
+        # The reply passes to the person one checked unit at a time (rag.answer.support): a
+        # sentence the evidence does not hold is never on screen, not even for a moment.
+        gate = support.Gate(support.Checker(standalone, {b.n: (header(b), b.text) for b in blocks}))
+        parts: list[str] = []  # what the LLM wrote
         usage = Usage()
         asked = first_at = None
         try:
@@ -602,31 +647,24 @@ class AnswerService:
                     if "first_token" not in timings:
                         mark("first_token")
                         first_at = time.perf_counter()
-                    out = filt.feed(piece)
+                    parts.append(piece)
+                    out = gate.feed(piece)
                     if out:
-                        parts.append(out)
                         await _call(on_token, out)
-            tail = filt.flush()
+            tail = gate.flush()
             if tail:
-                parts.append(tail)
                 await _call(on_token, tail)
         except (Unavailable, ModelMissing) as err:
-            # The details (host, model, what failed) are for the operator: the log, the
-            # trace of `ask --trace`, doctor. Whoever asked in chat gets a plain notice.
-            self._llm_failed(err)
-            trace.llm_error = str(err)
             waited = time.perf_counter() - asked if asked is not None else 0.0
             if isinstance(err, Unavailable) and not usage.reported and waited >= self.settings.ollama.timeout * 0.5:
                 # cut short by the timeout while the model read or wrote: what that says of its speed
                 self.speeds.cut_short(self.chat.model, plan.prompt_tokens(prompt), waited,
                                       first_at - asked if first_at is not None else None)
-            trace.decision, trace.outcome = "the LLM failed: extractive answer", "fallback"
-            answer = extractive(question, top, refusal=cfg.refusal)
-            answer.notice = _language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._finish(self._llm_down(question, top, trace, err), user_id, conversation, trace, timings,
+                                started)
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = self._grounded(question, standalone, text, blocks, top, trace)
+        answer = self._grounded(question, standalone, text, gate.result, blocks, top, trace)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
@@ -764,66 +802,115 @@ class AnswerService:
         return "".join([piece async for piece in self._stream(prompt, Usage(), options, **kwargs)])
 
     def _plan(self, question: str, top: list[Hit], elapsed: float) -> "Plan":
-        """How much evidence the LLM can read here before ``answer.first_token_budget`` runs
-        out (what is left of it after the steps so far), and how long its answer may be
-        within ``ollama.timeout``. Without a measured speed: everything as configured."""
+        """How much evidence the LLM reads, and how long its answer may be.
+
+        Never less than the best passage whole (``Plan.floor_chars``: the first evidence
+        block, up to ``answer.block_chars``): a model given a scrap guesses. Within that, as
+        much as it reads here before ``answer.first_token_budget`` runs out (what is left of
+        it after the steps so far). When even the floor takes longer, the first token comes
+        later (the sources are on screen); when reading it and writing a short answer would
+        not fit ``ollama.timeout``, the LLM is not asked (``Plan.too_slow``). The answer gets
+        ``num_predict`` for what is left of the timeout after the reading. Without a measured
+        speed (the measuring reply failed to report one): the floor only."""
         cfg = self.settings.answer
         model = self.chat.model if self.chat is not None else ""
         speed = self.speeds.get(model)
         plan = Plan(cfg.total_chars, speed)
         if self.chat is None:
             return plan
+        first = build_evidence(top, cfg)[:1]
+        plan.floor_chars = len(first[0].text) if first else cfg.block_chars
         if not speed.read_tps:
-            plan.note = f"{model}: speed not measured yet, evidence as configured ({cfg.total_chars} characters)"
+            plan.evidence_chars = plan.floor_chars
+            plan.note = (f"{model}: speed not measured: the best passage only ({plan.floor_chars} characters) and "
+                         f"at most {SAFE_ANSWER_TOKENS} tokens of answer")
+            plan.options = {"num_predict": SAFE_ANSWER_TOKENS}
             return plan
         left = cfg.first_token_budget - elapsed
         plan.max_prompt_tokens = max(0, int(left * speed.read_tps * SPEED_MARGIN))
-        fixed = speed.tokens(_prompt_text(messages(question, [], cfg.refusal)))
+        fixed = speed.tokens(_prompt_text(messages(question, [], cfg.refusal, cfg.prompt)))
         sample = "".join(h.text for h in top[: cfg.top_k]) or question
         per_char = speed.tokens(sample) / max(1, len(sample))
         fits = int(max(0, plan.max_prompt_tokens - fixed) / per_char)  # a first guess: _fit checks the prompt
-        plan.evidence_chars = max(MIN_EVIDENCE_CHARS, min(cfg.total_chars, fits))
+        plan.evidence_chars = max(plan.floor_chars, min(cfg.total_chars, fits))
         plan.note = (f"{model} reads ~{speed.read_tps:.0f} tok/s here; {left:.1f} s left of "
                      f"answer.first_token_budget {cfg.first_token_budget:g} s")
-        if speed.write_tps:  # the answer, after its first token, within what is left of ollama.timeout
-            writing = max(0.0, self.settings.ollama.timeout - cfg.first_token_budget)
-            plan.options = {"num_predict": int(min(MAX_ANSWER_TOKENS, max(MIN_ANSWER_TOKENS, writing * speed.write_tps * 0.9)))}
-            plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
         return plan
 
     def _fit(self, question: str, top: list[Hit], plan: "Plan", facts: list[dict] | None = None
              ) -> tuple[list[Evidence], list[dict], list[tuple[int, dict]]]:
         """The evidence (with the memory's ``facts``), the prompt, and the facts used with
         their blocks, shrunk until the prompt's estimated tokens fit what the LLM reads
-        within the budget (never below MIN_EVIDENCE_CHARS)."""
+        within the budget, never below the best passage whole (``Plan.floor_chars``); then
+        the answer's length, and whether the LLM can answer at all within the timeout."""
         cfg = self.settings.answer
         while True:
             cut = plan.evidence_chars < cfg.total_chars
             blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
                                     question=question if cut else None)
             used = add_facts(blocks, facts or [])
-            prompt = messages(question, blocks, cfg.refusal)
-            if plan.max_prompt_tokens is None or plan.evidence_chars <= MIN_EVIDENCE_CHARS:
+            prompt = messages(question, blocks, cfg.refusal, cfg.prompt)
+            if plan.max_prompt_tokens is None or plan.evidence_chars <= plan.floor_chars:
                 break
             tokens = plan.prompt_tokens(prompt)
             if tokens <= plan.max_prompt_tokens:
                 break
-            plan.evidence_chars = max(MIN_EVIDENCE_CHARS, int(plan.evidence_chars * plan.max_prompt_tokens / tokens * 0.97))
-        if plan.max_prompt_tokens is not None:
-            chars = sum(len(b.text) for b in blocks)
-            if plan.evidence_chars < cfg.total_chars:
-                plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
-            else:
-                plan.note = f"evidence as configured ({chars} characters): {plan.note}"
-            tokens = plan.prompt_tokens(prompt)
-            if tokens > plan.max_prompt_tokens and plan.speed.read_tps:
-                # the budget cannot hold even the floor here: say what it holds, and when the answer comes
-                plan.note += (f"; the budget holds {plan.max_prompt_tokens} prompt tokens here, the instructions "
-                              f"and the smallest evidence are {tokens}: the first token comes after "
-                              f"~{tokens / plan.speed.read_tps:.0f} s")
+            plan.evidence_chars = max(plan.floor_chars,
+                                      int(plan.evidence_chars * plan.max_prompt_tokens / tokens * 0.97))
+        if plan.max_prompt_tokens is None or self.chat is None:
+            return blocks, prompt, used
+        chars = sum(len(b.text) for b in blocks)
+        if plan.evidence_chars < cfg.total_chars:
+            plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
+        else:
+            plan.note = f"evidence as configured ({chars} characters): {plan.note}"
+        tokens = plan.prompt_tokens(prompt)
+        speed = plan.speed
+        reading = tokens / speed.read_tps
+        if tokens > plan.max_prompt_tokens:
+            plan.note += (f"; the best passage whole is {tokens} prompt tokens, more than the budget holds "
+                          f"({plan.max_prompt_tokens}): the first token comes after ~{reading:.0f} s")
+        timeout = self.settings.ollama.timeout
+        if speed.write_tps:
+            writing = max(0.0, timeout * SPEED_MARGIN - reading)
+            most = int(min(MAX_ANSWER_TOKENS, writing * speed.write_tps))
+            if most < MIN_ANSWER_TOKENS:
+                plan.too_slow = (f"reading the best passage (~{reading:.0f} s here) and writing {MIN_ANSWER_TOKENS} "
+                                 f"tokens (~{MIN_ANSWER_TOKENS / speed.write_tps:.0f} s) would not fit ollama.timeout "
+                                 f"{timeout:g} s")
+            plan.options = {"num_predict": max(MIN_ANSWER_TOKENS, most)}
+            plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
+        elif reading > timeout * SPEED_MARGIN:
+            plan.too_slow = f"reading the best passage would take ~{reading:.0f} s here, over ollama.timeout {timeout:g} s"
         return blocks, prompt, used
 
     # --- pieces ---------------------------------------------------------------------------
+
+    def _llm_down(self, question: str, top: list[Hit], trace: Trace, err: Exception) -> Answer:
+        """The LLM failed (down, timing out, model missing): the best passages, with a plain
+        notice. The details (host, model, what failed) are for the operator: the log, the trace
+        of ``ask --trace``, doctor. Whoever asked in chat gets the notice."""
+        self._llm_failed(err)
+        trace.llm_error = str(err)
+        trace.decision, trace.outcome = "the LLM failed: extractive answer", "fallback"
+        answer = extractive(question, top, refusal=self.settings.answer.refusal)
+        answer.notice = _language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
+        return answer
+
+    async def _measure(self, question: str) -> str:
+        """Measure the LLM's speed here (``measure_speed``) on an LLM slot; a line for the
+        trace. Raises Unavailable or ModelMissing when the LLM cannot be reached."""
+        async with self.llm_slot():
+            line = await measure_speed(self.chat, self.speeds, self.settings, question)
+        self._llm_ok()
+        return line
+
+    async def measure(self) -> str | None:
+        """Measure the LLM's speed here when it is not known yet (at ``serve`` start, in
+        ``doctor``): a line saying what was learned, or None when it was known already."""
+        if self.chat is None or self.speeds.get(self.chat.model).read_tps:
+            return None
+        return await self._measure("你好")
 
     def _llm_failed(self, err: Exception) -> None:
         """Logged once when the LLM starts failing (and once when it recovers), not per question."""
@@ -874,36 +961,53 @@ class AnswerService:
                 closest.append(_citation(len(closest) + 1, hit, question))
         return Answer(question, self.settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
 
-    def _grounded(self, question: str, standalone: str, text: str, blocks: list[Evidence], top: list[Hit],
-                  trace: Trace) -> Answer:
-        """The LLM's reply as the answer when it stands on the evidence (``rag.answer.grounding``):
-        cited with markers in sentences that say something, or with the blocks its
-        sentences follow. Otherwise (a refusal, nothing of its own, nothing from the
-        evidence) the best passages with a line saying the model could not compose an
-        answer: the gates before the LLM found retrieval confident, so they are worth
-        showing, and never a reply that is not from the notes."""
+    def _grounded(self, question: str, standalone: str, text: str, check: support.Check, blocks: list[Evidence],
+                  top: list[Hit], trace: Trace) -> Answer:
+        """The LLM's reply as the answer when it stands on the evidence (``rag.answer.support``):
+        the units that do, each citing its block, and a line saying how many were left out.
+        Otherwise (a refusal, nothing of its own, or too little of it from the evidence) never
+        the reply: the best passages when they are about the question (``plausible``), else the
+        refusal and the closest notes' titles."""
         refusal = self.settings.answer.refusal
         trace.reply = text[:REPLY_KEPT]
-        reading = grounding.read(text, standalone, {b.n: (header(b), b.text) for b in blocks})
-        trace.citing = grounding.citing(text, reading, refusal)
+        trace.support = check.summary()
+        trace.units = [{"text": v.text[:400], "kind": v.kind, "blocks": v.blocks, "share": v.share,
+                        "invented": v.invented} for v in check.verdicts if v.kind != "blank"]
+        trace.citing = support.verdict(text, check, refusal)
+        by_n = {b.n: b for b in blocks}
         if trace.citing in ("cited", "inferred"):
-            by_n = {b.n: b for b in blocks}
-            shown, _ = cited(reading.text, set(by_n))
-            citations = [_citation(n, by_n[n], question) for n in reading.cited]
-            trace.decision = ("answered by the LLM, citing " + " ".join(f"[{n}]" for n in reading.marked)
-                              if reading.marked else
-                              "answered by the LLM without markers; cited by inference: "
-                              + " ".join(f"[{n}]" for n in reading.inferred))
+            citations = [_citation(n, by_n[n], question) for n in check.cited]
+            marks = " ".join(f"[{n}]" for n in check.cited)
+            trace.decision = (f"answered by the LLM, citing {marks}" if trace.citing == "cited" else
+                              f"answered by the LLM without markers; cited by what its sentences follow: {marks}")
+            if check.dropped:
+                trace.decision += f"; {len(check.dropped)} of {len(check.saying)} sentences left out (no block holds them)"
             trace.outcome = "llm"
-            return Answer(question, shown, used_llm=True, grounded=True, citations=citations)
-        why = {"refused": "the LLM refused", "nothing": "the LLM said nothing of its own (the question or the "
-               "headers back)", "uncited": "the LLM's answer cites no block and follows none"}[trace.citing]
-        trace.decision = f"{why}: its best passages instead"
-        trace.outcome = "llm_passages"
-        answer = extractive(question, top, refusal=refusal)
+            answer = Answer(question, check.text.strip(), used_llm=True, grounded=True, citations=citations)
+            if check.dropped:
+                answer.notice = _language_notice(question, LEFT_OUT_ZH, LEFT_OUT_EN).format(n=len(check.dropped))
+            return answer
+        why = {"refused": "the LLM found no answer", "nothing": "the LLM said nothing of its own (the question or the "
+               "headers back)", "uncited": "no sentence of the LLM's answer stands on the evidence",
+               "partly": f"too little of the LLM's answer stands on the evidence ({check.summary().split(';')[0]}; "
+                         f"at least {support.MIN_SHARE:.0%} must)"}[trace.citing]
+        about, how = plausible(standalone, top)
+        unsupported = trace.citing in ("uncited", "partly")
+        if about:
+            trace.decision = f"{why}: its best passages instead ({how})"
+            trace.outcome = "llm_passages"
+            answer = extractive(question, top, refusal=refusal)
+            answer.used_llm = True
+            if answer.citations:
+                answer.notice = (_language_notice(question, LLM_UNSUPPORTED_ZH, LLM_UNSUPPORTED_EN) if unsupported
+                                 else _language_notice(question, LLM_NO_ANSWER_ZH, LLM_NO_ANSWER_EN))
+            return answer
+        trace.decision = f"{why}: the refusal and the closest notes ({how})"
+        trace.outcome = "llm_refused"
+        answer = self._refusal(question, top)
         answer.used_llm = True
-        if answer.citations:
-            answer.notice = _language_notice(question, LLM_NO_ANSWER_ZH, LLM_NO_ANSWER_EN)
+        if unsupported:
+            answer.notice = _language_notice(question, LLM_UNSUPPORTED_REFUSED_ZH, LLM_UNSUPPORTED_REFUSED_EN)
         return answer
 
     @staticmethod
@@ -936,6 +1040,60 @@ class AnswerService:
             except Exception:
                 log.exception("an answer observer failed (the answer is not affected)")
         return answer
+
+
+# Passages replace an answer only when they are about the question: the best passage of the
+# top notes holds at least this share of the question's words (its title and heading count).
+# Below, the person is told the notes hold no answer, with the closest notes' titles only.
+PLAUSIBLE_COVER = 0.5
+PLAUSIBLE_NOTES = 3
+
+
+def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
+    """Whether the best passages are about the question, and why (for the trace)."""
+    asked = support.terms(question) - _ASKING
+    if not asked:
+        return bool(hits), "the question has no words of its own to look for"
+    best, seen = 0.0, set()
+    for h in hits:
+        if h.note_id in seen:
+            continue
+        seen.add(h.note_id)
+        body = support.Body(f"{h.title}\n{h.heading}\n{h.text}")
+        best = max(best, body.share(asked))
+        if len(seen) >= PLAUSIBLE_NOTES:
+            break
+    return best >= PLAUSIBLE_COVER, f"the best passage holds {best:.0%} of the question's words"
+
+
+# Words that ask rather than say what about (left out of ``plausible``'s count).
+_ASKING = frozenset("""什么 怎么 怎样 如何 为什么 哪些 哪个 哪里 多少 几个 是否 是不是 能不能 可不可以 有没有 要不要
+请问 一下 应该 需要 时候 什么样 吗 呢 方法 办法 问题 笔记 我的 记得 之前 以前 写过 记过
+how what which why when where does should could would need way ways notes note""".split())
+
+
+async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Settings, question: str = "你好") -> str:
+    """How fast the LLM reads and writes here, learned from one short reply to the answer
+    prompt's fixed instructions and ``question`` (no evidence): ``PROBE_TOKENS`` written, within
+    ``ollama.timeout``. The instructions are the same for every answer, so Ollama keeps them in
+    its prompt cache for the next one. A reply cut short by the timeout still teaches a bound.
+    A line saying what was learned; Unavailable or ModelMissing when the LLM cannot be reached."""
+    prompt = messages(question, [], settings.answer.refusal, settings.answer.prompt)
+    usage = Usage()
+    started = time.perf_counter()
+    try:
+        async for _ in chat.stream(prompt, usage=usage, options={"num_predict": PROBE_TOKENS}):
+            pass
+    except Unavailable:
+        waited = time.perf_counter() - started
+        if not usage.reported and waited >= settings.ollama.timeout * 0.5:
+            speeds.cut_short(chat.model, speeds.get(chat.model).tokens(_prompt_text(prompt)), waited, None)
+        raise
+    speeds.observe(chat.model, usage, _prompt_text(prompt))
+    speed = speeds.get(chat.model)
+    if not speed.read_tps:
+        return f"{chat.model}: its speed could not be measured (Ollama reported no counts)"
+    return f"{chat.model}: speed measured first ({time.perf_counter() - started:.1f} s): {speed.describe(chat.model)}"
 
 
 async def _call(fn, value) -> None:

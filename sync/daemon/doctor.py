@@ -316,8 +316,17 @@ def _ollama(settings: Settings) -> Iterator[Check]:
         yield Check(name, True, "off (ollama.enabled: false): answers are extractive")
         return
     try:
-        detail = asyncio.run(OllamaChat(cfg).check())
+        chat = OllamaChat(cfg)
+        detail = asyncio.run(chat.check())
         speed = load_speeds(settings.state_dir / SPEED_FILE).get(cfg.model)
+        if (speed is None or not speed.read_tps) and settings.state_dir.exists():
+            # measured now, so the first question's evidence is sized to this machine
+            from rag.answer.service import measure_speed
+            from rag.speed import SpeedBook
+
+            book = SpeedBook(settings.state_dir / SPEED_FILE)
+            asyncio.run(measure_speed(chat, book, settings))
+            speed = book.get(cfg.model)
         measured = speed.describe(cfg.model) if speed else f"{cfg.model}: speed not measured yet (ask a question)"
         means = meaning(cfg.model, speed, settings.answer.first_token_budget) if speed else None
         if means:

@@ -39,7 +39,7 @@ from rag import config as config_mod
 from rag.answer.service import AnswerService
 from rag.config import Settings
 from rag.client import find_daemon
-from rag.errors import DiskFull, StoreLocked, UserError
+from rag.errors import DiskFull, LeanoteRagError, StoreLocked, UserError
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.index.note_index import NoteIndex
 from rag.metrics import Metrics
@@ -189,6 +189,19 @@ class Daemon:
         finally:
             lock.release()
 
+    async def _measure_llm(self) -> None:
+        """The LLM's speed, measured once at start when it is not known yet, so the first
+        question's evidence is sized to it (``AnswerService.measure``)."""
+        if self.answers is None:
+            return
+        try:
+            line = await self.answers.measure()
+        except LeanoteRagError as err:
+            log.info("could not measure the LLM's speed at start (%s): the first answer measures it", err)
+            return
+        if line:
+            log.info("%s", line)
+
     async def _serve(self) -> None:
         tasks: list[asyncio.Task] = []
         try:
@@ -223,6 +236,7 @@ class Daemon:
             self.memory_jobs = MemoryJobs(lambda: self.settings, lambda: self.sync.memory if self.sync else None,
                                           self.answers)
             tasks.append(asyncio.create_task(self.memory_jobs.run(self.stopping)))
+            tasks.append(asyncio.create_task(self._measure_llm()))
             self.systemd.notify("READY=1\nSTATUS=serving")
             await self.stopping.wait()
         finally:

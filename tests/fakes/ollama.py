@@ -98,6 +98,15 @@ def answer_prompt(messages: list[dict]) -> tuple[str, dict[int, tuple[str, str]]
     return (asked[-1] if asked else ""), blocks
 
 
+def is_probe(body: dict) -> bool:
+    """A chat measuring the model's speed (``rag.answer.service.measure_speed``): the answer
+    prompt's instructions and a question, no evidence block."""
+    if isinstance(body.get("format"), dict):
+        return False
+    prompt = answer_prompt(body.get("messages") or [])
+    return prompt is not None and not prompt[1]
+
+
 def read_evidence(messages: list[dict]) -> str | None:
     """What the reader stand-in replies to an answer prompt, or None when ``messages``
     is not one (no refusal rule in the system prompt, no evidence tag named in the user's)."""
@@ -277,7 +286,10 @@ class FakeOllama(LocalServer):
                     if model not in fake.models:
                         return self._missing(model)
                     queue = fake.structured if isinstance(body.get("format"), dict) else fake.replies
-                    reply = queue.pop(0) if queue else fake.unscripted(body)
+                    if is_probe(body):  # the answer service measuring the speed: not a scripted answer
+                        reply = Reply(["好的，我会根据笔记回答。"])
+                    else:
+                        reply = queue.pop(0) if queue else fake.unscripted(body)
                     prompt_tokens = fake_tokens("\n".join(m.get("content", "") for m in body.get("messages", [])))
                     if body.get("stream", True):
                         self._stream(model, reply, prompt_tokens)
@@ -321,8 +333,14 @@ class FakeOllama(LocalServer):
         return Reply(["(no reply scripted)"])
 
     def chats(self) -> list[dict]:
-        """The chat requests for answers and rewrites (not structured ones: see ``structured_chats``)."""
-        return [body for path, body in self.requests if path == "/api/chat" and not isinstance(body.get("format"), dict)]
+        """The chat requests for answers and rewrites (not structured ones: see ``structured_chats``;
+        nor the speed measurements: see ``probes``)."""
+        return [body for path, body in self.requests if path == "/api/chat" and not isinstance(body.get("format"), dict)
+                and not is_probe(body)]
+
+    def probes(self) -> list[dict]:
+        """The answer service's speed measurements: an answer prompt with no evidence."""
+        return [body for path, body in self.requests if path == "/api/chat" and is_probe(body)]
 
     def structured_chats(self) -> list[dict]:
         """The chat requests with a ``format`` (query expansions)."""

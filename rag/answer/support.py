@@ -1,0 +1,584 @@
+"""Which parts of an LLM's answer stand on the evidence: checked unit by unit, before it is shown.
+
+A citation is a promise: what is shown as from the notes is in the notes. A small model on a
+CPU cites the right note and still writes what the note does not say (a number, a reason, a
+whole recipe from its own knowledge). So every unit of the reply (a sentence, a list line's
+sentence, a fenced code block) is read against the evidence blocks the model was given:
+
+- **filler**: nothing of its own once the talk about the excerpts (``根据 [1] 段落``,
+  ``以下是步骤：``, a pasted block header, bare markers) is set aside, or a line introducing what
+  follows (``配方如下：``). Shown beside supported units, never counted as an answer.
+- **echo**: the question's own words back ("根据 [1] 段落，溏心蛋关火后要静置几分钟。", or "先切再焯。"
+  picking one of the question's "先切再焯，还是先焯再切？"): nothing the evidence could bear out. Not
+  shown, not counted; a reply of filler and echoes only is no answer.
+- **supported** by block n: at least ``OWN_SHARE`` of its own words (the words the question
+  lacks) are block n's, or, for a short unit, one block holds all of them; a code block's words
+  ``CODE_SHARE``; and every **specific** it states is in the evidence: numbers with their unit
+  (``2 颗``, ``150ml``, ``03:17``, ``两种``), versions, identifiers, flags, paths, Latin names.
+  ``1碗大米和2碗水 [1]`` against a block saying ``大米 150ml，饮用水 1 升`` is not supported,
+  whatever its marker says.
+- **unsupported**: anything else. It is never shown as the notes' word: it is dropped from the
+  answer (the trace keeps it, the answer says how many were left out).
+
+The citation of a supported unit is the block the model marked when that block supports it,
+else the block it follows (the marker is put in, before the unit's end). An answer whose
+*supported share* (supported units among those that say something) is below ``MIN_SHARE`` is
+not the notes' answer: the service shows the passages or the refusal instead
+(``rag.answer.service``). ``Gate`` does the same while the reply streams: a unit is passed on
+only once it is complete and checked, so nothing unsupported is ever on screen.
+
+Words are the search index's terms (``rag.index.lexical.tokenize``: jieba's words, Latin words
+and their parts, numbers) less single CJK characters; a block holds a word when its terms or its
+text do (so a word cut differently in the note still counts).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from rag.answer.grounding import refuses, words
+from rag.index.lexical import STOPWORDS, tokenize
+
+OWN_SHARE = 0.5  # of a unit's own words found in one block: it stands on that block
+SHORT = 3  # a unit with fewer own words stands on a block only when that block holds them all
+CODE_SHARE = 0.6  # of a code block's words found in one block
+MIN_SHARE = 0.5  # of the units that say something, supported ones: below, the answer is not shown
+
+_MARKER = re.compile(r"[\[【]\s*(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\s*[\]】]")
+_MARKER_SPACED = re.compile(r"\s*[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】]")
+_MARKERS_AFTER = re.compile(r"(?:\s*[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】])+")
+_PARTIAL = re.compile(r"[\[【][\d\s,，、]{0,20}$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_LIST_PREFIX = re.compile(r"^\s*(?:[-*+•>]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）]|#{1,6})\s*")
+# A sentence ends at these; so does a clause the model closed with a marker ("…盛出[1]，再加…[3]。").
+_TERMINATOR = re.compile(r"[。！？!?；;：]+|[.:](?=\s|$)|(?<=[\]】])\s*[，,]")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+# Talk about the excerpts, not about the question's subject: set aside before a unit's own
+# words are counted (a sentence made only of it, and the question, says nothing).
+_META = re.compile(
+    r"根据|依据|按照|参考|结合|段落|片段|笔记|资料|原文|上述|以上|以下|如下|下面|上面|提到的?|提及|所述|记载|描述|"
+    r"中的?内容|内容(?:中|里)?|可以看到|可以看出|可知|得知|总结(?:一下)?|总之|综上所述?|具体(?:来说|如下|步骤)?|"
+    r"步骤|方法如下|答案|回答|信息|"
+    r"\b(?:according to|based on|as (?:mentioned|stated|described) in|the (?:notes?|excerpts?|passages?|evidence)|"
+    r"(?:note|excerpt|passage)s?|mention(?:s|ed)?|state[sd]?|says?|provided|following|here (?:is|are)|"
+    r"steps?|answer|information)\b",
+    re.I,
+)
+_WS = re.compile(r"\s+")
+# A unit that only introduces what follows ("蒲烧汁的配方如下：", "**原因：**", "The reasons are:").
+_INTRO = re.compile(r"[：:]\s*(?:\*\*|__)?\s*$")
+
+
+# --- specifics: numbers with units, versions, names -------------------------------------------
+
+# A unit after a number, longest first; the same unit in other words normalised to one name.
+_UNITS = {
+    "毫升": "ml", "ml": "ml", "升": "l", "l": "l", "毫克": "mg", "mg": "mg", "千克": "kg", "公斤": "kg", "kg": "kg",
+    "克": "g", "g": "g", "斤": "斤", "毫秒": "ms", "ms": "ms", "秒钟": "s", "秒": "s", "s": "s", "sec": "s",
+    "分钟": "min", "min": "min", "mins": "min", "minutes": "min", "minute": "min", "小时": "h", "个小时": "h", "h": "h",
+    "hours": "h", "hour": "h", "hrs": "h", "天": "d", "days": "d", "day": "d", "日": "日", "周": "周", "星期": "周",
+    "个月": "月", "月": "月", "年": "年", "点": "点", "分": "min", "度": "度", "℃": "度", "°c": "度", "°": "度",
+    "kb": "kb", "mb": "mb", "gb": "gb", "tb": "tb", "k": "k", "m": "m", "w": "w", "%": "%", "倍": "倍", "x": "倍",
+    "次": "次", "遍": "次", "times": "次", "颗": "颗", "个": "个", "碗": "碗", "勺": "勺", "汤匙": "勺", "茶匙": "茶匙",
+    "杯": "杯", "片": "片", "块": "块", "根": "根", "条": "条", "张": "张", "份": "份", "层": "层", "位": "位",
+    "台": "台", "行": "行", "列": "列", "字节": "字节", "bytes": "字节", "byte": "字节", "页": "页", "步": "步",
+    "种": "种", "项": "项", "核": "核", "线程": "线程", "threads": "线程", "人": "人", "只": "只", "瓣": "瓣",
+    "厘米": "cm", "cm": "cm", "毫米": "mm", "mm": "mm", "米": "m", "公里": "km", "km": "km", "px": "px",
+}
+_UNIT_ALT = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
+_NUMBER = re.compile(
+    r"(?<![A-Za-z0-9_.:\-/])(\d+(?:[.:]\d+)*)(?:\s*(" + _UNIT_ALT + r")(?![A-Za-z]))?", re.I)
+_ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+# Chinese numerals count before a quantity's unit; 个, 种, 点, 次, 分 and the like are idiom as often
+# as count ("两个原因", "以下三点", "十分重要").
+_ZH_UNITS = [u for u in _UNITS if _CJK.match(u) and u not in ("个", "种", "点", "次", "遍", "分", "位", "项", "步", "行",
+                                                               "列", "层", "条", "人", "只", "台", "份")]
+# A Chinese numeral counts only before a unit, and 一 not at all (一下, 一次, 第一: idiom more often than count).
+_ZH_NUMBER = re.compile(r"(?<![一二两三四五六七八九十百千第])([二两三四五六七八九十百千][零〇一二两三四五六七八九十百千]*)("
+                        + "|".join(sorted(_ZH_UNITS, key=len, reverse=True)) + ")")
+_LIST_ORDINAL = re.compile(r"(?m)^\s*\d{1,3}[.、)）]\s")
+_LATIN_WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_]*(?:[.\-+:/][A-Za-z0-9_]+)*")
+_FLAG_OR_PATH = re.compile(r"(?<![A-Za-z0-9_/])(?:--?[A-Za-z][\w\-:+=]*|(?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-*]+)+)")
+_SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*[\"'“‘(*_`#>\-]*$")
+
+
+def _zh_value(numeral: str) -> int | None:
+    """二 -> 2, 十二 -> 12, 二十 -> 20, 一百二十 -> 120; None for what is not a plain numeral."""
+    total, current = 0, 0
+    for ch in numeral:
+        if ch in _ZH_DIGITS:
+            current = _ZH_DIGITS[ch]
+        elif ch in "十百千":
+            mult = {"十": 10, "百": 100, "千": 1000}[ch]
+            total += (current or 1) * mult
+            current = 0
+        else:
+            return None
+    return total + current
+
+
+def _number_value(text: str) -> str:
+    """A number as compared: ``03:17`` -> ``3:17``, ``1.50`` stays (a version), ``007`` -> ``7``."""
+    parts = text.split(":")
+    if len(parts) > 1:
+        return ":".join(str(int(p)) if p.isdigit() else p for p in parts)
+    return str(int(text)) if text.isdigit() else text
+
+
+_DATE = re.compile(r"(?<!\d)(\d{4})\s*(?:[-/.]|年)\s*(\d{1,2})\s*(?:[-/.]|月)\s*(\d{1,2})(?:\s*日)?(?!\d)"
+                   r"|(?<!\d)(\d{4})\s*年\s*(\d{1,2})\s*月(?!\s*\d)")
+
+
+_RANGE = re.compile(r"(?<![A-Za-z0-9_.:\-/])(\d+(?:\.\d+)?)\s*[-~～到至]\s*(\d+(?:\.\d+)?)\s*(" + _UNIT_ALT
+                    + r")(?![A-Za-z])", re.I)
+_HALF = re.compile(r"半(?:个)?(小时|分钟|天|年|月|杯|碗|勺|斤)")
+
+
+def spans(text: str) -> list[tuple[str, str | None, str, int, int]]:
+    """The numbers a text states, where: (value, unit or None, as written, start, end). A
+    date is one number however written (``2038-01-19``, ``2038年1月19日``); a range gives both
+    ends their unit (``25-30 分钟``); list ordinals (``1. `` at a line's start) are no numbers;
+    Chinese numerals count before a unit (``两颗``, ``半小时``)."""
+    text = _LIST_ORDINAL.sub(lambda m: " " * len(m.group()), text)
+    out = []
+    for m in _DATE.finditer(text):
+        parts = [p for p in m.groups() if p is not None]
+        out.append(("-".join(str(int(p)) for p in parts), "date", m.group(), m.start(), m.end()))
+        out.append((str(int(parts[0])), "年", m.group(), m.start(), m.end()))  # the year alone, as "2038 年" says it
+    text = _DATE.sub(lambda m: " " * len(m.group()), text)
+    for m in _RANGE.finditer(text):
+        unit = _UNITS[m.group(3).lower()]
+        out += [(_number_value(m.group(1)), unit, m.group(), m.start(), m.end()),
+                (_number_value(m.group(2)), unit, m.group(), m.start(), m.end())]
+    text = _RANGE.sub(lambda m: " " * len(m.group()), text)
+    for m in _NUMBER.finditer(text):
+        unit = m.group(2)
+        out.append((_number_value(m.group(1)), _UNITS[unit.lower()] if unit else None, m.group().strip(), m.start(),
+                    m.end()))
+    for m in _ZH_NUMBER.finditer(text):
+        value = _zh_value(m.group(1))
+        if value is not None:
+            out.append((str(value), _UNITS[m.group(2)], m.group(), m.start(), m.end()))
+    for m in _HALF.finditer(text):
+        out.append(("0.5", _UNITS[m.group(1)], m.group(), m.start(), m.end()))
+    return out
+
+
+def numbers(text: str) -> list[tuple[str, str | None, str]]:
+    """The numbers a text states: (value, unit or None, as written); see ``spans``."""
+    return [(v, u, w) for v, u, w, _, _ in spans(text)]
+
+
+def names(text: str) -> list[str]:
+    """The Latin names a text states, lowercased: in Chinese text every Latin word of two
+    letters or more; in English text the words that are names (capitalised mid-sentence,
+    capitals inside, digits, ``.``/``_`` inside); flags and paths whole."""
+    cjk = bool(_CJK.search(text))
+    out: list[str] = []
+    for m in _FLAG_OR_PATH.finditer(text):
+        out.append(m.group().lower())
+    for m in _LATIN_WORD.finditer(text):
+        word = m.group().rstrip(".:-/+")
+        if len(re.findall(r"[A-Za-z]", word)) < 2 or word.lower() in STOPWORDS:
+            continue
+        if not cjk:
+            inner = any(c.isupper() for c in word[1:]) or re.search(r"[\d_]|[A-Za-z][.][A-Za-z]", word)
+            if not inner and not (word[0].isupper() and not _SENTENCE_START.search(text[: m.start()])):
+                continue
+        out.append(word.lower())
+    return list(dict.fromkeys(out))
+
+
+PLACE_WINDOW = 40  # characters either side of a specific in a block where the unit's other words must be
+
+
+class Held:
+    """What a body of evidence holds, for looking specifics up, and where."""
+
+    def __init__(self, text: str):
+        self.text = _WS.sub(" ", text.lower())
+        self.found = spans(self.text)
+        self.with_unit = {(v, u) for v, u, *_ in self.found if u}
+        self.values = {v for v, *_ in self.found}
+
+    @classmethod
+    def of(cls, text: str) -> "Held":
+        return cls(text)
+
+    def holds_number(self, value: str, unit: str | None) -> bool:
+        return bool(self._number_at(value, unit))
+
+    def _number_at(self, value: str, unit: str | None) -> list[tuple[int, int]]:
+        at = [(s, e) for v, u, _, s, e in self.found if v == value and (unit is None or u == unit)]
+        if unit is None:
+            at += [m.span() for m in re.finditer(rf"(?<![\d.]){re.escape(value)}(?![\d])", self.text)]
+        return at
+
+    def holds_name(self, name: str) -> bool:
+        return bool(self._name_at(name))
+
+    def _name_at(self, name: str) -> list[tuple[int, int]]:
+        return [m.span() for form in dict.fromkeys((name, name.replace("-", " "), name.replace("_", " ")))
+                for m in re.finditer(re.escape(form), self.text)]
+
+    def places(self, at: list[tuple[int, int]], context: set[str]) -> bool:
+        """Does one of the places ``at`` have one of the ``context`` words near it? (True
+        when there is no context to look for.)"""
+        if not context:
+            return bool(at)
+        for start, end in at:
+            window = Body(self.text[max(0, start - PLACE_WINDOW): end + PLACE_WINDOW])
+            if any(window.has(w) for w in context):
+                return True
+        return False
+
+
+def invented(unit_text: str, evidence: list[Held], question: Held, context: set[str] = frozenset()) -> list[str]:
+    """The specifics of a unit that neither the question holds nor a block holds in its place:
+    with one of the unit's other words (``context``) near it (``2 颗`` where the note says
+    ``皮蛋 2 颗``, not ``泡 25-30 分钟`` where it says ``煮 25-30 分钟``), as written."""
+    text = _MARKER.sub(" ", unit_text)
+    out: list[str] = []
+    for value, unit, written in numbers(text):
+        if question.holds_number(value, unit):
+            continue
+        near = context - terms(written)
+        if not any(h.places(h._number_at(value, unit), near) for h in evidence):
+            out.append(written)
+    for name in names(text):
+        if question.holds_name(name):
+            continue
+        near = context - terms(name) - {name}
+        if not any(h.places(h._name_at(name), near) for h in evidence):
+            out.append(name)
+    return list(dict.fromkeys(out))
+
+
+# --- units of a reply -------------------------------------------------------------------------
+
+
+@dataclass
+class Unit:
+    """A piece of the reply: ``text`` is reply[start:end], the pieces together are the reply."""
+
+    start: int
+    end: int
+    text: str
+    code: bool = False
+
+    @property
+    def blank(self) -> bool:
+        return not self.text.strip()
+
+
+def split(reply: str) -> list[Unit]:
+    """The reply as units: each fenced code block whole; elsewhere sentences, a sentence's
+    markers (``…。[1]``) and its line end belonging to it; a list item's prefix to its first
+    sentence. Concatenated, the units give the reply back."""
+    units: list[Unit] = []
+    pos, n = 0, len(reply)
+    while pos < n:
+        line_end = reply.find("\n", pos)
+        line_end = n if line_end < 0 else line_end + 1
+        line = reply[pos:line_end]
+        if _FENCE.match(line):
+            close = pos + len(line)
+            while close < n:
+                nxt = reply.find("\n", close)
+                nxt = n if nxt < 0 else nxt + 1
+                closing = _FENCE.match(reply[close:nxt])
+                close = nxt
+                if closing:
+                    break
+            units.append(Unit(pos, close, reply[pos:close], code=True))
+            pos = close
+            continue
+        prefix = _LIST_PREFIX.match(line)
+        start, cursor = pos, pos + (prefix.end() if prefix else 0)
+        body_end = pos + len(line.rstrip("\n"))
+        while cursor < body_end:
+            m = _TERMINATOR.search(reply, cursor, body_end)
+            if m is None:
+                break
+            end = m.end()
+            after = _MARKERS_AFTER.match(reply, end, body_end)
+            if after:
+                end = after.end()
+            while end < body_end and reply[end] in " \t":
+                end += 1
+            if end >= body_end:
+                break
+            units.append(Unit(start, end, reply[start:end]))
+            start = cursor = end
+        units.append(Unit(start, line_end, reply[start:line_end]))
+        pos = line_end
+    return [u for u in units if u.text]
+
+
+# --- checking ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What one unit of the reply stands on."""
+
+    text: str
+    kind: str  # "filler", "echo" (the question back: not shown), "supported", "unsupported", "blank"
+    blocks: list[int] = field(default_factory=list)  # the blocks it stands on (its citations)
+    share: float = 0.0  # of its own words in that block (or the best block, when unsupported)
+    marked: list[int] = field(default_factory=list)  # the blocks the model's markers name
+    invented: list[str] = field(default_factory=list)  # specifics no evidence holds
+    code: bool = False
+
+    @property
+    def block(self) -> int | None:
+        return self.blocks[0] if self.blocks else None
+
+    @property
+    def says_something(self) -> bool:
+        return self.kind in ("supported", "unsupported")
+
+
+@dataclass
+class Check:
+    """A reply read against its evidence, unit by unit."""
+
+    verdicts: list[Verdict]
+
+    @property
+    def saying(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.says_something]
+
+    @property
+    def supported(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == "supported"]
+
+    @property
+    def dropped(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == "unsupported"]
+
+    @property
+    def share(self) -> float:
+        """Supported units among those that say something (1.0 when none says anything)."""
+        saying = self.saying
+        return len(self.supported) / len(saying) if saying else 1.0
+
+    @property
+    def cited(self) -> list[int]:
+        """The blocks the supported units stand on, in order of first use."""
+        return list(dict.fromkeys(n for v in self.supported for n in v.blocks))
+
+    @property
+    def invented_specifics(self) -> list[str]:
+        return list(dict.fromkeys(s for v in self.verdicts for s in v.invented))
+
+    @property
+    def text(self) -> str:
+        """What is shown: the supported and filler units, each supported one citing its block."""
+        return "".join(shown(v) for v in self.verdicts)
+
+    def summary(self) -> str:
+        """One line for the trace."""
+        saying = self.saying
+        line = f"{len(self.supported)} of {len(saying)} sentences stand on the evidence"
+        if self.dropped:
+            line += "; left out: " + " | ".join(" ".join(v.text.split())[:120] + (
+                f" (not in the notes: {', '.join(v.invented)})" if v.invented else "") for v in self.dropped)
+        return line
+
+
+def shown(v: Verdict) -> str:
+    """A unit as shown: unsupported ones are left out (their line end kept); supported ones cite
+    their blocks (the model's markers when they name exactly those blocks, else markers put in
+    before the unit's end); filler carries no marker."""
+    if v.kind in ("unsupported", "echo"):
+        return "\n" if v.text.endswith("\n") else ""
+    if v.kind == "filler":
+        return _MARKER_SPACED.sub("", v.text)
+    if v.kind != "supported" or not v.blocks or v.code:
+        return v.text
+    if sorted(set(v.marked)) == sorted(v.blocks) and all(
+            int(x) in v.blocks for m in _MARKER.finditer(v.text) for x in re.findall(r"\d+", m.group(1))):
+        return v.text
+    text = _MARKER.sub("", v.text)
+    body = text.rstrip()
+    tail = text[len(body):]
+    stem = body.rstrip("。！？!?；;.：:，,")
+    return f"{stem}{''.join(f'[{n}]' for n in v.blocks)}{body[len(stem):]}{tail}"
+
+
+def terms(text: str) -> set[str]:
+    """The words of a text as compared here: index terms, less single CJK characters."""
+    return {t for t in tokenize(text) if not (len(t) == 1 and _CJK.match(t))}
+
+
+def _context(text: str) -> set[str]:
+    """A unit's words that place its specifics: all its words but the talk about the excerpts."""
+    return terms(_META.sub("，", _LIST_PREFIX.sub("", _MARKER.sub("，", text))))
+
+
+def _own(text: str, asked: set[str]) -> set[str]:
+    """A unit's own words: without markers, list prefixes, talk about the excerpts and the question's words."""
+    text = _MARKER.sub("，", text)
+    text = _LIST_PREFIX.sub("", text)
+    text = _META.sub("，", text)
+    return terms(text) - asked
+
+
+class Body:
+    """A text's words, for looking a unit's words up."""
+
+    def __init__(self, text: str):
+        self.terms = terms(text)
+        self.text = _WS.sub("", text.lower())
+        self.spaced = _WS.sub(" ", text.lower())
+
+    def has(self, word: str) -> bool:
+        if word in self.terms:
+            return True
+        if _CJK.match(word):
+            return word in self.text
+        return re.search(rf"(?<![a-z0-9_]){re.escape(word)}(?![a-z0-9_])", self.spaced) is not None
+
+    def share(self, own: set[str]) -> float:
+        return sum(1 for w in own if self.has(w)) / len(own) if own else 0.0
+
+
+class Checker:
+    """Reads units of a reply against the evidence ``blocks`` (number -> (header, text)) for
+    ``question``; the same for the whole reply (``check``) and for a stream (``Gate``)."""
+
+    def __init__(self, question: str, blocks: dict[int, tuple[str, str]]):
+        self.asked = terms(_META.sub("，", question))
+        self.question = Held.of(question)
+        self.blocks = blocks
+        self.bodies = {n: Body(h + "\n" + t) for n, (h, t) in blocks.items()}
+        self.headers = {n: words(_MARKER.sub(" ", h)) for n, (h, _) in blocks.items()}
+        self.held = {n: Held.of(h + "\n" + t) for n, (h, t) in blocks.items()}
+
+    def unit(self, u: Unit) -> Verdict:
+        if u.blank:
+            return Verdict(u.text, "blank")
+        marked = [int(x) for m in _MARKER.finditer(u.text) for x in re.findall(r"\d+", m.group(1))]
+        marked = [n for n in dict.fromkeys(marked) if n in self.blocks]
+        if u.code:
+            return self._code(u, marked)
+        bare = _MARKER.sub(" ", u.text)
+        if self._pasted_header(u.text):
+            return Verdict(u.text, "filler", marked=marked)
+        own = _own(u.text, self.asked)
+        fake = invented(bare, list(self.held.values()), self.question, _context(bare))
+        if not own and not fake and _context(bare):
+            # the question's words back ("溏心蛋关火后要静置几分钟。", "先切再焯。" of "先切再焯，还是先焯再切？"):
+            # it says nothing the evidence could bear out, and is not shown
+            return Verdict(u.text, "echo", marked=marked)
+        if not own and not fake or not fake and _INTRO.search(bare):
+            return Verdict(u.text, "filler", marked=marked)
+        if not own:  # a specific the evidence lacks, in words of the question: "静置 3 分钟"
+            return Verdict(u.text, "unsupported", marked=marked, invented=fake)
+        shares = {n: body.share(own) for n, body in self.bodies.items()}
+        blocks, share = self._blocks(own, shares, marked)
+        if not blocks or fake:
+            return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
+        return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
+
+    def _blocks(self, own: set[str], shares: dict[int, float], marked: list[int]) -> tuple[list[int], float]:
+        """The blocks a unit stands on, and the share of its own words they hold: the marked
+        blocks that hold a good part of it (``OWN_SHARE`` / 2 each) when together they hold
+        enough, else the one block that holds most, when it holds enough."""
+        need = 1.0 if len(own) < SHORT else OWN_SHARE
+        mine = [n for n in marked if shares.get(n, 0.0) >= (need if len(own) < SHORT else OWN_SHARE / 2)]
+        if mine:
+            share = sum(1 for w in own if any(self.bodies[n].has(w) for n in mine)) / len(own)
+            if share >= need:
+                return mine, share
+        good = [n for n, s in shares.items() if s >= need]
+        if good:
+            best = max(good, key=lambda n: (shares[n], -n))
+            return [best], shares[best]
+        return [], max(shares.values(), default=0.0)
+
+    def _code(self, u: Unit, marked: list[int]) -> Verdict:
+        lines = [ln for ln in u.text.split("\n") if ln.strip() and not _FENCE.match(ln)]
+        mine = terms("\n".join(lines))
+        if not mine:
+            return Verdict(u.text, "filler", code=True)
+        shares = {n: body.share(mine) for n, body in self.bodies.items()}
+        best = max(shares, key=shares.get, default=None)
+        share = shares.get(best, 0.0) if best is not None else 0.0
+        fake = invented("\n".join(lines), list(self.held.values()), self.question)
+        if best is None or share < CODE_SHARE or fake:
+            return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake, code=True)
+        return Verdict(u.text, "supported", blocks=[best], share=round(share, 3), marked=marked, code=True)
+
+    def _pasted_header(self, text: str) -> bool:
+        """``[n]`` and nothing but words of block n's header: the prompt pasted back."""
+        m = _MARKER.match(text.strip())
+        if not m:
+            return False
+        rest = words(text.strip()[m.end():])
+        return any(rest <= self.headers.get(int(x), set()) for x in re.findall(r"\d+", m.group(1)))
+
+    def check(self, reply: str) -> Check:
+        return Check([self.unit(u) for u in split(reply)])
+
+
+def check(reply: str, question: str, blocks: dict[int, tuple[str, str]]) -> Check:
+    """The reply read against the evidence, unit by unit."""
+    return Checker(question, blocks).check(reply)
+
+
+class Gate:
+    """A streaming reply, passed on one checked unit at a time: ``feed`` returns the text of
+    the units completed by this piece that may be shown (``shown``), ``flush`` the rest.
+    Together they return exactly ``Check.text`` of the whole reply."""
+
+    def __init__(self, checker: Checker):
+        self.checker = checker
+        self.buffer = ""
+        self.verdicts: list[Verdict] = []
+
+    def feed(self, piece: str) -> str:
+        self.buffer += piece
+        if _PARTIAL.search(self.buffer):  # a marker being written belongs to the sentence before it
+            return ""
+        units = split(self.buffer)
+        if len(units) <= 1:
+            return ""
+        done, rest = units[:-1], units[-1]
+        self.buffer = self.buffer[rest.start:]
+        return self._pass(done)
+
+    def flush(self) -> str:
+        units = split(self.buffer)
+        self.buffer = ""
+        return self._pass(units)
+
+    def _pass(self, units: list[Unit]) -> str:
+        out = []
+        for u in units:
+            v = self.checker.unit(u)
+            self.verdicts.append(v)
+            out.append(shown(v))
+        return "".join(out)
+
+    @property
+    def result(self) -> Check:
+        return Check(list(self.verdicts))
+
+
+def verdict(reply: str, check: Check, refusal: str = "") -> str:
+    """What a reply is, as ``Trace.citing`` names it: "refused" (it says the notes do not
+    answer), "nothing" (no unit says anything), "uncited" (none stands on the evidence),
+    "partly" (some do, fewer than ``MIN_SHARE``), "cited" (enough do, the model marking their
+    blocks) or "inferred" (enough do, their blocks found by the check)."""
+    if refuses(reply, refusal):
+        return "refused"
+    if not check.saying:
+        return "nothing"
+    if not check.supported:
+        return "uncited"
+    if check.share < MIN_SHARE:
+        return "partly"
+    return "cited" if any(set(v.blocks) & set(v.marked) for v in check.supported) else "inferred"

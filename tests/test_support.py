@@ -1,0 +1,126 @@
+"""What of an LLM's answer stands on its evidence (rag.answer.support): unit by unit, on
+replies a real Qwen2.5-Coder 1.5B wrote to dev questions (tests/data/real_replies.jsonl, with
+the evidence it read) and on the cases the answer issue named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rag.answer.support import Checker, Gate, check, names, numbers, split, verdict
+
+REAL = {r["id"]: r for r in map(json.loads, (Path(__file__).parent / "data" / "real_replies.jsonl")
+                                .read_text(encoding="utf-8").splitlines()) if r}
+REFUSAL = "我笔记里没有相关内容"
+CONGEE = {1: ("[1] 皮蛋瘦肉粥 (菜谱 › 粥)", "材料：大米 150ml，饮用水 1 升，皮蛋 2 颗，瘦肉 100 克。大米提前泡 30 分钟。"),
+          2: ("[2] 备份 (运维)", "crontab 里每天 03:17 运行 backup.sh：17 3 * * * /opt/backup.sh，保留 7 份。")}
+
+
+def real(key: str):
+    r = REAL[key]
+    return r["reply"], r["question"], {int(n): tuple(b) for n, b in r["blocks"].items()}
+
+
+def streamed(reply: str, question: str, blocks, pieces: int = 7) -> tuple[str, str]:
+    """The reply fed to a Gate in pieces of ``pieces`` characters: what passed, and the whole check's text."""
+    gate = Gate(Checker(question, blocks))
+    out = "".join(gate.feed(reply[i:i + pieces]) for i in range(0, len(reply), pieces)) + gate.flush()
+    return out, gate.result.text
+
+
+def test_a_fully_supported_real_answer_is_shown_as_written_with_its_citation():
+    reply, question, blocks = real("A005")
+    c = check(reply, question, blocks)
+    assert [v.kind for v in c.saying] == ["supported", "supported"] and c.cited == [1]
+    assert verdict(reply, c, REFUSAL) == "inferred"
+    # the words are the model's, only the marker is added, before each sentence's end
+    assert c.text == reply.replace("无限循环。", "无限循环[1]。").replace("100%。", "100%[1]。")
+    assert streamed(reply, question, blocks) == (c.text, c.text)
+
+
+@pytest.mark.parametrize("reply, invented", [
+    ("1碗大米和2碗水 [1]", ["1碗", "2碗"]),  # the note: 大米 150ml, 饮用水 1 升
+    ("皮蛋要放 3 颗[1]。", ["3 颗"]),  # the note: 2 颗
+    ("每天凌晨 2 点运行备份脚本 [2]。", ["2 点"]),  # the note: 03:17
+    ("maxmemory 设的是 10GB，淘汰策略是 LRU[1]。", ["10GB", "maxmemory", "lru"]),
+])
+def test_a_cited_sentence_with_a_number_or_name_no_evidence_holds_is_not_shown(reply, invented):
+    c = check(reply, "皮蛋瘦肉粥要放多少大米和水？皮蛋几颗？备份什么时候跑？", CONGEE)
+    assert [v.kind for v in c.saying] == ["unsupported"]
+    assert sorted(c.saying[0].invented) == sorted(invented)
+    assert c.text.strip() == ""
+
+
+def test_the_same_numbers_in_other_words_stand():
+    c = check("放两颗皮蛋，大米 150 毫升[1]。备份在每天 3:17 跑，保留 7 份[2]。", "皮蛋瘦肉粥怎么做？备份什么时候跑？", CONGEE)
+    assert [v.kind for v in c.saying] == ["supported", "supported"] and c.cited == [1, 2]
+
+
+def test_dates_are_one_number_however_written():
+    assert ("2038-1-19", "date", "2038年1月19日") in numbers("最多到2038年1月19日")
+    blocks = {1: ("[1] TIMESTAMP", "范围是 1970-01-01 00:00:01 ～ 2038-01-19 03:14:07")}
+    assert check("TIMESTAMP 最多存到 2038年1月19日[1]。", "能存到哪一年？", blocks).saying[0].kind == "supported"
+
+
+def test_the_question_echoed_back_says_nothing():
+    # the 1.5B's reply on a busy machine; the note says 6 or 10 minutes
+    reply = "根据 [1] 段落，溏心蛋关火后要静置几分钟。"
+    c = check(reply, "溏心蛋关火后要静置几分钟？", {1: ("[1] 溏心蛋", "水开后关火，盖盖静置 6 分钟是溏心，10 分钟全熟。")})
+    assert c.saying == [] and verdict(reply, c, REFUSAL) == "nothing"
+
+
+def test_an_answer_mostly_the_models_own_is_partly_supported_and_its_invented_step_dropped():
+    reply, question, blocks = real("A017")  # Raft: the note's PreVote, the model's own "mechanisms"
+    c = check(reply, question, blocks)
+    assert verdict(reply, c, REFUSAL) == "partly" and c.share < 0.5
+    assert any("2 倍" in v.invented for v in c.dropped)
+    assert "2 倍" not in c.text
+
+
+def test_a_refusal_is_a_refusal():
+    c = check("我笔记里没有相关内容。", "猫什么时候打疫苗？", CONGEE)
+    assert verdict("我笔记里没有相关内容。", c, REFUSAL) == "refused"
+
+
+def test_a_marker_moves_to_the_block_that_holds_the_sentence_and_several_blocks_together_count():
+    c = check("大米提前泡 30 分钟[2]。", "粥怎么做？", CONGEE)
+    assert c.text == "大米提前泡 30 分钟[1]。"
+    c = check("大米 150ml 泡 30 分钟，备份保留 7 份[1][2]。", "粥和备份？", CONGEE)
+    assert c.saying[0].kind == "supported" and c.saying[0].blocks == [1, 2]
+
+
+def test_code_stands_when_it_is_the_notes_and_is_dropped_whole_when_made_up():
+    blocks = {1: ("[1] 备份", "```\n17 3 * * * /opt/backup.sh\n```\n每天 03:17 跑。")}
+    ok = "用 crontab：\n```\n17 3 * * * /opt/backup.sh\n```\n"
+    c = check(ok, "备份怎么定时？", blocks)
+    assert [v.kind for v in c.verdicts if v.code] == ["supported"] and "17 3 * * *" in c.text
+    made_up = "用 systemd timer：\n```ini\n[Timer]\nOnCalendar=*-*-* 02:00:00\nPersistent=true\n```\n"
+    c = check(made_up, "备份怎么定时？", blocks)
+    assert [v.kind for v in c.verdicts if v.code] == ["unsupported"] and "OnCalendar" not in c.text
+
+
+def test_the_gate_passes_each_unit_once_it_is_complete_and_checked():
+    reply = "大米 150ml，饮用水 1 升[1]。另外加 1碗水。皮蛋 2 颗[1]。"
+    out, whole = streamed(reply, "皮蛋瘦肉粥要放多少大米和水？", CONGEE, pieces=3)
+    assert out == whole == "大米 150ml，饮用水 1 升[1]。皮蛋 2 颗[1]。"
+    gate = Gate(Checker("粥？", CONGEE))
+    assert gate.feed("大米 150ml。[") == ""  # a marker being written belongs to the sentence before it
+    assert gate.feed("1]皮蛋") == "大米 150ml。[1]"
+
+
+def test_units_give_the_reply_back_and_keep_list_items_and_code_whole():
+    reply = "步骤：\n1. 泡米[1]。再煮。\n- 加皮蛋\n```python\nx = 1\n```\n完。"
+    units = split(reply)
+    assert "".join(u.text for u in units) == reply
+    assert [u.text for u in units] == ["步骤：\n", "1. 泡米[1]。", "再煮。\n", "- 加皮蛋\n", "```python\nx = 1\n```\n", "完。"]
+    assert units[4].code
+
+
+def test_names_and_numbers_a_text_states():
+    assert names("用 Hippo4j 或 setCorePoolSize()，配置在 /etc/app.conf，加 --force") == [
+        "/etc/app.conf", "--force", "hippo4j", "setcorepoolsize", "etc/app.conf", "force"]
+    assert names("The Redis author said skip lists are simpler.") == ["redis"]
+    # list ordinals are no numbers; 一 and idioms are no count; 两 before a unit is
+    assert numbers("1. 第一步\n十分重要，两颗，三分钟") == [("2", "颗", "两颗"), ("3", "min", "三分钟")]
