@@ -391,8 +391,8 @@ def answer_table(r: dict) -> list[str]:
                  f"{a['cited_other_notes_only']}; gold note in the evidence {a['gold_in_evidence']}")
     na = r["no_answer"]
     lines.append(f"{'no_answer':<15} {na['n']:>3}  not answered {na['not_answered']} (refused before the LLM "
-                 f"{na['refused_before_llm']}, passages instead {na['passages_instead']}), answered anyway "
-                 f"{na['answered_anyway']}")
+                 f"{na['refused_before_llm']}, after it {na.get('refusal_after_llm', 0)}, passages instead "
+                 f"{na['passages_instead']}), answered anyway {na['answered_anyway']}")
     t = r["traps"]
     lines.append(f"trap notes cited: {t['cited']} (questions with traps: {t['questions_with_traps']}; "
                  f"shown as closest notes: {t['shown_as_closest']})")

@@ -421,7 +421,11 @@ def _answerable(rows: list[dict]) -> dict:
     v = _counts(rows)
     gold = sum(1 for r in rows if r["gold_cited"])
     by_llm = sum(1 for r in rows if r["gold_cited_by_llm"])
-    refused = v["refused"] + v["llm_refused"]
+    # refused: before the LLM, by it (whatever was shown), or shown a refusal after it for another
+    # reason (what it wrote did not stand on the notes, and the passages were not about the question)
+    shown_refusal = sum(1 for r in rows if r["outcome"] == "llm_refused")
+    refused = v["refused"] + v["llm_refused"] + sum(1 for r in rows if r["outcome"] == "llm_refused"
+                                                     and r["verdict"] != "llm_refused")
     return {
         "n": n,
         "gold_cited": gold,  # by the answer shown: the LLM's citations or the passages instead
@@ -436,6 +440,7 @@ def _answerable(rows: list[dict]) -> dict:
         "refused_by_llm": v["llm_refused"],
         "uncited_by_llm": v["llm_uncited"],
         "passages_instead": sum(1 for r in rows if r["outcome"] == "llm_passages"),
+        "refusal_after_llm": shown_refusal,
         "false_refusals": refused,
         "false_refusal_rate": _rate(refused, n),
         "shown_uncited": v["cited_nothing"],  # a text shown as an answer citing nothing
@@ -476,9 +481,10 @@ def _says(rows: list[dict]) -> dict:
 def _no_answer(rows: list[dict]) -> dict:
     v = _counts(rows)
     passages = sum(1 for r in rows if r["outcome"] == "llm_passages")
-    not_answered = v["refused"] + passages
+    after = sum(1 for r in rows if r["outcome"] == "llm_refused")
+    not_answered = v["refused"] + passages + after
     return {"n": len(rows), "refused_before_llm": v["refused"], "refused_by_llm": v["llm_refused"],
-            "uncited_by_llm": v["llm_uncited"], "passages_instead": passages,
+            "uncited_by_llm": v["llm_uncited"], "passages_instead": passages, "refusal_after_llm": after,
             "refused": v["refused"] + v["llm_refused"],
             # no answer claimed: refused, or the passages with "the model could not compose an answer"
             "not_answered": not_answered,

@@ -97,8 +97,8 @@ def test_answerable_questions_count_the_llms_refusals_uncited_and_cited_answers_
         "n": 7, "gold_cited": 4, "gold_cited_rate": round(4 / 7, 3), "gold_cited_by_llm": 1,
         "gold_cited_by_llm_rate": round(1 / 7, 3), "all_gold_cited": 4, "gold_in_evidence": 2,
         "llm_cited": 1, "llm_inferred": 1, "refused_before_llm": 1, "refused_by_llm": 1, "uncited_by_llm": 1,
-        "passages_instead": 2, "false_refusals": 2, "false_refusal_rate": round(2 / 7, 3), "shown_uncited": 0,
-        "cited_other_notes_only": 1,
+        "passages_instead": 2, "refusal_after_llm": 0, "false_refusals": 2, "false_refusal_rate": round(2 / 7, 3),
+        "shown_uncited": 0, "cited_other_notes_only": 1,
     }
     rows = {row["id"]: row for row in r["rows"]}
     assert [rows[q]["verdict"] for q in ("a1", "a2", "a3", "a4", "a5", "a6", "a7")] == [
@@ -112,8 +112,8 @@ def test_answerable_questions_count_the_llms_refusals_uncited_and_cited_answers_
 def test_no_answer_questions_traps_outcomes_and_fallbacks():
     r = answer_report(HANDMADE, REFUSAL)
     assert r["no_answer"] == {"n": 4, "refused_before_llm": 1, "refused_by_llm": 1, "uncited_by_llm": 0,
-                              "passages_instead": 1, "refused": 2, "not_answered": 2, "answered_anyway": 2,
-                              "shown_uncited": 1}
+                              "passages_instead": 1, "refusal_after_llm": 0, "refused": 2, "not_answered": 2,
+                              "answered_anyway": 2, "shown_uncited": 1}
     assert r["traps"] == {"questions_with_traps": 2, "cited": 1, "shown_as_closest": 1}
     rows = {row["id"]: row for row in r["rows"]}
     assert rows["a7"]["trap_cited"] == ["trap1"] and rows["n1"]["trap_closest"] == ["trap2"]
@@ -151,6 +151,39 @@ def test_a_legacy_answer_that_is_the_configured_refusal_phrase_counts_as_the_llm
     pairs = [(question("a", "fact", gold=["g"]), answer("llm_refused", text="Not in my notes."))]
     assert answer_report(pairs, "Not in my notes.")["answerable"]["refused_by_llm"] == 1
     assert answer_report(pairs, REFUSAL)["answerable"]["shown_uncited"] == 1
+
+
+def test_what_the_llm_wrote_that_the_notes_do_not_bear_out_shown_as_a_refusal_is_counted_so():
+    """The LLM wrote an answer of its own (uncited), the passages were not about the question:
+    the person saw the refusal and the closest notes (outcome llm_refused)."""
+    pairs = [(question("a", "fact", gold=["g"]), answer("llm_refused", text=REFUSAL, closest=["g"], citing="uncited")),
+             (question("n", "no_answer"), answer("llm_refused", text=REFUSAL, closest=["x"], citing="partly"))]
+    r = answer_report(pairs, REFUSAL)
+    assert r["answerable"]["false_refusals"] == 1 and r["answerable"]["refusal_after_llm"] == 1
+    assert r["answerable"]["shown_uncited"] == 0 and r["answerable"]["gold_cited"] == 0
+    assert r["no_answer"]["not_answered"] == 1 and r["no_answer"]["answered_anyway"] == 0
+
+
+def test_what_an_answer_says_is_read_against_the_evidence_it_was_given():
+    q = {**question("a", "fact", gold=["g"]), "question": "皮蛋要放几颗？",
+         "answer_points": ["皮蛋 2 颗", "大米 150ml"]}
+    good = answer("llm", text="放 2 颗皮蛋[1]。", cited=["g"], citing="inferred")
+    good.trace.reply = "放 2 颗皮蛋[1]。皮蛋要放 3 颗。"
+    good.trace.standalone = "皮蛋要放几颗？"
+    good.trace.evidence = {"1": "[1] 皮蛋瘦肉粥\n大米 150ml，饮用水 1 升，皮蛋 2 颗。"}
+    bad = answer("llm", text="皮蛋要放 3 颗[1]。", cited=["g"], citing="cited")
+    bad.trace.reply, bad.trace.standalone, bad.trace.evidence = bad.answer, "皮蛋要放几颗？", good.trace.evidence
+    r = answer_report([(q, good), (q, bad)], REFUSAL)
+    rows = r["rows"]
+    assert (rows[0]["reply_saying"], rows[0]["reply_supported"], rows[0]["reply_invented"]) == (2, 1, ["3 颗"])
+    assert (rows[0]["shown_saying"], rows[0]["shown_unsupported"], rows[0]["points_stated"]) == (1, 0, 1)
+    assert rows[0]["wrong_cited"] is False
+    # shown as it was (a pipeline that did not check): the invented number counts, as a wrong claim shown cited
+    assert rows[1]["shown_invented"] == ["3 颗"] and rows[1]["contradicted"] == ["3 颗"] and rows[1]["wrong_cited"]
+    says = r["says"]
+    assert (says["reply_units"], says["reply_units_supported"], says["shown_units"], says["shown_units_unsupported"]) \
+        == (3, 1, 2, 1)
+    assert (says["points"], says["points_stated"], says["wrong_cited"]) == (4, 1, 1)
 
 
 def test_percentile():
@@ -302,7 +335,7 @@ def test_eval_answers_with_the_reader_stand_in(sample, capsys):
     assert code == 0
     assert "answerable        4          4  1.000       4        0        0         0" in out
     assert "the LLM's replies: cited 4, cited by inference 0, refused 0, uncited 0" in out
-    assert "no_answer         1  not answered 1 (refused before the LLM 1, passages instead 0), answered anyway 0" in out
+    assert "no_answer         1  not answered 1 (refused before the LLM 1, after it 0, passages instead 0), answered anyway 0" in out
     assert "trap notes cited: 1" in out and "(as Ollama reported them)" in out
     assert "(1 after_changes questions left out" in out
 

@@ -505,3 +505,45 @@ def test_the_question_echoed_back_is_no_answer(answering, ollama):
     answer, streamed = ask(answering, "番茄炒蛋的鸡蛋要炒到几成熟？")
     assert answer.trace.citing == "nothing" and streamed == ""
     assert answer.trace.outcome == "llm_passages" and "七八成熟" in answer.answer  # the passages are about it
+
+
+def test_in_a_terminal_a_streamed_answer_that_is_then_rejected_is_taken_back(indexed, ollama, tmp_path):
+    """``ask`` in a real terminal (a pty, read by a terminal emulator): the sentence that stood on
+    the notes streams, the rest is the model's own, so the answer is not shown, and what streamed
+    is erased from the screen before the passages."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    import pyte
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"source: {{kind: files, path: '{indexed.source.path}'}}\nstate_dir: '{indexed.state_dir}'\n"
+                   f"ollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\n")
+    ollama.reply("鸡蛋 3 个[1]。", "另外要加 200 克牛肉。", "用高压锅压 20 分钟。", "出锅前撒一把芝士碎。", delay=0.3)
+    main_fd, child_fd = pty.openpty()
+    os.set_blocking(main_fd, True)
+    proc = subprocess.Popen([sys.executable, "-m", "sync.daemon.main", "--config", str(cfg), "ask", "番茄炒蛋要几个鸡蛋？"],
+                            stdin=child_fd, stdout=child_fd, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "100",
+                                                                                          "LINES": "60"})
+    os.close(child_fd)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()
+    os.close(main_fd)
+    screen = pyte.Screen(100, 60)
+    pyte.ByteStream(screen).feed(out)
+    shown = "\n".join(line.rstrip() for line in screen.display)
+    assert "鸡蛋 3 个[1]。" in out.decode()  # it streamed ...
+    assert "鸡蛋 3 个[1]。\n" not in shown.split("（模型写的回答")[0]  # ... and was taken back
+    assert "牛肉" not in out.decode()  # the model's own words never reached the terminal
+    assert "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）" in shown, out.decode()[-3000:]
+    assert "[1] 番茄炒蛋" in shown and "来源 / Sources:" in shown

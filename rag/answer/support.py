@@ -228,8 +228,13 @@ class Held:
         if not context:
             return bool(at)
         for start, end in at:
-            window = Body(self.text[max(0, start - PLACE_WINDOW): end + PLACE_WINDOW])
-            if any(window.has(w) for w in context):
+            text = self.text[max(0, start - PLACE_WINDOW): end + PLACE_WINDOW]
+            # an answer in Chinese of a note in English ("16 字节" of "at least 16 bytes"): most of its
+            # words cannot be in that window, and it is not judged by them
+            cjk = sum(1 for w in context if _CJK.match(w))
+            if not (_CJK.search(text) if cjk * 2 >= len(context) else re.search(r"[a-z]{2}", text)):
+                return True
+            if any(Body(text).has(w) for w in context):
                 return True
         return False
 
@@ -473,12 +478,14 @@ class Checker:
             # the question's words back ("溏心蛋关火后要静置几分钟。", "先切再焯。" of "先切再焯，还是先焯再切？"):
             # it says nothing the evidence could bear out, and is not shown
             return Verdict(u.text, "echo", marked=marked)
-        if not own and not fake or not fake and _INTRO.search(bare):
+        if not own and not fake:
             return Verdict(u.text, "filler", marked=marked)
         if not own:  # a specific the evidence lacks, in words of the question: "静置 3 分钟"
             return Verdict(u.text, "unsupported", marked=marked, invented=fake)
         shares = {n: body.share(own) for n, body in self.bodies.items()}
         blocks, share = self._blocks(own, shares, marked)
+        if not blocks and not fake and _INTRO.search(bare):  # "蒲烧汁的配方如下：": what follows counts
+            return Verdict(u.text, "filler", marked=marked)
         if not blocks or fake:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
         return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
