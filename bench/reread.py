@@ -15,8 +15,8 @@ Printed per question: what the check makes of the reply (``rag.answer.support``:
 inferred, partly, uncited, refused, nothing), whether the gold note is cited, the units that say
 something and those standing on the evidence, invented specifics, and the answer points stated
 by what would be shown. Then the counts. With ``--labels`` (a JSON line per question, read by
-hand: ``{"id", "points": [true, false, ...], "wrong": bool}`` about the reply as the model wrote
-it), how often the answer-points judge (``rag.eval.point_stated``) and the wrong-claim flags
+hand: ``{"id", "reply_sha1", "points": [true, false, ...], "wrong": bool, "wrong_text": [...]}`` about
+the reply as the model wrote it, whose sha1 (hex, first 12) it names), how often the answer-points judge (``rag.eval.point_stated``) and the wrong-claim flags
 agree with that reading, and how many replies read as wrong by hand would still be shown. With
 ``--show``, each reply and what would be shown of it, for reading.
 """
@@ -24,6 +24,7 @@ agree with that reading, and how many replies read as wrong by hand would still 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -73,9 +74,10 @@ def main() -> int:
     runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
     rows = {r["id"]: r for r in runs[args.run]["report"]["rows"]} if args.run in runs else {}
     dev = {q["question"]: q for q in map(json.loads, DEV.read_text(encoding="utf-8").splitlines()) if q}
-    labels = {}
+    labels: dict[tuple[str, str], dict] = {}  # (question id, the reply's sha1, first 12) -> the reading
     if args.labels:
-        labels = {x["id"]: x for x in map(json.loads, args.labels.read_text(encoding="utf-8").splitlines()) if x}
+        labels = {(x["id"], x["reply_sha1"]): x
+                  for x in map(json.loads, args.labels.read_text(encoding="utf-8").splitlines()) if x}
     counts = {"answerable": 0, "gold_by_llm": 0, "shown_llm": 0, "refused": 0, "passages_or_refusal": 0,
               "no_answer": 0, "no_answer_answered": 0, "traps_cited": 0, "reply_units": 0, "reply_supported": 0,
               "shown_units": 0, "replies_invented": 0, "points": 0, "points_stated": 0, "wrong_flagged": 0}
@@ -116,7 +118,7 @@ def main() -> int:
             counts["points"] += len(points)
             counts["points_stated"] += sum(stated)
             counts["wrong_flagged"] += wrong
-        label = labels.get(q["id"])
+        label = labels.get((q["id"], hashlib.sha1(rec["reply"].encode()).hexdigest()[:12]))
         if label is not None:
             agree["labelled"] += 1
             judged = [point_stated(p, rec["reply"], rec["question"]) for p in points]

@@ -1045,7 +1045,7 @@ class AnswerService:
 # Passages replace an answer only when they are about the question: the best passage of the
 # top notes holds at least this share of the question's words (its title and heading count).
 # Below, the person is told the notes hold no answer, with the closest notes' titles only.
-PLAUSIBLE_COVER = 0.5
+PLAUSIBLE_COVER = 0.35
 PLAUSIBLE_NOTES = 3
 
 

@@ -277,6 +277,13 @@ class Unit:
         return not self.text.strip()
 
 
+def _inside(text: str, start: int, at: int) -> bool:
+    """Is ``at`` inside brackets, parentheses or inline code opened since ``start`` (on its line)?"""
+    before = text[start:at]
+    return (before.count("[") > before.count("]") or before.count("(") > before.count(")")
+            or before.count("（") > before.count("）") or before.count("`") % 2 == 1)
+
+
 def split(reply: str) -> list[Unit]:
     """The reply as units: each fenced code block whole; elsewhere sentences, a sentence's
     markers (``…。[1]``) and its line end belonging to it; a list item's prefix to its first
@@ -306,6 +313,9 @@ def split(reply: str) -> list[Unit]:
             m = _TERMINATOR.search(reply, cursor, body_end)
             if m is None:
                 break
+            if _inside(reply, pos, m.start()):  # "[图片: …]", "[Hippo4j](https://…)", `a: b`: not a sentence's end
+                cursor = m.end()
+                continue
             end = m.end()
             after = _MARKERS_AFTER.match(reply, end, body_end)
             if after:
