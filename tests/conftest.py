@@ -151,3 +151,23 @@ async def within(awaitable, what: str, timeout: float = DEADLINE):
         if loop.time() < deadline:  # raised by the awaitable itself, not our deadline
             raise
         raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None
+
+
+# A sentence the sample note 生活/菜谱/番茄炒蛋.md holds word for word, so the answer check shows it
+TOMATO_LINE = "一定要先把鸡蛋炒好盛出[1]。加一小勺糖（大概 5 克），能压住番茄的酸味[1]。"
+
+
+def long_reply(paragraphs: int, label: str = "", repeat: int = 30) -> str:
+    """A long LLM reply on the sample 番茄炒蛋 note, every sentence of it in the note: for the
+    tests of how a door splits a long answer (a reply no note holds would not be shown). Its
+    paragraphs begin "{label}第零段：", "第一段：" … "第二十九段：" (a label with Latin words or
+    digits would be a name or a number no note holds, and left out)."""
+    assert paragraphs <= 30
+    return "\n\n".join(f"{label}第{_chinese(i)}段：" + TOMATO_LINE * repeat for i in range(paragraphs))
+
+
+def _chinese(n: int) -> str:
+    digits = "零一二三四五六七八九"
+    if n < 10:
+        return digits[n]
+    return ("" if n < 20 else digits[n // 10]) + "十" + (digits[n % 10] if n % 10 else "")

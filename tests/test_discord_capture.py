@@ -21,7 +21,7 @@ from discord.gateway import DiscordWebSocket
 from bot.discord import SAVE_MENU, service
 from sync.daemon.host import Daemon
 
-from conftest import SCENARIO, make_settings, until, within
+from conftest import SCENARIO, long_reply, make_settings, until, within
 from fakes.discord import FakeDiscord
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
@@ -317,7 +317,7 @@ def test_the_buttons_under_an_answer_are_the_askers_alone(world):
         # a private answer's buttons: under the asker's own message; a long answer's under its last part
         private = later.last_message()
         assert private.ephemeral and private.buttons()
-        ollama.reply("\n\n".join(f"第{i}段：" + "很长的说明文字。" * 60 for i in range(12)) + "[1]")
+        ollama.reply(long_reply(12))
         long = await ask(fake, TWO, "番茄炒蛋怎么做？")
         assert long.followups and long.last_message() is long.followups[-1]
         assert [m for m in long.messages() if m.buttons()] == [long.followups[-1]]

@@ -21,7 +21,7 @@ from bot.discord import service
 from rag.errors import ConfigError
 from sync.daemon.host import Daemon
 
-from conftest import SCENARIO, make_settings, until, within
+from conftest import SCENARIO, long_reply, make_settings, until, within
 from fakes.discord import EPHEMERAL, FakeDiscord, embed_text
 from fakes.ollama import FakeOllama
 
@@ -128,7 +128,7 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         assert [(o["name"], o["type"], o.get("required", False)) for o in ask["options"]] == [
             ("question", 3, True), ("private", 5, False)]
 
-        ollama.reply("先把鸡蛋炒好盛出", "，再下番茄", "，加一小勺糖压酸味", "[1]。", delay=0.3)
+        ollama.reply("一定要先把鸡蛋炒好盛出[1]。", "加一小勺糖", "（大概 5 克）[1]。", "能压住番茄的酸味[1]。", delay=0.3)
         it = await answer(fake, ONE, "番茄炒蛋怎么做才不酸？")
         t0, first, callback = it.events[0]
         assert first == "callback" and callback["type"] == 5  # deferred …
@@ -142,7 +142,7 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         final = edits[-1][1]
         assert final["content"] is None and len(final["embeds"]) == 1
         description = final["embeds"][0]["description"]
-        assert description.startswith("先把鸡蛋炒好盛出，再下番茄，加一小勺糖压酸味[1]。")
+        assert description.startswith("一定要先把鸡蛋炒好盛出[1]。加一小勺糖（大概 5 克）[1]。能压住番茄的酸味[1]。")
         assert "[1] 番茄炒蛋" in description and "来源 Sources" in description
         assert it.followups == [] and not it.thinking()
         assert fake.unknown == [] and fake.unauthorized == 0  # it called nothing Discord would not serve
@@ -154,14 +154,14 @@ def test_long_answers_continue_in_follow_ups_within_discords_limits(world):
     fake, ollama = world.fake, world.ollama
 
     async def scenario(daemon):
-        ollama.reply("\n\n".join(f"第{i}段：" + "很长的说明文字。" * 60 for i in range(20)) + "[1]")
+        ollama.reply(long_reply(20))
         it = await answer(fake, ONE, "番茄炒蛋怎么做？", timeout=20)
         assert it.followups, "the rest of a long answer comes in follow-ups"
         embeds = it.final_embeds()
         assert len(embeds) >= 3
         assert all(len(e["description"]) <= 4096 for e in embeds)  # the fake refuses more, as Discord does
         whole = "".join(e["description"] for e in embeds)
-        assert whole.index("第0段") < whole.index("第19段") < whole.index("来源 Sources")
+        assert whole.index("第零段") < whole.index("第十九段") < whole.index("来源 Sources")
         # a follow-up is as public or private as the answer it continues
         assert {m.ephemeral for m in it.followups} == {it.ephemeral}
 
@@ -233,7 +233,7 @@ def test_reset_by_one_person_leaves_the_others_conversation_alone(world):
 
 # --- b. answers are private unless opted in ---------------------------------------------------------
 
-LONG_ONE = "\n\n".join(f"ONE私密第{i}段：" + "很长的说明文字。" * 60 for i in range(12)) + "[1]"
+LONG_ONE = long_reply(12, "甲私密")
 
 
 def test_answers_are_private_by_default_and_reach_nobody_else(world):
@@ -249,11 +249,11 @@ def test_answers_are_private_by_default_and_reach_nobody_else(world):
         assert all(int(b.get("flags", 0)) & EPHEMERAL for b in it.bodies("followup")), \
             "a private answer continues in public follow-ups"
         assert it.ephemeral and all(m.ephemeral for m in it.followups)
-        assert "ONE私密第0段" in fake.seen_by(ONE)
+        assert "甲私密第零段" in fake.seen_by(ONE)
         why = await reply(fake, TWO, "why")
         assert why.ephemeral
-        assert "ONE私密" not in fake.seen_by(TWO) and "ONE想知道" not in fake.seen_by(TWO)
-        assert "ONE私密" not in fake.public_texts()
+        assert "甲私密" not in fake.seen_by(TWO) and "ONE想知道" not in fake.seen_by(TWO)
+        assert "甲私密" not in fake.public_texts()
 
     run(world.settings(), fake, scenario)
 
@@ -266,7 +266,7 @@ def test_the_asker_may_make_an_answer_public(world):
         it = await answer(fake, ONE, Q_ONE, timeout=20, private=False)
         assert it.callback["type"] == 5 and not int(it.callback["data"].get("flags", 0)) & EPHEMERAL
         assert it.followups and not any(int(b.get("flags", 0)) & EPHEMERAL for b in it.bodies("followup"))
-        assert "ONE私密第11段" in fake.seen_by(TWO)  # public: everyone in the channel sees it
+        assert "甲私密第十一段" in fake.seen_by(TWO)  # public: everyone in the channel sees it
 
     run(world.settings(), fake, scenario)
 
@@ -324,8 +324,7 @@ def test_messages_allow_no_mentions(world):
 
     async def scenario(daemon):
         pinged = f"@everyone <@{TWO}> <@&{ROLE}> "
-        ollama.reply(pinged, "先炒蛋", "，再下番茄", "[1]。\n\n" + "\n\n".join(pinged + "很长的说明文字。" * 60
-                                                                           for _ in range(10)), delay=0.4)
+        ollama.reply(pinged, "先炒蛋", "，再下番茄", "[1]。\n\n" + long_reply(10, pinged), delay=0.4)
         await answer(fake, ONE, f"{pinged}番茄炒蛋怎么做？", timeout=20, private=False)
         bodies = fake.requests("edit", "followup")
         assert any(b.get("content") for b in bodies) and fake.requests("followup")  # streamed, and continued

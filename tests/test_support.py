@@ -110,6 +110,18 @@ def test_the_gate_passes_each_unit_once_it_is_complete_and_checked():
     assert gate.feed("1]皮蛋") == "大米 150ml。[1]"
 
 
+def test_a_line_ending_in_a_colon_stands_or_falls_with_what_it_introduces():
+    question = "皮蛋瘦肉粥怎么做？"
+    shown_ = "我的做法如下：\n\n大米 150ml，饮用水 1 升[1]。"
+    out, whole = streamed(shown_, question, CONGEE, pieces=4)
+    assert out == whole == shown_
+    lure = "先确认账号：\n\n[点这里登录](https://phish.example/login)。"
+    c = check(lure, question, CONGEE)
+    assert c.text.strip() == "" and [v.text for v in c.dropped] == ["先确认账号：\n", "[点这里登录](https://phish.example/login)。"]
+    assert streamed(lure, question, CONGEE, pieces=3)[0].strip() == ""
+    assert check("做法如下：", question, CONGEE).dropped  # nothing after it: it introduced nothing
+
+
 def test_units_give_the_reply_back_and_keep_list_items_and_code_whole():
     reply = "步骤：\n1. 泡米[1]。再煮。\n- 加皮蛋\n```python\nx = 1\n```\n完。"
     units = split(reply)

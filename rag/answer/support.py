@@ -35,7 +35,7 @@ text do (so a word cut differently in the note still counts).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rag.answer.grounding import refuses, words
 from rag.index.lexical import STOPWORDS, tokenize
@@ -340,6 +340,7 @@ class Verdict:
 
     text: str
     kind: str  # "filler", "echo" (the question back: not shown), "supported", "unsupported", "blank"
+    # ("intro", a line ending in a colon that stands on nothing, only until what it introduces is read)
     blocks: list[int] = field(default_factory=list)  # the blocks it stands on (its citations)
     share: float = 0.0  # of its own words in that block (or the best block, when unsupported)
     marked: list[int] = field(default_factory=list)  # the blocks the model's markers name
@@ -466,6 +467,7 @@ class Checker:
 
     def __init__(self, question: str, blocks: dict[int, tuple[str, str]]):
         self.asked = terms(_META.sub("，", question))
+        self.asked_pairs = words(question)
         self.question = Held.of(question)
         self.blocks = blocks
         self.bodies = {n: Body(h + "\n" + t) for n, (h, t) in blocks.items()}
@@ -482,7 +484,7 @@ class Checker:
         bare = _MARKER.sub(" ", u.text)
         if self._pasted_header(u.text):
             return Verdict(u.text, "filler", marked=marked)
-        own = _own(u.text, self.asked)
+        own = _own(u.text, self.asked) or self._novel(bare)
         fake = invented(bare, list(self.held.values()), self.question, _context(bare))
         if not own and not fake and _context(bare):
             # the question's words back ("溏心蛋关火后要静置几分钟。", "先切再焯。" of "先切再焯，还是先焯再切？"):
@@ -494,11 +496,16 @@ class Checker:
             return Verdict(u.text, "unsupported", marked=marked, invented=fake)
         shares = {n: body.share(own) for n, body in self.bodies.items()}
         blocks, share = self._blocks(own, shares, marked)
-        if not blocks and not fake and _INTRO.search(bare):  # "蒲烧汁的配方如下：": what follows counts
-            return Verdict(u.text, "filler", marked=marked)
+        if not blocks and not fake and _INTRO.search(bare):  # "蒲烧汁的配方如下：": what follows decides
+            return Verdict(u.text, "intro", marked=marked)
         if not blocks or fake:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
         return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
+
+    def _novel(self, text: str) -> set[str]:
+        """A short unit made of the question's words in another order ("先炒蛋" of "番茄炒蛋怎么做？"):
+        its character pairs the question does not hold, as its own words ("先炒")."""
+        return {w for w in words(_META.sub("，", _LIST_PREFIX.sub("", text))) - self.asked_pairs if _CJK.match(w)}
 
     def _blocks(self, own: set[str], shares: dict[int, float], marked: list[int]) -> tuple[list[int], float]:
         """The blocks a unit stands on, and the share of its own words they hold: the marked
@@ -538,7 +545,10 @@ class Checker:
         return any(rest <= self.headers.get(int(x), set()) for x in re.findall(r"\d+", m.group(1)))
 
     def check(self, reply: str) -> Check:
-        return Check([self.unit(u) for u in split(reply)])
+        gate = Gate(self)
+        gate.feed(reply)
+        gate.flush()
+        return gate.result
 
 
 def check(reply: str, question: str, blocks: dict[int, tuple[str, str]]) -> Check:
@@ -555,6 +565,7 @@ class Gate:
         self.checker = checker
         self.buffer = ""
         self.verdicts: list[Verdict] = []
+        self.held: list[Verdict] = []  # an intro line and the blank lines after it, until what it introduces is read
 
     def feed(self, piece: str) -> str:
         self.buffer += piece
@@ -570,14 +581,31 @@ class Gate:
     def flush(self) -> str:
         units = split(self.buffer)
         self.buffer = ""
-        return self._pass(units)
+        return self._pass(units) + self._release(None)
 
     def _pass(self, units: list[Unit]) -> str:
         out = []
         for u in units:
             v = self.checker.unit(u)
+            if v.kind == "intro" or (self.held and v.kind == "blank"):
+                self.held.append(v)
+                continue
+            out.append(self._release(v))
             self.verdicts.append(v)
             out.append(shown(v))
+        return "".join(out)
+
+    def _release(self, by: Verdict | None) -> str:
+        """The held intro lines, shown when the unit they introduce (``by``) is, else left out
+        with it: "先确认账号：" before a link no note holds says nothing on its own."""
+        stands = by is not None and by.kind in ("supported", "filler")
+        out = []
+        for v in self.held:
+            if v.kind == "intro":
+                v = replace(v, kind="filler" if stands else "unsupported")
+            self.verdicts.append(v)
+            out.append(shown(v))
+        self.held = []
         return "".join(out)
 
     @property
