@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,66 @@ def _use_model_remembers_its_batches():
 def use_embedder():
     """The real offline default embedder, loaded once for the session."""
     return embed_mod.load(config_mod.EmbedderConfig())
+
+
+@dataclass
+class CorpusSlice:
+    settings: config_mod.Settings
+    facts: dict  # ../shared/corpus/facts.json
+    questions: list[dict]  # the dev questions about the backup (not those after the change batch)
+    summary: object  # the indexing's sync.indexer.Summary
+
+
+USER_ONE = "5dbed2987db161bc2a85b919"  # the corpus's first user (facts.json names the second)
+
+
+@pytest.fixture(scope="session")
+def corpus_slice(tmp_path_factory, use_embedder) -> CorpusSlice:
+    """A slice of the shared corpus's real backup indexed with the real default embedder, once
+    per test process, for the modules that only read it (``test_gate_corpus``, ``test_corpus``:
+    one xdist group, so a run indexes it once). The slice is the union of what each needs:
+    every dev question's gold notes and the first 30 other searchable notes (the gates), every
+    trashed note, user two's keyword notes and the first 25 of user one's notes (privacy).
+    Read-only: a test that would change it copies ``settings.state_dir`` first."""
+    from rag.index.note_index import NoteIndex
+    from rag.model import Note
+    from sync.indexer import Indexer
+    from sync.sources.mongodump import MongodumpSource
+    from sync.state import State
+
+    if not (SHARED / "corpus" / "notes.jsonl").exists() or not (SHARED / "eval" / "dev.jsonl").exists():
+        pytest.skip(f"shared material not found at {SHARED}")
+    facts = json.loads((SHARED / "corpus" / "facts.json").read_text(encoding="utf-8"))
+    questions = [json.loads(line) for line in open(SHARED / "eval" / "dev.jsonl", encoding="utf-8")]
+    questions = [q for q in questions if not q.get("after_changes")]
+    gold = {n for q in questions for n in q["gold_note_ids"]}
+    trashed = {t["NoteId"] for t in facts["trashed_in_base"]}
+    keyword_notes = {k["NoteId"] for k in facts["user_two_only_keywords"] if k["where"] == "notes.jsonl"}
+    tmp = tmp_path_factory.mktemp("corpus")
+    archive = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
+    settings = make_settings(tmp, source={"kind": "mongodump", "path": str(archive)}, ollama={"enabled": False},
+                             rerank={"kind": "none"})
+    source = MongodumpSource(archive, settings.state_dir)
+    kept, others, of_user_one = [], 0, 0
+    for item in source.notes():
+        if not isinstance(item, Note):
+            continue
+        keep = item.id in trashed or item.id in keyword_notes
+        if item.searchable and item.id in gold:
+            keep = True
+        elif item.searchable and others < 30:
+            keep, others = True, others + 1
+        if item.user_id == USER_ONE and item.id not in trashed and item.id not in keyword_notes and of_user_one < 25:
+            keep, of_user_one = True, of_user_one + 1
+        if keep:
+            kept.append(item)
+    state = State(settings.state_dir)
+    try:
+        with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
+            summary = Indexer(index, state, source.name).run(kept)
+    finally:
+        state.close()
+    return CorpusSlice(settings, facts, questions, summary)
 
 
 @pytest.fixture
