@@ -24,6 +24,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests marked slow run first: with a worker per core (``make test``) the long ones
+    start early and the many short ones fill in at the end, instead of a long one running
+    alone at the end while the other cores wait."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch):
     """Any connection attempt off this machine fails the test at once."""
