@@ -20,7 +20,7 @@ from rag.index.store import EdgeStore
 from sync.daemon.host import Daemon
 from sync.daemon.main import services
 
-from conftest import SCENARIO, make_settings, within
+from conftest import SCENARIO, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
 ALICE = "5dbed2987db161bc2a85b919"
@@ -120,10 +120,7 @@ def test_a_failing_service_is_restarted_without_stopping_sync(leanote, tmp_path)
     async def scenario():
         daemon = Daemon(settings, services=[flaky])
         task = await started(daemon)
-        for _ in range(200):
-            if len(runs) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(runs) >= 3, what="the service to be started a third time")
         assert len(runs) == 3
         assert search(daemon.index, "FIRST-SYNC-1", ALICE)[0].title == "第一条"
         daemon.stop()

@@ -57,6 +57,17 @@ def first_pass_done(api_socket: str) -> bool:
         return False
 
 
+def reloaded(messages: list[str], times: int = 1) -> bool:
+    """systemd has heard READY=1 after the ``times``-th RELOADING=1: that reload is done."""
+    seen = 0
+    for m in messages:
+        if m.startswith("RELOADING=1"):
+            seen += 1
+        elif m.startswith("READY=1") and seen >= times:
+            return True
+    return False
+
+
 @pytest.fixture
 def notify_socket():
     """systemd's notify socket, read as systemd reads it: all the time (a thread), so its
@@ -118,16 +129,17 @@ def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_p
             write(f"[{{leanote_user_id: local, telegram_ids: [{OWNER}, {FRIEND}]}}]", "embedder: {batch_size: 8}\n")
             proc.send_signal(signal.SIGHUP)
             until(lambda: any(m.startswith("RELOADING=1") for m in read()), what="RELOADING=1")
-            time.sleep(0.5)
+            until(lambda: reloaded(read()), what="READY=1 after RELOADING=1 (the reload applied)")
             ollama.reply("先炒蛋[1]。")
             tg.say(FRIEND, "番茄炒蛋怎么做才不酸？")
             until(lambda: [m for m in tg.sent_to(FRIEND) if "来源" in m["text"]], what="an answer to FRIEND")
 
             config.write_text("source: [this is not valid\n")  # a broken file: the running config stays
             proc.send_signal(signal.SIGHUP)
-            time.sleep(1.0)
+            until(lambda: "reload refused" in log_file.read_text(), what="the broken file's reload to be refused")
+            until(lambda: reloaded(read(), times=2), what="READY=1 after the second RELOADING=1")
             assert proc.poll() is None
-            assert sum(m.startswith("WATCHDOG=1") for m in read()) >= 3  # every 0.2 s
+            until(lambda: sum(m.startswith("WATCHDOG=1") for m in read()) >= 3, what="watchdog pings (every 0.2 s)")
         except AssertionError as err:
             raise AssertionError(f"{err}\n--- serve's log ---\n{log_file.read_text()[-4000:]}") from None
         finally:
