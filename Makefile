@@ -37,8 +37,7 @@ demo: $(VENV)/.demo-installed
 	@echo; echo '$$ leanote-rag ask "How do I follow one service'"'"'s logs live?"'
 	$(BIN)/leanote-rag --config config.yaml ask "How do I follow one service's logs live?"
 
-# loadgroup: the tests of one xdist_group share a worker (the corpus slice is indexed once)
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q -n auto
 
 test: $(VENV)/.test-installed
 	$(PYTEST) --durations=15

@@ -149,33 +149,21 @@ class CorpusSlice:
 USER_ONE = "5dbed2987db161bc2a85b919"  # the corpus's first user (facts.json names the second)
 
 
-@pytest.fixture(scope="session")
-def corpus_slice(tmp_path_factory, use_embedder) -> CorpusSlice:
-    """A slice of the shared corpus's real backup indexed with the real default embedder, once
-    per test process, for the modules that only read it (``test_gate_corpus``, ``test_corpus``:
-    one xdist group, so a run indexes it once). The slice is the union of what each needs:
-    every dev question's gold notes and the first 30 other searchable notes (the gates), every
-    trashed note, user two's keyword notes and the first 25 of user one's notes (privacy).
-    Read-only: a test that would change it copies ``settings.state_dir`` first."""
-    from rag.index.note_index import NoteIndex
-    from rag.model import Note
-    from sync.indexer import Indexer
-    from sync.sources.mongodump import MongodumpSource
-    from sync.state import State
+def run_root(tmp_path_factory) -> Path:
+    """The temp folder of the whole run: with xdist each worker has its own under it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
-    if not (SHARED / "corpus" / "notes.jsonl").exists() or not (SHARED / "eval" / "dev.jsonl").exists():
-        pytest.skip(f"shared material not found at {SHARED}")
-    facts = json.loads((SHARED / "corpus" / "facts.json").read_text(encoding="utf-8"))
-    questions = [json.loads(line) for line in open(SHARED / "eval" / "dev.jsonl", encoding="utf-8")]
-    questions = [q for q in questions if not q.get("after_changes")]
+
+def corpus_slice_notes(source, questions: list[dict], facts: dict) -> list:
+    """The notes of the corpus slice, in the backup's order: the union of what the corpus modules
+    need. Every dev question's gold notes and the first 30 other searchable notes (the gates),
+    every trashed note, user two's keyword notes and the first 25 other notes of user one (privacy)."""
+    from rag.model import Note
+
     gold = {n for q in questions for n in q["gold_note_ids"]}
     trashed = {t["NoteId"] for t in facts["trashed_in_base"]}
     keyword_notes = {k["NoteId"] for k in facts["user_two_only_keywords"] if k["where"] == "notes.jsonl"}
-    tmp = tmp_path_factory.mktemp("corpus")
-    archive = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
-    settings = make_settings(tmp, source={"kind": "mongodump", "path": str(archive)}, ollama={"enabled": False},
-                             rerank={"kind": "none"})
-    source = MongodumpSource(archive, settings.state_dir)
     kept, others, of_user_one = [], 0, 0
     for item in source.notes():
         if not isinstance(item, Note):
@@ -189,13 +177,52 @@ def corpus_slice(tmp_path_factory, use_embedder) -> CorpusSlice:
             keep, of_user_one = True, of_user_one + 1
         if keep:
             kept.append(item)
-    state = State(settings.state_dir)
-    try:
-        with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
-            summary = Indexer(index, state, source.name).run(kept)
-    finally:
-        state.close()
-    return CorpusSlice(settings, facts, questions, summary)
+    return kept
+
+
+@pytest.fixture(scope="session")
+def corpus_slice(tmp_path_factory, use_embedder) -> CorpusSlice:
+    """A slice of the shared corpus's real backup (``corpus_slice_notes``) indexed with the real
+    default embedder once per run, for the modules that only read it (``test_gate_corpus``,
+    ``test_corpus``). The first process to need it builds it in the run's temp folder, under a
+    lock: with xdist, a worker that needs it meanwhile waits (on two cores the builder then has
+    both) and every worker opens its own copy (the index allows one process at a time). Read-only:
+    a test that would change it copies ``settings.state_dir`` first."""
+    import fcntl
+    from dataclasses import asdict
+
+    from rag.index.note_index import NoteIndex
+    from sync.indexer import Indexer, Summary
+    from sync.sources.mongodump import MongodumpSource
+    from sync.state import State
+
+    if not (SHARED / "corpus" / "notes.jsonl").exists() or not (SHARED / "eval" / "dev.jsonl").exists():
+        pytest.skip(f"shared material not found at {SHARED}")
+    facts = json.loads((SHARED / "corpus" / "facts.json").read_text(encoding="utf-8"))
+    questions = [json.loads(line) for line in open(SHARED / "eval" / "dev.jsonl", encoding="utf-8")]
+    questions = [q for q in questions if not q.get("after_changes")]
+    archive = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
+    sections = {"source": {"kind": "mongodump", "path": str(archive)}, "ollama": {"enabled": False},
+                "rerank": {"kind": "none"}}
+    root = run_root(tmp_path_factory)
+    built = root / "corpus-slice"
+    with open(root / "corpus-slice.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "summary.json").exists():
+            shutil.rmtree(built, ignore_errors=True)  # a build that failed half-way
+            settings = make_settings(built, **sections)
+            state = State(settings.state_dir)
+            try:
+                with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
+                    source = MongodumpSource(archive, settings.state_dir)
+                    summary = Indexer(index, state, source.name).run(corpus_slice_notes(source, questions, facts))
+            finally:
+                state.close()
+            (built / "summary.json").write_text(json.dumps(asdict(summary)), encoding="utf-8")
+    mine = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(built / "data", mine / "data")
+    summary = Summary(**json.loads((built / "summary.json").read_text(encoding="utf-8")))
+    return CorpusSlice(make_settings(mine, **sections), facts, questions, summary)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from rag.index.retrieve import search
 
 from conftest import USER_ONE
 
-pytestmark = pytest.mark.xdist_group("corpus")  # one worker indexes the slice, once
 USER_TWO = "5f38858837b4dcd92cefeb84"
 
 
