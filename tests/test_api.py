@@ -25,6 +25,8 @@ from sync.sources.files import stable_id
 from conftest import free_port
 from fakes.ollama import FakeOllama
 
+pytestmark = pytest.mark.slow  # real `serve` processes and the CLI
+
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 TOKEN_ME, TOKEN_OTHER = "tok-me-" + uuid.uuid4().hex, "tok-other-" + uuid.uuid4().hex
 

@@ -8,6 +8,8 @@ from rag.index.retrieve import search
 
 from conftest import USER_ONE
 
+pytestmark = pytest.mark.slow  # the shared corpus's slice
+
 USER_TWO = "5f38858837b4dcd92cefeb84"
 
 

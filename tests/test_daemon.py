@@ -129,6 +129,7 @@ def test_a_failing_service_is_restarted_without_stopping_sync(leanote, tmp_path)
     asyncio.run(within(scenario(), "the scenario", SCENARIO))
 
 
+@pytest.mark.slow
 def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(

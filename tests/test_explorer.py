@@ -23,6 +23,8 @@ from sync.sources.files import stable_id
 
 from conftest import EXAMPLES, free_port
 
+pytestmark = pytest.mark.slow  # a real `serve` process and a browser
+
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 TOKEN_ME, TOKEN_OTHER = "tok-me-" + uuid.uuid4().hex, "tok-other-" + uuid.uuid4().hex
 EGGS = stable_id("file:生活/菜谱/番茄炒蛋.md")

@@ -5,8 +5,12 @@ of the same users, with the real default embedder."""
 
 import asyncio
 
+import pytest
+
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
+
+pytestmark = pytest.mark.slow  # the shared corpus's slice
 
 
 def test_no_answerable_dev_question_is_refused_before_the_llm(corpus_slice, use_embedder):

@@ -15,8 +15,11 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from fakes.ollama import FakeOllama
+
+pytestmark = pytest.mark.slow  # real `serve` processes
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 

@@ -48,7 +48,8 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+pytestmark = [pytest.mark.slow,  # a real model
+              pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
 
 
 def _free_port() -> int:

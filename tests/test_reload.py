@@ -97,6 +97,7 @@ def notify_socket():
     os.unlink(path)
 
 
+@pytest.mark.slow
 def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_path, notify_socket):
     path, read = notify_socket
     with FakeTelegram() as tg, FakeOllama() as ollama:

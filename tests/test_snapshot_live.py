@@ -106,6 +106,7 @@ def old_mtime(path: Path) -> None:
 # --- `serve` polling the folder ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_serve_picks_up_a_file_added_changed_and_deleted_within_an_interval(notes_dir, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -206,6 +207,7 @@ def seen_by_the_watcher(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "sync.watch" and r.getMessage().startswith("changed: ")]
 
 
+@pytest.mark.slow
 def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir, tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="sync.watch")
     # a trigger at most every 2 s: a change right after a pass finds the trigger debounced
@@ -261,6 +263,7 @@ def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir,
     assert ends == ["returned"]  # it heard `stopping` and ended by itself
 
 
+@pytest.mark.slow
 def test_a_change_during_a_running_pass_is_synced_after_it(notes_dir, tmp_path, caplog):
     """A note written while a pass runs (after it listed the folder): the watcher's trigger during
     the pass is not debounced, the daemon is asked to run again after it. The pass is held at its

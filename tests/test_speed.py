@@ -42,6 +42,7 @@ def ask(svc, question=QUESTION):
     return asyncio.run(svc.ask(question, "local"))
 
 
+@pytest.mark.slow
 def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budget(sample_index, use_embedder):
     read, write = 3000.0, 400.0  # tokens a second: a small CPU, ten times sped up for the test
     budget = 0.4
@@ -73,6 +74,7 @@ def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budg
         assert estimated > 0
 
 
+@pytest.mark.slow
 def test_a_model_too_slow_for_the_full_evidence_learns_from_its_timeouts_and_then_answers(sample_index, use_embedder):
     """Nothing measured, and the first prompt (all the evidence) takes longer than
     ollama.timeout to read: the cut-short reply teaches the speed, the next prompts are
@@ -116,6 +118,7 @@ def test_a_fast_machine_gets_all_the_evidence(sample_index, use_embedder):
             index.close()
 
 
+@pytest.mark.slow
 def test_the_speed_is_kept_for_the_next_start_and_shown_by_status(sample_index, use_embedder, capsys):
     from sync.daemon.main import main
 

@@ -30,7 +30,8 @@ from fakes.ollama import FakeOllama
 
 CORPUS = SHARED / "corpus"
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
-pytestmark = pytest.mark.skipif(not (CORPUS / "notes.jsonl").exists(), reason=f"shared corpus not found at {CORPUS}")
+pytestmark = [pytest.mark.slow,  # the shared corpus through real processes
+              pytest.mark.skipif(not (CORPUS / "notes.jsonl").exists(), reason=f"shared corpus not found at {CORPUS}")]
 USER_ONE = "5dbed2987db161bc2a85b919"
 
 
