@@ -52,8 +52,15 @@ def shared() -> Path:
     return SHARED
 
 
+# The USE model's BLAS threads in a test process: one. The tests run a process per core
+# (``make test``), and a second thread on a core already busy made the model take twice the CPU
+# time (OpenBLAS spins while it waits) and longer, not shorter. The vectors are the same.
+THREADS = 1
+
+
 def make_settings(tmp_path: Path, **sections) -> config_mod.Settings:
-    raw = {"source": {"kind": "files", "path": str(EXAMPLES)}, "state_dir": str(tmp_path / "data")}
+    raw = {"source": {"kind": "files", "path": str(EXAMPLES)}, "state_dir": str(tmp_path / "data"),
+           "embedder": {"threads": THREADS}}
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict):
             raw[key] = {**raw[key], **value}
@@ -134,8 +141,8 @@ def _use_model_remembers_its_batches():
 
 @pytest.fixture(scope="session")
 def use_embedder():
-    """The real offline default embedder, loaded once for the session."""
-    return embed_mod.load(config_mod.EmbedderConfig())
+    """The real offline default embedder, loaded once for the session (on one BLAS thread: ``THREADS``)."""
+    return embed_mod.load(config_mod.EmbedderConfig(threads=THREADS))
 
 
 @dataclass
