@@ -37,7 +37,8 @@ demo: $(VENV)/.demo-installed
 	@echo; echo '$$ leanote-rag ask "How do I follow one service'"'"'s logs live?"'
 	$(BIN)/leanote-rag --config config.yaml ask "How do I follow one service's logs live?"
 
-PYTEST := $(BIN)/python -m pytest -q -n auto
+# A worker per core, each given the next test when it is free (the slow ones are collected first).
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist load --maxschedchunk 1
 
 test: $(VENV)/.test-installed
 	$(PYTEST) --durations=15

@@ -25,10 +25,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests marked slow run first: with a worker per core (``make test``) the long ones
-    start early and the many short ones fill in at the end, instead of a long one running
-    alone at the end while the other cores wait."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The order the workers take tests in (``make test`` hands them out one at a time, to whichever
+    worker is free): the tests marked slow first, so the long ones start early and the many short
+    ones fill in at the end, instead of a long one running alone while the other cores wait. The
+    first test on the shared corpus's slice leads, since it indexes the slice; the others on it
+    come after the other slow tests, when it is built (a worker that needs it while another builds
+    it waits for it, doing nothing)."""
+    on_slice = [item for item in items if "corpus_slice" in getattr(item, "fixturenames", ())]
+
+    def rank(item) -> int:
+        if on_slice and item is on_slice[0]:
+            return 0
+        if item.get_closest_marker("slow") is None:
+            return 3
+        return 2 if item in on_slice else 1
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(autouse=True)

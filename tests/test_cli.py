@@ -10,7 +10,7 @@ import pytest
 
 from sync.daemon.main import main
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, THREADS
 
 
 def run(capsys, *args):
@@ -26,7 +26,8 @@ def cli_config(tmp_path_factory):
     notes = tmp / "notes"
     shutil.copytree(EXAMPLES, notes)
     cfg = tmp / "config.yaml"
-    cfg.write_text("source:\n  kind: files\n  path: notes\nstate_dir: data\nleanote:\n  base_url: http://notes.home:9000\n")
+    cfg.write_text("source:\n  kind: files\n  path: notes\nstate_dir: data\nleanote:\n  base_url: http://notes.home:9000\n"
+                   f"embedder: {{threads: {THREADS}}}\n")
     assert main(["--config", str(cfg), "index"]) == 0
     return cfg
 

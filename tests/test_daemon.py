@@ -20,7 +20,7 @@ from rag.index.store import EdgeStore
 from sync.daemon.host import Daemon
 from sync.daemon.main import services
 
-from conftest import SCENARIO, make_settings, until, within
+from conftest import SCENARIO, THREADS, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
 ALICE = "5dbed2987db161bc2a85b919"
@@ -135,7 +135,7 @@ def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):
     config.write_text(
         f"leanote: {{base_url: '{leanote.url}'}}\nstate_dir: data\n"
         f"source:\n  kind: leanote_api\n  accounts:\n    - {{email: alice@example.com, password_env: LR_PW_ALICE}}\n"
-        f"sync: {{interval: 1h}}\n"
+        f"sync: {{interval: 1h}}\nembedder: {{threads: {THREADS}}}\n"
     )
     exe = str(Path(sys.executable).with_name("leanote-rag"))
     env = {**os.environ, "LR_PW_ALICE": "alice-pw"}

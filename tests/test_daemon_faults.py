@@ -18,6 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
+from conftest import THREADS
+
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "notes"
 
@@ -47,6 +49,7 @@ class Serve:
             extra = f"source: {{kind: files, path: '{EXAMPLES}'}}\n" + extra
         self.config.write_text(
             f"state_dir: '{self.state_dir}'\nollama: {{enabled: false}}\nrerank: {{kind: none}}\n"
+            f"embedder: {{threads: {THREADS}}}\n"
             f"api: {{socket: '{self.sock}'}}\n{extra}")
         self.env = {**os.environ, **(env or {})}
         self.env.pop("NOTIFY_SOCKET", None)

@@ -13,7 +13,7 @@ import pytest
 from sync.daemon.main import main
 from rag.redact import safe_url
 
-from conftest import EXAMPLES, free_port
+from conftest import EXAMPLES, THREADS, free_port
 from fakes import LocalServer, QuietHandler
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
@@ -30,7 +30,8 @@ def run(capsys, *args):
 
 def config(tmp_path, text: str = "", name: str = "config.yaml"):
     path = tmp_path / name
-    path.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\nrerank: {{kind: none}}\n{text}")
+    path.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\nrerank: {{kind: none}}\n"
+                    f"embedder: {{threads: {THREADS}}}\n{text}")
     return path
 
 

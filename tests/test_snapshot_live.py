@@ -34,7 +34,7 @@ from sync.sources.mongodump import MongodumpSource
 from sync.state import State
 from sync.watch import watch
 
-from conftest import SCENARIO, make_settings, within
+from conftest import SCENARIO, THREADS, make_settings, within
 from fakes.ollama import FakeOllama
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
@@ -111,7 +111,8 @@ def test_serve_picks_up_a_file_added_changed_and_deleted_within_an_interval(note
     config = tmp_path / "config.yaml"
     config.write_text(
         f"state_dir: data\nsource: {{kind: files, path: '{notes_dir}'}}\n"
-        "sync: {interval: 2s, watch: false}\nollama: {enabled: false}\nrerank: {kind: none}\n",
+        "sync: {interval: 2s, watch: false}\nollama: {enabled: false}\nrerank: {kind: none}\n"
+        f"embedder: {{threads: {THREADS}}}\n",
         encoding="utf-8",
     )
     db = tmp_path / "data" / "state.db"
