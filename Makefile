@@ -1,5 +1,6 @@
 # `make demo`: install into .venv and run the main job on the bundled sample notes.
-# `make test`: install with the test and model extras and run the tests.
+# `make test`: install with the test and model extras and run the tests, a worker per core.
+# `make check`: the same without the tests marked slow (the edit-test loop: about a minute).
 # Both start from nothing: a fresh clone needs only python3 (3.11+).
 
 PYTHON ?= python3
@@ -9,7 +10,7 @@ BIN    := $(VENV)/bin
 # download a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: demo test docs bench eval clean
+.PHONY: demo test check docs bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +37,14 @@ demo: $(VENV)/.demo-installed
 	@echo; echo '$$ leanote-rag ask "How do I follow one service'"'"'s logs live?"'
 	$(BIN)/leanote-rag --config config.yaml ask "How do I follow one service's logs live?"
 
+# A worker per core, each given the next test when it is free (the slow ones are collected first).
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist load --maxschedchunk 1
+
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q
+	$(PYTEST) --durations=15
+
+check: $(VENV)/.test-installed
+	$(PYTEST) -m "not slow"
 
 # The documentation site: docs/ into site/ (a broken link or a page missing from the nav fails).
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/python

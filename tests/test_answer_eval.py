@@ -306,6 +306,7 @@ def run(capsys, *args):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_eval_answers_with_the_reader_stand_in(sample, capsys):
     with FakeOllama(reader=True) as fake:
         config = configure(sample, "reader.yaml", f"ollama:\n  host: {fake.url}\n")
@@ -340,6 +341,7 @@ def test_eval_answers_with_the_reader_stand_in(sample, capsys):
     assert "(1 after_changes questions left out" in out
 
 
+@pytest.mark.slow
 def test_eval_answers_without_an_llm_and_with_changes(sample, capsys):
     config = configure(sample, "nollm.yaml", "ollama:\n  enabled: false\n")
     code, out, _ = run(capsys, "--config", config, "eval", "--answers", str(sample[2]), "--json", "--with-changes")

@@ -198,6 +198,7 @@ FACTS = [  # examples/FACTS.md: paraphrased questions, each answered by one samp
 ]
 
 
+@pytest.mark.slow
 def test_no_question_the_sample_notes_answer_is_refused_before_the_llm(indexed, use_embedder):
     """The gate judges by signals relative to this collection (15 notes), not by
     thresholds calibrated on a large one."""
@@ -212,6 +213,7 @@ def test_no_question_the_sample_notes_answer_is_refused_before_the_llm(indexed, 
             service.close()
 
 
+@pytest.mark.slow
 def test_stall_mid_stream_falls_back_to_passages(answering, ollama):
     ollama.reply("先炒", "蛋", stall_after=1)
     started = time.monotonic()
@@ -227,6 +229,7 @@ def test_an_error_line_mid_stream_falls_back(answering, ollama):
     assert not answer.used_llm and answer.notice == LLM_DOWN_EN
 
 
+@pytest.mark.slow
 def test_connection_refused_falls_back_within_the_timeout(indexed, use_embedder):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -243,6 +246,7 @@ def test_connection_refused_falls_back_within_the_timeout(indexed, use_embedder)
         index.close()
 
 
+@pytest.mark.slow
 def test_a_missing_model_says_to_pull_it(indexed, use_embedder):
     with FakeOllama(models=()) as empty:
         service, index = service_for(indexed, use_embedder, empty.url)
@@ -257,6 +261,7 @@ def test_a_missing_model_says_to_pull_it(indexed, use_embedder):
             asyncio.run(OllamaChat(indexed.ollama.model_copy(update={"host": empty.url})).check())
 
 
+@pytest.mark.slow
 def test_a_follow_up_is_rewritten_into_a_standalone_question(indexed, use_embedder, ollama):
     clock = Clock()
     service, index = service_for(indexed, use_embedder, ollama.url, clock=clock)
@@ -425,6 +430,7 @@ def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
     assert "先炒蛋[1]。" in text and "来源 / Sources:" in text and "candidates:" in text
 
 
+@pytest.mark.slow
 def test_doctor_checks_the_llm(indexed, ollama, capsys, tmp_path):
     from sync.daemon.main import main
 

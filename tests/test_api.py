@@ -22,8 +22,10 @@ import pytest
 from rag.index.note_index import NoteIndex
 from sync.sources.files import stable_id
 
-from conftest import free_port
+from conftest import THREADS, free_port
 from fakes.ollama import FakeOllama
+
+pytestmark = pytest.mark.slow  # real `serve` processes and the CLI
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 TOKEN_ME, TOKEN_OTHER = "tok-me-" + uuid.uuid4().hex, "tok-other-" + uuid.uuid4().hex
@@ -39,7 +41,7 @@ def world(tmp_path, notes_dir):
         config = tmp_path / "config.yaml"
         config.write_text(
             f"source: {{kind: files, path: '{notes_dir}'}}\nstate_dir: data\n"
-            f"ollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\n"
+            f"ollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\nembedder: {{threads: {THREADS}}}\n"
             # expansion starts once a speed is measured, which differs between runs alone and through
             # the daemon; off keeps the two runs comparable
             f"retrieval: {{expand: 'off'}}\n"

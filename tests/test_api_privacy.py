@@ -20,6 +20,8 @@ from sync.daemon.host import Daemon
 from conftest import SCENARIO, free_port, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
+pytestmark = pytest.mark.slow  # a real `serve` process
+
 ONE, TWO = "5dbed2987db161bc2a85b901", "5dbed2987db161bc2a85b902"
 BOOK_ONE, BOOK_TWO = "5e16ca22f6ffdbad5b4ba501", "5e16ca22f6ffdbad5b4ba502"
 TOKEN_TWO, TOKEN_ADMIN = "tok-two-" + uuid.uuid4().hex, "tok-admin-" + uuid.uuid4().hex

@@ -86,6 +86,7 @@ def wait_for(check, what: str, timeout: float = 30.0):
 
 # --- exactly once under a slow Leanote ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_write_leanote_applies_after_the_client_gave_up_is_found_not_sent_again(tmp_path, leanote):
     """addNote applied after the client's deadline (40 s vs 30 s, scaled): the retry looks
     for it and waits until it can have landed; one note, and the person gets its link."""
@@ -116,6 +117,7 @@ def test_a_write_leanote_applies_after_the_client_gave_up_is_found_not_sent_agai
         cap.close()
 
 
+@pytest.mark.slow
 def test_a_duplicate_that_lands_anyway_is_moved_to_the_trash(tmp_path, leanote):
     """A write later than any grace: sent again, then the first lands too. The copy the
     person was not given is found by its marker and moved to the trash: one note remains."""

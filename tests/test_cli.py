@@ -10,7 +10,7 @@ import pytest
 
 from sync.daemon.main import main
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, THREADS
 
 
 def run(capsys, *args):
@@ -26,7 +26,8 @@ def cli_config(tmp_path_factory):
     notes = tmp / "notes"
     shutil.copytree(EXAMPLES, notes)
     cfg = tmp / "config.yaml"
-    cfg.write_text("source:\n  kind: files\n  path: notes\nstate_dir: data\nleanote:\n  base_url: http://notes.home:9000\n")
+    cfg.write_text("source:\n  kind: files\n  path: notes\nstate_dir: data\nleanote:\n  base_url: http://notes.home:9000\n"
+                   f"embedder: {{threads: {THREADS}}}\n")
     assert main(["--config", str(cfg), "index"]) == 0
     return cfg
 
@@ -177,6 +178,7 @@ def test_unreadable_manifest_asks_for_a_rebuild(cli_config, capsys):
         manifest.write_text(saved)
 
 
+@pytest.mark.slow
 def test_console_script_runs_in_a_real_process(cli_config):
     exe = Path(sys.executable).with_name("leanote-rag")
     out = subprocess.run([str(exe), "--config", str(cli_config), "search", "retry_count", "--json", "-k", "1"],
@@ -185,6 +187,7 @@ def test_console_script_runs_in_a_real_process(cli_config):
     assert json.loads(out.stdout)["hits"][0]["title"] == "支付接口调用的重试策略"
 
 
+@pytest.mark.slow
 def test_second_process_is_refused_while_the_index_is_open(cli_config):
     from rag import config
     from rag.index.store import EdgeStore
@@ -240,6 +243,7 @@ def test_batch_search_with_a_failing_query_exits_1(cli_config, capsys, tmp_path)
     assert lines[0]["hits"] and "no notes of user 'nobody'" in lines[1]["error"]
 
 
+@pytest.mark.slow
 def test_one_shot_commands_print_results_and_log_only_with_v(cli_config):
     """status, search, index: results on stdout, no INFO log lines unless -v (-vv: DEBUG)."""
     exe = str(Path(sys.executable).with_name("leanote-rag"))

@@ -1,20 +1,15 @@
 """On the shared corpus (skipped without it): a trashed note is never answered from,
-and one user never sees another's notes. Indexes a slice of the real backup to stay fast."""
-
-import json
+and one user never sees another's notes. On a slice of the real backup, indexed once per run."""
 
 import pytest
 
 from rag.index.note_index import NoteIndex
-from rag.model import Note
 from rag.index.retrieve import search
-from sync.indexer import Indexer
-from sync.sources.mongodump import MongodumpSource
-from sync.state import State
 
-from conftest import make_settings
+from conftest import USER_ONE
 
-USER_ONE = "5dbed2987db161bc2a85b919"
+pytestmark = pytest.mark.slow  # the shared corpus's slice
+
 USER_TWO = "5f38858837b4dcd92cefeb84"
 
 
@@ -23,34 +18,11 @@ def base_keywords(facts):
     return [k for k in facts["user_two_only_keywords"] if k["where"] == "notes.jsonl"]
 
 
-@pytest.fixture(scope="module")
-def corpus_index(tmp_path_factory, use_embedder):
-    from conftest import SHARED
-
-    if not (SHARED / "corpus" / "notes.jsonl").exists():
-        pytest.skip(f"shared material not found at {SHARED}")
-    facts = json.loads((SHARED / "corpus" / "facts.json").read_text(encoding="utf-8"))
-    tmp = tmp_path_factory.mktemp("corpus")
-    archive = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
-    settings = make_settings(tmp, source={"kind": "mongodump", "path": str(archive)})
-    trashed = {t["NoteId"] for t in facts["trashed_in_base"]}
-    leak_notes = {k["NoteId"] for k in base_keywords(facts)}
-    source = MongodumpSource(archive, settings.state_dir)
-    # A slice: every trashed note, user two's keyword notes, and some of user one's notes.
-    kept, n_one = [], 0
-    for item in source.notes():
-        if not isinstance(item, Note):
-            continue
-        if item.id in trashed or item.id in leak_notes:
-            kept.append(item)
-        elif item.user_id == USER_ONE and n_one < 25:
-            kept.append(item)
-            n_one += 1
-    state = State(settings.state_dir)
-    with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
-        summary = Indexer(index, state, source.name).run(kept)
-    state.close()
-    return settings, facts, summary
+@pytest.fixture
+def corpus_index(corpus_slice):
+    """The slice of the real backup that ``conftest.corpus_slice`` indexes once per run: every
+    trashed note, user two's keyword notes and some of user one's (and the gate tests' notes)."""
+    return corpus_slice.settings, corpus_slice.facts, corpus_slice.summary
 
 
 def test_trashed_notes_are_never_indexed(corpus_index):

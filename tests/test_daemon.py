@@ -20,7 +20,7 @@ from rag.index.store import EdgeStore
 from sync.daemon.host import Daemon
 from sync.daemon.main import services
 
-from conftest import SCENARIO, make_settings, within
+from conftest import SCENARIO, THREADS, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
 ALICE = "5dbed2987db161bc2a85b919"
@@ -120,10 +120,7 @@ def test_a_failing_service_is_restarted_without_stopping_sync(leanote, tmp_path)
     async def scenario():
         daemon = Daemon(settings, services=[flaky])
         task = await started(daemon)
-        for _ in range(200):
-            if len(runs) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(runs) >= 3, what="the service to be started a third time")
         assert len(runs) == 3
         assert search(daemon.index, "FIRST-SYNC-1", ALICE)[0].title == "第一条"
         daemon.stop()
@@ -132,12 +129,13 @@ def test_a_failing_service_is_restarted_without_stopping_sync(leanote, tmp_path)
     asyncio.run(within(scenario(), "the scenario", SCENARIO))
 
 
+@pytest.mark.slow
 def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
         f"leanote: {{base_url: '{leanote.url}'}}\nstate_dir: data\n"
         f"source:\n  kind: leanote_api\n  accounts:\n    - {{email: alice@example.com, password_env: LR_PW_ALICE}}\n"
-        f"sync: {{interval: 1h}}\n"
+        f"sync: {{interval: 1h}}\nembedder: {{threads: {THREADS}}}\n"
     )
     exe = str(Path(sys.executable).with_name("leanote-rag"))
     env = {**os.environ, "LR_PW_ALICE": "alice-pw"}

@@ -18,6 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
+from conftest import THREADS
+
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "notes"
 
@@ -47,6 +49,7 @@ class Serve:
             extra = f"source: {{kind: files, path: '{EXAMPLES}'}}\n" + extra
         self.config.write_text(
             f"state_dir: '{self.state_dir}'\nollama: {{enabled: false}}\nrerank: {{kind: none}}\n"
+            f"embedder: {{threads: {THREADS}}}\n"
             f"api: {{socket: '{self.sock}'}}\n{extra}")
         self.env = {**os.environ, **(env or {})}
         self.env.pop("NOTIFY_SOCKET", None)
@@ -118,6 +121,7 @@ def serves():
 # --- systemd's notify socket ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unread_notify_socket_never_blocks_the_api_or_sigterm(tmp_path, serves):
     """systemd stuck (its notify socket not read): the watchdog pings fill the socket's
     queue and are dropped, said once; the API answers and SIGTERM stops the daemon."""
@@ -147,6 +151,7 @@ def test_an_unread_notify_socket_never_blocks_the_api_or_sigterm(tmp_path, serve
 # --- two serve at once ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_serve_started_at_once_on_one_state_dir_one_serves_the_other_is_refused(tmp_path, serves):
     s = serves(tmp_path, extra="sync: {interval: 1h}\n")
     first, second = s.start(tmp_path / "a.log"), s.start(tmp_path / "b.log")  # the same instant, near enough
@@ -176,6 +181,7 @@ def damage(db: Path) -> None:
             f.write(b"\xde\xad\xbe\xef" * 1024)
 
 
+@pytest.mark.slow
 def test_a_damaged_state_file_is_named_with_the_fix_by_serve_and_status_and_rebuild_mends_it(tmp_path, serves):
     s = serves(tmp_path, extra="sync: {interval: 1h}\n")
     assert s.cli("index").returncode == 0
@@ -211,6 +217,7 @@ ALICE, BOB = "5dbed2987db161bc2a85b919", "5f38858837b4dcd92cefeb84"
 WORK, LINUX = "5e16ca22f6ffdbad5b4ba501", "5e16ca22f6ffdbad5b4ba504"
 
 
+@pytest.mark.slow
 def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_why(tmp_path, monkeypatch,
                                                                                      use_embedder, caplog, capsys):
     from rag.index.note_index import NoteIndex
@@ -326,6 +333,7 @@ def fill(disk: Path, leave_mb: int) -> Path:
     return filler
 
 
+@pytest.mark.slow
 def test_a_disk_too_full_at_start_is_a_clear_error_not_a_bus_error(tmp_path, small_disk, serves):
     disk = small_disk(8)  # the index alone maps two 32 MiB WAL segments
     s = serves(tmp_path, state_dir=disk / "data", extra="sync: {interval: 1h}\n")
@@ -339,6 +347,7 @@ def test_a_disk_too_full_at_start_is_a_clear_error_not_a_bus_error(tmp_path, sma
     assert index.returncode == 1 and "is full" in index.stderr
 
 
+@pytest.mark.slow
 def test_a_disk_filling_up_while_serving_pauses_the_sync_says_so_and_it_resumes_by_itself(tmp_path, small_disk,
                                                                                           serves, notes_dir):
     disk = small_disk(200)
@@ -395,6 +404,7 @@ def test_sqlites_own_disk_full_error_is_read_as_a_full_disk_naming_the_folder(tm
 # --- SIGTERM at the end of a pass -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stop_asked_for_at_the_end_of_a_pass_leaves_the_index_optimization_to_the_next(tmp_path, use_embedder):
     """Building the HNSW index may take long (seconds for the corpus on a busy machine): a
     stop asked for by then does not wait for it; the next pass does it."""

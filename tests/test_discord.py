@@ -84,6 +84,7 @@ def run(settings, scenario):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_ask_defers_first_streams_then_answers_in_an_embed(world):
     settings, ollama = world
 

@@ -266,6 +266,7 @@ def test_a_capture_while_leanote_is_down_waits_in_the_outbox_and_is_written_afte
 # --- the buttons under an answer ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_buttons_under_an_answer_are_the_askers_alone(world):
     fake, ollama, leanote = world.fake, world.ollama, world.leanote
     seen = {}

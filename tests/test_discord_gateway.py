@@ -112,6 +112,7 @@ def prompts(ollama, since=0) -> str:
 # --- connecting, streaming, long answers --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an_embed(world):
     fake, ollama = world.fake, world.ollama
 
@@ -319,6 +320,7 @@ def test_a_stranger_gets_one_ephemeral_refusal_and_no_llm_call(world):
 # --- d. no mentions ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_messages_allow_no_mentions(world):
     fake, ollama = world.fake, world.ollama
 

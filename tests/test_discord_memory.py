@@ -96,6 +96,7 @@ def test_about_and_related_show_the_askers_own_memory_privately_with_buttons(mem
     run(settings_for(memory, fake), fake, scenario)
 
 
+@pytest.mark.slow
 def test_reject_by_button_survives_a_restart_and_another_users_id_changes_nothing(memory, fake):
     settings = settings_for(memory, fake)
     seen = {}

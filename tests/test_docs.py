@@ -69,12 +69,14 @@ def strict_build(folder: Path, site: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     run = strict_build(REPO, tmp_path / "site")
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "site" / "answers" / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_a_broken_link_fails_the_build(tmp_path):
     # the strict build is what catches it: a copy of the docs with one bad link and one page left out of the nav
     docs = tmp_path / "docs"

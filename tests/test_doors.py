@@ -104,6 +104,7 @@ async def raw_exchange(path: Path, head: bytes, body_parts) -> tuple[int, dict]:
 # --- the API ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_api_refuses_an_oversized_body_before_reading_it_and_a_long_question_before_any_work(world):
     settings, tg, ollama = world
     settings = settings()
@@ -143,6 +144,7 @@ def test_the_api_refuses_an_oversized_body_before_reading_it_and_a_long_question
     run(settings, scenario, services=())
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_an_oversized_question_with_exit_2(world, tmp_path):
     settings, tg, ollama = world
     config = tmp_path / "config.yaml"

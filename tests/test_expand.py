@@ -113,6 +113,7 @@ def test_a_late_expansion_is_dropped_without_delaying_the_answer(sample_index, u
     assert took < 2.0  # the answer did not wait past the expansion's share of the budget
 
 
+@pytest.mark.slow
 def test_auto_waits_for_a_measured_speed_and_skips_a_slow_machine(sample_index, use_embedder):
     with FakeOllama(speed=(400.0, 40.0)) as ollama:  # a slow CPU: ~3 s for an expansion
         svc, index = service(sample_index, ollama.url, use_embedder, expand="auto", budget=3.0, total_chars=1000)
@@ -128,6 +129,7 @@ def test_auto_waits_for_a_measured_speed_and_skips_a_slow_machine(sample_index, 
             index.close()
 
 
+@pytest.mark.slow
 def test_auto_does_not_hold_the_sources_back_for_an_expansion_even_when_the_budget_would_fit_it(
         sample_index, use_embedder):
     """A 120 s budget fits a ~3 s expansion in its quarter, but the sources wait for the

@@ -21,7 +21,9 @@ import pytest
 from rag.memory.store import MemoryStore, NoteInfo
 from sync.sources.files import stable_id
 
-from conftest import EXAMPLES, free_port
+from conftest import EXAMPLES, THREADS, free_port
+
+pytestmark = pytest.mark.slow  # a real `serve` process and a browser
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 TOKEN_ME, TOKEN_OTHER = "tok-me-" + uuid.uuid4().hex, "tok-other-" + uuid.uuid4().hex
@@ -52,7 +54,7 @@ def daemon(tmp_path_factory):
     config.write_text(
         f"source: {{kind: files, path: '{notes}'}}\nstate_dir: '{root / 'data'}'\n"
         f"ollama: {{host: 'http://127.0.0.1:{free_port()}'}}\nrerank: {{kind: none}}\n"
-        f"memory: {{llm: 'off'}}\nsync: {{interval: 1h}}\n"
+        f"memory: {{llm: 'off'}}\nsync: {{interval: 1h}}\nembedder: {{threads: {THREADS}}}\n"
         f"api:\n  socket: '{sock}'\n  listen: '127.0.0.1:{port}'\n  tokens:\n"
         f"    - {{token_env: LR_TOKEN_ME, users: [local]}}\n"
         f"    - {{token_env: LR_TOKEN_OTHER, users: [somebody-else]}}\n", encoding="utf-8")

@@ -108,6 +108,7 @@ def test_a_follow_up_is_rewritten_by_a_model_fast_enough_and_the_trace_says_so(a
     assert second.trace.followup.startswith("rewritten by the LLM (")
 
 
+@pytest.mark.slow
 def test_a_model_too_slow_to_rewrite_within_its_share_of_the_budget_is_not_asked(answers):
     """Writing 20 tokens a second, a rewrite takes ~2 s: over a quarter of a 4 s budget. The
     follow-up is searched joined to the last question, and finds the note."""

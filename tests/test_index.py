@@ -202,6 +202,7 @@ def test_deleting_the_index_by_hand_is_noticed(indexed, use_embedder):
 
 
 
+@pytest.mark.slow
 def test_a_multi_megabyte_note_is_cut_and_reported(shared_index, use_embedder):
     from rag.index.note_index import MAX_NOTE_CHARS
     from rag.model import Note

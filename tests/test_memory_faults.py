@@ -84,6 +84,7 @@ async def doors(daemon, sock: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the_next(tmp_path, use_embedder, caplog,
                                                                                          monkeypatch):
     for name, value in PASSWORDS.items():
@@ -186,6 +187,7 @@ def sync_service(settings, embedder):
         state.close()
 
 
+@pytest.mark.slow
 def test_a_retag_and_a_notebook_rename_the_locked_memory_missed_show_after_the_next_pass(tmp_path, use_embedder,
                                                                                          monkeypatch, caplog):
     for name, value in PASSWORDS.items():
@@ -243,6 +245,7 @@ PRIVATE_WORDS = ("日记", "SECRET-DIARY", "vault-", *PRIVATE)
 SEED = 18  # the kill moments after the first round
 
 
+@pytest.mark.slow
 def test_kill_9_after_a_sighup_that_excludes_a_notebook_leaves_nothing_of_it_after_a_restart(tmp_path, monkeypatch):
     monkeypatch.setenv("LR_PW_ALICE", PASSWORDS["LR_PW_ALICE"])
     env = {**os.environ}

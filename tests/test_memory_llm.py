@@ -23,7 +23,7 @@ from sync.memory_jobs import MemoryJobs
 from sync.daemon.report import memory_counts
 from sync.state import INDEXED
 
-from conftest import within
+from conftest import until, within
 from fakes.ollama import FakeOllama
 
 POSTGRES = """# 数据库迁移
@@ -227,22 +227,23 @@ def test_the_worker_gives_way_to_answers(world):
         async with slots():
             assert await w.jobs.step() is False
         assert w.fake.structured_chats() == []
-        # an answer comes while the extraction runs: the extraction is cancelled, no attempt counted
+        # an answer comes while the extraction runs: the extraction is cancelled at once (its reply
+        # stalls after three pieces, so nothing else could end it), no attempt counted
         pieces = [ATLAS_PG[i:i + 10] for i in range(0, len(ATLAS_PG), 10)]
-        w.fake.reply_structured(*pieces, delay=0.05)
+        w.fake.reply_structured(*pieces, stall_after=3)
         step = asyncio.create_task(w.jobs.step())
-        await asyncio.sleep(0.3)
+        await until(w.fake.structured_chats, what="the extraction to call the LLM")
         async with slots():
-            started = asyncio.get_running_loop().time()
-            assert await asyncio.wait_for(step, 2) is False
-            assert asyncio.get_running_loop().time() - started < 0.5
+            assert await within(step, "the extraction to give the LLM up to the answer", 10) is False
         assert w.jobs.preempted == 1 and jobs_of(w.store)[0][1] == 0
-        # with the quiet period, a just-finished answer still keeps it off
-        w.jobs.quiet = 0.2
+        # with the quiet period, a just-finished answer still keeps it off (for a second: the two
+        # steps below come well within it, on a busy machine too), and after it no longer does
+        w.jobs.quiet = 1.0
         async with slots():
             assert await w.jobs.step() is False
+            seen = asyncio.get_running_loop().time()  # the step saw the answer by now: quiet until 1 s on
         assert await w.jobs.step() is False
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(seen + 1.0 - asyncio.get_running_loop().time())
         w.fake.reply_structured(ATLAS_PG)
         assert await w.jobs.step() is True and w.jobs.done == 1
 
@@ -266,8 +267,8 @@ def test_an_answer_waiting_for_a_slot_counts_and_the_count_falls_back_however_it
         first = asyncio.create_task(hold(release))
         await holding.wait()
         waiting = asyncio.create_task(hold(release))  # the one slot is taken: this answer waits for it
-        await asyncio.sleep(0.02)
-        assert answers.answers_waiting_or_writing == 2 and jobs._busy()
+        await until(lambda: answers.answers_waiting_or_writing == 2, what="the second answer to wait for the slot")
+        assert jobs._busy()
         release.set()
         await asyncio.gather(first, waiting)
         assert answers.answers_waiting_or_writing == 0 and not jobs._busy()
@@ -275,8 +276,7 @@ def test_an_answer_waiting_for_a_slot_counts_and_the_count_falls_back_however_it
             async with answers.llm_slot():
                 raise RuntimeError("down")
         cancelled = asyncio.create_task(hold(asyncio.Event()))  # an expansion dropped while it runs
-        await asyncio.sleep(0.02)
-        assert answers.answers_waiting_or_writing == 1
+        await until(lambda: answers.answers_waiting_or_writing == 1, what="the expansion to hold the slot")
         cancelled.cancel()
         with pytest.raises(asyncio.CancelledError):
             await cancelled

@@ -15,8 +15,12 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
+from conftest import THREADS
 from fakes.ollama import FakeOllama
+
+pytestmark = pytest.mark.slow  # real `serve` processes
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
@@ -41,7 +45,8 @@ def test_every_file_in_the_state_dir_is_private_whatever_the_umask(tmp_path, not
         config = tmp_path / "config.yaml"
         config.write_text(
             f"source: {{kind: files, path: '{notes_dir}'}}\nstate_dir: data\nollama: {{host: '{ollama.url}'}}\n"
-            f"rerank: {{kind: none}}\nmemory: {{llm: 'off'}}\nsync: {{interval: 1h}}\napi: {{socket: '{sock}'}}\n")
+            f"rerank: {{kind: none}}\nmemory: {{llm: 'off'}}\nsync: {{interval: 1h}}\napi: {{socket: '{sock}'}}\n"
+            f"embedder: {{threads: {THREADS}}}\n")
 
         def cli(*args):
             return subprocess.run([EXE, "--config", str(config), *args], capture_output=True, text=True, timeout=300,

@@ -48,7 +48,8 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+pytestmark = [pytest.mark.slow,  # a real model
+              pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
 
 
 def _free_port() -> int:
@@ -62,7 +63,10 @@ def real_ollama():
     port = _free_port()
     proc = subprocess.Popen(
         [str(INSTALL / "venv" / "bin" / "python"), str(REAL_LLM / "real_ollama.py"), "--model-path",
-         str(INSTALL / "models" / MODEL_FILE), "--port", str(port), "--name", MODEL],
+         str(INSTALL / "models" / MODEL_FILE), "--port", str(port), "--name", MODEL,
+         # one thread: the tests run a process per core, and a second thread waiting for a core that
+         # another test holds slows every step of the model down (it keeps to its slowest thread)
+         "--threads", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300  # loading 1.1 GB of weights on a busy machine
@@ -77,7 +81,7 @@ def real_ollama():
                 pass
             if time.monotonic() > deadline:
                 pytest.fail("the real-LLM server did not answer within 300 s")
-            time.sleep(1)
+            time.sleep(0.2)
         yield url
     finally:
         proc.terminate()

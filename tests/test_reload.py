@@ -57,6 +57,17 @@ def first_pass_done(api_socket: str) -> bool:
         return False
 
 
+def reloaded(messages: list[str], times: int = 1) -> bool:
+    """systemd has heard READY=1 after the ``times``-th RELOADING=1: that reload is done."""
+    seen = 0
+    for m in messages:
+        if m.startswith("RELOADING=1"):
+            seen += 1
+        elif m.startswith("READY=1") and seen >= times:
+            return True
+    return False
+
+
 @pytest.fixture
 def notify_socket():
     """systemd's notify socket, read as systemd reads it: all the time (a thread), so its
@@ -86,6 +97,7 @@ def notify_socket():
     os.unlink(path)
 
 
+@pytest.mark.slow
 def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_path, notify_socket):
     path, read = notify_socket
     with FakeTelegram() as tg, FakeOllama() as ollama:
@@ -118,16 +130,17 @@ def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_p
             write(f"[{{leanote_user_id: local, telegram_ids: [{OWNER}, {FRIEND}]}}]", "embedder: {batch_size: 8}\n")
             proc.send_signal(signal.SIGHUP)
             until(lambda: any(m.startswith("RELOADING=1") for m in read()), what="RELOADING=1")
-            time.sleep(0.5)
+            until(lambda: reloaded(read()), what="READY=1 after RELOADING=1 (the reload applied)")
             ollama.reply("先炒蛋[1]。")
             tg.say(FRIEND, "番茄炒蛋怎么做才不酸？")
             until(lambda: [m for m in tg.sent_to(FRIEND) if "来源" in m["text"]], what="an answer to FRIEND")
 
             config.write_text("source: [this is not valid\n")  # a broken file: the running config stays
             proc.send_signal(signal.SIGHUP)
-            time.sleep(1.0)
+            until(lambda: "reload refused" in log_file.read_text(), what="the broken file's reload to be refused")
+            until(lambda: reloaded(read(), times=2), what="READY=1 after the second RELOADING=1")
             assert proc.poll() is None
-            assert sum(m.startswith("WATCHDOG=1") for m in read()) >= 3  # every 0.2 s
+            until(lambda: sum(m.startswith("WATCHDOG=1") for m in read()) >= 3, what="watchdog pings (every 0.2 s)")
         except AssertionError as err:
             raise AssertionError(f"{err}\n--- serve's log ---\n{log_file.read_text()[-4000:]}") from None
         finally:
@@ -143,3 +156,56 @@ def test_sighup_changes_who_may_ask_without_a_restart_and_systemd_hears_it(tmp_p
     assert "reloaded" in log and "users" in log and "needs a restart to apply: embedder" in log
     assert "reload refused, the running configuration stays" in log
     assert "Traceback" not in log
+
+
+def test_a_reload_that_changes_the_privacy_rules_during_a_pass_applies_them_right_after_it(tmp_path, notes_dir):
+    """The reload asks for a pass at once (the rules apply to every note): one asked for while a
+    pass runs is run right after it, not dropped by the scheduler (its one instance is busy)
+    until the next interval, an hour away. The running pass is held by the fake Ollama at its
+    embedding until the reload is in; the real daemon does the rest."""
+    import asyncio
+
+    from rag import config as config_mod
+    from sync.daemon.host import Daemon
+    from sync.state import State
+
+    from conftest import until as wait_until, within
+
+    with FakeOllama() as ollama:
+        config = tmp_path / "config.yaml"
+
+        def write(extra: str = "") -> None:
+            config.write_text(
+                f"source: {{kind: files, path: '{notes_dir}'}}\nstate_dir: data\n"
+                f"embedder: {{kind: ollama, host: '{ollama.url}'}}\nollama: {{enabled: false}}\nrerank: {{kind: none}}\n"
+                f"sync: {{interval: 1h, watch: false, trigger_debounce: 0.1s}}\n{extra}", encoding="utf-8")
+
+        write()
+        settings = config_mod.load(config)
+        held = ollama.hold_embed("HELD-IN-THE-PASS-9")
+
+        def recipes() -> set[str]:
+            state = State(settings.state_dir)
+            try:
+                return {r[0] for r in state.db.execute("SELECT status FROM notes WHERE notebook LIKE '%菜谱%'")}
+            finally:
+                state.close()
+
+        async def scenario():
+            daemon = Daemon(settings, services=[])
+            task = asyncio.create_task(daemon.run())
+            try:
+                await within(daemon.wait_for_pass(0), "the first pass")
+                assert recipes() == {"indexed"}
+                (notes_dir / "巡检.md").write_text("# 巡检\n\n设备巡检 HELD-IN-THE-PASS-9。\n", encoding="utf-8")
+                assert daemon.trigger(debounce=False)
+                await wait_until(lambda: "HELD-IN-THE-PASS-9" in ollama.held, 60, "a pass to embed the new note")
+                write("exclude: {notebooks: [菜谱]}\n")
+                daemon.reload()  # what SIGHUP runs
+                held.set()
+                await wait_until(lambda: recipes() == {"excluded"}, 60, "the recipes to be excluded")
+            finally:
+                daemon.stop()
+                await asyncio.wait_for(task, timeout=60)
+
+        asyncio.run(within(scenario(), "the scenario"))

@@ -13,7 +13,7 @@ import pytest
 from sync.daemon.main import main
 from rag.redact import safe_url
 
-from conftest import EXAMPLES, free_port
+from conftest import EXAMPLES, THREADS, free_port
 from fakes import LocalServer, QuietHandler
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
@@ -30,7 +30,8 @@ def run(capsys, *args):
 
 def config(tmp_path, text: str = "", name: str = "config.yaml"):
     path = tmp_path / name
-    path.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\nrerank: {{kind: none}}\n{text}")
+    path.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\nrerank: {{kind: none}}\n"
+                    f"embedder: {{threads: {THREADS}}}\n{text}")
     return path
 
 
@@ -39,6 +40,7 @@ def test_safe_url_drops_credentials_wherever_they_are():
     assert safe_url(text) == "Qdrant at https://q.home:6333/ failed; mongodb://a:1,b:2/db?replicaSet=r and http://h/"
 
 
+@pytest.mark.slow
 def test_url_credentials_never_reach_any_printed_path(tmp_path, capsys, caplog, monkeypatch):
     """qdrant.url, ollama.host, leanote.base_url and a MongoDB URL, each with user:password@:
     status, search, ask, doctor and index print and log none of the passwords."""
@@ -72,6 +74,7 @@ def test_url_credentials_never_reach_any_printed_path(tmp_path, capsys, caplog, 
     assert f"127.0.0.1:{port}" in everything  # the hosts themselves are shown, so the operator can act
 
 
+@pytest.mark.slow
 def test_a_corrupted_state_db_names_the_file_and_the_fix(tmp_path, capsys):
     cfg = config(tmp_path)
     assert run(capsys, "--config", str(cfg), "index")[0] == 0
@@ -91,6 +94,7 @@ def test_a_corrupted_state_db_names_the_file_and_the_fix(tmp_path, capsys):
     assert code == 0 and json.loads(out)["hits"]
 
 
+@pytest.mark.slow
 def test_an_unreadable_index_names_the_folder_and_the_fix(tmp_path, capsys):
     cfg = config(tmp_path)
     assert run(capsys, "--config", str(cfg), "index")[0] == 0

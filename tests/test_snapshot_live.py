@@ -34,7 +34,8 @@ from sync.sources.mongodump import MongodumpSource
 from sync.state import State
 from sync.watch import watch
 
-from conftest import SCENARIO, make_settings, within
+from conftest import SCENARIO, THREADS, make_settings, within
+from fakes.ollama import FakeOllama
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
@@ -105,11 +106,13 @@ def old_mtime(path: Path) -> None:
 # --- `serve` polling the folder ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_serve_picks_up_a_file_added_changed_and_deleted_within_an_interval(notes_dir, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
         f"state_dir: data\nsource: {{kind: files, path: '{notes_dir}'}}\n"
-        "sync: {interval: 2s, watch: false}\nollama: {enabled: false}\nrerank: {kind: none}\n",
+        "sync: {interval: 2s, watch: false}\nollama: {enabled: false}\nrerank: {kind: none}\n"
+        f"embedder: {{threads: {THREADS}}}\n",
         encoding="utf-8",
     )
     db = tmp_path / "data" / "state.db"
@@ -193,7 +196,21 @@ async def started(daemon: Daemon) -> asyncio.Task:
     return task
 
 
-def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir, tmp_path):
+async def listening(caplog) -> None:
+    """Until the watcher listens: it logs "watching" right before it sets up its inotify watches,
+    in the same step of the event loop, so once this coroutine sees the line they are set up."""
+    await until(lambda: any(r.name == "sync.watch" and r.getMessage().startswith("watching ")
+                            for r in caplog.records), "the watcher to listen")
+
+
+def seen_by_the_watcher(caplog) -> list[str]:
+    """The changes the watcher took for a note's (its debug lines: the first five paths of each batch)."""
+    return [r.getMessage() for r in caplog.records if r.name == "sync.watch" and r.getMessage().startswith("changed: ")]
+
+
+@pytest.mark.slow
+def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="sync.watch")
     # a trigger at most every 2 s: a change right after a pass finds the trigger debounced
     settings = watcher_settings(tmp_path, notes_dir, trigger_debounce="2s")
     db = settings.state_dir / "state.db"
@@ -202,21 +219,23 @@ def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir,
     async def scenario():
         daemon = Daemon(settings, services=[service])
         task = await started(daemon)
-        await asyncio.sleep(0.5)  # the watcher is listening
-        runs = len(all_runs(db))
+        await listening(caplog)
 
-        # hidden files and folders, and files that are not notes, start no sync
+        # hidden files and folders, and files that are not notes, start no sync: the watcher does
+        # not take them for changes (the note written after them reaches it after them, so by the
+        # time it is indexed they would have been taken, and their pass would be over)
         (notes_dir / ".草稿.md").write_text("# 隐藏\n\nHIDDEN-1\n", encoding="utf-8")
         (notes_dir / ".git").mkdir()
         (notes_dir / ".git" / "x.md").write_text("# git\n", encoding="utf-8")
         (notes_dir / "生活" / "清单.txt").write_text("not a note\n", encoding="utf-8")
-        await asyncio.sleep(2.0)
-        assert len(all_runs(db)) == runs
 
         added = notes_dir / "生活" / "监视新笔记.md"
         added.write_text("# 监视新笔记\n\n文件监视器看到的新笔记 WATCH-ADDED-1。\n", encoding="utf-8")
         await until(lambda: (note_row(db, file_id("生活/监视新笔记.md")) or ("",))[0] == "indexed",
                     "an added file is indexed")
+        seen = seen_by_the_watcher(caplog)
+        assert [line for line in seen if "监视新笔记.md" in line], seen
+        assert not [line for line in seen if ".草稿" in line or ".git" in line or "清单.txt" in line], seen
 
         # changed right after: the daemon's trigger is still debounced, the change must not wait an hour
         first = note_row(db, file_id("生活/监视新笔记.md"))[1]
@@ -245,39 +264,49 @@ def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir,
     assert ends == ["returned"]  # it heard `stopping` and ended by itself
 
 
-def test_a_change_during_a_running_pass_is_synced_after_it(notes_dir, tmp_path):
-    # the watcher's trigger during the pass is not debounced: the daemon is asked to run again after it
-    settings = watcher_settings(tmp_path, notes_dir, trigger_debounce="0.1s")
-    db = settings.state_dir / "state.db"
-    # a long note: hundreds of distinct chunks keep the pass busy embedding for seconds
-    body = "\n\n".join(f"## 第{i}节\n\n" + f"第{i}段记录了编号 {i * 7919} 的设备巡检结果，温度 {i % 50} 度，" * 12
-                       for i in range(500))
-
-    async def scenario():
-        daemon = Daemon(settings, services=[watch])
-        task = await started(daemon)
-        await asyncio.sleep(0.5)
-        (notes_dir / "巡检记录.md").write_text("# 巡检记录\n\n" + body, encoding="utf-8")
+@pytest.mark.slow
+def test_a_change_during_a_running_pass_is_synced_after_it(notes_dir, tmp_path, caplog):
+    """A note written while a pass runs (after it listed the folder): the watcher's trigger during
+    the pass is not debounced, the daemon is asked to run again after it. The pass is held at its
+    embedding (the fake Ollama holds the request that embeds the first note) until the watcher
+    has taken the second note for a change."""
+    caplog.set_level(logging.DEBUG, logger="sync.watch")
+    with FakeOllama() as ollama:
+        settings = make_settings(
+            tmp_path, source={"kind": "files", "path": str(notes_dir)}, embedder={"kind": "ollama", "host": ollama.url},
+            sync={"interval": "1h", "watch": True, "watch_debounce": "0.3s", "trigger_debounce": "0.1s"},
+            ollama={"enabled": False}, rerank={"kind": "none"})
+        db = settings.state_dir / "state.db"
+        held = ollama.hold_embed("HELD-IN-THE-PASS-7")
 
         def running() -> int | None:
             rows = [r for r in all_runs(db) if r[2] is None]
             return rows[-1][0] if rows else None
 
-        # the watcher's debounce, then a pass: slow when other work holds the cores, so a long deadline
-        await until(lambda: running() is not None, "the pass for the long note starts", timeout=120)
-        busy = running()
-        (notes_dir / "巡检期间.md").write_text("# 巡检期间\n\n巡检同步进行中写下的 DURING-PASS-3。\n", encoding="utf-8")
-        written = time.time()
-        if running() != busy:
-            pytest.fail("the pass ended before the change was made: make the long note longer")
-        await until(lambda: (note_row(db, file_id("巡检期间.md")) or ("",))[0] == "indexed",
-                    "the change made during the pass is indexed", timeout=300)  # two passes, on a busy machine
-        assert any(started >= written for _, started, _ in all_runs(db))  # by a pass that started after it
-        assert note_row(db, file_id("巡检记录.md"))[0] == "indexed"
-        daemon.stop()
-        await asyncio.wait_for(task, timeout=60)
+        async def scenario():
+            daemon = Daemon(settings, services=[watch])
+            task = await started(daemon)
+            await listening(caplog)
+            (notes_dir / "巡检记录.md").write_text("# 巡检记录\n\n设备巡检 HELD-IN-THE-PASS-7，温度正常。\n",
+                                                   encoding="utf-8")
+            await until(lambda: "HELD-IN-THE-PASS-7" in ollama.held, "the pass for the first note to embed it",
+                        timeout=120)
+            busy = running()
+            assert busy is not None
+            (notes_dir / "巡检期间.md").write_text("# 巡检期间\n\n巡检同步进行中写下的 DURING-PASS-3。\n", encoding="utf-8")
+            written = time.time()
+            await until(lambda: [line for line in seen_by_the_watcher(caplog) if "巡检期间.md" in line],
+                        "the watcher to see the second note")
+            assert running() == busy and note_row(db, file_id("巡检期间.md")) is None  # the pass is still held
+            held.set()
+            await until(lambda: (note_row(db, file_id("巡检期间.md")) or ("",))[0] == "indexed",
+                        "the change made during the pass is indexed", timeout=120)
+            assert any(started >= written for _, started, _ in all_runs(db))  # by a pass that started after it
+            assert note_row(db, file_id("巡检记录.md"))[0] == "indexed"
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=60)
 
-    asyncio.run(within(scenario(), "the scenario", SCENARIO))
+        asyncio.run(within(scenario(), "the scenario", SCENARIO))
 
 
 def test_watcher_off_or_without_a_folder(notes_dir, tmp_path):

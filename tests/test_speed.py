@@ -42,6 +42,7 @@ def ask(svc, question=QUESTION):
     return asyncio.run(svc.ask(question, "local"))
 
 
+@pytest.mark.slow
 def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budget(sample_index, use_embedder):
     read, write = 3000.0, 400.0  # tokens a second: a small CPU, ten times sped up for the test
     budget = 0.8
@@ -112,6 +113,7 @@ def test_a_model_too_slow_to_read_the_best_passage_within_the_timeout_is_not_ask
             index.close()
 
 
+@pytest.mark.slow
 def test_a_machine_that_got_slower_learns_from_its_timeouts_and_then_answers(sample_index, use_embedder):
     """The speed measured when the machine was idle; now it reads ten times slower and the
     first prompt (sized to the old speed) takes longer than ollama.timeout: the cut-short reply
@@ -154,6 +156,7 @@ def test_a_fast_machine_gets_all_the_evidence(sample_index, use_embedder):
             index.close()
 
 
+@pytest.mark.slow
 def test_the_speed_is_kept_for_the_next_start_and_shown_by_status(sample_index, use_embedder, capsys):
     from sync.daemon.main import main
 

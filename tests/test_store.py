@@ -269,6 +269,7 @@ def test_equal_scores_come_back_by_id_whatever_order_the_points_were_written_in(
     assert lists[0] == lists[1] == lists[2] == (best, best)
 
 
+@pytest.mark.slow
 def test_dense_search_is_exact_also_once_the_index_is_optimized(tmp_path):
     """An index past Qdrant's indexing threshold (~10 MB of vectors) gets an HNSW graph when it
     is optimized; the dense side still returns the exact nearest chunks, which do not depend

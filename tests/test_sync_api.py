@@ -187,6 +187,7 @@ def test_privacy_follows_moves_tags_and_notebooks(leanote, world):
     assert find("DIARY-LEAVES-10")[0].notebook == "工作 / 日记"
 
 
+@pytest.mark.slow
 def test_equal_usn_group_across_a_page_boundary(leanote, world):
     _, sync, find, _, _ = world
     usn = leanote.users[ALICE]["Usn"] + 1
@@ -277,6 +278,7 @@ def test_backoff_is_capped(world):
     assert [round(service.backoff(n)) for n in (1, 2, 3, 10, 50)] == [30, 60, 120, 1800, 1800]
 
 
+@pytest.mark.slow
 def test_a_timeout_is_a_failure_not_a_crash(leanote, world):
     _, sync, _, _, _ = world
     sync()

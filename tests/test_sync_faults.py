@@ -151,6 +151,7 @@ def api_settings(tmp_path, leanote, **extra):
         sync={"page_size": 3, "http_timeout": 2}, **extra)
 
 
+@pytest.mark.slow
 def test_malformed_api_notes_are_skipped_and_the_other_account_syncs(leanote, tmp_path, use_embedder):
     good = [leanote.put_note({"NoteId": nid(), "UserId": ALICE, "NotebookId": WORK, "Title": f"好{i}",
                               "Content": f"API-GOOD-{i} 内容"}) for i in range(4)]
@@ -294,6 +295,7 @@ def test_a_silent_mongodb_hits_its_deadlines(tmp_path, monkeypatch):
         silent.close()
 
 
+@pytest.mark.slow
 def test_a_stop_request_ends_a_pass_between_notes_and_the_next_pass_finishes(leanote, tmp_path, use_embedder):
     for i in range(40):
         leanote.put_note({"NoteId": nid(), "UserId": ALICE, "NotebookId": WORK, "Title": f"n{i}",

@@ -60,6 +60,7 @@ def final(tg, chat, containing):
     return [m for m in tg.sent_to(chat) if containing in m["text"]]
 
 
+@pytest.mark.slow
 def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
     settings, tg, ollama = world
 
@@ -116,6 +117,7 @@ def test_a_stranger_gets_one_refusal_with_their_id_and_nothing_else(world):
     run(settings, tg, scenario)
 
 
+@pytest.mark.slow
 def test_429_while_streaming_still_delivers_the_final_answer(world):
     settings, tg, ollama = world
 
@@ -153,6 +155,7 @@ def test_note_text_is_escaped_and_long_answers_are_split(world):
     run(settings, tg, scenario)
 
 
+@pytest.mark.slow
 def test_groups_need_a_mention_or_a_reply_and_commands_work(world):
     settings, tg, ollama = world
 
@@ -187,6 +190,7 @@ def test_groups_need_a_mention_or_a_reply_and_commands_work(world):
     run(settings, tg, scenario)
 
 
+@pytest.mark.slow
 def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
     """ONE and TWO (both mapped) and a stranger in one listed group: nothing of ONE's
     question, answer, trace or notes reaches TWO's /why, /status, follow-up prompt or replies."""
@@ -246,6 +250,7 @@ def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
     run(settings, tg, scenario)
 
 
+@pytest.mark.slow
 def test_an_unlisted_group_gets_no_answers(world):
     settings, tg, ollama = world
     OTHER_GROUP = -100777
@@ -275,6 +280,7 @@ def test_why_in_a_group_asks_for_a_private_chat_when_there_is_none(world):
     run(settings, tg, scenario)
 
 
+@pytest.mark.slow
 def test_an_error_while_answering_never_leaves_the_chat_hanging(world):
     settings, tg, ollama = world
 
@@ -427,6 +433,7 @@ def test_an_unreachable_bot_api_is_retried_and_named_while_sync_goes_on(world, c
     asyncio.run(within(main(), "the scenario", SCENARIO))
 
 
+@pytest.mark.slow
 def test_tokens_never_reach_the_logs(world, caplog):
     import logging
 

@@ -74,6 +74,7 @@ def link_id(text: str, leanote) -> str:
 # --- capture --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_notes_forwards_saves_files_appends_and_memory_land_in_leanote(world):
     make, tg, ollama, leanote = world
     settings = make()
@@ -333,6 +334,7 @@ def test_the_buttons_under_an_answer_are_the_askers_own(world):
     run(settings, tg, scenario)
 
 
+@pytest.mark.slow
 def test_a_restarted_bot_is_not_given_what_it_confirmed_and_captures_once(world):
     """Telegram forgets updates once an offset confirms them: a bot that restarts (a new
     process asks without an offset) gets only what came since. A capture before the restart

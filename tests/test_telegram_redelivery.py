@@ -23,6 +23,8 @@ from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
 from test_telegram import run, until
 
+pytestmark = pytest.mark.slow  # a real process killed
+
 OWNER = 111
 USER = "local"  # the sample notes' user, and the Leanote account capture logs in as
 

@@ -320,8 +320,8 @@ class Daemon:
             if "sync.reconcile_at" in live:
                 hour, minute = (int(x) for x in settings.sync.reconcile_at.split(":"))
                 self.scheduler.reschedule_job("reconcile", trigger=CronTrigger(hour=hour, minute=minute))
-            if "exclude" in live:  # the next pass sees new rules and reconciles: run it now
-                self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
+            if "exclude" in live:  # the next pass sees new rules and reconciles: run it now, or right
+                self.trigger(debounce=False)  # after the one running (the scheduler would drop it)
 
     async def _supervise(self, service: Service) -> None:
         """Run a service; if it fails (network down), retry with backoff without stopping
