@@ -214,6 +214,17 @@ class ApiConfig(Section):
     socket: Path | None = Field(default=None, description="Unix socket, owner-only (default: <state_dir>/api.sock)")
     listen: str | None = Field(default=None, description="host:port for remote use (with tokens); off by default")
     tokens: list[ApiToken] = Field(default=[], description="bearer tokens accepted on listen")
+    max_connections: int = Field(
+        default=64, ge=1, le=100_000,
+        description="listen: connections open at once (at most a quarter of the process's open-file limit); "
+        "past it, the connection that has waited longest without sending a whole request is closed, else the "
+        "new one is refused at once",
+    )
+    request_timeout: Duration = Field(
+        default=10.0, description="listen: a request's line, headers and body must arrive within this, else "
+        "the connection is closed",
+    )
+    idle_timeout: Duration = Field(default=5.0, description="listen: a kept-alive connection idle this long is closed")
 
     @model_validator(mode="after")
     def _listen_needs_tokens(self) -> "ApiConfig":

@@ -38,6 +38,7 @@ import logging
 import os
 import socket
 from dataclasses import asdict, dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator, Protocol
@@ -57,6 +58,7 @@ from rag.memory.store import MemoryStore
 from rag.index.retrieve import RETRIEVERS, resolve_user
 
 from sync.faults import reading_state
+from sync.daemon.guard import AcceptErrors, Episode, Guard, GuardedH11, connection_cap
 from sync.daemon.report import status_report
 from sync.state import State
 
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
+BACKLOG = 4096  # connections the kernel queues until they are accepted (capped by net.core.somaxconn)
+ACCEPT_BATCH = 16  # connections accepted in one go before the next are looked at (``_Server``)
 
 
 class Host(Protocol):
@@ -147,6 +151,8 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
     too_large = (f"the request body is larger than {body_kb} KB (limits.request_kb): send a shorter question "
                  f"(at most {daemon.settings.limits.question_chars:,} characters are read)")
     app.add_middleware(BodyLimit, most=body_kb * 1024, refusal=too_large, close=auth is None)
+    if auth is not None:
+        app.add_middleware(TokenFirst, auth=auth)
 
     def small(text: str | None, what: str) -> str:
         """``text`` within ``limits.question_chars``, checked before any work (else 413)."""
@@ -370,6 +376,31 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class TokenFirst:
+    """ASGI middleware for the TCP listener: a request for anything but the public paths
+    (``/health``, ``/openapi.json``, the explorer page, which asks for a token itself) without
+    a valid token is answered 401 from its head, before its body is read: a stranger's
+    request holds no connection longer than that answer takes (``sync.daemon.guard``)."""
+
+    PUBLIC = ("/health", "/openapi.json", "/explorer")
+
+    def __init__(self, app, auth: "TokenAuth"):
+        self.app, self.auth = app, auth
+
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or any(path == p or path.startswith(p + "/") for p in self.PUBLIC):
+            return await self.app(scope, receive, send)
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        try:
+            self.auth.caller(header)
+        except HTTPException as err:
+            response = JSONResponse({"error": err.detail, "kind": "auth"}, status_code=err.status_code,
+                                    headers=err.headers)
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 EXPLORER = Path(__file__).with_name("explorer")
 VENDOR = {"vis-network.min.js": "vis-network.min.js", "vis-network.css": "vis-network.css"}
 
@@ -464,19 +495,33 @@ class TokenAuth:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn inside our event loop: the daemon handles the signals, not uvicorn."""
+    """uvicorn inside our event loop: the daemon handles the signals, not uvicorn.
+
+    asyncio accepts as many connections in one go as the listen backlog it is given, before
+    any of them is looked at: a long queue of a stranger's connections would take every file
+    the process may open at once. So uvicorn's backlog (``Config.backlog``) is the small
+    batch ``ACCEPT_BATCH``, and once it listens the kernel's queue is made ``BACKLOG`` long
+    again (``listen()`` on a listening socket only changes its queue): a client's
+    connection waits in the queue, never for a SYN to be sent again."""
 
     @contextlib.contextmanager
     def capture_signals(self):
         yield
 
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(BACKLOG)
 
-def _config(app: FastAPI, question_chars: int) -> uvicorn.Config:
+
+def _config(app: FastAPI, settings: Settings, guard: Guard | None = None) -> uvicorn.Config:
     # h11 holds a request's line and headers whole up to this: room for a query of
     # question_chars (CJK percent-encoded: 9 bytes a character) and the headers, no more.
-    head = max(16 * 1024, question_chars * 9 + 8 * 1024)
+    head = max(16 * 1024, settings.limits.question_chars * 9 + 8 * 1024)
+    protocol = partial(GuardedH11, guard=guard) if guard is not None else "h11"
     return uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
-                          server_header=False, h11_max_incomplete_event_size=head)
+                          server_header=False, h11_max_incomplete_event_size=head, http=protocol,
+                          timeout_keep_alive=settings.api.idle_timeout, backlog=ACCEPT_BATCH)
 
 
 def unix_listener(path) -> socket.socket:
@@ -508,7 +553,7 @@ def tcp_listener(listen: str) -> socket.socket:
     except OSError as err:
         sock.close()
         raise UserError(f"cannot listen on api.listen {listen}: {err.strerror or err}") from None
-    sock.listen(64)
+    sock.listen(BACKLOG)
     return sock
 
 
@@ -518,16 +563,22 @@ async def service(daemon: Host) -> None:
     if not cfg.enabled:
         return
     servers: list[tuple[_Server, socket.socket]] = []
-    chars = daemon.settings.limits.question_chars
     remote = ""
+    guard = None
     if cfg.listen:  # a problem here leaves the local socket working, and says what is wrong
         try:
-            servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)), chars)), tcp_listener(cfg.listen)))
-            remote = f" and http://{cfg.listen} (tokens)"
+            guard = Guard(cfg.listen, connection_cap(cfg.max_connections), cfg.request_timeout)
+            app = create_app(daemon, TokenAuth(daemon))
+            servers.append((_Server(_config(app, daemon.settings, guard)), tcp_listener(cfg.listen)))
+            remote = f" and http://{cfg.listen} (tokens; at most {guard.most} connections)"
         except UserError as err:
             log.error("the API's TCP listener is off: %s", err)
-    servers.append((_Server(_config(create_app(daemon), chars)), unix_listener(cfg.socket)))
+    servers.append((_Server(_config(create_app(daemon), daemon.settings)), unix_listener(cfg.socket)))
     log.info("API on %s%s", cfg.socket, remote)
+    accept_errors = AcceptErrors(asyncio.get_running_loop())
+    accept_errors.install()
+    bad_heads = _QuietBadRequests()
+    logging.getLogger("uvicorn.error").addFilter(bad_heads)
     tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
     try:
         await daemon.stopping.wait()
@@ -539,6 +590,28 @@ async def service(daemon: Host) -> None:
             sock.close()
         with contextlib.suppress(FileNotFoundError):
             cfg.socket.unlink()
+        accept_errors.remove()
+        logging.getLogger("uvicorn.error").removeFilter(bad_heads)
+        bad_heads.episode.over()
+        if guard is not None:
+            guard.close()
+
+
+class _QuietBadRequests(logging.Filter):
+    """uvicorn logs every malformed request head; a stranger can send thousands: the first
+    one of an episode is said, the rest counted (``guard.Episode``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.episode = Episode(
+            lambda c: "the API received a malformed HTTP request (answered 400); more are counted, not logged",
+            lambda c: f"the API answered {c['bad']} malformed HTTP request(s) with 400", level=logging.INFO)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Invalid HTTP request received"):
+            self.episode.hit("bad")
+            return False
+        return True
 
 
 service.label = "API"
