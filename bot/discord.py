@@ -277,7 +277,8 @@ class DiscordBot:
         try:
             answer = await self.host.answers.ask(question, person.leanote_user_id,
                                                  conversation=self.conversation(interaction), on_token=pacer.feed,
-                on_sources=lambda found: pacer.show_first(sources_first(found)))
+                on_sources=lambda found: pacer.show_first(sources_first(found)),
+                caller=person_key("discord", interaction.user.id))
         except Exception:
             log.exception("answering a Discord question failed")
             count_error(self.host, "discord")

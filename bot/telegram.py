@@ -689,7 +689,8 @@ class TelegramBot:
         try:
             answer = await self.host.answers.ask(
                 question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed,
-                on_sources=lambda found: pacer.show_first(sources_first(found))
+                on_sources=lambda found: pacer.show_first(sources_first(found)),
+                caller=person_key("telegram", update.effective_user.id),
             )
         except Exception:
             log.exception("answering a Telegram question failed")

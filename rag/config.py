@@ -225,6 +225,9 @@ class ApiConfig(Section):
         "the connection is closed",
     )
     idle_timeout: Duration = Field(default=5.0, description="listen: a kept-alive connection idle this long is closed")
+    rate_limit: int = Field(
+        default=20, ge=1, description="listen: questions and searches per token per minute (past it: 429)",
+    )
 
     @model_validator(mode="after")
     def _listen_needs_tokens(self) -> "ApiConfig":

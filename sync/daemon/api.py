@@ -166,6 +166,19 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
             raise HTTPException(403, "this token may not do that (api.tokens[].admin)")
         return who
 
+    rates = limits.PerMinute(lambda: daemon.settings.api.rate_limit)
+
+    def counted(who: Caller) -> None:
+        """A question or a search over TCP counts against its token's ``api.rate_limit``."""
+        if auth is None:
+            return
+        wait = rates.take(who.name)
+        if wait:
+            n = daemon.settings.api.rate_limit
+            raise HTTPException(429, f"this token asked {n} questions and searches in the last minute "
+                                     f"(api.rate_limit): try again in {wait:.0f} s",
+                                headers={"Retry-After": str(max(1, round(wait)))})
+
     def ready() -> None:
         if daemon.index is None or daemon.answers is None:
             raise Unavailable(f"the daemon is starting: {daemon.not_ready or 'the index is not open yet'}")
@@ -177,8 +190,8 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException):
-        return JSONResponse({"error": err.detail, "kind": "auth" if err.status_code in (401, 403) else "user"},
-                            status_code=err.status_code, headers=err.headers)
+        kind = "auth" if err.status_code in (401, 403) else "unavailable" if err.status_code == 429 else "user"
+        return JSONResponse({"error": err.detail, "kind": kind}, status_code=err.status_code, headers=err.headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):
@@ -245,6 +258,7 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         q = small(q, "the query")
         if retriever not in RETRIEVERS:
             raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+        counted(who)
         user_id = await pick_user(who, user)
         hits = await daemon.answers.search(q, user_id, k, retriever)
         return {"query": q, "user_id": user_id, "hits": [asdict(h) for h in hits]}
@@ -253,9 +267,11 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
               response_class=StreamingResponse, responses={200: {"content": {NDJSON: {}}}})
     async def ask(body: AskIn, who: Caller = Depends(caller)) -> StreamingResponse:
         question = small(body.question, "the question")
+        counted(who)
         user_id = await pick_user(who, body.user)
         conversation = f"api:{who.name}:{body.conversation}" if body.conversation else None
-        return StreamingResponse(_answer_events(daemon, question, user_id, conversation), media_type=NDJSON)
+        return StreamingResponse(_answer_events(daemon, question, user_id, conversation, f"api:{who.name}"),
+                                 media_type=NDJSON)
 
     @app.post("/sync", summary="a sync pass now (admin)",
               responses={200: {"content": {NDJSON: {}}, "description": "with wait: progress events, then the result"}})
@@ -423,11 +439,12 @@ def _log_failure(task: asyncio.Task) -> None:
         log.error("a sync started through the API failed", exc_info=task.exception())
 
 
-async def _answer_events(daemon: Host, question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
+async def _answer_events(daemon: Host, question: str, user_id: str, conversation: str | None,
+                         caller: str) -> AsyncIterator[bytes]:
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(daemon.answers.ask(
         question, user_id, conversation=conversation, on_token=lambda text: queue.put_nowait(("token", text)),
-        on_sources=lambda found: queue.put_nowait(("sources", found))))
+        on_sources=lambda found: queue.put_nowait(("sources", found)), caller=caller))
     task.add_done_callback(lambda _: queue.put_nowait(None))
     try:
         while (item := await queue.get()) is not None:
