@@ -54,8 +54,8 @@ from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
                      nobody_mapped, outbox_text, person_key, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)
-from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
-                     discord_sources)
+from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, discord_escape, discord_pages,
+                        discord_plain_links, discord_sources)
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
@@ -263,9 +263,16 @@ class DiscordBot:
             private = not self.cfg.public_answers
         await interaction.response.defer(thinking=True, ephemeral=private)
 
+        reading = {"links": NoteLinks()}  # the links of the passages read, once they are known
+
+        def sources(found) -> None:
+            reading["links"] = NoteLinks(found)
+            pacer.show_first(sources_first(found))
+
         async def edit(text: str) -> None:
             try:
-                await interaction.edit_original_response(content=discord_plain_links(text)[-DISCORD_CONTENT:])
+                await interaction.edit_original_response(
+                    content=discord_plain_links(text, reading["links"])[-DISCORD_CONTENT:])
             except discord.HTTPException as err:
                 if err.status == 429:
                     raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
@@ -277,8 +284,7 @@ class DiscordBot:
         try:
             answer = await self.host.answers.ask(question, person.leanote_user_id,
                                                  conversation=self.conversation(interaction), on_token=pacer.feed,
-                on_sources=lambda found: pacer.show_first(sources_first(found)),
-                caller=person_key("discord", interaction.user.id))
+                on_sources=sources, caller=person_key("discord", interaction.user.id))
         except Exception:
             log.exception("answering a Discord question failed")
             count_error(self.host, "discord")
@@ -326,7 +332,7 @@ class DiscordBot:
             sources = discord_sources(answer.citations, "来源 Sources")
         else:
             sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
-        body = discord_plain_links(answer.answer) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
+        body = discord_plain_links(answer.answer, NoteLinks(answer.citations)) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
         embeds = embeds_for(body, sources)
         first, rest = embeds[0], embeds[1:]
         # the buttons go under the last part of the answer

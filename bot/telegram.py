@@ -61,7 +61,7 @@ from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELAT
                      VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
                      count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
-from bot.render import telegram_messages, telegram_sources
+from bot.render import NoteLinks, telegram_messages, telegram_plain, telegram_sources
 
 log = logging.getLogger(__name__)
 
@@ -673,9 +673,17 @@ class TelegramBot:
         chat = update.effective_chat
         placeholder = await self._retrying(lambda: update.effective_message.reply_text("…"))
 
-        async def edit(text: str) -> None:
+        reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
+
+        def sources(found) -> None:
+            reading["links"] = NoteLinks(found)
+            reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
+            pacer.show_first(sources_first(found))
+
+        async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
             try:
-                await placeholder.edit_text(text, link_preview_options=NO_PREVIEW)
+                await placeholder.edit_text(telegram_plain(text, reading["links"], reading["web"]),
+                                            parse_mode=ParseMode.HTML, link_preview_options=NO_PREVIEW)
             except RetryAfter as err:
                 raise Wait(_seconds(err)) from None
             except BadRequest as err:
@@ -689,8 +697,7 @@ class TelegramBot:
         try:
             answer = await self.host.answers.ask(
                 question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed,
-                on_sources=lambda found: pacer.show_first(sources_first(found)),
-                caller=person_key("telegram", update.effective_user.id),
+                on_sources=sources, caller=person_key("telegram", update.effective_user.id),
             )
         except Exception:
             log.exception("answering a Telegram question failed")
@@ -708,7 +715,8 @@ class TelegramBot:
         else:
             sources = telegram_sources(answer.closest, "最接近的笔记 Closest notes")
         markup = await asyncio.to_thread(self._buttons, update, person, answer)  # a write to the feedback store
-        await self._final(placeholder, telegram_messages(body, sources), html=True, markup=markup)
+        await self._final(placeholder, telegram_messages(body, sources, links=NoteLinks(answer.citations)), html=True,
+                          markup=markup)
 
     async def _typing(self, chat_id: int) -> None:
         with suppress(asyncio.CancelledError, TelegramError):

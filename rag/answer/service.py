@@ -46,6 +46,7 @@ from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer import followup
 from rag.answer.evidence import Evidence, build_evidence, header, messages
 from rag.answer.fair import CALLER, FairSlots, Turns
+from rag.answer import links
 from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
@@ -133,6 +134,9 @@ class Citation:
     url: str
     excerpt: str
     score: float
+    # the links the cited passage holds ({"text", "url"}): the only ones the answer may show as
+    # links (rag.answer.links)
+    links: list[dict] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -245,6 +249,7 @@ def _citation(n: int, hit_or_block, question: str) -> Citation:
         url=hit_or_block.url,
         excerpt=excerpt(text, question),
         score=round(hit_or_block.score, 6),
+        links=links.held(text),
     )
 
 

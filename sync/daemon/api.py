@@ -48,6 +48,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from bot.render import NoteLinks, web_html
 from rag.memory import explore
 
 from rag import limits
@@ -462,7 +463,9 @@ async def _answer_events(daemon: Host, question: str, user_id: str, conversation
         return
     finally:
         task.cancel()  # the client went away: stop writing its answer
-    yield _event(event="answer", answer=answer.as_json(with_trace=True))
+    # the answer as HTML for a page: every link-like token inert, but the cited passages' own links
+    yield _event(event="answer", answer=answer.as_json(with_trace=True),
+                 html=web_html(answer.answer, NoteLinks(answer.citations)))
 
 
 async def _sync_events(daemon: Host, body: SyncIn) -> AsyncIterator[bytes]:
