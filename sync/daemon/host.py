@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
+ROOM_LOOK = 2.0  # seconds between looks at the free space while the disk is full
+
 # What a reload (SIGHUP) changes in the running daemon: whole sections, and single keys
 # of others. Everything else needs a restart, and the log says which keys changed.
 LIVE_SECTIONS = ("users", "exclude", "answer", "retrieval", "bots", "log_level")
@@ -121,6 +123,7 @@ class Daemon:
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
         self.memory_jobs: MemoryJobs | None = None  # the memory's LLM tier (sync.memory_jobs)
+        self._room_watch: asyncio.Task | None = None  # while the disk is full: looks for room (_watch_for_room)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -377,6 +380,8 @@ class Daemon:
     async def _after_pass(self, result: PassResult) -> None:
         if result.stopped:
             return
+        if isinstance(result.fault, DiskFull) and (self._room_watch is None or self._room_watch.done()):
+            self._room_watch = asyncio.create_task(self._watch_for_room())
         self.last_pass = result
         self.passes += 1
         summary = result.summary
@@ -395,6 +400,26 @@ class Daemon:
             log.debug("after the pass: %s", err)
         async with self.pass_done:
             self.pass_done.notify_all()
+
+    async def _watch_for_room(self) -> None:
+        """While passes wait for room on the disk: look at the free space every ``ROOM_LOOK``
+        seconds (one statvfs), and as soon as there is room again, sync then rather than at
+        the next backoff step, which may be half an hour away."""
+        while not self.stopping.is_set() and self.sync is not None and isinstance(self.sync.fault, DiskFull):
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=ROOM_LOOK)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                await asyncio.to_thread(check_disk, self.settings.state_dir)
+            except DiskFull:
+                continue
+            if self.sync is not None and isinstance(self.sync.fault, DiskFull):
+                log.info("there is room on the disk again: syncing now")
+                self.sync.fault_until = 0.0
+                self.trigger(debounce=False)
+            return
 
     def _next_due(self) -> float | None:
         """The earliest time an account in backoff may run again (in a worker thread)."""
@@ -432,10 +457,19 @@ class Daemon:
                     acc.next_run = when
                     self.state.put_account(acc)
 
+    def paused(self) -> bool:
+        """Whether the sync waits out a fault of every account's (the disk full, the state file
+        damaged): no pass runs before ``sync.fault_until``, whoever asks."""
+        sync = self.sync
+        return sync is not None and sync.fault is not None and self.clock() < sync.fault_until
+
     def trigger(self, debounce: bool = True) -> bool:
         """Run a sync now (the bots' /sync, the file watcher). Debounced unless told not to:
-        False when a trigger came less than ``sync.trigger_debounce`` ago."""
+        False when a trigger came less than ``sync.trigger_debounce`` ago, or while the sync
+        is paused (``paused``: its retry is scheduled; a trigger would be a pass for nothing)."""
         now = self.clock()
+        if self.paused():
+            return False
         if debounce and now - self._last_trigger < self.settings.sync.trigger_debounce:
             return False
         self._last_trigger = now
