@@ -15,6 +15,12 @@ only the USNs below it (``Page.covered``). The server's USN read *before* a pass
 is kept as ``synced_usn``: "nothing changed since" means the server's USN is still
 that one (the user's USN can be above anything we can receive: tag edits bump it).
 
+The server's history can change under the cursor: Leanote restored from a backup puts its
+USN back (below ``synced_usn``: caught at once), and new writes may carry it past ours
+before the next pass. So a pass with changes to read first asks for the note it saw last
+(``usn_of``): gone, or back at a lower USN, means the history is not the one synced. Either
+way every note is compared with the server at once and the cursors start again.
+
 ``reconcile()`` compares everything the source holds with the state and the
 index and repairs what the stream of changes cannot show: notebooks hard-deleted
 through the API, notes removed from MongoDB by hand, privacy rules changed in the
@@ -39,7 +45,8 @@ from sync.state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
 
-# meta key prefix (then "<source>:<account>"): when the server's USN last went back, from what to what
+# meta key prefix (then "<source>:<account>"): when the server's history last changed (its USN went back,
+# or a note seen is gone), from what USN to what, and why
 USN_BACK = "usn_back:"
 
 
@@ -84,12 +91,16 @@ class AccountSync:
         acc.last_attempt = self.clock()
         synced = max(acc.cursor, acc.synced_usn or 0)
         if server < synced:  # a counter never goes back: the server was restored from an older backup
-            return self._went_back(acc, server, synced)
-        self._memory_catch_up()
+            return self._went_back(acc, server, synced, f"its USN went back from {synced} to {server}")
         # Idle only when a complete pass already saw this USN. Not by the cursors: notebooks
         # and notes are pulled apart, so after a pass cut short (stopped, killed) the notebook
         # cursor can be at the server's USN while notes below it are still to be read.
-        if acc.synced_usn is not None and server <= acc.synced_usn:
+        idle = acc.synced_usn is not None and server <= acc.synced_usn
+        changed = None if idle else self._history_changed(acc)
+        if changed:  # restored, and its USN climbed back past ours before this pass
+            return self._went_back(acc, server, synced, changed)
+        self._memory_catch_up()
+        if idle:
             acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
             with self.state.transaction():
                 self.state.put_account(acc)
@@ -127,15 +138,33 @@ class AccountSync:
         self.summary.seconds = round(time.monotonic() - started, 3)
         return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
 
-    def _went_back(self, acc, server: int, synced: int) -> AccountResult:
-        """The server's USN is below what was synced: changes made since the restore get
-        USNs we would take as seen. Every note is compared with the server at once (the
-        reconcile), then the cursors start again from the server's USN."""
-        log.warning("the server's USN for %s went back from %d to %d (Leanote restored from a backup?): "
-                    "comparing every note with the server now", acc.account, synced, server)
+    def _history_changed(self, acc) -> str | None:
+        """Whether the server's history is not the one synced, though its USN is above ours
+        (Leanote restored from a backup, then written to past our cursor): the note seen last
+        in the stream is gone from it, or back at a lower USN. What happened, or None. One
+        metadata call per pass that has changes to read; none when the source cannot say."""
+        usn_of = getattr(self.session, "usn_of", None)
+        anchor = self.state.latest_note(self.source, acc.account, acc.notes_usn) if usn_of else None
+        if anchor is None:
+            return None
+        note_id, seen = anchor
+        now = usn_of(note_id)
+        if now is None:
+            return f"note {note_id}, seen at USN {seen}, is gone from it"
+        if now < seen:
+            return f"note {note_id} is back at USN {now}, below the {seen} it was seen at"
+        return None
+
+    def _went_back(self, acc, server: int, synced: int, why: str) -> AccountResult:
+        """The server's history is not the one synced (its USN went back; or a note seen is
+        gone, or older): changes made since the restore get USNs we would take as seen.
+        Every note is compared with the server at once (the reconcile), then the cursors
+        start again from the server's USN."""
+        log.warning("the server's history for %s changed: %s (Leanote restored from a backup?); "
+                    "comparing every note with the server now", acc.account, why)
         with self.state.transaction():
             self.state.set_meta(f"{USN_BACK}{self.source}:{acc.account}",
-                                json.dumps({"from": synced, "to": server, "at": self.clock()}))
+                                json.dumps({"from": synced, "to": server, "at": self.clock(), "why": why}))
         result = self.reconcile()
         acc = self.state.account(self.source, self.session.account)
         acc.user_id = self.session.user_id
@@ -144,7 +173,7 @@ class AccountSync:
         acc.last_error = acc.failing_since = None
         self.indexer.commit(acc)
         s = result.summary
-        log.info("%s compared with the server after its USN went back: %d added, %d updated, %d deleted",
+        log.info("%s compared with the server after its history changed: %d added, %d updated, %d deleted",
                  acc.account, s.added, s.updated, s.deleted)
         return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
 

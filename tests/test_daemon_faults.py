@@ -276,10 +276,81 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
             assert alice["lag"] == 0 and alice["usn_went_back"]["from"] == synced
             print_status(report)
             out = capsys.readouterr().out
-            assert f"the server's USN went back from {synced} to" in out and "lag -" not in out
+            assert f"the server's history changed: its USN went back from {synced} to" in out and "lag -" not in out
 
             leanote.put_note(note(ALICE, WORK, "再后来", "LATER-ON 之后的改动"))  # the cursors follow the server again
             assert service.run_pass().ok and found("LATER-ON") == {"再后来"}
+        finally:
+            service.close()
+            index.close()
+            state.close()
+
+
+def test_a_restore_is_noticed_when_the_usn_climbed_back_past_the_cursor(tmp_path, monkeypatch, use_embedder,
+                                                                       caplog, capsys):
+    """Back up; add X1, X2 and sync; restore; add Y1-Y4 (the server's USN is above ours again);
+    sync: X1 and X2 leave the index, Y1-Y4 come in, at once, and the log and status say why."""
+    from rag.index.note_index import NoteIndex
+    from rag.index.retrieve import search
+    from sync.daemon.report import print_status, status_report
+    from sync.service import SyncService
+    from sync.state import State
+
+    from conftest import make_settings
+    from fakes.leanote import FakeLeanote
+
+    monkeypatch.setenv("LR_PW_ALICE", "alice-pw")
+    ids = iter(range(1, 100))
+
+    def note(title, content):
+        return {"NoteId": "6%023x" % next(ids), "UserId": ALICE, "NotebookId": WORK, "Title": title,
+                "Content": content}
+
+    with FakeLeanote() as leanote:
+        leanote.add_user(ALICE, "alice@example.com", "alice-pw")
+        leanote.put_notebook({"NotebookId": WORK, "UserId": ALICE, "Title": "工作"})
+        leanote.put_note(note("旧笔记", "BEFORE-BACKUP 备份之前就有"))
+        settings = make_settings(
+            tmp_path, leanote={"base_url": leanote.url},
+            source={"kind": "leanote_api", "path": None,
+                    "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]},
+            sync={"http_timeout": 5})
+        state = State(settings.state_dir)
+        index = NoteIndex.open(settings, create=True, embedder=use_embedder)
+        service = SyncService(settings, index, state, scheduled=True)
+
+        def found(query: str) -> set[str]:
+            return {h.title for h in search(index, query, ALICE, 20) if query in h.text}
+
+        try:
+            assert service.run_pass().ok
+            backup = leanote.backup()
+            for i in (1, 2):
+                leanote.put_note(note(f"X{i}", f"LOST-IN-RESTORE X{i} 恢复时丢掉的"))
+            assert service.run_pass().ok and found("LOST-IN-RESTORE") == {"X1", "X2"}
+            synced = state.account(service.source.name, "alice@example.com").cursor
+
+            leanote.restore(backup)
+            for i in range(1, 5):
+                leanote.put_note(note(f"Y{i}", f"AFTER-RESTORE Y{i} 恢复之后写的"))
+            assert leanote.users[ALICE]["Usn"] > synced  # no USN went back by the time of the next pass
+            caplog.clear()
+            assert service.run_pass().ok  # the next ordinary pass
+            assert found("LOST-IN-RESTORE") == set()
+            assert found("AFTER-RESTORE") == {"Y1", "Y2", "Y3", "Y4"}
+            assert found("BEFORE-BACKUP") == {"旧笔记"}
+            warned = [r.getMessage() for r in caplog.records if "history for" in r.getMessage()]
+            assert len(warned) == 1 and "is gone" in warned[0] and "alice@example.com" in warned[0]
+
+            print_status(status_report(settings, state, index.store))
+            out = capsys.readouterr().out
+            assert "the server's history changed: note" in out and "is gone" in out
+
+            caplog.clear()
+            leanote.put_note(note("Z", "LATER-ON 之后的改动"))  # the cursors follow the server again
+            assert service.run_pass().ok and found("LATER-ON") == {"Z"}
+            assert not [r for r in caplog.records if "history for" in r.getMessage()]
+            assert service.run_pass().ok  # idle
         finally:
             service.close()
             index.close()

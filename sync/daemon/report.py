@@ -113,7 +113,8 @@ def _scoped_run(last: dict | None, mine: set[str], incremental: bool) -> dict | 
 
 
 def usn_went_back(state: State, source: str, account: str) -> dict | None:
-    """When the server's USN last went below the one synced (Leanote restored from a backup)."""
+    """When the server's history last changed under the cursor (Leanote restored from a backup):
+    its USN went below the one synced, or a note seen was gone; ``why`` says which."""
     raw = state.get_meta(f"{USN_BACK}{source}:{account}")
     if not raw:
         return None
@@ -186,8 +187,9 @@ def print_status(report: dict) -> None:
         click.echo(line)
         back = a.get("usn_went_back")
         if back:
-            click.echo(f"  at {back['at']} the server's USN went back from {back['from']} to {back['to']} (Leanote "
-                       f"restored from a backup?): every note was compared with the server again")
+            why = back.get("why") or f"its USN went back from {back['from']} to {back['to']}"
+            click.echo(f"  at {back['at']} the server's history changed: {why} (Leanote restored from a backup?): "
+                       f"every note was compared with the server again")
     for problem in report.get("problems", []):
         click.echo(f"problem:  {problem['problem']}")
     last = report["last_sync"]

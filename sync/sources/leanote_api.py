@@ -486,6 +486,22 @@ class ApiSession:
                     out.append(Skipped(f"note {note_id}", str(err), note_id))
         return out
 
+    def usn_of(self, note_id: str) -> int | None:
+        """A note's USN on the server now (metadata only: ``getNote``), or None when the server
+        has no such note (not even a deleted one)."""
+        try:
+            body = self.api.call("note/getNote", noteId=note_id, _refusals=True)
+        except Refused as err:
+            if err.reason in ("notExists", "noteIdInvalid"):
+                return None
+            raise Unavailable(str(err)) from None
+        if not isinstance(body, dict) or not body.get("NoteId"):
+            return None
+        try:
+            return fields.usn(body.get("Usn"), "Usn")
+        except NoteError as err:
+            raise Unavailable(f"Leanote answered getNote with a bad {err}") from None
+
     def all_notebooks(self) -> list[Notebook]:
         return [b for b, _ in self.notebooks_since(0)]
 
