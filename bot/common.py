@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Awaitable, Callable, Iterator, Protocol
 
 from rag import limits
+from rag.memory import explore
 from rag.memory import related as related_mod
 from rag.answer.service import AnswerService, Trace
 from rag.capture import Attachment, Origin, Quote, Receipt
@@ -246,6 +247,10 @@ def with_notice(text: str, notice: str | None) -> str:
     return f"{notice}\n\n{text}" if notice else text
 
 
+# "Why?" under an answer given from another Leanote user's notes than the presser's now (``users`` changed).
+REMAPPED_WHY = ("这个回答来自另一个 Leanote 账号的笔记，依据不再显示给你。 / This answer came from another Leanote "
+                "account's notes: its trace is no longer shown to you.")
+
 # What a person sees when something unexpected goes wrong; the details go to the log.
 SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
 
@@ -453,11 +458,26 @@ def related_text(about: str, notes: list[dict], link: Callable[[str], str] = str
 
 
 async def about_reply(settings: Settings, user_id: str, name: str, link: Callable[[str], str] = str,
-                      esc: Callable[[str], str] = str) -> MemoryReply:
-    """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller)."""
+                      esc: Callable[[str], str] = str, index: NoteIndex | None = None) -> MemoryReply:
+    """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller);
+    with ``index``, nothing of a note it no longer holds (``_indexed``)."""
     facts, notes = await asyncio.to_thread(
         _read_memory, settings, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
+    if index is not None:
+        facts, notes = await _indexed(index, user_id, facts, notes)
     return about_text(name, facts, notes, link, esc)
+
+
+async def _indexed(index: NoteIndex, user_id: str, *rows: list[dict], also: tuple[str, ...] = ()) -> list:
+    """Each of ``rows`` less what names a note the index no longer holds: the sync removes a
+    note from the memory in the pass it leaves the index, unless that write fails (the memory
+    locked); until the next pass repairs it, no door names the note. A row list is None when a
+    note of ``also`` is not held."""
+    ids = sorted(explore.note_ids_in(list(rows)) | set(also))
+    held = await asyncio.to_thread(index.store.holding, user_id, ids) if ids else set()
+    if any(a not in held for a in also):
+        return [None for _ in rows]
+    return [explore.indexed_only(r, held) for r in rows]
 
 
 async def related_reply(host: Host, user_id: str, target: str, link: Callable[[str], str] = str,
@@ -478,7 +498,10 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     found = await asyncio.to_thread(_read_memory, settings, of_note)
     if found is not None:
         info, notes = found
-        return related_text(f"“{info['title']}”", notes, link, esc)
+        notes, = await _indexed(host.index, user_id, notes, also=(target,))
+        if notes is not None:
+            return related_text(f"“{info['title']}”", notes, link, esc)
+        return related_text(f"“{target}”", [], link, esc)  # a note that left the index
     hits = await host.answers.search(target, user_id, k)
 
     def of_text(store: MemoryStore) -> list[dict]:
@@ -490,6 +513,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
         return notes
 
     notes = await asyncio.to_thread(_read_memory, settings, of_text)
+    notes, = await _indexed(host.index, user_id, notes)
     return related_text(f"“{target}”", notes, link, esc)
 
 

@@ -52,7 +52,7 @@ from rag.redact import redact_in_logs, safe_url
 from bot.access import Access, Person
 from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
-                     nobody_mapped, outbox_text, person_key, related_reply, sources_first, token_or_problem, trace_text,
+                     nobody_mapped, outbox_text, person_key, REMAPPED_WHY, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)
 from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, discord_escape, discord_pages,
                         discord_plain_links, discord_sources)
@@ -416,7 +416,8 @@ class DiscordBot:
         link = (lambda url: f"<{url}>" if url else "")
         try:
             if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape)
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape,
+                                          index=self.host.index)
             else:
                 reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         except Exception:
@@ -580,6 +581,8 @@ class DiscordBot:
                 await asyncio.to_thread(store.verdict, answer_id, me, action)
                 text = ("谢谢！很高兴有帮助。 / Thanks, glad it helped." if action == "up" else
                         "谢谢反馈，会用它来改进。 / Thanks: this helps improve the answers.")
+            elif action == "why" and person.leanote_user_id != record.user_id:  # another Leanote user's notes now
+                text = REMAPPED_WHY
             elif action == "why":
                 trace = stored_trace(record.trace) if record.trace else None
                 text = trace_text(trace) if trace else "这个回答没有记录依据。 / No trace was kept for this answer."

@@ -59,7 +59,7 @@ from rag.redact import redact_in_logs, safe_url
 from bot.access import STRANGER, Access, Person
 from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
                      VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
-                     count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key,
+                     count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key, REMAPPED_WHY,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
 from bot.render import NoteLinks, telegram_messages, telegram_plain, telegram_sources
 
@@ -469,7 +469,7 @@ class TelegramBot:
         target, notice = cut_message(self.host.settings, target)
         try:
             if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target)
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target, index=self.host.index)
             else:
                 reply = await related_reply(self.host, person.leanote_user_id, target)
         except Exception:
@@ -580,6 +580,8 @@ class TelegramBot:
             if kind.startswith("fb:"):
                 await asyncio.to_thread(feedback.verdict, answer_id, presser, kind[3:])
                 await query.answer(THANKS)
+            elif kind == "why" and person.leanote_user_id != record.user_id:
+                await query.answer(REMAPPED_WHY[:200], show_alert=True)  # another Leanote user's notes now
             elif kind == "why":
                 trace = _trace(record.trace)
                 await self._to_presser(query, trace_text(trace) if trace is not None else

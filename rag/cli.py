@@ -29,6 +29,7 @@ from rag import limits
 from rag.door import Door, open_door
 from rag.index.excerpt import excerpt
 from rag.errors import LeanoteRagError, UserError
+from rag.memory import explore
 from rag.memory.entities import KINDS
 from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
 from rag.answer.feedback import FeedbackStore, path_for
@@ -460,6 +461,20 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     click.echo(f"\n{len(records)} answers: {up} up, {down} down, {len(records) - up - down} without a verdict")
 
 
+def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> list:
+    """Each of ``rows`` (the memory's notes, facts, related notes) less those of notes the
+    index no longer holds (``explore.indexed_only``: a note the sync could not remove from the
+    memory yet is never named); a row list is None when a note of ``also`` is not held."""
+    ids = sorted(explore.note_ids_in(list(rows)) | set(also))
+    if not ids:
+        return list(rows)
+    with app.door() as door:
+        held = door.held(user, ids)
+    if any(a not in held for a in also):
+        return [None for _ in rows]
+    return [explore.indexed_only(r, held) for r in rows]
+
+
 def _open_memory(app: App) -> MemoryStore:
     """The memory file, read directly (it works while the service runs)."""
     settings = app.settings
@@ -531,6 +546,7 @@ def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> No
         user = app.pick_user(store.users(), user_id)
         notes = store.entity(user, entity)
         facts = store.facts_about(user, entity)
+    notes, facts = _indexed(app, user, notes, facts)
     for n in notes:
         n["score"] = len(n["mentions"])
     if as_json:
@@ -678,6 +694,12 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
                 hits = door.search(target, user, k, "hybrid")
             notes = related_mod.for_text(store, user, target, hits, k, app.settings.memory.related_question_min_score)
             about = {"query": target}
+    if "note_id" in about:
+        notes, = _indexed(app, user, notes, also=[target])
+        if notes is None:
+            raise UserError(f"no note {target} in the index (it left it: trashed, deleted or made private)")
+    else:
+        notes, = _indexed(app, user, notes)
     if as_json:
         _print_json({**about, "user_id": user, "notes": notes})
         return

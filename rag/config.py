@@ -105,6 +105,17 @@ def seconds(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]
 
 
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted ``on``/``off`` (and ``yes``/``no``) as a boolean: the word meant."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+# auto, on or off; written unquoted (``memory.llm: on``) it still means the word
+Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
+
+
 class RerankConfig(Section):
     kind: Literal["auto", "flagembedding", "sentence-transformers", "none"] = Field(
         default="auto", description="auto: flagembedding when the [models] extra and the weights are here, else none"
@@ -270,7 +281,7 @@ class MemoryConfig(Section):
     """What the notes are about (``rag.memory.store``): entities and their mentions, kept beside the index."""
 
     enabled: bool = Field(default=True, description="extract entities (terms, code, tags, headings, links) as notes are indexed")
-    llm: Literal["auto", "on", "off"] = Field(
+    llm: Switch = Field(
         default="auto",
         description="LLM extraction in the background, one call per changed note (a one-line summary, facts "
         "with the quote they rest on): auto while Ollama answers, on, off; the no-LLM tier always runs",
@@ -424,7 +435,7 @@ class RetrievalConfig(Section):
     dense_weight: float = Field(default=0.35, ge=0)
     sparse_weight: float = Field(default=0.65, ge=0)
     max_chunks_per_note: int = Field(default=3, ge=1)
-    expand: Literal["auto", "on", "off"] = Field(
+    expand: Switch = Field(
         default="auto",
         description="LLM-assisted retrieval for paraphrased questions: one short generation of terms and a "
         "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in a quarter of the "

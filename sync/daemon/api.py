@@ -122,6 +122,11 @@ class VerdictIn(BaseModel):
     user: str | None = Field(default=None, description="whose memory (default: the only user the caller may query)")
 
 
+class HeldIn(BaseModel):
+    user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
+    note_ids: list[str] = Field(default=[], max_length=1000, description="note ids")
+
+
 class SyncIn(BaseModel):
     reconcile: bool = Field(default=False, description="compare everything with the source, not just changes")
     rebuild: bool = Field(default=False, description="empty the index and read every note again")
@@ -206,7 +211,14 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         return {u: n for u, n in counts.items() if who.may_see(u)}
 
     async def pick_user(who: Caller, user: str | None) -> str:
-        return resolve_user(await scoped_users(who), daemon.resolve_user_name(user) if user else None)
+        users = await scoped_users(who)
+        if not user:
+            return resolve_user(users, None)
+        user_id = daemon.resolve_user_name(user)
+        if user_id not in users:  # as asked: an email is never answered with the Leanote user it is
+            mine = ", ".join(sorted(users)) or "none"
+            raise UserError(f"no notes of user {user!r} that this caller may query (its users with notes: {mine})")
+        return user_id
 
     @app.get("/health", summary="liveness and readiness (the details with a token, or on the socket)")
     async def health(request: Request) -> JSONResponse:
@@ -300,12 +312,37 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
     async def read(work, *args):
         return await asyncio.to_thread(work, memory(), *args)
 
+    async def indexed(user_id: str, data):
+        """``data`` less what names a note the index no longer holds (``explore.indexed_only``)."""
+        ids = sorted(explore.note_ids_in(data))
+        held = await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, ids) if ids else set()
+        return explore.indexed_only(data, held)
+
+    async def held_note(user_id: str, note_id: str) -> bool:
+        return note_id in await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, [note_id])
+
     @app.get("/memory/find", summary="entities and notes whose name or title contains q")
     async def memory_find(q: str = Query(description="part of a name or title, or a note id"), user: str | None = None,
                           limit: int = Query(default=20, ge=1, le=100), who: Caller = Depends(caller)) -> dict:
         q = small(q, "the search")
         user_id = await pick_user(who, user)
-        return {"query": q, "user_id": user_id, **await read(lambda s: s.find(user_id, q, limit))}
+        def find(store: MemoryStore) -> dict:  # with the notes each entity stands on
+            found = store.find(user_id, q, limit)
+            for e in found["entities"]:
+                e["_notes"] = {n["note_id"] for n in store.entity(user_id, e["name"])} | \
+                    {f["note_id"] for f in store.facts_about(user_id, e["name"])}
+            return found
+
+        found = await read(find)
+        ids = sorted({n for e in found["entities"] for n in e["_notes"]} | explore.note_ids_in(found["notes"]))
+        held = await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, ids) if ids else set()
+        entities = []
+        for e in found["entities"]:  # an entity only notes that left the index name goes too
+            mine = e.pop("_notes")
+            if mine & held or not mine:
+                entities.append({**e, "notes": len(mine & held) if mine else e["notes"]})
+        return {"query": q, "user_id": user_id, "entities": entities,
+                "notes": explore.indexed_only(found["notes"], held)}
 
     @app.get("/memory/graph", summary="the neighbourhood of an entity or a note")
     async def memory_graph(entity: str | None = None, note: str | None = None, user: str | None = None,
@@ -317,24 +354,32 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         if entity is not None:
             graph = await read(explore.entity_graph, user_id, entity)
         else:
-            graph = await read(explore.note_graph, user_id, note)
+            graph = await read(explore.note_graph, user_id, note) if await held_note(user_id, note) else None
             if graph is None:
                 raise HTTPException(404, f"no note {note} in this user's memory")
-        return {"user_id": user_id, **graph}
+        return {"user_id": user_id, **await indexed(user_id, graph)}
 
     @app.get("/memory/note/{note_id}", summary="a note's card: summary, facts with quotes, entities, related notes")
     async def memory_note(note_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
         user_id = await pick_user(who, user)
-        card = await read(explore.note_card, user_id, note_id)
+        card = await read(explore.note_card, user_id, note_id) if await held_note(user_id, note_id) else None
         if card is None:
             raise HTTPException(404, f"no note {note_id} in this user's memory")
-        return {"user_id": user_id, **card}
+        return {"user_id": user_id, **await indexed(user_id, card)}
 
     @app.get("/memory/entity", summary="an entity's card: its facts with sources, the notes that mention it")
     async def memory_entity(name: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
         small(name, "the name")
         user_id = await pick_user(who, user)
-        return {"user_id": user_id, **await read(explore.entity_card, user_id, name)}
+        return {"user_id": user_id, **await indexed(user_id, await read(explore.entity_card, user_id, name))}
+
+    @app.post("/notes/held", summary="which of these notes the index holds (the CLI's memory commands)")
+    async def notes_held(body: HeldIn, who: Caller = Depends(caller)) -> dict:
+        ready()
+        user_id = await pick_user(who, body.user)
+        ids = sorted(set(body.note_ids))
+        held = await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, ids) if ids else set()
+        return {"user_id": user_id, "held": sorted(held)}
 
     @app.post("/memory/verdict", summary="reject or confirm a fact or a related pair")
     async def memory_verdict(body: VerdictIn, who: Caller = Depends(caller)) -> dict:

@@ -214,7 +214,8 @@ class Daemon:
                 return
             # A job that comes due while the loop is busy (a loaded machine) still runs, once:
             # APScheduler's default grace of 1 s would skip it, the first pass until the next interval.
-            self.scheduler = AsyncIOScheduler(job_defaults={"misfire_grace_time": None, "coalesce": True})
+            self.scheduler = AsyncIOScheduler(job_defaults={"misfire_grace_time": None, "coalesce": True},
+                                              logger=self._scheduler_log())
             cfg = self.settings.sync
             hour, minute = (int(x) for x in cfg.reconcile_at.split(":"))
             self.scheduler.add_job(
@@ -270,6 +271,26 @@ class Daemon:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def _scheduler_log(self) -> logging.Logger:
+        """APScheduler's logger, less its WARNING at every interval a pass outruns: said once
+        per pass that does, at INFO (the next pass starts when it ends; nothing is wrong)."""
+        daemon = self
+        said: set[int] = set()
+
+        class LongPass(logging.Filter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                if "maximum number of running instances" not in record.getMessage():
+                    return True
+                if daemon.passes not in said:
+                    said.add(daemon.passes)
+                    log.info("a sync pass is taking longer than sync.interval (%.0f s): the next starts when it ends",
+                             daemon.settings.sync.interval)
+                return False
+
+        logger = logging.getLogger("apscheduler.scheduler.serve")
+        logger.addFilter(LongPass())
+        return logger
 
     async def _watchdog(self) -> None:
         """Under systemd's WatchdogSec=: a ping every half period while the event loop runs

@@ -5,6 +5,7 @@ same report the same way."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Iterable
 
@@ -78,17 +79,26 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "accounts": accounts,
         "last_sync": last_sync,
         "skipped": skipped,
-        "llm": {model: {"read_tps": speed.read_tps and round(speed.read_tps, 1),
-                        "write_tps": speed.write_tps and round(speed.write_tps, 1),
-                        "replies": speed.samples, "updated": when(speed.updated),
-                        "text": speed.describe(model),
-                        "means": meaning(model, speed, settings.answer.first_token_budget)}
+        "llm": {model: _speed(model, speed, settings, everyone=users is None)
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed),
                                     account_emails(settings)),
         "memory": memory_counts(settings, None if users is None else list(allowed)),
         "problems": problems(settings) if users is None else [],
     }
+
+
+def _speed(model: str, speed, settings: Settings, everyone: bool) -> dict:
+    """The LLM's speed here; how many replies it was learnt from (everyone's questions) and
+    when only for a caller who may see every account."""
+    out = {"read_tps": speed.read_tps and round(speed.read_tps, 1),
+           "write_tps": speed.write_tps and round(speed.write_tps, 1),
+           "text": speed.describe(model), "means": meaning(model, speed, settings.answer.first_token_budget)}
+    if everyone:
+        out.update(replies=speed.samples, updated=when(speed.updated))
+    else:
+        out["text"] = re.sub(r" \(\d+ repl(?:y|ies)\)$", "", out["text"])
+    return out
 
 
 SHARED_FAILURE = "the last sync failed (the admin can see why)"
