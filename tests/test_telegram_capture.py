@@ -388,6 +388,35 @@ def test_save_as_note_after_the_person_was_remapped_is_refused(world):
     run(settings, tg, scenario)
 
 
+def test_why_after_the_person_was_remapped_shows_nothing_of_the_old_users_notes(world):
+    """Like "Save as note": the trace of an answer from the Leanote user the person was mapped
+    to then names that user's notes; after a remap (a reload) "Why?" shows none of it."""
+    make, tg, ollama, leanote = world
+    settings = make()
+
+    async def scenario(daemon):
+        ollama.reply("先炒蛋再炒番茄[1]。")
+        tg.say(OWNER, "番茄炒蛋怎么做？")
+        done = (await until(lambda: final(tg, OWNER, "来源")))[0]
+        mid = next(i for i, m in tg.messages.items() if m is done)
+        why = next(data for _, data in tg.buttons(mid) if data.startswith("why:"))
+        before = len(tg.sent_to(OWNER))
+        q = tg.press(OWNER, OWNER, mid, why)  # still mapped: the trace comes
+        await until(lambda: tg.answered(q) and len(tg.sent_to(OWNER)) > before)
+        assert "番茄炒蛋" in tg.sent_to(OWNER)[-1]["text"]
+        users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
+                 for u in daemon.settings.users]
+        daemon.settings = daemon.settings.model_copy(update={"users": users})  # as a reload applies it
+        sent = len(tg.sent_to(OWNER))
+        q = tg.press(OWNER, OWNER, mid, why)
+        ack = (await until(lambda: tg.answered(q)))[0]
+        assert ack["show_alert"] and "another Leanote" in ack["text"]
+        await asyncio.sleep(0.5)
+        assert len(tg.sent_to(OWNER)) == sent  # no trace sent
+
+    run(settings, tg, scenario)
+
+
 def test_a_forward_is_kept_as_its_sender_wrote_it_never_as_a_link(world):
     from test_capture_once import EVIL, links
 
