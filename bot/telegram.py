@@ -43,7 +43,7 @@ from typing import Iterator
 from bs4 import BeautifulSoup
 from telegram import (Bot, BotCommand, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message,
                       MessageEntity, MessageOriginChannel, MessageOriginChat, MessageOriginHiddenUser,
-                      MessageOriginUser, Update)
+                      MessageOriginUser, ReplyParameters, Update)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes,
@@ -142,8 +142,14 @@ class TelegramBot:
             await self.app.start()
             await self.app.updater.start_polling(allowed_updates=["message", "callback_query"])
             log.info("telegram bot @%s is polling", self.app.bot.username)
+            capture = getattr(self.host, "capture", None)
+            if capture is not None:  # a capture whose answer a kill cut off is told when it is written
+                capture.announcers["telegram"] = self.announce
             await self.host.stopping.wait()
         finally:
+            capture = getattr(self.host, "capture", None)
+            if capture is not None and capture.announcers.get("telegram") == self.announce:
+                del capture.announcers["telegram"]
             with suppress(Exception):
                 if self.app.updater.running:
                     await self.app.updater.stop()
@@ -151,6 +157,16 @@ class TelegramBot:
                 if self.app.running:
                     await self.app.stop()
             await self.app.shutdown()
+
+    async def announce(self, person: str, once: str, text: str) -> None:
+        """Tell a person about their capture, in the chat it came from (``once``:
+        ``telegram:<chat>:<message>``, as a reply to that message when it is still there),
+        else in their private chat."""
+        _, chat, message = (once.split(":") + ["", ""])[:3] if once.startswith("telegram:") else ("", "", "")
+        chat_id = int(chat) if chat.lstrip("-").isdigit() else int(person.partition(":")[2])
+        reply = ReplyParameters(int(message), allow_sending_without_reply=True) if message.isdigit() else None
+        await self._retrying(lambda: self.app.bot.send_message(chat_id, text, reply_parameters=reply,
+                                                               link_preview_options=NO_PREVIEW))
 
     # --- who is asking --------------------------------------------------------------------
 
