@@ -40,6 +40,7 @@ from rag.memory.store import MemoryStore
 from rag.model import Note, Notebook
 
 from sync.indexer import Indexer, Summary
+from sync.progress import Progress, Step, nothing
 from sync.sources import AccountSession, BookPath, Skipped, notebook_paths
 from sync.state import INDEXED, NoteRecord, State
 
@@ -70,7 +71,10 @@ def with_path(note: Note, paths: dict[str, BookPath]) -> Note:
 
 class AccountSync:
     def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time,
-                 should_stop=lambda: False, memory: MemoryStore | None = None):
+                 should_stop=lambda: False, memory: MemoryStore | None = None, progress: Progress = nothing):
+        self.progress = progress
+        self.step = Step(session.account)
+        self._usn_range = (0, 0)  # the USNs this pass reads: from the cursor to the server's
         self.index = index
         self.state = state
         self.source = source_name
@@ -113,8 +117,10 @@ class AccountSync:
             self.indexer.commit(acc)
 
         paths = notebook_paths(self.state.notebooks(self.source))
+        self._usn_range = (acc.notes_usn, server)
         for page in self.session.notes_since(acc.notes_usn):
             self.indexer.check_stop()  # between pages: what is committed stays
+            self.step.page += 1
             for bad in page.skipped:  # retried when the note changes again (or by the reconcile)
                 self.indexer.skip(bad.origin, bad.reason, bad.note_id)
             fetch: list[Note] = []
@@ -127,9 +133,12 @@ class AccountSync:
                     self.indexer.apply(meta)  # out of the index; no body needed
                 else:
                     fetch.append(meta)
+                    continue
+                self._tick(meta.usn)
             self._fetch_and_apply(fetch)
             acc.notes_usn = max(acc.notes_usn, page.covered)
             self.indexer.commit(acc)
+            self._tick(page.covered, read=0)
 
         acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
         acc.synced_usn = server
@@ -201,6 +210,19 @@ class AccountSync:
                     self.indexer.apply(with_path(note, paths))
             self.indexer.commit()
 
+    def _tick(self, usn: int | None = None, read: int = 1) -> None:
+        """Tell ``progress`` how far this account got: ``read`` more notes, the last of them
+        at ``usn`` (the stream is in USN order: its share of the range the pass reads)."""
+        step = self.step
+        step.notes += read
+        step.chunks = self.summary.chunks_embedded
+        first, last = self._usn_range
+        if step.total:
+            step.done = min(1.0, step.notes / step.total)
+        elif usn is not None and last > first:
+            step.done = max(0.0, min(1.0, (usn - first) / (last - first)))
+        self.progress(step)
+
     def _fetch_and_apply(self, metas: list[Note]) -> None:
         if not metas:
             return
@@ -213,6 +235,7 @@ class AccountSync:
                 self.indexer.remove(meta.id)
             else:
                 self.indexer.apply(dataclasses.replace(meta, content=body))
+            self._tick(meta.usn)
 
     # --- notebooks ------------------------------------------------------------------------
 
@@ -297,6 +320,7 @@ class AccountSync:
                     self.indexer.apply(meta)
             elif rec is None or rec.status != INDEXED or rec.usn != meta.usn or rec.notebook != meta.notebook_path:
                 fetch.append(meta)
+        self.step.total = len(fetch)  # the notes to read again
         self._fetch_and_apply(fetch)
         self.indexer.commit(acc)
         indexed = {r.note_id for r in self.state.notes_of(self.source, self.session.account) if r.status == INDEXED}

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
 BACKLOG = 4096  # connections the kernel queues until they are accepted (capped by net.core.somaxconn)
+PROGRESS_EVERY = 0.25  # seconds between two progress events of a pass
 ACCEPT_BATCH = 16  # connections accepted in one go before the next are looked at (``_Server``)
 
 
@@ -516,17 +517,19 @@ async def _answer_events(daemon: Host, question: str, user_id: str, conversation
 async def _sync_events(daemon: Host, body: SyncIn) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    # a snapshot's size may take a read of the whole backup: not on the event loop
-    total = None if daemon.settings.source.incremental else await asyncio.to_thread(len, daemon.sync.source)
+    sent = [0.0]
 
-    def progress(seen: int, embedded: int) -> None:  # called in the sync's thread
-        loop.call_soon_threadsafe(queue.put_nowait, ("progress", seen, embedded))
+    def progress(step) -> None:  # called in the sync's thread (sync.progress.Step); a few a second at most
+        now = loop.time()
+        if now - sent[0] >= PROGRESS_EVERY:
+            sent[0] = now
+            loop.call_soon_threadsafe(queue.put_nowait, step.as_json())
 
     task = asyncio.create_task(daemon.sync_now(reconcile=body.reconcile, rebuild=body.rebuild, progress=progress))
     task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
     try:
         while (item := await queue.get()) is not None:
-            yield _event(event="progress", seen=item[1], embedded=item[2], total=total)
+            yield _event(event="progress", **item)
         result = task.result()
     except Exception as err:
         _, error = _error_body(err)
