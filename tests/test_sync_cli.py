@@ -47,6 +47,8 @@ def test_index_then_status_shows_cursor_and_lag(setup, capsys):
     assert acc["lag"] == 0 and acc["notes_indexed"] == 1 and acc["last_error"] is None
     code, out, _ = run(capsys, "--config", str(cfg), "status")
     assert "account alice@example.com: cursor" in out and "lag 0" in out
+    # the source named whole: where Leanote is, and whose accounts
+    assert f"source:   leanote_api {fake.url} (1 account: alice@example.com)" in out
     code, out, _ = run(capsys, "--config", str(cfg), "search", "CLI-SYNC-1", "--json")
     assert json.loads(out)["hits"][0]["url"] == f"{fake.url}/note/{'6' + '0' * 23}"
 
@@ -67,13 +69,22 @@ def test_doctor_all_good(setup, capsys):
     assert "ok   embedder (use)" in out
 
 
+def test_doctor_before_the_first_index_says_so_and_passes(setup, capsys):
+    """The README's order: doctor, then index. Nothing is wrong yet."""
+    _, cfg = setup
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert code == 0, out
+    assert "WARN index (edge): not indexed yet: run `leanote-rag index`" in out and "FAIL" not in out
+    assert "ok   leanote_api account alice@example.com: logged in as user" in out
+
+
 def test_doctor_says_how_to_fix_each_failure(setup, capsys, monkeypatch, tmp_path):
     _, cfg = setup
     monkeypatch.setenv("LR_PW_ALICE", "wrong")
     code, out, _ = run(capsys, "--config", str(cfg), "doctor")
     assert code == 1
     assert "FAIL leanote_api account alice@example.com" in out and "fix: put the right password" in out
-    assert "FAIL index (edge)" in out and "fix: run `leanote-rag index`" in out
+    assert "WARN index (edge): not indexed yet: run `leanote-rag index`" in out  # not a failure of its own
     # Leanote unreachable
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -5,12 +5,14 @@ same report the same way."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime
 from typing import Iterable
 
 import click
 
+from rag.redact import safe_url
 from rag.config import Settings
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
@@ -74,7 +76,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "backend": settings.qdrant.kind,
         "embedder": manifest.get("embedder"),
         "dim": manifest.get("dim"),
-        "source": {"kind": settings.source.kind, "path": str(settings.source.path) if settings.source.path else None},
+        "source": source_of(settings, everyone=users is None),
         "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in known],
         "accounts": accounts,
         "last_sync": last_sync,
@@ -86,6 +88,29 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "memory": memory_counts(settings, None if users is None else list(allowed)),
         "problems": problems(settings) if users is None else [],
     }
+
+
+def source_of(settings: Settings, everyone: bool = True) -> dict:
+    """The configured source, and a line naming it whole: the folder or backup, Leanote's
+    address and (for who may see every account) its accounts, MongoDB's server (no
+    credentials) and database."""
+    src = settings.source
+    out = {"kind": src.kind, "path": str(src.path) if src.path else None}
+    if src.kind in ("files", "mongodump"):
+        out["text"] = f"{src.kind} {src.path}"
+    elif src.kind == "leanote_api":
+        out["url"] = safe_url(src.api_url or settings.leanote.base_url)
+        out["text"] = f"leanote_api {out['url']}"
+        if everyone:
+            out["accounts"] = [a.email for a in src.accounts]
+            out["text"] += f" ({len(src.accounts)} account{'s' if len(src.accounts) != 1 else ''}: " \
+                           f"{', '.join(out['accounts'])})"
+    else:
+        url = os.environ.get(src.url_env or "", "")
+        out["url"] = safe_url(url) if url else None
+        where = out["url"] or f"the URL in ${src.url_env} (not set here)"
+        out["text"] = f"mongodb {where}" + (f", database {src.database}" if src.database else "")
+    return out
 
 
 def _speed(model: str, speed, settings: Settings, everyone: bool) -> dict:
@@ -181,7 +206,8 @@ def _llm_totals(parts: list[dict]) -> dict:
 def print_status(report: dict) -> None:
     click.echo(f"index:    {report['index']} ({report['backend']})")
     click.echo(f"embedder: {report['embedder']} (dim {report['dim']})")
-    click.echo(f"source:   {report['source']['kind']} {report['source']['path'] or ''}")
+    source = report["source"]
+    click.echo(f"source:   {source.get('text') or (source['kind'] + ' ' + (source['path'] or '')).strip()}")
     for u in report["users"]:
         click.echo(f"user {u['user_id']}: {u['notes']} notes, {u['chunks']} chunks")
     for a in report["accounts"]:
