@@ -757,6 +757,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         click.echo(safe_url(f"error: {exc}"), err=True)
+        details = getattr(exc, "details", None)  # what the libraries said, for -v
+        if details and ("-v" in args or "--verbose" in args or "-vv" in args or debug):
+            click.echo(safe_url(f"  details: {details}"), err=True)
         return 1
     except Exception as exc:
         if debug:

@@ -434,6 +434,8 @@ class SyncService:
                         exc_info=None if expected else err)
         elif n == 1:
             log.warning("sync of %s failed: %s", account, message, exc_info=None if expected else err)
+        if n == 1 and getattr(err, "details", None):  # the libraries' own words: in the log, and with -v
+            log.info("sync of %s: %s", account, err.details)
         else:
             log.debug("sync of %s failed again (%d): %s; next try in %.0f s", account, n, message, delay)
         self._record_failure(account, message, next_run=self.clock() + delay)

@@ -127,3 +127,27 @@ def test_user_takes_an_account_email_as_users_does(setup, capsys):
     assert code == 2 and "account carol@example.com has not synced yet" in err and "leanote-rag status" in err
     code, _, err = run(capsys, "--config", str(cfg), "search", "x", "--user", "bob@example.com")
     assert code == 2 and "no notes of user 'bob@example.com'" in err  # no such account: taken as an id, and unknown
+
+
+def test_leanote_unreachable_is_one_human_line_and_v_gives_the_details(setup, capsys, tmp_path):
+    _, cfg = setup
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    down = tmp_path / "down.yaml"
+    down.write_text(cfg.read_text().replace(cfg.read_text().split("'")[1], f"http://127.0.0.1:{port}"))
+    code, _, err = run(capsys, "--config", str(down), "index")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and lines == [f"error: alice@example.com: cannot reach Leanote at http://127.0.0.1:{port}: "
+                                   "the connection was refused (is Leanote running, on that port?)"], err
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+    out = subprocess.run([exe, "--config", str(down), "-v", "index"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "LR_PW_ALICE": "alice-pw"})
+    assert out.returncode == 1 and "Max retries exceeded" in out.stderr  # the library's words, asked for
+    assert "connection was refused" in out.stderr
