@@ -59,6 +59,9 @@ class Host(Protocol):
     feedback: FeedbackStore | None  # the answers sent, for the buttons under them
 
     def trigger(self) -> bool: ...
+    async def sync_for_chat(self) -> str:
+        """``/sync``: a pass now and what it did (or why none runs), in words for chat."""
+        ...
     def status_text(self, user_id: str | None = None) -> str:
         """Sync status: every account for an admin (None), else only ``user_id``'s."""
         ...

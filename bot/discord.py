@@ -383,11 +383,12 @@ class DiscordBot:
         if not person.admin:
             await interaction.response.send_message("只有管理员可以 /sync。 / Only admins may /sync.", ephemeral=True)
             return
-        started = self.host.trigger()
-        await interaction.response.send_message(
-            "开始同步。 / Syncing now." if started else "刚刚同步过，稍等再试。 / A sync just ran; try again shortly.",
-            ephemeral=True,
-        )
+        await interaction.response.send_message("开始同步… / Syncing…", ephemeral=True)
+        done = await self.host.sync_for_chat()  # what the pass did, when it is done
+        try:
+            await interaction.edit_original_response(content=done[:DISCORD_CONTENT])
+        except discord.HTTPException as err:  # (an interaction's token lasts 15 minutes)
+            log.info("could not say what /sync did: %s", err)
 
     async def why(self, interaction: discord.Interaction) -> None:
         person = await self._person(interaction)

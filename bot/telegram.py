@@ -61,7 +61,7 @@ from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELAT
                      VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
                      count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key, REMAPPED_WHY,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
-from bot.render import NoteLinks, telegram_messages, telegram_plain, telegram_sources
+from bot.render import TELEGRAM_LIMIT, NoteLinks, telegram_messages, telegram_plain, telegram_sources
 
 log = logging.getLogger(__name__)
 
@@ -295,10 +295,10 @@ class TelegramBot:
         if not person.admin:
             await update.effective_message.reply_text("只有管理员可以 /sync。 / Only admins may /sync.")
             return
-        started = self.host.trigger()
-        await update.effective_message.reply_text(
-            "开始同步。 / Syncing now." if started else "刚刚同步过，稍等再试。 / A sync just ran; try again shortly."
-        )
+        said = await update.effective_message.reply_text("开始同步… / Syncing…")
+        done = await self.host.sync_for_chat()  # what the pass did, when it is done
+        with suppress(TelegramError):
+            await self._retrying(lambda: said.edit_text(done[:TELEGRAM_LIMIT], link_preview_options=NO_PREVIEW))
 
     async def on_why(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         person = await self._who(update)

@@ -62,6 +62,7 @@ Service = Callable[["Daemon"], Awaitable[None]]
 
 
 ROOM_LOOK = 2.0  # seconds between looks at the free space while the disk is full
+CHAT_SYNC_WAIT = 600.0  # seconds /sync waits for its pass before it says "still syncing"
 
 # What a reload (SIGHUP) changes in the running daemon: whole sections, and single keys
 # of others. Everything else needs a restart, and the log says which keys changed.
@@ -501,6 +502,32 @@ class Daemon:
         else:  # (a pass started through the API holds the lock: this one waits for it)
             self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
         return True
+
+    async def sync_for_chat(self, wait: float = CHAT_SYNC_WAIT) -> str:
+        """The bots' ``/sync`` (admins): a pass now, and what it did, in words for chat; or why
+        none runs (paused by a fault, or one just ran)."""
+        if self.paused():
+            problems = "; ".join(p["problem"] for p in self.problems())
+            return f"同步暂停中，没有开始。 / The sync is paused, nothing started: {problems}"
+        after = self.passes + (1 if self._in_pass else 0)  # a pass under way: the one after it
+        if not self.trigger():
+            return "刚刚同步过，稍等再试。 / A sync just ran; try again shortly."
+        try:
+            async with self.pass_done:
+                await asyncio.wait_for(self.pass_done.wait_for(lambda: self.passes > after), wait)
+        except asyncio.TimeoutError:
+            return (f"还在同步（已超过 {wait / 60:.0f} 分钟）；/status 会显示结果。 / Still syncing after "
+                    f"{wait / 60:.0f} min; /status shows how it ends.")
+        result = self.last_pass
+        if result is None or result.stopped:
+            return "服务正在停止，同步没做完。 / The service is stopping: the sync did not finish."
+        if result.fault is not None:
+            return f"同步暂停 / The sync is paused: {result.fault}"
+        line = result.summary.line()
+        if result.ok:
+            return f"同步完成 ✅ / Synced: {line}"
+        failures = "; ".join(f"{account}: {error}" for account, error in result.failures.items())
+        return f"同步有失败 / The sync failed for some: {failures}. ({line})"
 
     def _forget_old_feedback(self) -> None:
         if self.feedback is not None:
