@@ -273,7 +273,7 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /outbox — 还没写进 Leanote 的记录 captures waiting for Leanote
 
 /about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
-/related 笔记id或问题 — 相关的笔记 notes related to a note id or a question
+/related 笔记id、标题或问题 — 相关的笔记 notes related to a note (its id or title) or a question
 /reject ID — 删掉一条错的事实或相关 reject a wrong fact or pair (ids from /about, /related)
 /confirm ID — 确认一条事实或相关 confirm a fact or pair"""
 
@@ -344,7 +344,7 @@ MEMORY_NOT_YET = ("还没有笔记的记忆：等笔记同步完再试。 / Ther
                   "notes have synced.")
 ABOUT_USAGE = ("用法 usage: /about 名称 — 一个项目、术语或标签，如笔记里写的 / a name: a project, a term or a tag, "
                "as your notes write it")
-RELATED_USAGE = "用法 usage: /related 笔记id 或 问题 / a note id, or a question"
+RELATED_USAGE = "用法 usage: /related 笔记id、标题或问题 / a note id, its title's words, or a question"
 VERDICT_USAGE = ("用法 usage: /reject ID 或 /confirm ID（/about 和 /related 显示的 f… 或 p…）/ the f… or p… id that "
                  "/about and /related show")
 MEMORY_ITEMS = 10  # facts or pairs with buttons under one reply (Discord: 5 rows of 2 × 2 buttons)
@@ -490,18 +490,19 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     settings = host.settings
 
     def of_note(store: MemoryStore) -> tuple[dict, list[dict]] | None:
-        info = store.note_info(user_id, target) if " " not in target else None
+        info = related_mod.note_named(store, user_id, target)  # an id, or the words of one note's title
         if info is None:
             return None
-        notes = store.related_of(user_id, target, k)
+        note_id = info["note_id"]
+        notes = store.related_of(user_id, note_id, k)
         for n in notes:
-            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", target, n["note_id"]))
+            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", note_id, n["note_id"]))
         return info, notes
 
     found = await asyncio.to_thread(_read_memory, settings, of_note)
     if found is not None:
         info, notes = found
-        notes, = await _indexed(host.index, user_id, notes, also=(target,))
+        notes, = await _indexed(host.index, user_id, notes, also=(info["note_id"],))
         if notes is not None:
             return related_text(f"“{info['title']}”", notes, link, esc)
         return related_text(f"“{target}”", [], link, esc)  # a note that left the index

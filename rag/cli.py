@@ -673,7 +673,7 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
 
 
 @cli.command()
-@click.argument("target", metavar="NOTE_ID|QUESTION")
+@click.argument("target", metavar="NOTE_ID|TITLE|QUESTION")
 @click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=10, show_default=True, help="how many notes")
 @click.option("--json", "as_json", is_flag=True, help="JSON output: the notes, with the fields of `search --json` hits and reasons")
@@ -685,7 +685,9 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     limits.check(target, app.settings.limits.question_chars, "the question")
     with _open_memory(app) as store:
         user = app.pick_user(store.users(), user_id)
-        if store.note_info(user, target) is not None:
+        named = related_mod.note_named(store, user, target)  # an id, or the words of one note's title
+        if named is not None:
+            target = named["note_id"]
             notes, about = store.related_of(user, target, k), {"note_id": target}
             for n in notes:  # the id `memory reject|confirm` takes
                 n["pair_id"] = correction_id(user, "pair", correction_target("pair", target, n["note_id"]))
