@@ -132,7 +132,7 @@ def test_notes_forwards_saves_files_appends_and_memory_land_in_leanote(world):
         await until(lambda: len([m for m in tg.sent_to(OWNER) if "已记下" in m["text"]]) >= 5)
         got = await said(tg, OWNER, send=lambda: tg.reply(OWNER, "/save 计划 #周末", to=kept["message_id"]))
         saved = leanote.notes[link_id(got["text"], leanote)]
-        assert saved["Title"] == "计划 #周末" and "周末" in saved["Tags"]
+        assert saved["Title"] == "计划" and "周末" in saved["Tags"]
         assert "周末去爬山" in saved["Content"] and "Alice Chen" in saved["Content"]
         got = await said(tg, OWNER, "/save")  # not a reply: how to use it
         assert "usage" in got["text"]
@@ -205,7 +205,7 @@ def test_a_capture_while_leanote_is_down_is_queued_and_written_when_it_is_back(w
         got = await said(tg, OWNER, "/note 断网时记的 #离线")
         assert "queued" in got["text"] and "/outbox" in got["text"]
         got = await said(tg, OWNER, "/outbox")
-        assert "note: 断网时记的 #离线" in got["text"] and "waiting" in got["text"]
+        assert "note: 断网时记的" in got["text"] and "waiting" in got["text"]
         assert not leanote.notes
         leanote.up()
         note = await until(lambda: [n for n in leanote.notes.values() if "断网时记的" in n["Content"]])
