@@ -21,11 +21,18 @@ The memory (``rag.memory.explore``): ``GET /memory/find``, ``/memory/graph``, ``
 ``GET /explorer`` is a page over them (its graph library, vis-network, is served from the
 ``pyvis`` package; the page asks for a token when it is opened over TCP).
 
+Over TCP the door is kept by ``sync.daemon.guard`` (a deadline on each request's head and body, a cap on
+connections, the excess put out or refused at once); a request without a valid token is answered 401 from its
+head (``TokenFirst``); ``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). Answers are
+shared out fairly between callers (``rag.answer.fair``); the ``answer`` event carries the answer as HTML with
+every address and ``@name`` inert but the cited passages' own links (``bot.render.web_html``).
+
 Errors are JSON ``{"error", "kind"}``: 400 ``user`` (fix the request), 401/403 (token),
 413 ``user`` (too large: a body over ``limits.request_kb``, refused before it is read, or a
 question, query or name over ``limits.question_chars``, refused before any work), 503
-``unavailable`` (retry later), 500 ``internal`` (a bug; see the log). A request line and
-headers longer than a question of ``limits.question_chars`` needs get uvicorn's plain 400.
+``unavailable`` (retry later), 429 ``unavailable`` (the token's rate; ``Retry-After``), 500 ``internal``
+(a bug; see the log). A request line and headers longer than a question of ``limits.question_chars``
+needs get uvicorn's plain 400.
 """
 
 from __future__ import annotations

@@ -175,7 +175,6 @@ class GuardedH11(H11Protocol):
         self.ready = _whole_head_waiting(transport)
         if not self.guard.admit(self):
             self.refused = True
-            self.transport = transport
             transport.write(_REFUSAL % (len(_REFUSAL_BODY), _REFUSAL_BODY))
             transport.close()
             return
