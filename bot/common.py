@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Awaitable, Callable, Iterator, Protocol
 
 from rag import limits
+from rag.memory import explore
 from rag.memory import related as related_mod
 from rag.answer.service import AnswerService, Trace
 from rag.capture import Attachment, Origin, Quote, Receipt
@@ -58,6 +59,9 @@ class Host(Protocol):
     feedback: FeedbackStore | None  # the answers sent, for the buttons under them
 
     def trigger(self) -> bool: ...
+    async def sync_for_chat(self) -> str:
+        """``/sync``: a pass now and what it did (or why none runs), in words for chat."""
+        ...
     def status_text(self, user_id: str | None = None) -> str:
         """Sync status: every account for an admin (None), else only ``user_id``'s."""
         ...
@@ -246,6 +250,10 @@ def with_notice(text: str, notice: str | None) -> str:
     return f"{notice}\n\n{text}" if notice else text
 
 
+# "Why?" under an answer given from another Leanote user's notes than the presser's now (``users`` changed).
+REMAPPED_WHY = ("这个回答来自另一个 Leanote 账号的笔记，依据不再显示给你。 / This answer came from another Leanote "
+                "account's notes: its trace is no longer shown to you.")
+
 # What a person sees when something unexpected goes wrong; the details go to the log.
 SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
 
@@ -265,7 +273,7 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /outbox — 还没写进 Leanote 的记录 captures waiting for Leanote
 
 /about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
-/related 笔记id或问题 — 相关的笔记 notes related to a note id or a question
+/related 笔记id、标题或问题 — 相关的笔记 notes related to a note (its id or title) or a question
 /reject ID — 删掉一条错的事实或相关 reject a wrong fact or pair (ids from /about, /related)
 /confirm ID — 确认一条事实或相关 confirm a fact or pair"""
 
@@ -336,7 +344,7 @@ MEMORY_NOT_YET = ("还没有笔记的记忆：等笔记同步完再试。 / Ther
                   "notes have synced.")
 ABOUT_USAGE = ("用法 usage: /about 名称 — 一个项目、术语或标签，如笔记里写的 / a name: a project, a term or a tag, "
                "as your notes write it")
-RELATED_USAGE = "用法 usage: /related 笔记id 或 问题 / a note id, or a question"
+RELATED_USAGE = "用法 usage: /related 笔记id、标题或问题 / a note id, its title's words, or a question"
 VERDICT_USAGE = ("用法 usage: /reject ID 或 /confirm ID（/about 和 /related 显示的 f… 或 p…）/ the f… or p… id that "
                  "/about and /related show")
 MEMORY_ITEMS = 10  # facts or pairs with buttons under one reply (Discord: 5 rows of 2 × 2 buttons)
@@ -453,11 +461,26 @@ def related_text(about: str, notes: list[dict], link: Callable[[str], str] = str
 
 
 async def about_reply(settings: Settings, user_id: str, name: str, link: Callable[[str], str] = str,
-                      esc: Callable[[str], str] = str) -> MemoryReply:
-    """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller)."""
+                      esc: Callable[[str], str] = str, index: NoteIndex | None = None) -> MemoryReply:
+    """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller);
+    with ``index``, nothing of a note it no longer holds (``_indexed``)."""
     facts, notes = await asyncio.to_thread(
         _read_memory, settings, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
+    if index is not None:
+        facts, notes = await _indexed(index, user_id, facts, notes)
     return about_text(name, facts, notes, link, esc)
+
+
+async def _indexed(index: NoteIndex, user_id: str, *rows: list[dict], also: tuple[str, ...] = ()) -> list:
+    """Each of ``rows`` less what names a note the index no longer holds: the sync removes a
+    note from the memory in the pass it leaves the index, unless that write fails (the memory
+    locked); until the next pass repairs it, no door names the note. A row list is None when a
+    note of ``also`` is not held."""
+    ids = sorted(explore.note_ids_in(list(rows)) | set(also))
+    held = await asyncio.to_thread(index.store.holding, user_id, ids) if ids else set()
+    if any(a not in held for a in also):
+        return [None for _ in rows]
+    return [explore.indexed_only(r, held) for r in rows]
 
 
 async def related_reply(host: Host, user_id: str, target: str, link: Callable[[str], str] = str,
@@ -467,18 +490,22 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     settings = host.settings
 
     def of_note(store: MemoryStore) -> tuple[dict, list[dict]] | None:
-        info = store.note_info(user_id, target) if " " not in target else None
+        info = related_mod.note_named(store, user_id, target)  # an id, or the words of one note's title
         if info is None:
             return None
-        notes = store.related_of(user_id, target, k)
+        note_id = info["note_id"]
+        notes = store.related_of(user_id, note_id, k)
         for n in notes:
-            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", target, n["note_id"]))
+            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", note_id, n["note_id"]))
         return info, notes
 
     found = await asyncio.to_thread(_read_memory, settings, of_note)
     if found is not None:
         info, notes = found
-        return related_text(f"“{info['title']}”", notes, link, esc)
+        notes, = await _indexed(host.index, user_id, notes, also=(info["note_id"],))
+        if notes is not None:
+            return related_text(f"“{info['title']}”", notes, link, esc)
+        return related_text(f"“{target}”", [], link, esc)  # a note that left the index
     hits = await host.answers.search(target, user_id, k)
 
     def of_text(store: MemoryStore) -> list[dict]:
@@ -490,6 +517,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
         return notes
 
     notes = await asyncio.to_thread(_read_memory, settings, of_text)
+    notes, = await _indexed(host.index, user_id, notes)
     return related_text(f"“{target}”", notes, link, esc)
 
 

@@ -52,10 +52,10 @@ from rag.redact import redact_in_logs, safe_url
 from bot.access import Access, Person
 from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
-                     nobody_mapped, outbox_text, person_key, related_reply, sources_first, token_or_problem, trace_text,
+                     nobody_mapped, outbox_text, person_key, REMAPPED_WHY, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)
-from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, discord_escape, discord_pages, discord_plain_links,
-                     discord_sources)
+from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, discord_escape, discord_pages,
+                        discord_plain_links, discord_sources)
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
@@ -263,9 +263,16 @@ class DiscordBot:
             private = not self.cfg.public_answers
         await interaction.response.defer(thinking=True, ephemeral=private)
 
+        reading = {"links": NoteLinks()}  # the links of the passages read, once they are known
+
+        def sources(found) -> None:
+            reading["links"] = NoteLinks(found)
+            pacer.show_first(sources_first(found))
+
         async def edit(text: str) -> None:
             try:
-                await interaction.edit_original_response(content=discord_plain_links(text)[-DISCORD_CONTENT:])
+                await interaction.edit_original_response(
+                    content=discord_plain_links(text, reading["links"])[-DISCORD_CONTENT:])
             except discord.HTTPException as err:
                 if err.status == 429:
                     raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
@@ -277,7 +284,7 @@ class DiscordBot:
         try:
             answer = await self.host.answers.ask(question, person.leanote_user_id,
                                                  conversation=self.conversation(interaction), on_token=pacer.feed,
-                on_sources=lambda found: pacer.show_first(sources_first(found)))
+                on_sources=sources, caller=person_key("discord", interaction.user.id))
         except Exception:
             log.exception("answering a Discord question failed")
             count_error(self.host, "discord")
@@ -325,7 +332,7 @@ class DiscordBot:
             sources = discord_sources(answer.citations, "来源 Sources")
         else:
             sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
-        body = discord_plain_links(answer.answer) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
+        body = discord_plain_links(answer.answer, NoteLinks(answer.citations)) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
         embeds = embeds_for(body, sources)
         first, rest = embeds[0], embeds[1:]
         # the buttons go under the last part of the answer
@@ -376,11 +383,12 @@ class DiscordBot:
         if not person.admin:
             await interaction.response.send_message("只有管理员可以 /sync。 / Only admins may /sync.", ephemeral=True)
             return
-        started = self.host.trigger()
-        await interaction.response.send_message(
-            "开始同步。 / Syncing now." if started else "刚刚同步过，稍等再试。 / A sync just ran; try again shortly.",
-            ephemeral=True,
-        )
+        await interaction.response.send_message("开始同步… / Syncing…", ephemeral=True)
+        done = await self.host.sync_for_chat()  # what the pass did, when it is done
+        try:
+            await interaction.edit_original_response(content=done[:DISCORD_CONTENT])
+        except discord.HTTPException as err:  # (an interaction's token lasts 15 minutes)
+            log.info("could not say what /sync did: %s", err)
 
     async def why(self, interaction: discord.Interaction) -> None:
         person = await self._person(interaction)
@@ -409,7 +417,8 @@ class DiscordBot:
         link = (lambda url: f"<{url}>" if url else "")
         try:
             if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape)
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape,
+                                          index=self.host.index)
             else:
                 reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         except Exception:
@@ -573,6 +582,8 @@ class DiscordBot:
                 await asyncio.to_thread(store.verdict, answer_id, me, action)
                 text = ("谢谢！很高兴有帮助。 / Thanks, glad it helped." if action == "up" else
                         "谢谢反馈，会用它来改进。 / Thanks: this helps improve the answers.")
+            elif action == "why" and person.leanote_user_id != record.user_id:  # another Leanote user's notes now
+                text = REMAPPED_WHY
             elif action == "why":
                 trace = stored_trace(record.trace) if record.trace else None
                 text = trace_text(trace) if trace else "这个回答没有记录依据。 / No trace was kept for this answer."

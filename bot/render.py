@@ -8,10 +8,16 @@ block that alone is too long between its lines, so no tag or fence is ever broke
 Discord: Markdown as it is, sources as lines with ``<url>`` (no embeds of links),
 embeds kept within Discord's limits.
 
-Only the links the answer service made (the sources) are clickable. A link in the
-answer's text came from the LLM, which may have copied it from a note or made it
-up: it is shown as plain text with its address visible, never as a link whose
-target hides behind its words.
+The answer's text came from the LLM, which may have copied an address from a note that
+tells it to (a web page clipped into Leanote, a shared note), or made one up. So every
+URL-like or mention-like token in it (``https://…``, ``www.…``, a bare ``example.com/…``,
+``t.me/…``, ``@name``, an email) is shown inert: in code style, which neither Telegram nor
+Discord turns into a link, and as ``<code>`` in the API's HTML; a Markdown link the LLM
+wrote shows its words and then its address, inert. The one exception is a link the cited
+passage itself holds (``Citation.links``, ``rag.answer.links``): it is shown as that
+note's link, with the note's own words for it, not the LLM's. The sources (the notes'
+own addresses, made by the answer service) are links. A token split by formatting
+(``evil**.com**``) is found in the text as it reads, and shown inert whole.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from functools import lru_cache
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdown_it import MarkdownIt
+
+from rag.answer import links as note_links
 
 TELEGRAM_LIMIT = 4096
 DISCORD_DESCRIPTION = 4096  # an embed's description; a message's embeds stay under 6,000 in all
@@ -37,6 +45,149 @@ def _md() -> MarkdownIt:
 
 _CONTAINERS = {"ul", "ol", "table", "thead", "tbody", "tr", "blockquote", "[document]"}
 _URL = re.compile(r"(?:https?|ftp)://[^\s<>\"'`）)\]】，。]+", re.I)
+_INLINE_TAGS = {"b", "strong", "i", "em", "s", "del", "u", "code", "a", "br", "img", "span"}
+_END_PUNCT = ".,;:!?)]}'\"。，；：！？）】》」…"
+_ASCII = r"A-Za-z0-9"
+# What Telegram (and a browser, a terminal) may turn into a link or a mention: emails, any
+# scheme's address, www., a bare domain (with a port and a path), an @name.
+_LINKLIKE = re.compile(
+    rf"(?P<email>(?<![{_ASCII}._%+-])[{_ASCII}._%+-]+@(?:[{_ASCII}](?:[{_ASCII}-]{{0,61}}[{_ASCII}])?\.)+[A-Za-z]{{2,24}})"
+    rf"|(?P<url>(?<![{_ASCII}])(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}://|mailto:|tg:|www\.)[^\s<>\"'`\x00\u3000-\u303f\uff01-\uff0f\uff1a-\uff20]+)"
+    rf"|(?P<domain>(?<![{_ASCII}@._/-])(?:[{_ASCII}](?:[{_ASCII}-]{{0,61}}[{_ASCII}])?\.)+(?:[A-Za-z]{{2,24}}|xn--[{_ASCII}-]+)"
+    rf"(?![{_ASCII}-])(?::\d{{1,5}})?(?:/[^\s<>\"'`\x00\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\u3400-\u9fff]*)?)"
+    rf"|(?P<mention>(?<![{_ASCII}_@/])@[A-Za-z0-9_]{{2,32}})")
+
+
+def linklike(text: str):
+    """(start, end) of each URL-like or mention-like token in ``text``, trailing punctuation left out."""
+    for m in _LINKLIKE.finditer(text):
+        start, end = m.span()
+        while end > start + 1 and text[end - 1] in _END_PUNCT:
+            end -= 1
+        yield start, end
+
+
+class NoteLinks:
+    """The links the cited passages hold (``Citation.links``), by address (``links.key``)."""
+
+    def __init__(self, citations=()):
+        self.by_key: dict[str, dict] = {}
+        for c in citations or ():
+            for link in getattr(c, "links", None) or ():
+                self.by_key.setdefault(note_links.key(link["url"]), link)
+
+    def find(self, address: str) -> dict | None:
+        return self.by_key.get(note_links.key(address)) if self.by_key else None
+
+
+NO_LINKS = NoteLinks()
+
+
+def _web(url: str) -> bool:
+    return url.lower().startswith(("http://", "https://"))
+
+
+class _Style:
+    """How inline text is written for one door: Telegram's HTML subset or the web's."""
+
+    tags = {"b": "b", "strong": "b", "i": "i", "em": "i", "s": "s", "del": "s", "u": "u"}
+    rel = ""
+
+    def text(self, value: str) -> str:
+        return html.escape(value, quote=False)
+
+    def inert(self, value: str) -> str:
+        return f"<code>{html.escape(value, quote=False)}</code>"
+
+    def link(self, link: dict, token: str) -> str:
+        """A link the note holds: a link with the note's words (web addresses), else its words and address."""
+        words = html.escape(" ".join(str(link.get("text") or link["url"]).split()), quote=False)
+        if _web(link["url"]):
+            return f'<a href="{html.escape(link["url"])}"{self.rel}>{words}</a>'
+        return f"{words} ({self.inert(token)})"
+
+
+class _WebStyle(_Style):
+    tags = {"b": "strong", "strong": "strong", "i": "em", "em": "em", "s": "del", "del": "del", "u": "u"}
+    rel = ' rel="nofollow noopener noreferrer"'
+
+
+TELEGRAM, WEB = _Style(), _WebStyle()
+
+
+def _inline(nodes, links: NoteLinks, style: _Style) -> str:
+    """A run of inline nodes (text, emphasis, code, links) as the door's HTML, every
+    link-like token inert or, when the cited passage holds it, that note's link. Tokens are
+    found in the text as it reads, across emphasis; code and links break them."""
+    atoms: list[tuple[str, str, tuple[str, ...]]] = []  # ("text" | "raw", value, formatting)
+
+    def walk(node, fmt: tuple[str, ...]) -> None:
+        if isinstance(node, NavigableString):
+            atoms.append(("text", str(node), fmt))
+            return
+        if not isinstance(node, Tag):
+            return
+        name = node.name
+        if name == "code":
+            atoms.append(("raw", style.inert(node.get_text()), fmt))
+        elif name == "br":
+            atoms.append(("text", "\n", fmt))
+        elif name in ("a", "img"):
+            href = node.get("href" if name == "a" else "src", "") or ""
+            words = node.get_text() if name == "a" else (node.get("alt") or "")
+            held = links.find(href) if href else None
+            if held is not None:  # the note's own link, in its words
+                atoms.append(("raw", style.link(held, href), fmt))
+            elif not href or words.strip() in ("", href):
+                atoms.append(("raw", style.inert(href or words), fmt) if href or words.strip() else ("text", "", fmt))
+            else:  # the words, then the address in plain sight
+                for child in (node.children if name == "a" else [NavigableString(words)]):
+                    walk(child, fmt)
+                atoms.append(("text", " (", fmt))
+                atoms.append(("raw", style.inert(href), fmt))
+                atoms.append(("text", ")", fmt))
+        elif name in style.tags:
+            tag = style.tags[name]
+            for child in node.children:
+                walk(child, fmt + ((tag,) if tag not in fmt else ()))
+        else:
+            for child in node.children:
+                walk(child, fmt)
+
+    for node in nodes:
+        walk(node, ())
+    flat = "".join(value if kind == "text" else "\x00" for kind, value, _ in atoms)
+    tokens = list(linklike(flat))
+
+    def wrap(value: str, fmt: tuple[str, ...]) -> str:
+        return "".join(f"<{t}>" for t in fmt) + value + "".join(f"</{t}>" for t in reversed(fmt))
+
+    out: list[str] = []
+    pos, t = 0, 0
+    for kind, value, fmt in atoms:
+        if kind == "raw":
+            out.append(wrap(value, fmt))
+            pos += 1
+            continue
+        i = 0
+        while i < len(value):
+            at = pos + i
+            while t < len(tokens) and tokens[t][1] <= at:
+                t += 1
+            if t < len(tokens) and tokens[t][0] <= at:  # inside a token: it is written whole at its end
+                start, end = tokens[t]
+                take = min(len(value), end - pos)
+                if end <= pos + len(value):
+                    token = flat[start:end]
+                    held = links.find(token) if token[0] != "@" else None
+                    out.append(style.link(held, token) if held is not None else style.inert(token))
+                i = take
+                continue
+            stop = min(len(value), tokens[t][0] - pos) if t < len(tokens) else len(value)
+            out.append(wrap(style.text(value[i:stop]), fmt) if value[i:stop] else "")
+            i = stop
+        pos += len(value)
+    return "".join(out)
 
 
 def _escaped_text(text: str, in_code: bool) -> str:
@@ -44,25 +195,30 @@ def _escaped_text(text: str, in_code: bool) -> str:
     not turn into links."""
     if in_code:
         return html.escape(text, quote=False)
-    out, last = [], 0
-    for m in _URL.finditer(text):
-        out.append(html.escape(text[last : m.start()], quote=False))
-        out.append(f"<code>{html.escape(m.group(0), quote=False)}</code>")
-        last = m.end()
-    out.append(html.escape(text[last:], quote=False))
-    return "".join(out)
+    return _inline([NavigableString(text)], NO_LINKS, TELEGRAM)
 
 
-def _tg(node, out: list[str]) -> None:
+def _tg(node, out: list[str], links: NoteLinks = NO_LINKS) -> None:
+    run: list = []  # inline nodes waiting to be written together (tokens may span them)
+
+    def flush() -> None:
+        if run:
+            out.append(_inline(run, links, TELEGRAM))
+            run.clear()
+
     for child in node.children:
         if isinstance(child, NavigableString):
             if node.name in _CONTAINERS and not str(child).strip():
                 continue  # the renderer's newlines between blocks
-            out.append(_escaped_text(str(child), in_code=node.name == "code"))
+            run.append(child)
             continue
         if not isinstance(child, Tag):
             continue
         name = child.name
+        if name in _INLINE_TAGS and not (name == "code" and child.parent is not None and child.parent.name == "pre"):
+            run.append(child)
+            continue
+        flush()
         if name == "pre":
             code = child.find("code")
             lang = ""
@@ -71,61 +227,118 @@ def _tg(node, out: list[str]) -> None:
             text = html.escape(child.get_text(), quote=False).rstrip("\n")
             attr = f' class="language-{html.escape(lang)}"' if lang else ""
             out.append(f"<pre><code{attr}>{text}</code></pre>\n\n")
-        elif name in _INLINE and not (name == "code" and child.parent is not None and child.parent.name == "pre"):
-            tag = _INLINE[name]
-            inner: list[str] = []
-            _tg(child, inner)
-            out.append(f"<{tag}>{''.join(inner)}</{tag}>")
-        elif name == "a":  # never clickable: the words, then the address in plain sight
-            words = child.get_text()
-            href = child.get("href", "")
-            if not href or words.strip() == href:
-                out.append(_escaped_text(href or words, in_code=False) if _URL.fullmatch(href or words)
-                           else html.escape(href or words, quote=False))
-            else:
-                out.append(f"{html.escape(words, quote=False)} (<code>{html.escape(href, quote=False)}</code>)")
         elif name in ("h1", "h2", "h3", "h4", "h5", "h6"):
             inner = []
-            _tg(child, inner)
+            _tg(child, inner, links)
             out.append(f"<b>{''.join(inner).strip()}</b>\n\n")
         elif name == "li":
             inner = []
-            _tg(child, inner)
+            _tg(child, inner, links)
             out.append("• " + "".join(inner).strip() + "\n")
         elif name in ("ul", "ol"):
-            _tg(child, out)
+            _tg(child, out, links)
             out.append("\n")
         elif name == "blockquote":
             inner = []
-            _tg(child, inner)
+            _tg(child, inner, links)
             out.append(f"<blockquote>{''.join(inner).strip()}</blockquote>\n\n")
         elif name == "p":
-            _tg(child, out)
+            _tg(child, out, links)
             out.append("\n\n")
-        elif name == "br":
-            out.append("\n")
         elif name == "hr":
             out.append("——\n\n")
         elif name in ("tr",):
             cells = []
             for cell in child.find_all(["td", "th"]):
                 inner = []
-                _tg(cell, inner)
+                _tg(cell, inner, links)
                 cells.append("".join(inner).strip())
             out.append(" | ".join(cells) + "\n")
         elif name == "table":
-            _tg(child, out)
+            _tg(child, out, links)
             out.append("\n")
         else:
-            _tg(child, out)
+            _tg(child, out, links)
+    flush()
 
 
-def telegram_html(markdown: str) -> str:
-    """Markdown -> the HTML subset Telegram's parse_mode=HTML accepts, all text escaped."""
+def telegram_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
+    """Markdown -> the HTML subset Telegram's parse_mode=HTML accepts, all text escaped, every
+    link-like token inert but the links the cited passages hold (``links``)."""
     soup = BeautifulSoup(_md().render(markdown), "html.parser")
     out: list[str] = []
-    _tg(soup, out)
+    _tg(soup, out, links)
     return re.sub(r"\n{3,}", "\n\n", "".join(out)).strip()
+
+
+def telegram_plain(text: str, links: NoteLinks = NO_LINKS, web: set[str] = frozenset()) -> str:
+    """Text shown as it is (an answer as it streams, its Markdown not read yet) as Telegram
+    HTML: escaped, every link-like token inert but the links the passages read hold
+    (``links``) and the addresses in ``web`` (the sources' own), which stay links."""
+    out, last = [], 0
+    for start, end in linklike(text):
+        out.append(html.escape(text[last:start], quote=False))
+        token = text[start:end]
+        held = links.find(token) if token[0] != "@" else None
+        if token in web:
+            out.append(f'<a href="{html.escape(token)}">{html.escape(token, quote=False)}</a>')
+        elif held is not None:
+            out.append(TELEGRAM.link(held, token))
+        else:
+            out.append(TELEGRAM.inert(token))
+        last = end
+    out.append(html.escape(text[last:], quote=False))
+    return "".join(out)
+
+
+def web_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
+    """The answer's Markdown as HTML for a web page (the API's ``answer`` event): everything
+    from the notes escaped, no raw HTML, no images; every link-like token inert but the links
+    the cited passages hold, which open as that note's link (``rel="nofollow noopener"``)."""
+    soup = BeautifulSoup(_md().render(markdown), "html.parser")
+    out: list[str] = []
+    _web_blocks(soup, out, links)
+    return "".join(out).strip()
+
+
+_WEB_BLOCKS = {"p", "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "table", "thead", "tbody",
+               "tr", "th", "td"}
+
+
+def _web_blocks(node, out: list[str], links: NoteLinks) -> None:
+    run: list = []
+
+    def flush() -> None:
+        if run:
+            out.append(_inline(run, links, WEB))
+            run.clear()
+
+    for child in node.children:
+        if isinstance(child, NavigableString):
+            if str(child).strip() or node.name not in _CONTAINERS:
+                run.append(child)
+            continue
+        if not isinstance(child, Tag):
+            continue
+        name = child.name
+        if name in _INLINE_TAGS:
+            run.append(child)
+            continue
+        flush()
+        if name == "pre":
+            code = child.find("code")
+            lang = next((c[9:] for c in (code.get("class", []) if code is not None else []) if c.startswith("language-")), "")
+            attr = f' class="language-{html.escape(lang)}"' if lang else ""
+            out.append(f"<pre><code{attr}>{html.escape(child.get_text(), quote=False)}</code></pre>\n")
+        elif name == "hr":
+            out.append("<hr>\n")
+        elif name in _WEB_BLOCKS:
+            out.append(f"<{name}>")
+            _web_blocks(child, out, links)
+            out.append(f"</{name}>\n" if name not in ("li", "th", "td") else f"</{name}>")
+        else:
+            _web_blocks(child, out, links)
+    flush()
 
 
 def _blocks(markdown: str) -> list[str]:
@@ -191,9 +404,11 @@ def split_markdown(markdown: str, limit: int, measure=len) -> list[str]:
     return parts
 
 
-def telegram_messages(markdown: str, sources: str = "", limit: int = TELEGRAM_LIMIT) -> list[str]:
+def telegram_messages(markdown: str, sources: str = "", limit: int = TELEGRAM_LIMIT,
+                      links: NoteLinks = NO_LINKS) -> list[str]:
     """The answer (and its sources, already HTML) as Telegram HTML messages within the limit."""
-    parts = [telegram_html(p) for p in split_markdown(markdown, limit, measure=lambda m: len(telegram_html(m)))]
+    parts = [telegram_html(p, links)
+             for p in split_markdown(markdown, limit, measure=lambda m: len(telegram_html(m, links)))]
     if sources:
         if len(parts[-1]) + 2 + len(sources) <= limit:
             parts[-1] = f"{parts[-1]}\n\n{sources}"
@@ -231,24 +446,61 @@ def discord_pages(markdown: str, limit: int = DISCORD_DESCRIPTION) -> list[str]:
 
 
 _CODE_SPANS = re.compile(r"(```[\s\S]*?(?:```|$)|`[^`\n]*`)")
-_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'(][^)\n]*)?\)")
-_AUTOLINK = re.compile(r"<((?:https?|ftp)://[^>\s]+)>", re.I)
+_MD_LINK = r"!?\[(?P<words>[^\]\n]*)\]\(\s*<?(?P<href>[^)\s>]+)>?(?:\s+[\"'(][^)\n]*)?\)"
+_AUTOLINK = r"<(?P<auto>(?:https?|ftp|mailto|tg):[^>\s]+)>"
+_LINKS = re.compile(f"{_MD_LINK}|{_AUTOLINK}", re.I)
+_EMPHASIS = "*~"  # (an underscore inside a word is no emphasis, and @names and addresses hold them)
+_DISCORD_MENTION = re.compile(r"<(?:@[!&]?|#)\d+>|@(?:everyone|here)\b")
 
 
-def discord_plain_links(markdown: str) -> str:
-    """The answer's Markdown for Discord with no clickable link: ``[words](url)`` becomes
-    "words (`url`)", autolinks and bare addresses become `url` (code is not linked).
-    Code spans and blocks are left as they are."""
+def discord_plain_links(markdown: str, links: NoteLinks = NO_LINKS) -> str:
+    """The answer's Markdown for Discord with no link the cited passages do not hold:
+    ``[words](url)`` becomes "words (`url`)", autolinks, addresses, domains, emails and
+    ``@names`` become `code` (a token split by emphasis markers whole, without them), and a
+    link a cited passage holds becomes ``[the note's words](<url>)``. Code spans and blocks
+    are left as they are."""
+    def held(link: dict, token: str) -> str:
+        words = discord_escape(" ".join(str(link.get("text") or link["url"]).split()))
+        return f"[{words}](<{link['url']}>)" if _web(link["url"]) else f"{words} ({_TICK}{token}{_TICK})"
+
+    def link(m: re.Match) -> list[tuple[bool, str]]:
+        url = m.group("href") or m.group("auto")
+        words = (m.group("words") or "").strip()
+        found = links.find(url)
+        if found is not None:
+            return [(False, held(found, url))]
+        if words and words != url:
+            return [(True, f"{m.group('words')} ("), (False, f"{_TICK}{url}{_TICK}"), (True, ")")]
+        return [(False, f"{_TICK}{url}{_TICK}")]
+
+    def tokens(text: str) -> str:
+        # emphasis markers out of the text as it reads, so evil**.com** is found whole
+        where = [i for i, ch in enumerate(text) if ch not in _EMPHASIS]
+        plain = "".join(text[i] for i in where)
+        out, last = [], 0
+        for start, end in linklike(plain):
+            a, b = where[start], where[end - 1] + 1
+            if any(ch in _EMPHASIS for ch in text[a:b]):  # split by markers: their closing ones go too
+                while b < len(text) and text[b] in _EMPHASIS:
+                    b += 1
+            token = plain[start:end]
+            found = links.find(token) if token[0] != "@" else None
+            out.append(_DISCORD_MENTION.sub(lambda m: f"{_TICK}{m.group(0)}{_TICK}", text[last:a]))
+            out.append(held(found, token) if found is not None else f"{_TICK}{token}{_TICK}")
+            last = b
+        out.append(_DISCORD_MENTION.sub(lambda m: f"{_TICK}{m.group(0)}{_TICK}", text[last:]))
+        return "".join(out)
+
     parts = _CODE_SPANS.split(markdown)
     for i in range(0, len(parts), 2):  # the even parts are outside code
-        text = parts[i]
-        text = _MD_LINK.sub(lambda m: f"{m.group(1)} ({_TICK}{m.group(2)}{_TICK})" if m.group(1).strip()
-                            and m.group(1).strip() != m.group(2) else f"{_TICK}{m.group(2)}{_TICK}", text)
-        text = _AUTOLINK.sub(lambda m: f"{_TICK}{m.group(1)}{_TICK}", text)
-        pieces = re.split(r"(`[^`\n]*`)", text)  # the addresses just put in code stay as they are
-        for j in range(0, len(pieces), 2):
-            pieces[j] = _URL.sub(lambda m: f"{_TICK}{m.group(0)}{_TICK}", pieces[j])
-        parts[i] = "".join(pieces)
+        pieces: list[tuple[bool, str]] = []  # (still to look at, text)
+        last = 0
+        for m in _LINKS.finditer(parts[i]):
+            pieces.append((True, parts[i][last:m.start()]))
+            pieces += link(m)
+            last = m.end()
+        pieces.append((True, parts[i][last:]))
+        parts[i] = "".join(tokens(text) if open_ else text for open_, text in pieces)
     return "".join(parts)
 
 

@@ -43,7 +43,7 @@ from typing import Iterator
 from bs4 import BeautifulSoup
 from telegram import (Bot, BotCommand, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message,
                       MessageEntity, MessageOriginChannel, MessageOriginChat, MessageOriginHiddenUser,
-                      MessageOriginUser, Update)
+                      MessageOriginUser, ReplyParameters, Update)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes,
@@ -59,9 +59,9 @@ from rag.redact import redact_in_logs, safe_url
 from bot.access import STRANGER, Access, Person
 from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
                      VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
-                     count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key,
+                     count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key, REMAPPED_WHY,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
-from bot.render import telegram_messages, telegram_sources
+from bot.render import TELEGRAM_LIMIT, NoteLinks, telegram_messages, telegram_plain, telegram_sources
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,14 @@ class TelegramBot:
             await self.app.start()
             await self.app.updater.start_polling(allowed_updates=["message", "callback_query"])
             log.info("telegram bot @%s is polling", self.app.bot.username)
+            capture = getattr(self.host, "capture", None)
+            if capture is not None:  # a capture whose answer a kill cut off is told when it is written
+                capture.announcers["telegram"] = self.announce
             await self.host.stopping.wait()
         finally:
+            capture = getattr(self.host, "capture", None)
+            if capture is not None and capture.announcers.get("telegram") == self.announce:
+                del capture.announcers["telegram"]
             with suppress(Exception):
                 if self.app.updater.running:
                     await self.app.updater.stop()
@@ -151,6 +157,16 @@ class TelegramBot:
                 if self.app.running:
                     await self.app.stop()
             await self.app.shutdown()
+
+    async def announce(self, person: str, once: str, text: str) -> None:
+        """Tell a person about their capture, in the chat it came from (``once``:
+        ``telegram:<chat>:<message>``, as a reply to that message when it is still there),
+        else in their private chat."""
+        _, chat, message = (once.split(":") + ["", ""])[:3] if once.startswith("telegram:") else ("", "", "")
+        chat_id = int(chat) if chat.lstrip("-").isdigit() else int(person.partition(":")[2])
+        reply = ReplyParameters(int(message), allow_sending_without_reply=True) if message.isdigit() else None
+        await self._retrying(lambda: self.app.bot.send_message(chat_id, text, reply_parameters=reply,
+                                                               link_preview_options=NO_PREVIEW))
 
     # --- who is asking --------------------------------------------------------------------
 
@@ -279,10 +295,10 @@ class TelegramBot:
         if not person.admin:
             await update.effective_message.reply_text("只有管理员可以 /sync。 / Only admins may /sync.")
             return
-        started = self.host.trigger()
-        await update.effective_message.reply_text(
-            "开始同步。 / Syncing now." if started else "刚刚同步过，稍等再试。 / A sync just ran; try again shortly."
-        )
+        said = await update.effective_message.reply_text("开始同步… / Syncing…")
+        done = await self.host.sync_for_chat()  # what the pass did, when it is done
+        with suppress(TelegramError):
+            await self._retrying(lambda: said.edit_text(done[:TELEGRAM_LIMIT], link_preview_options=NO_PREVIEW))
 
     async def on_why(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         person = await self._who(update)
@@ -469,7 +485,7 @@ class TelegramBot:
         target, notice = cut_message(self.host.settings, target)
         try:
             if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target)
+                reply = await about_reply(self.host.settings, person.leanote_user_id, target, index=self.host.index)
             else:
                 reply = await related_reply(self.host, person.leanote_user_id, target)
         except Exception:
@@ -580,6 +596,8 @@ class TelegramBot:
             if kind.startswith("fb:"):
                 await asyncio.to_thread(feedback.verdict, answer_id, presser, kind[3:])
                 await query.answer(THANKS)
+            elif kind == "why" and person.leanote_user_id != record.user_id:
+                await query.answer(REMAPPED_WHY[:200], show_alert=True)  # another Leanote user's notes now
             elif kind == "why":
                 trace = _trace(record.trace)
                 await self._to_presser(query, trace_text(trace) if trace is not None else
@@ -673,9 +691,17 @@ class TelegramBot:
         chat = update.effective_chat
         placeholder = await self._retrying(lambda: update.effective_message.reply_text("…"))
 
-        async def edit(text: str) -> None:
+        reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
+
+        def sources(found) -> None:
+            reading["links"] = NoteLinks(found)
+            reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
+            pacer.show_first(sources_first(found))
+
+        async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
             try:
-                await placeholder.edit_text(text, link_preview_options=NO_PREVIEW)
+                await placeholder.edit_text(telegram_plain(text, reading["links"], reading["web"]),
+                                            parse_mode=ParseMode.HTML, link_preview_options=NO_PREVIEW)
             except RetryAfter as err:
                 raise Wait(_seconds(err)) from None
             except BadRequest as err:
@@ -689,7 +715,7 @@ class TelegramBot:
         try:
             answer = await self.host.answers.ask(
                 question, person.leanote_user_id, conversation=self.conversation(update), on_token=pacer.feed,
-                on_sources=lambda found: pacer.show_first(sources_first(found))
+                on_sources=sources, caller=person_key("telegram", update.effective_user.id),
             )
         except Exception:
             log.exception("answering a Telegram question failed")
@@ -707,7 +733,8 @@ class TelegramBot:
         else:
             sources = telegram_sources(answer.closest, "最接近的笔记 Closest notes")
         markup = await asyncio.to_thread(self._buttons, update, person, answer)  # a write to the feedback store
-        await self._final(placeholder, telegram_messages(body, sources), html=True, markup=markup)
+        await self._final(placeholder, telegram_messages(body, sources, links=NoteLinks(answer.citations)), html=True,
+                          markup=markup)
 
     async def _typing(self, chat_id: int) -> None:
         with suppress(asyncio.CancelledError, TelegramError):

@@ -2,7 +2,7 @@
 writing, the outbox and the retries are ``sync.daemon.capture``).
 
 A capture is kept per person (``telegram:111``, ``discord:222``) and per Leanote user.
-It becomes a Markdown note: the title from the first line, ``#hashtags`` as tags
+It becomes a Markdown note: the title from the first line (its ``#hashtags`` left out), ``#hashtags`` as tags
 (besides ``capture.tags``), the text, and for a forwarded message where it came from.
 Every note or appended block we write ends with a marker line, an HTML comment holding
 the capture's key: Leanote's Markdown view hides it, the indexer drops it, and after a
@@ -130,10 +130,11 @@ def hashtags(text: str) -> list[str]:
 
 
 def title_of(text: str) -> str:
-    """The first line with words in it, without Markdown's heading or list marks, cut short."""
+    """The first line with words in it, without Markdown's heading or list marks and without
+    its ``#tags`` (they become the note's tags), cut short."""
     for line in text.splitlines():
         line = re.sub(r"^\s*(#{1,6}\s+|[-*+>]\s+|\d+[.)]\s+)", "", line).strip()
-        line = MARKER_RE.sub("", line).strip()
+        line = " ".join(_HASHTAG.sub(" ", MARKER_RE.sub("", line)).split())
         if re.search(r"\w", line):
             return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
     return ""

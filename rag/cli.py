@@ -29,6 +29,7 @@ from rag import limits
 from rag.door import Door, open_door
 from rag.index.excerpt import excerpt
 from rag.errors import LeanoteRagError, UserError
+from rag.memory import explore
 from rag.memory.entities import KINDS
 from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
 from rag.answer.feedback import FeedbackStore, path_for
@@ -460,6 +461,20 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     click.echo(f"\n{len(records)} answers: {up} up, {down} down, {len(records) - up - down} without a verdict")
 
 
+def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> list:
+    """Each of ``rows`` (the memory's notes, facts, related notes) less those of notes the
+    index no longer holds (``explore.indexed_only``: a note the sync could not remove from the
+    memory yet is never named); a row list is None when a note of ``also`` is not held."""
+    ids = sorted(explore.note_ids_in(list(rows)) | set(also))
+    if not ids:
+        return list(rows)
+    with app.door() as door:
+        held = door.held(user, ids)
+    if any(a not in held for a in also):
+        return [None for _ in rows]
+    return [explore.indexed_only(r, held) for r in rows]
+
+
 def _open_memory(app: App) -> MemoryStore:
     """The memory file, read directly (it works while the service runs)."""
     settings = app.settings
@@ -531,6 +546,7 @@ def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> No
         user = app.pick_user(store.users(), user_id)
         notes = store.entity(user, entity)
         facts = store.facts_about(user, entity)
+    notes, facts = _indexed(app, user, notes, facts)
     for n in notes:
         n["score"] = len(n["mentions"])
     if as_json:
@@ -657,7 +673,7 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
 
 
 @cli.command()
-@click.argument("target", metavar="NOTE_ID|QUESTION")
+@click.argument("target", metavar="NOTE_ID|TITLE|QUESTION")
 @click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=10, show_default=True, help="how many notes")
 @click.option("--json", "as_json", is_flag=True, help="JSON output: the notes, with the fields of `search --json` hits and reasons")
@@ -669,7 +685,9 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     limits.check(target, app.settings.limits.question_chars, "the question")
     with _open_memory(app) as store:
         user = app.pick_user(store.users(), user_id)
-        if store.note_info(user, target) is not None:
+        named = related_mod.note_named(store, user, target)  # an id, or the words of one note's title
+        if named is not None:
+            target = named["note_id"]
             notes, about = store.related_of(user, target, k), {"note_id": target}
             for n in notes:  # the id `memory reject|confirm` takes
                 n["pair_id"] = correction_id(user, "pair", correction_target("pair", target, n["note_id"]))
@@ -678,6 +696,12 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
                 hits = door.search(target, user, k, "hybrid")
             notes = related_mod.for_text(store, user, target, hits, k, app.settings.memory.related_question_min_score)
             about = {"query": target}
+    if "note_id" in about:
+        notes, = _indexed(app, user, notes, also=[target])
+        if notes is None:
+            raise UserError(f"no note {target} in the index (it left it: trashed, deleted or made private)")
+    else:
+        notes, = _indexed(app, user, notes)
     if as_json:
         _print_json({**about, "user_id": user, "notes": notes})
         return
@@ -735,6 +759,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         click.echo(safe_url(f"error: {exc}"), err=True)
+        details = getattr(exc, "details", None)  # what the libraries said, for -v
+        if details and ("-v" in args or "--verbose" in args or "-vv" in args or debug):
+            click.echo(safe_url(f"  details: {details}"), err=True)
         return 1
     except Exception as exc:
         if debug:

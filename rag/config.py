@@ -105,6 +105,17 @@ def seconds(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]
 
 
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted ``on``/``off`` (and ``yes``/``no``) as a boolean: the word meant."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+# auto, on or off; written unquoted (``memory.llm: on``) it still means the word
+Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
+
+
 class RerankConfig(Section):
     kind: Literal["auto", "flagembedding", "sentence-transformers", "none"] = Field(
         default="auto", description="auto: flagembedding when the [models] extra and the weights are here, else none"
@@ -215,6 +226,20 @@ class ApiConfig(Section):
     socket: Path | None = Field(default=None, description="Unix socket, owner-only (default: <state_dir>/api.sock)")
     listen: str | None = Field(default=None, description="host:port for remote use (with tokens); off by default")
     tokens: list[ApiToken] = Field(default=[], description="bearer tokens accepted on listen")
+    max_connections: int = Field(
+        default=64, ge=1, le=100_000,
+        description="listen: connections open at once (at most a quarter of the process's open-file limit); "
+        "past it, the connection that has waited longest without sending a whole request is closed, else the "
+        "new one is refused at once",
+    )
+    request_timeout: Duration = Field(
+        default=10.0, description="listen: a request's line, headers and body must arrive within this, else "
+        "the connection is closed",
+    )
+    idle_timeout: Duration = Field(default=5.0, description="listen: a kept-alive connection idle this long is closed")
+    rate_limit: int = Field(
+        default=20, ge=1, description="listen: questions and searches per token per minute (past it: 429)",
+    )
 
     @model_validator(mode="after")
     def _listen_needs_tokens(self) -> "ApiConfig":
@@ -257,7 +282,7 @@ class MemoryConfig(Section):
     """What the notes are about (``rag.memory.store``): entities and their mentions, kept beside the index."""
 
     enabled: bool = Field(default=True, description="extract entities (terms, code, tags, headings, links) as notes are indexed")
-    llm: Literal["auto", "on", "off"] = Field(
+    llm: Switch = Field(
         default="auto",
         description="LLM extraction in the background, one call per changed note (a one-line summary, facts "
         "with the quote they rest on): auto while Ollama answers, on, off; the no-LLM tier always runs",
@@ -411,7 +436,7 @@ class RetrievalConfig(Section):
     dense_weight: float = Field(default=0.35, ge=0)
     sparse_weight: float = Field(default=0.65, ge=0)
     max_chunks_per_note: int = Field(default=3, ge=1)
-    expand: Literal["auto", "on", "off"] = Field(
+    expand: Switch = Field(
         default="auto",
         description="LLM-assisted retrieval for paraphrased questions: one short generation of terms and a "
         "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in a quarter of the "

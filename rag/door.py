@@ -16,6 +16,7 @@ from rag.client import DaemonClient, find_daemon, say_door
 from rag.config import Settings
 from rag.errors import Unavailable
 from rag.index.note_index import NoteIndex
+from rag.index.store import open_store
 from rag.model import Hit
 from rag.index.retrieve import search as search_index
 
@@ -33,6 +34,10 @@ class Door(Protocol):
             on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
         """The answer; ``on_token`` hears its text as the LLM writes it, ``on_sources`` the
         notes its evidence comes from, once, before the LLM reads."""
+        ...
+
+    def held(self, user_id: str, note_ids: list[str]) -> set[str]:
+        """Those of ``note_ids`` the index holds for the user."""
         ...
 
     def close(self) -> None: ...
@@ -72,6 +77,17 @@ class LocalDoor(_Closing):
     def users(self) -> dict[str, int]:
         return self.index.store.count_by_user()
 
+    def held(self, user_id: str, note_ids: list[str]) -> set[str]:
+        if not note_ids:
+            return set()
+        if self._index is not None:
+            return self.index.store.holding(user_id, note_ids)
+        store = open_store(self.settings.qdrant, self.settings.state_dir, dim=0, create=False)  # no model loaded
+        try:
+            return store.holding(user_id, note_ids)
+        finally:
+            store.close()
+
     def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
         return search_index(self.index, query, user_id, k, retriever=retriever)
 
@@ -102,6 +118,11 @@ class DaemonDoor(_Closing):
 
     def users(self) -> dict[str, int]:
         return self.client.get("/users")["users"]
+
+    def held(self, user_id: str, note_ids: list[str]) -> set[str]:
+        if not note_ids:
+            return set()
+        return set(self.client.post("/notes/held", {"user": user_id, "note_ids": sorted(set(note_ids))})["held"])
 
     def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
         body = self.client.get("/search", q=query, user=user_id, k=k, retriever=retriever)

@@ -22,6 +22,10 @@ class UserError(LeanoteRagError):
     """Bad configuration, arguments or state that the user must fix."""
 
 
+class NotIndexed(UserError):
+    """No index yet where the config says (before the first ``leanote-rag index``)."""
+
+
 class TooLarge(UserError):
     """A request larger than the door takes (``limits``): refused before any work
     (the API answers 413, the CLI exits 2)."""

@@ -10,6 +10,8 @@ does work in proportion to what it was sent.
 from __future__ import annotations
 
 import re
+import time
+from collections import deque
 
 from rag.errors import TooLarge
 
@@ -39,3 +41,26 @@ def check(text: str | None, limit: int, what: str = "the question") -> str:
         raise TooLarge(f"{what} is too long: {len(text):,} characters, at most {limit:,} are read "
                        f"(limits.question_chars). Shorten it, or raise limits.question_chars in the config")
     return kept
+
+
+class PerMinute:
+    """At most ``most()`` events a minute per key (a token, a person): ``take`` counts one
+    when there is room and answers 0, else the seconds until there is; nothing counted."""
+
+    KEYS = 10_000  # keys remembered at most (older ones are forgotten once their minute is over)
+
+    def __init__(self, most, clock=time.monotonic):
+        self.most, self.clock = most, clock
+        self._seen: dict[str, deque[float]] = {}
+
+    def take(self, key: str) -> float:
+        now = self.clock()
+        window = self._seen.setdefault(key, deque())
+        while window and now - window[0] >= 60:
+            window.popleft()
+        if len(window) >= self.most():
+            return 60 - (now - window[0])
+        window.append(now)
+        if len(self._seen) > self.KEYS:
+            self._seen = {k: w for k, w in self._seen.items() if w and now - w[-1] < 60}
+        return 0.0

@@ -15,6 +15,12 @@ only the USNs below it (``Page.covered``). The server's USN read *before* a pass
 is kept as ``synced_usn``: "nothing changed since" means the server's USN is still
 that one (the user's USN can be above anything we can receive: tag edits bump it).
 
+The server's history can change under the cursor: Leanote restored from a backup puts its
+USN back (below ``synced_usn``: caught at once), and new writes may carry it past ours
+before the next pass. So a pass with changes to read first asks for the note it saw last
+(``usn_of``): gone, or back at a lower USN, means the history is not the one synced. Either
+way every note is compared with the server at once and the cursors start again.
+
 ``reconcile()`` compares everything the source holds with the state and the
 index and repairs what the stream of changes cannot show: notebooks hard-deleted
 through the API, notes removed from MongoDB by hand, privacy rules changed in the
@@ -34,12 +40,14 @@ from rag.memory.store import MemoryStore
 from rag.model import Note, Notebook
 
 from sync.indexer import Indexer, Summary
+from sync.progress import Progress, Step, nothing
 from sync.sources import AccountSession, BookPath, Skipped, notebook_paths
 from sync.state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
 
-# meta key prefix (then "<source>:<account>"): when the server's USN last went back, from what to what
+# meta key prefix (then "<source>:<account>"): when the server's history last changed (its USN went back,
+# or a note seen is gone), from what USN to what, and why
 USN_BACK = "usn_back:"
 
 
@@ -63,7 +71,10 @@ def with_path(note: Note, paths: dict[str, BookPath]) -> Note:
 
 class AccountSync:
     def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time,
-                 should_stop=lambda: False, memory: MemoryStore | None = None):
+                 should_stop=lambda: False, memory: MemoryStore | None = None, progress: Progress = nothing):
+        self.progress = progress
+        self.step = Step(session.account)
+        self._usn_range = (0, 0)  # the USNs this pass reads: from the cursor to the server's
         self.index = index
         self.state = state
         self.source = source_name
@@ -84,12 +95,16 @@ class AccountSync:
         acc.last_attempt = self.clock()
         synced = max(acc.cursor, acc.synced_usn or 0)
         if server < synced:  # a counter never goes back: the server was restored from an older backup
-            return self._went_back(acc, server, synced)
-        self._memory_catch_up()
+            return self._went_back(acc, server, synced, f"its USN went back from {synced} to {server}")
         # Idle only when a complete pass already saw this USN. Not by the cursors: notebooks
         # and notes are pulled apart, so after a pass cut short (stopped, killed) the notebook
         # cursor can be at the server's USN while notes below it are still to be read.
-        if acc.synced_usn is not None and server <= acc.synced_usn:
+        idle = acc.synced_usn is not None and server <= acc.synced_usn
+        changed = None if idle else self._history_changed(acc)
+        if changed:  # restored, and its USN climbed back past ours before this pass
+            return self._went_back(acc, server, synced, changed)
+        self._memory_catch_up()
+        if idle:
             acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
             with self.state.transaction():
                 self.state.put_account(acc)
@@ -102,8 +117,10 @@ class AccountSync:
             self.indexer.commit(acc)
 
         paths = notebook_paths(self.state.notebooks(self.source))
+        self._usn_range = (acc.notes_usn, server)
         for page in self.session.notes_since(acc.notes_usn):
             self.indexer.check_stop()  # between pages: what is committed stays
+            self.step.page += 1
             for bad in page.skipped:  # retried when the note changes again (or by the reconcile)
                 self.indexer.skip(bad.origin, bad.reason, bad.note_id)
             fetch: list[Note] = []
@@ -116,9 +133,12 @@ class AccountSync:
                     self.indexer.apply(meta)  # out of the index; no body needed
                 else:
                     fetch.append(meta)
+                    continue
+                self._tick(meta.usn)
             self._fetch_and_apply(fetch)
             acc.notes_usn = max(acc.notes_usn, page.covered)
             self.indexer.commit(acc)
+            self._tick(page.covered, read=0)
 
         acc.last_success, acc.last_error, acc.failing_since = self.clock(), None, None
         acc.synced_usn = server
@@ -127,15 +147,33 @@ class AccountSync:
         self.summary.seconds = round(time.monotonic() - started, 3)
         return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
 
-    def _went_back(self, acc, server: int, synced: int) -> AccountResult:
-        """The server's USN is below what was synced: changes made since the restore get
-        USNs we would take as seen. Every note is compared with the server at once (the
-        reconcile), then the cursors start again from the server's USN."""
-        log.warning("the server's USN for %s went back from %d to %d (Leanote restored from a backup?): "
-                    "comparing every note with the server now", acc.account, synced, server)
+    def _history_changed(self, acc) -> str | None:
+        """Whether the server's history is not the one synced, though its USN is above ours
+        (Leanote restored from a backup, then written to past our cursor): the note seen last
+        in the stream is gone from it, or back at a lower USN. What happened, or None. One
+        metadata call per pass that has changes to read; none when the source cannot say."""
+        usn_of = getattr(self.session, "usn_of", None)
+        anchor = self.state.latest_note(self.source, acc.account, acc.notes_usn) if usn_of else None
+        if anchor is None:
+            return None
+        note_id, seen = anchor
+        now = usn_of(note_id)
+        if now is None:
+            return f"note {note_id}, seen at USN {seen}, is gone from it"
+        if now < seen:
+            return f"note {note_id} is back at USN {now}, below the {seen} it was seen at"
+        return None
+
+    def _went_back(self, acc, server: int, synced: int, why: str) -> AccountResult:
+        """The server's history is not the one synced (its USN went back; or a note seen is
+        gone, or older): changes made since the restore get USNs we would take as seen.
+        Every note is compared with the server at once (the reconcile), then the cursors
+        start again from the server's USN."""
+        log.warning("the server's history for %s changed: %s (Leanote restored from a backup?); "
+                    "comparing every note with the server now", acc.account, why)
         with self.state.transaction():
             self.state.set_meta(f"{USN_BACK}{self.source}:{acc.account}",
-                                json.dumps({"from": synced, "to": server, "at": self.clock()}))
+                                json.dumps({"from": synced, "to": server, "at": self.clock(), "why": why}))
         result = self.reconcile()
         acc = self.state.account(self.source, self.session.account)
         acc.user_id = self.session.user_id
@@ -144,7 +182,7 @@ class AccountSync:
         acc.last_error = acc.failing_since = None
         self.indexer.commit(acc)
         s = result.summary
-        log.info("%s compared with the server after its USN went back: %d added, %d updated, %d deleted",
+        log.info("%s compared with the server after its history changed: %d added, %d updated, %d deleted",
                  acc.account, s.added, s.updated, s.deleted)
         return AccountResult(acc.account, acc.user_id, server, acc.cursor, self.summary)
 
@@ -172,6 +210,19 @@ class AccountSync:
                     self.indexer.apply(with_path(note, paths))
             self.indexer.commit()
 
+    def _tick(self, usn: int | None = None, read: int = 1) -> None:
+        """Tell ``progress`` how far this account got: ``read`` more notes, the last of them
+        at ``usn`` (the stream is in USN order: its share of the range the pass reads)."""
+        step = self.step
+        step.notes += read
+        step.chunks = self.summary.chunks_embedded
+        first, last = self._usn_range
+        if step.total:
+            step.done = min(1.0, step.notes / step.total)
+        elif usn is not None and last > first:
+            step.done = max(0.0, min(1.0, (usn - first) / (last - first)))
+        self.progress(step)
+
     def _fetch_and_apply(self, metas: list[Note]) -> None:
         if not metas:
             return
@@ -184,6 +235,7 @@ class AccountSync:
                 self.indexer.remove(meta.id)
             else:
                 self.indexer.apply(dataclasses.replace(meta, content=body))
+            self._tick(meta.usn)
 
     # --- notebooks ------------------------------------------------------------------------
 
@@ -268,6 +320,7 @@ class AccountSync:
                     self.indexer.apply(meta)
             elif rec is None or rec.status != INDEXED or rec.usn != meta.usn or rec.notebook != meta.notebook_path:
                 fetch.append(meta)
+        self.step.total = len(fetch)  # the notes to read again
         self._fetch_and_apply(fetch)
         self.indexer.commit(acc)
         indexed = {r.note_id for r in self.state.notes_of(self.source, self.session.account) if r.status == INDEXED}

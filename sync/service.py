@@ -53,7 +53,8 @@ from rag.memory import related
 
 from sync.faults import check_disk, state_fault
 from sync.incremental import AccountResult, AccountSync
-from sync.indexer import OPTIMIZE_PENDING, Indexer, Progress, Stopped, Summary
+from sync.indexer import OPTIMIZE_PENDING, Indexer, Stopped, Summary
+from sync.progress import Progress, Step, in_the_log
 from sync.sources import Known, open_source
 from sync.state import Indexed, State
 
@@ -184,8 +185,9 @@ class SyncService:
     def run_pass(self, reconcile: bool = False, force: bool = False, rebuild: bool = False,
                  progress: Progress | None = None) -> PassResult:
         """Sync every account once. ``force`` ignores backoff (a manual run); ``rebuild``
-        empties the index first and reads every note again; ``progress`` hears about a
-        snapshot's notes as they go."""
+        empties the index first and reads every note again; ``progress`` hears how far it
+        got (``sync.progress.Step``) as it goes; without one, a pass that lasts says so in
+        the log once a minute."""
         with self.lock:
             started = time.monotonic()
             if self.fault is not None and not force and self.clock() < self.fault_until:
@@ -215,7 +217,7 @@ class SyncService:
         try:
             if self._memory_due:  # what a crash or a failed write left behind, before anything is read
                 self.align_derived(memory=True)
-            result = self._run_pass(reconcile, force, progress or (lambda seen, embedded: None))
+            result = self._run_pass(reconcile, force, progress or in_the_log(), counted=progress is not None)
             summary = result.summary
             unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
             self._feedback_due |= unsettled
@@ -365,7 +367,7 @@ class SyncService:
             except Exception:
                 log.exception("a sync pass observer failed (the sync is not affected)")
 
-    def _run_pass(self, reconcile: bool, force: bool, progress: Progress) -> PassResult:
+    def _run_pass(self, reconcile: bool, force: bool, progress: Progress, counted: bool = False) -> PassResult:
         started = time.monotonic()
         result = PassResult()
         rules = self._exclusion_key()  # as this pass starts: a reload may change them while it runs
@@ -397,7 +399,7 @@ class SyncService:
                 result.skipped[account] = f"backing off until {time.strftime('%H:%M:%S', time.localtime(acc.next_run))}"
                 continue
             try:
-                result.results[account] = self._sync_account(account, reconcile, progress)
+                result.results[account] = self._sync_account(account, reconcile, progress, counted)
             except Exception as err:
                 if isinstance(err, Stopped) or self.stopping:  # a call cut off by the stop is no failure
                     result.stopped = True
@@ -433,16 +435,28 @@ class SyncService:
                         exc_info=None if expected else err)
         elif n == 1:
             log.warning("sync of %s failed: %s", account, message, exc_info=None if expected else err)
+        if n == 1 and getattr(err, "details", None):  # the libraries' own words: in the log, and with -v
+            log.info("sync of %s: %s", account, err.details)
         else:
             log.debug("sync of %s failed again (%d): %s; next try in %.0f s", account, n, message, delay)
         self._record_failure(account, message, next_run=self.clock() + delay)
         result.failures[account] = message
 
-    def _sync_account(self, account: str, reconcile: bool, progress: Progress) -> AccountResult:
+    def _sync_account(self, account: str, reconcile: bool, progress: Progress, counted: bool = False) -> AccountResult:
+        """One account's part of a pass. ``counted``: someone waits for it (``index``, the
+        API): a snapshot's notes are counted first, for the share done and the time left."""
         if not self.incremental:
             indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._should_stop,
                               memory=self.memory)
-            indexer.progress = progress
+            step = Step(self.source.name, total=len(self.source) if counted else None)
+
+            def tick(seen: int, embedded: int) -> None:
+                step.notes, step.chunks = seen, embedded
+                if step.total:
+                    step.done = seen / step.total
+                progress(step)
+
+            indexer.progress = tick
             # the source looks at the folder or backup anew and reads only what changed since
             # the last pass; a reconcile (privacy rules changed, the daily one) reads everything
             known = Known() if reconcile else indexer.known()
@@ -457,11 +471,11 @@ class SyncService:
         session = self.source.session(account)
         try:
             job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                              should_stop=self._should_stop, memory=self.memory)
+                              should_stop=self._should_stop, memory=self.memory, progress=progress)
             result = job.reconcile() if reconcile else job.run()
             if reconcile:  # a reconcile also catches up with the stream of changes
                 more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                                   should_stop=self._should_stop, memory=self.memory).run()
+                                   should_stop=self._should_stop, memory=self.memory, progress=progress).run()
                 more.summary.add(result.summary)
                 result = more
             return result

@@ -313,6 +313,13 @@ class State:
         rows = self.db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE source = ? AND account = ?", (source, account))
         return [_note(r) for r in rows]
 
+    def latest_note(self, source: str, account: str, most_usn: int) -> tuple[str, int] | None:
+        """The note of ``account`` seen last in the stream of changes, at a USN of at most
+        ``most_usn``: (note id, its USN), or None."""
+        row = self.db.execute("SELECT note_id, usn FROM notes WHERE source = ? AND account = ? AND usn > 0 "
+                              "AND usn <= ? ORDER BY usn DESC LIMIT 1", (source, account, most_usn)).fetchone()
+        return (row[0], row[1]) if row else None
+
     def note_ids(self, source: str | None = None) -> set[str]:
         if source is None:
             rows = self.db.execute("SELECT note_id FROM notes")

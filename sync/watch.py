@@ -12,7 +12,9 @@ at the latest ten times that after the first one. Then the watcher makes sure th
 pass which *started after* the last change has finished: it asks the daemon for a pass
 (``host.trigger(debounce=False)``: the watcher groups changes itself), asks again if the
 pass does not come, and looks at the run history in the state. So a change made while a pass was running,
-or just after a trigger, is never left for the next interval. The interval passes still
+or just after a trigger, is never left for the next interval. While the sync is paused (the disk full, the
+state file damaged: ``host.paused()``) it asks for nothing and waits for the pass that ends the pause: a
+file changing all the time makes no pass of its own then. The interval passes still
 run: they catch anything the operating system does not report (a network share
 changed by another machine).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Callable
@@ -170,8 +173,11 @@ watch.label = "file watcher"
 async def _listen(host, path: Path, recursive: bool, relevant: Filter, pending: _Pending) -> None:
     """Note every relevant change until the daemon stops."""
     log.info("watching %s for changes", path)
+    # awatch sets its stop event when it is cancelled: its own, or the watcher's end would stop the daemon
+    stop = asyncio.Event()
+    relay = asyncio.create_task(_relay(host.stopping, stop))
     try:
-        async for changes in awatch(path, watch_filter=relevant, recursive=recursive, stop_event=host.stopping,
+        async for changes in awatch(path, watch_filter=relevant, recursive=recursive, stop_event=stop,
                                     step=50, ignore_permission_denied=True):
             log.debug("changed: %s", sorted(p for _, p in changes)[:5])
             pending.changed()
@@ -179,6 +185,13 @@ async def _listen(host, path: Path, recursive: bool, relevant: Filter, pending: 
         hint = ("raise fs.inotify.max_user_watches, or " if "limit" in str(err).lower() else "")
         raise UserError(f"cannot watch {path}: {err}; {hint}set sync.watch: false "
                         f"(the interval sync goes on either way)") from None
+    finally:
+        relay.cancel()
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
 
 
 async def _sync_changes(host, reader: State, pending: _Pending, debounce: float) -> None:
@@ -201,7 +214,16 @@ async def synced_after(host, reader: State, since: float) -> None:
     one asked for has not come (the daemon's scheduler may drop a run asked for while the
     previous one is winding up)."""
     while not host.stopping.is_set():
-        runs = await asyncio.to_thread(reader.runs_since, since)
+        if host.paused():  # the disk full, the state damaged: the pass after the pause is the one
+            await host.wait_for_pass(host.passes)
+            continue
+        try:
+            runs = await asyncio.to_thread(reader.runs_since, since)
+        except sqlite3.DatabaseError:  # the state cannot be read: a pass finds out what is wrong, and pauses
+            passes = host.passes
+            host.trigger(debounce=False)
+            await host.wait_for_pass(passes)
+            continue
         if any(run["finished"] is not None for run in runs):
             return
         passes = host.passes

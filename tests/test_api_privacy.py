@@ -141,3 +141,47 @@ def test_health_without_a_token_says_ready_or_not_and_nothing_more(world):
         assert body["index"] == "open" and body["passes"] >= 1 and body["last_sync_ok"] is True
 
     run(settings, scenario, wait_pass=False)
+
+
+def test_an_error_never_tells_a_token_which_leanote_user_an_email_is(world):
+    """TWO asking for ONE's notes by ONE's email is refused in the words it asked with: not
+    "the index holds no notes of user 5dbed…", which tells TWO whose account that is."""
+    settings, _ = world
+
+    async def scenario(daemon, tcp, local):
+        two = {"Authorization": f"Bearer {TOKEN_TWO}"}
+        for path, params in (("/search", {"q": "内容", "user": "one@example.com"}),
+                             ("/users", None)):
+            reply = await tcp.get(path, params=params, headers=two)
+            assert ONE not in reply.text, reply.text
+        refused = await tcp.get("/search", params={"q": "内容", "user": "one@example.com"}, headers=two)
+        assert refused.status_code == 400 and "one@example.com" in refused.json()["error"]
+        unknown = await tcp.get("/search", params={"q": "内容", "user": "nobody@example.com"}, headers=two)
+        assert unknown.json()["error"].replace("nobody", "one") == refused.json()["error"]  # the same for both
+        asked = await tcp.post("/ask", json={"question": "内容", "user": "one@example.com"}, headers=two)
+        assert asked.status_code == 400 and ONE not in asked.text
+        mine = await tcp.get("/search", params={"q": "内容", "user": "two@example.com"}, headers=two)
+        assert mine.status_code == 200 and mine.json()["user_id"] == TWO
+
+    run(settings, scenario)
+
+
+def test_a_scoped_status_shows_the_llms_speed_but_not_how_many_replies_everyone_got(world):
+    from rag.speed import FILE, SpeedBook, Usage
+
+    settings, _ = world
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    book = SpeedBook(settings.state_dir / FILE)
+    for _ in range(7):  # seven answers, whoever asked them
+        book.observe("qwen2.5:1.5b", Usage(prompt_tokens=900, prompt_seconds=3.0, output_tokens=120,
+                                           output_seconds=8.0), "问题" * 300)
+
+    async def scenario(daemon, tcp, local):
+        scoped = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_TWO}"})).json()["llm"]
+        admin = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_ADMIN}"})).json()["llm"]
+        assert admin["qwen2.5:1.5b"]["replies"] == 7 and "(7 replies)" in admin["qwen2.5:1.5b"]["text"]
+        speed = scoped["qwen2.5:1.5b"]
+        assert "replies" not in speed and "updated" not in speed and "repl" not in speed["text"]
+        assert speed["read_tps"] == admin["qwen2.5:1.5b"]["read_tps"] and "tok/s" in speed["text"]
+
+    run(settings, scenario)

@@ -28,7 +28,7 @@ PROTOCOL_LIBS = {
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
     "httpx": {"rag/index/embed.py", "rag/llm.py", "rag/client.py"},
     "fastapi": {"sync/daemon/api.py"},
-    "uvicorn": {"sync/daemon/api.py"},
+    "uvicorn": {"sync/daemon/api.py", "sync/daemon/guard.py"},
     "watchfiles": {"sync/watch.py"},
     "telegram": {"bot/telegram.py"},
     "discord": {"bot/discord.py"},

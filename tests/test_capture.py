@@ -88,7 +88,9 @@ def drive(cap: Capture, coro):
 
 def test_title_tags_and_origin_of_a_capture():
     text = "# 路由器密码改了 #家里 #网络\n新密码在 1Password 里。 `#not-a-tag` http://x/#frag"
-    assert title_of(text) == "路由器密码改了 #家里 #网络"
+    assert title_of(text) == "路由器密码改了"  # the tags are the note's tags, not its title
+    assert title_of("#家里 #网络\n周末换了路由器") == "周末换了路由器"  # a line of tags alone is no title
+    assert title_of("买了 #咖啡豆 两包") == "买了 两包"
     assert hashtags(text) == ["家里", "网络"]
     when = time.struct_time((2026, 11, 30, 9, 5, 0, 0, 334, 0))
     from datetime import datetime
@@ -112,7 +114,7 @@ def test_a_note_lands_in_the_inbox_created_once_with_its_tags(tmp_path, leanote)
     assert first.url in first.message and second.status == "written"
     assert len(books_titled(leanote, "Inbox")) == 1  # created by the first, found by the second
     note = leanote.notes[first.note_id]
-    assert note["Title"] == "路由器密码改了 #家里" and note["Tags"] == ["家里", "captured"]
+    assert note["Title"] == "路由器密码改了" and note["Tags"] == ["家里", "captured"]  # the tag is a tag, not title
     assert note["IsMarkdown"] and "新密码在保险箱" in note["Content"] and "<!-- leanote-rag:" in note["Content"]
     assert len(cap.written) == 2
 

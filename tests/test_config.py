@@ -134,3 +134,56 @@ def test_qdrant_url_selects_the_server_backend(tmp_path):
     assert settings.qdrant.kind == "server"
     with pytest.raises(ConfigError, match="needs qdrant.url"):
         load_text(tmp_path, "source: {kind: files, path: x}\nqdrant: {backend: server}\n")
+
+
+def test_unquoted_on_and_off_mean_the_words(tmp_path):
+    """YAML reads an unquoted on/off as true/false; the log and the docs write them unquoted."""
+    settings = load_text(tmp_path, "source: {kind: files, path: notes}\nmemory:\n  llm: on\nretrieval:\n  expand: off\n")
+    assert settings.memory.llm == "on" and settings.retrieval.expand == "off"
+    settings = load_text(tmp_path, "source: {kind: files, path: notes}\nmemory: {llm: off}\nretrieval: {expand: yes}\n")
+    assert settings.memory.llm == "off" and settings.retrieval.expand == "on"
+    with pytest.raises(ConfigError, match="memory.llm"):
+        load_text(tmp_path, "source: {kind: files, path: notes}\nmemory: {llm: sometimes}\n")
+
+
+def _models(annotation):
+    """The config models an annotation holds (a section, or the items of a list of them)."""
+    from pydantic import BaseModel
+
+    found = []
+    for a in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            found.append(a)
+        else:
+            found += [b for b in getattr(a, "__args__", ()) if isinstance(b, type) and issubclass(b, BaseModel)]
+    return list(dict.fromkeys(found))
+
+
+def test_the_repositorys_config_lists_every_option():
+    """config.yaml says it lists every option: each key of every section (and of the items of
+    its lists) is in its section there, set or in a comment."""
+    import re
+
+    text = (REPO / "config.yaml").read_text(encoding="utf-8")
+    lines = [re.sub(r"^(\s*)#\s?", r"\1", line) for line in text.splitlines()]  # comments read as keys too
+    sections: dict[str, str] = {}
+    current = None
+    for line in lines:
+        top = re.match(r"^([a-z_0-9]+):", line)
+        if top:
+            current = top.group(1)
+            sections.setdefault(current, "")
+        if current:
+            sections[current] += line + "\n"
+    missing = []
+    for name, field in config_mod.Settings.model_fields.items():
+        if field.exclude:
+            continue
+        if name not in sections:
+            missing.append(name)
+            continue
+        for model in _models(field.annotation):
+            for key in model.model_fields:
+                if not re.search(rf"^[\s-]*(?:- )?{key}:|[{{,]\s*{key}:", sections[name], re.M):
+                    missing.append(f"{name}.{key}")
+    assert missing == [], f"config.yaml does not list: {', '.join(missing)}"

@@ -4,6 +4,7 @@ services, answering while Leanote is down, and a clean stop on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sqlite3
@@ -167,3 +168,28 @@ def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):
     out = subprocess.run([exe, "--config", str(config), "search", "FIRST-SYNC-1", "--json"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "第一条" in out.stdout
+
+
+def test_a_pass_outrunning_the_interval_is_said_once_not_warned_every_interval(leanote, tmp_path, caplog):
+    settings = settings_for(tmp_path, leanote, interval="0.2s", http_timeout=60)
+
+    async def scenario():
+        daemon = Daemon(settings, services())
+        task = await started(daemon)
+        caplog.clear()
+        held = leanote.hold("user/getSyncState")  # the next pass waits for Leanote
+        passes = daemon.passes
+        daemon.trigger(debounce=False)
+        await until(lambda: any("taking longer than sync.interval" in r.getMessage() for r in caplog.records),
+                    what="the long pass to be said", timeout=60)
+        await asyncio.sleep(1.0)  # five more intervals the pass outruns
+        held.set()
+        await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=60)
+        daemon.stop()
+        await asyncio.wait_for(task, timeout=30)
+
+    caplog.set_level("INFO")
+    asyncio.run(within(scenario(), "the scenario", SCENARIO))
+    said = [r for r in caplog.records if "taking longer than sync.interval" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "INFO"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("apscheduler")]

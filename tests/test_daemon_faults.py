@@ -172,11 +172,11 @@ def test_two_serve_started_at_once_on_one_state_dir_one_serves_the_other_is_refu
 # --- a damaged state file ---------------------------------------------------------------------
 
 
-def damage(db: Path) -> None:
+def damage(db: Path, first: int = 2, step: int = 3) -> None:
     """Garbage over some of the file's pages, as a bad disk or a careless copy leaves it."""
     pages = db.stat().st_size // 4096
     with db.open("r+b") as f:
-        for page in range(2, pages, 3):
+        for page in range(first, pages, step):
             f.seek(page * 4096)
             f.write(b"\xde\xad\xbe\xef" * 1024)
 
@@ -283,10 +283,81 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
             assert alice["lag"] == 0 and alice["usn_went_back"]["from"] == synced
             print_status(report)
             out = capsys.readouterr().out
-            assert f"the server's USN went back from {synced} to" in out and "lag -" not in out
+            assert f"the server's history changed: its USN went back from {synced} to" in out and "lag -" not in out
 
             leanote.put_note(note(ALICE, WORK, "再后来", "LATER-ON 之后的改动"))  # the cursors follow the server again
             assert service.run_pass().ok and found("LATER-ON") == {"再后来"}
+        finally:
+            service.close()
+            index.close()
+            state.close()
+
+
+def test_a_restore_is_noticed_when_the_usn_climbed_back_past_the_cursor(tmp_path, monkeypatch, use_embedder,
+                                                                       caplog, capsys):
+    """Back up; add X1, X2 and sync; restore; add Y1-Y4 (the server's USN is above ours again);
+    sync: X1 and X2 leave the index, Y1-Y4 come in, at once, and the log and status say why."""
+    from rag.index.note_index import NoteIndex
+    from rag.index.retrieve import search
+    from sync.daemon.report import print_status, status_report
+    from sync.service import SyncService
+    from sync.state import State
+
+    from conftest import make_settings
+    from fakes.leanote import FakeLeanote
+
+    monkeypatch.setenv("LR_PW_ALICE", "alice-pw")
+    ids = iter(range(1, 100))
+
+    def note(title, content):
+        return {"NoteId": "6%023x" % next(ids), "UserId": ALICE, "NotebookId": WORK, "Title": title,
+                "Content": content}
+
+    with FakeLeanote() as leanote:
+        leanote.add_user(ALICE, "alice@example.com", "alice-pw")
+        leanote.put_notebook({"NotebookId": WORK, "UserId": ALICE, "Title": "工作"})
+        leanote.put_note(note("旧笔记", "BEFORE-BACKUP 备份之前就有"))
+        settings = make_settings(
+            tmp_path, leanote={"base_url": leanote.url},
+            source={"kind": "leanote_api", "path": None,
+                    "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]},
+            sync={"http_timeout": 5})
+        state = State(settings.state_dir)
+        index = NoteIndex.open(settings, create=True, embedder=use_embedder)
+        service = SyncService(settings, index, state, scheduled=True)
+
+        def found(query: str) -> set[str]:
+            return {h.title for h in search(index, query, ALICE, 20) if query in h.text}
+
+        try:
+            assert service.run_pass().ok
+            backup = leanote.backup()
+            for i in (1, 2):
+                leanote.put_note(note(f"X{i}", f"LOST-IN-RESTORE X{i} 恢复时丢掉的"))
+            assert service.run_pass().ok and found("LOST-IN-RESTORE") == {"X1", "X2"}
+            synced = state.account(service.source.name, "alice@example.com").cursor
+
+            leanote.restore(backup)
+            for i in range(1, 5):
+                leanote.put_note(note(f"Y{i}", f"AFTER-RESTORE Y{i} 恢复之后写的"))
+            assert leanote.users[ALICE]["Usn"] > synced  # no USN went back by the time of the next pass
+            caplog.clear()
+            assert service.run_pass().ok  # the next ordinary pass
+            assert found("LOST-IN-RESTORE") == set()
+            assert found("AFTER-RESTORE") == {"Y1", "Y2", "Y3", "Y4"}
+            assert found("BEFORE-BACKUP") == {"旧笔记"}
+            warned = [r.getMessage() for r in caplog.records if "history for" in r.getMessage()]
+            assert len(warned) == 1 and "is gone" in warned[0] and "alice@example.com" in warned[0]
+
+            print_status(status_report(settings, state, index.store))
+            out = capsys.readouterr().out
+            assert "the server's history changed: note" in out and "is gone" in out
+
+            caplog.clear()
+            leanote.put_note(note("Z", "LATER-ON 之后的改动"))  # the cursors follow the server again
+            assert service.run_pass().ok and found("LATER-ON") == {"Z"}
+            assert not [r for r in caplog.records if "history for" in r.getMessage()]
+            assert service.run_pass().ok  # idle
         finally:
             service.close()
             index.close()
@@ -379,6 +450,85 @@ def test_a_disk_filling_up_while_serving_pauses_the_sync_says_so_and_it_resumes_
     assert "there is room on the disk again" in s.text()
     assert s.stop() and proc.returncode == 0
     assert "Traceback" not in s.text()
+
+
+class Scribbler:
+    """Note files written under ``folder`` every 50 ms (the watcher hears each), until ``stop``."""
+
+    def __init__(self, folder: Path):
+        import threading
+
+        self.folder, self.stop = folder, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.wait(0.05):
+            (self.folder / "scribble.md").write_text(f"# 草稿\n\n第 {i} 次改动\n", encoding="utf-8")
+            i += 1
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def passes(s: Serve) -> int:
+    reply = s.health()
+    assert reply is not None, "the socket does not answer"
+    return reply.json()["passes"]
+
+
+def test_a_short_disk_pauses_the_sync_whatever_the_watcher_says_and_it_resumes_once_there_is_room(
+        tmp_path, small_disk, serves, notes_dir):
+    """A file changing all the time (the watcher asks for a pass at each change) while the disk
+    is too full: one pass per backoff step, not hundreds a second; and once space is freed
+    the sync resumes within seconds, not at the next backoff step (a minute away here)."""
+    disk = small_disk(200)
+    s = serves(tmp_path, state_dir=disk / "data",
+               extra=f"source: {{kind: files, path: '{notes_dir}'}}\n"
+                     "sync: {interval: 1h, backoff_min: 60s, backoff_max: 30m, watch_debounce: 0.1s}\n")
+    proc = s.start()
+    until(s.ready, what="serve to be ready", proc=proc, log=s.log)
+    filler = fill(disk, leave_mb=40)
+    with Scribbler(notes_dir):
+        until(lambda: "sync paused: the disk holding" in s.text(), what="the pause", proc=proc, log=s.log)
+        paused_at = passes(s)
+        time.sleep(6.0)  # a window for the watcher to ask, many times over
+        during = passes(s) - paused_at
+    assert during <= 1, f"{during} passes in 6 s while paused (backoff_min is 60 s)"
+    (notes_dir / "while-full.md").write_text("# 磁盘满的时候\n\nWRITTEN-WHILE-FULL 这条笔记是在磁盘满时写的。\n")
+    freed = time.monotonic()
+    filler.unlink()  # room again: the daemon sees it, not at the next backoff step
+    until(lambda: "磁盘满的时候" in s.cli("search", "WRITTEN-WHILE-FULL").stdout, timeout=40,
+          what="the note written while full to be searchable", proc=proc, log=s.log)
+    assert time.monotonic() - freed < 40
+    log = s.text()
+    assert "there is room on the disk again" in log and log.count("sync paused: the disk holding") == 1
+    assert s.stop() and proc.returncode == 0 and "Traceback" not in s.text()
+
+
+def test_a_state_file_damaged_while_serving_stops_the_sync_once_whatever_the_watcher_says(tmp_path, serves,
+                                                                                          notes_dir):
+    s = serves(tmp_path, extra=f"source: {{kind: files, path: '{notes_dir}'}}\n"
+                               "sync: {interval: 1h, watch_debounce: 0.1s}\n")
+    proc = s.start()
+    until(s.ready, what="serve to be ready", proc=proc, log=s.log)
+    for name in ("state.db", "state.db-wal", "state.db-shm"):  # every page, whichever file holds it, and the index of them
+        damage(s.state_dir / name, first=1, step=1)
+    with Scribbler(notes_dir):
+        until(lambda: "sync stopped:" in s.text(), what="the damage to be found", proc=proc, log=s.log)
+        stopped_at = passes(s)
+        time.sleep(6.0)
+        during = passes(s) - stopped_at
+    assert during <= 1, f"{during} passes in 6 s on a damaged state file"
+    assert s.text().count("sync stopped:") == 1 and "index --rebuild" in s.text()
+    status = s.cli("status")  # through the daemon, which is still there to say it
+    assert "state.db" in status.stderr and "index --rebuild" in status.stderr
+    assert s.stop() and proc.returncode == 0
 
 
 def test_sqlites_own_disk_full_error_is_read_as_a_full_disk_naming_the_folder(tmp_path, small_disk):

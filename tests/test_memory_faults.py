@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from bot.common import about_reply, about_text, related_reply, trace_text
 from bot.telegram import _trace
@@ -67,7 +68,7 @@ async def memory_api(sock: str, *paths: str) -> list[tuple[int, str]]:
 async def doors(daemon, sock: str) -> dict[str, str]:
     """What each door shows Alice about Atlas, the pool note and the trashed note's id."""
     settings = daemon.settings
-    out = {"about": (await about_reply(settings, ALICE, "Atlas")).text,
+    out = {"about": (await about_reply(settings, ALICE, "Atlas", index=daemon.index)).text,
            "related note": (await related_reply(daemon, ALICE, A_POOL)).text,
            "related question": (await related_reply(daemon, ALICE, "Atlas 数据库 连接池")).text}
     for path, (status, body) in zip(
@@ -121,10 +122,20 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
                     logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
                     assert [m for m in logged if A_ATLAS in m and "locked" in m], (n, logged)  # every pass says so
                     assert holdings_of(settings, A_ATLAS)["notes"] == 1  # (the memory could not be written)
-                # before the repair: answers neither use its facts nor list it
+                # before the repair: no door names it (the memory still holds it)
                 during = await doors(daemon, sock)
-                for door in ("answer facts", "listing"):
-                    assert not any(w in during[door] for w in ATLAS_WORDS), (door, during[door])
+                assert during.pop("api note").startswith("404")  # (the reply names the id asked for)
+                for door, text in during.items():
+                    assert not any(w in text for w in ATLAS_WORDS), (door, text)
+                config = tmp_path / "config.yaml"  # the same settings, for the CLI
+                config.write_text(yaml.safe_dump(settings.model_dump(mode="json"), allow_unicode=True), encoding="utf-8")
+                cli = {args: await asyncio.to_thread(subprocess.run, [EXE, "--config", str(config), *args],
+                                                     capture_output=True, text=True, timeout=120) for args in
+                       (("memory", "Atlas", "--user", ALICE), ("related", "Atlas 数据库 连接池", "--user", ALICE),
+                        ("related", A_POOL, "--user", ALICE))}
+                for args, out in cli.items():  # the CLI, through the daemon's socket
+                    assert out.returncode == 0, (args, out.stderr)
+                    assert not any(w in out.stdout for w in ATLAS_WORDS), (args, out.stdout)
                 assert "PostgreSQL 连接池配置" in during["listing"]  # the notes still indexed are listed
             finally:
                 locker.execute("ROLLBACK")

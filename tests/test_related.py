@@ -125,3 +125,24 @@ def test_cli_related_json(tmp_path, capsys, use_embedder):
     assert out["query"] == "数据库连接池怎么配置" and out["notes"]
     assert pg in [n["note_id"] for n in out["notes"]]
     assert all({"note_id", "title", "notebook", "url", "score", "reasons"} <= set(n) for n in out["notes"])
+
+
+def test_related_finds_a_note_by_the_words_of_its_title(tmp_path, notes_dir, use_embedder, capsys):
+    """`related 溏心蛋` worked only as a note id: the words of one note's title name it too;
+    words several titles hold (or none) are a question."""
+    settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes_dir)}, memory=LOW)
+    sync(settings, use_embedder)
+    ids = titles(settings)
+    pg = ids["PostgreSQL 连接池配置（SQLAlchemy）"]
+    with MemoryStore.open_for(settings) as store:
+        assert related.note_named(store, "local", "PostgreSQL 连接池配置（SQLAlchemy）")["note_id"] == pg  # whole
+        assert related.note_named(store, "local", "连接池配置")["note_id"] == pg  # the words of one title
+        assert related.note_named(store, "local", pg)["note_id"] == pg  # the id, as before
+        assert related.note_named(store, "local", "怎么配置数据库连接") is None  # a question
+        by_id = store.related_of("local", pg)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"source: {{kind: files, path: '{notes_dir}'}}\nstate_dir: {settings.state_dir}\n"
+                   "memory: {related_min_score: 0.5}\n")
+    assert main(["--config", str(cfg), "related", "连接池配置", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["note_id"] == pg and [n["note_id"] for n in out["notes"]] == [n["note_id"] for n in by_id]

@@ -47,6 +47,8 @@ def test_index_then_status_shows_cursor_and_lag(setup, capsys):
     assert acc["lag"] == 0 and acc["notes_indexed"] == 1 and acc["last_error"] is None
     code, out, _ = run(capsys, "--config", str(cfg), "status")
     assert "account alice@example.com: cursor" in out and "lag 0" in out
+    # the source named whole: where Leanote is, and whose accounts
+    assert f"source:   leanote_api {fake.url} (1 account: alice@example.com)" in out
     code, out, _ = run(capsys, "--config", str(cfg), "search", "CLI-SYNC-1", "--json")
     assert json.loads(out)["hits"][0]["url"] == f"{fake.url}/note/{'6' + '0' * 23}"
 
@@ -67,13 +69,22 @@ def test_doctor_all_good(setup, capsys):
     assert "ok   embedder (use)" in out
 
 
+def test_doctor_before_the_first_index_says_so_and_passes(setup, capsys):
+    """The README's order: doctor, then index. Nothing is wrong yet."""
+    _, cfg = setup
+    code, out, _ = run(capsys, "--config", str(cfg), "doctor")
+    assert code == 0, out
+    assert "WARN index (edge): not indexed yet: run `leanote-rag index`" in out and "FAIL" not in out
+    assert "ok   leanote_api account alice@example.com: logged in as user" in out
+
+
 def test_doctor_says_how_to_fix_each_failure(setup, capsys, monkeypatch, tmp_path):
     _, cfg = setup
     monkeypatch.setenv("LR_PW_ALICE", "wrong")
     code, out, _ = run(capsys, "--config", str(cfg), "doctor")
     assert code == 1
     assert "FAIL leanote_api account alice@example.com" in out and "fix: put the right password" in out
-    assert "FAIL index (edge)" in out and "fix: run `leanote-rag index`" in out
+    assert "WARN index (edge): not indexed yet: run `leanote-rag index`" in out  # not a failure of its own
     # Leanote unreachable
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -116,3 +127,27 @@ def test_user_takes_an_account_email_as_users_does(setup, capsys):
     assert code == 2 and "account carol@example.com has not synced yet" in err and "leanote-rag status" in err
     code, _, err = run(capsys, "--config", str(cfg), "search", "x", "--user", "bob@example.com")
     assert code == 2 and "no notes of user 'bob@example.com'" in err  # no such account: taken as an id, and unknown
+
+
+def test_leanote_unreachable_is_one_human_line_and_v_gives_the_details(setup, capsys, tmp_path):
+    _, cfg = setup
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    down = tmp_path / "down.yaml"
+    down.write_text(cfg.read_text().replace(cfg.read_text().split("'")[1], f"http://127.0.0.1:{port}"))
+    code, _, err = run(capsys, "--config", str(down), "index")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and lines == [f"error: alice@example.com: cannot reach Leanote at http://127.0.0.1:{port}: "
+                                   "the connection was refused (is Leanote running, on that port?)"], err
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = str(Path(sys.executable).with_name("leanote-rag"))
+    out = subprocess.run([exe, "--config", str(down), "-v", "index"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "LR_PW_ALICE": "alice-pw"})
+    assert out.returncode == 1 and "Max retries exceeded" in out.stderr  # the library's words, asked for
+    assert "connection was refused" in out.stderr

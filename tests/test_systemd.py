@@ -53,6 +53,12 @@ def test_units_run_the_installed_command_hardened(unit, command):
     assert re.fullmatch(r"\d+(\.\d+)?[KMGT]", d["MemoryMax"][0])
 
 
+def test_the_daemon_may_open_more_files_than_systemds_default():
+    """A stranger's connections are capped at a quarter of the file limit (sync.daemon.guard):
+    at systemd's default 1,024 that is few; the unit raises it."""
+    assert int(directives("leanote-rag.service")["LimitNOFILE"][0]) >= 16384
+
+
 def test_the_daemon_restarts_on_failure_but_not_on_a_config_error():
     d = directives("leanote-rag.service")
     assert d["Restart"] == ["on-failure"]

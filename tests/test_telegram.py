@@ -178,8 +178,10 @@ def test_groups_need_a_mention_or_a_reply_and_commands_work(world):
         await until(lambda: final(tg, GROUP, "Only admins"))
         passes = daemon.passes
         tg.say(OWNER, "/sync")
-        await until(lambda: final(tg, OWNER, "Syncing now"))
-        await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=30)
+        done = await until(lambda: final(tg, OWNER, "Synced:"))  # "Syncing…", then what the pass did
+        assert "notes: 0 added, 0 updated, 0 deleted" in done[0]["text"]
+        assert done[0]["edits"]  # the "Syncing…" reply, edited once the pass ended
+        assert daemon.passes > passes
         tg.say(OWNER, "/search 红烧肉")
         await until(lambda: final(tg, OWNER, "红烧肉（妈妈的做法）"))
         tg.say(OWNER, "/status")

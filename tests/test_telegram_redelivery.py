@@ -112,3 +112,48 @@ def test_a_note_delivered_again_after_a_kill_is_written_once_and_answered_as_sav
     run(settings, tg, restarted)
     assert [n["Title"] for n in leanote.notes.values() if "KILLED-ONCE" in n["Content"]] == ["杀掉之前记的 KILLED-ONCE"]
     assert len(tg.sent_to(OWNER)) == replies + 1
+
+
+def test_a_note_cut_off_by_a_kill_before_its_reply_is_told_when_it_lands(tmp_path, world):
+    """The /note reached the daemon, its update was confirmed, its write went out to Leanote,
+    and the daemon was killed before Leanote answered (so before any reply). Leanote applies
+    the write anyway. Started again, the daemon finds the note in Leanote (not written twice)
+    and tells the person, in the chat they wrote from, with the link."""
+    tg, ollama, leanote = world
+    held = leanote.hold("note/addNote")  # Leanote takes its time: the write is on its way at the kill
+    log = (tmp_path / "child.log").open("w")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(tests=str(REPO / "tests"), tmp=str(tmp_path), tg=tg.base_url,
+                                            ollama=ollama.url, leanote=leanote.url)],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: tg.method_calls("getUpdates"), "the child's bot to poll", child)
+        tg.say(OWNER, "/note 回复之前被杀掉的 CUT-BEFORE-REPLY")
+        update_id = tg.updates[-1]["update_id"]
+        wait_for(lambda: leanote.calls["note/addNote"] == 1, "the write to reach Leanote", child)
+        wait_for(lambda: tg.confirmed > update_id, "the /note to be confirmed (Telegram will not send it again)",
+                 child)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        log.close()
+    replies = len(tg.sent_to(OWNER))
+    assert not [m for m in tg.sent_to(OWNER) if "已记下" in m["text"]]  # no receipt: killed first
+    held.set()  # Leanote applies it after all
+    wait_for_note = lambda: [n for n in leanote.notes.values() if "CUT-BEFORE-REPLY" in n["Content"]]  # noqa: E731
+    deadline = time.monotonic() + 30
+    while not wait_for_note() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [note] = wait_for_note()
+    settings = settings_for(tmp_path, tg.base_url, ollama.url, leanote.url)
+
+    async def restarted(daemon):
+        [told] = await until(lambda: tg.sent_to(OWNER)[replies:], timeout=60)
+        assert "已记下" in told["text"] and f"/note/{note['NoteId']}" in told["text"], told["text"]
+
+    run(settings, tg, restarted)
+    assert len([n for n in leanote.notes.values() if "CUT-BEFORE-REPLY" in n["Content"]]) == 1
+    assert len(tg.sent_to(OWNER)) == replies + 1

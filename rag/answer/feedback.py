@@ -323,5 +323,9 @@ def _without(gone: set[str], answer: str, cited: str, trace: str | None) -> tupl
                     blocks.add(c["evidence"])
         # "[n] subject — predicate — object": a fact of a block that went
         t["facts"] = [f for f in t.get("facts") or [] if not any(f.startswith(f"[{n}]") for n in blocks)]
+        # the evidence the LLM read, and its reply read against it, hold the note's text
+        t["evidence"] = {n: text for n, text in (t.get("evidence") or {}).items() if int(n) not in blocks}
+        if blocks and (t.get("reply") or t.get("units")):
+            t["reply"], t["units"] = "", []
         trace = json.dumps(t, ensure_ascii=False)
     return answer, json.dumps(citations, ensure_ascii=False), trace

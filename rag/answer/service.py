@@ -45,6 +45,8 @@ from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer import followup
 from rag.answer.evidence import Evidence, build_evidence, header, messages
+from rag.answer.fair import CALLER, FairSlots, Turns
+from rag.answer import links
 from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
@@ -132,6 +134,9 @@ class Citation:
     url: str
     excerpt: str
     score: float
+    # the links the cited passage holds ({"text", "url"}): the only ones the answer may show as
+    # links (rag.answer.links)
+    links: list[dict] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -244,6 +249,7 @@ def _citation(n: int, hit_or_block, question: str) -> Citation:
         url=hit_or_block.url,
         excerpt=excerpt(text, question),
         score=round(hit_or_block.score, 6),
+        links=links.held(text),
     )
 
 
@@ -447,7 +453,8 @@ class AnswerService:
         self.speeds = SpeedBook(Path(settings.state_dir) / SPEED_FILE if chat is not None else None)
         self.expander = Expander(self._stream)
         self._llm_failing = False
-        self._llm_slots: asyncio.Semaphore | None = None  # answers the LLM writes at once
+        self._llm_slots: FairSlots | None = None  # answers the LLM writes at once, round the callers
+        self._turns = Turns(lambda: self.settings.bots.max_concurrent_llm)  # answers under way per caller
         # Answers (rewrites, expansions, the answer itself) holding an LLM slot or waiting for
         # one: the background work that shares the LLM (sync.memory_jobs) runs only at 0.
         self.answers_waiting_or_writing = 0
@@ -459,14 +466,15 @@ class AnswerService:
 
     @asynccontextmanager
     async def llm_slot(self) -> AsyncIterator[None]:
-        """One of the ``bots.max_concurrent_llm`` slots for an answer's LLM call. Counted in
-        ``answers_waiting_or_writing`` from before it is acquired (an answer waiting for a
-        slot wants the LLM too) until it is released, however the call ends."""
+        """One of the ``bots.max_concurrent_llm`` slots for an answer's LLM call, given round
+        the callers waiting (``rag.answer.fair``). Counted in ``answers_waiting_or_writing``
+        from before it is acquired (an answer waiting for a slot wants the LLM too) until it
+        is released, however the call ends."""
         if self._llm_slots is None:
-            self._llm_slots = asyncio.Semaphore(self.settings.bots.max_concurrent_llm)
+            self._llm_slots = FairSlots(self.settings.bots.max_concurrent_llm)
         self.answers_waiting_or_writing += 1
         try:
-            async with self._llm_slots:
+            async with self._llm_slots.slot(CALLER.get()):
                 yield
         finally:
             self.answers_waiting_or_writing -= 1
@@ -518,7 +526,22 @@ class AnswerService:
         conversation: str | None = None,
         on_token: OnToken | None = None,
         on_sources: OnSources | None = None,
+        caller: str | None = None,
     ) -> Answer:
+        """The answer to ``question`` from ``user_id``'s notes. ``caller`` (an API token, a
+        chat person; default: the conversation, else the user) gets its fair share: at most
+        ``bots.max_concurrent_llm`` of its answers under way at once, and the LLM's slots
+        in turn with other callers (``rag.answer.fair``)."""
+        key = caller or conversation or user_id
+        async with self._turns.turn(key):
+            token = CALLER.set(key)
+            try:
+                return await self._ask(question, user_id, conversation, on_token, on_sources)
+            finally:
+                CALLER.reset(token)
+
+    async def _ask(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
+                   on_sources: OnSources | None) -> Answer:
         cfg = self.settings.answer
         started = time.perf_counter()
         timings: dict[str, float] = {}

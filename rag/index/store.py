@@ -52,7 +52,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from rag.config import QdrantConfig, not_as_root, prepare_state_dir, secret
-from rag.errors import BrokenState, IndexMismatch, StoreLocked, Unavailable, UserError
+from rag.errors import BrokenState, IndexMismatch, NotIndexed, StoreLocked, Unavailable, UserError
 from rag.index.lexical import SparseVector
 from rag.redact import safe_url
 
@@ -223,7 +223,7 @@ class EdgeStore(_Counts):
         if create or fresh:
             prepare_state_dir(self.path.parent)
         elif not self.path.exists():
-            raise UserError(f"no index at {self.path} yet: run `leanote-rag index` first")
+            raise NotIndexed(f"no index at {self.path} yet: run `leanote-rag index` first")
         else:
             not_as_root(self.path.parent)
         self._lock = ProcessLock(self.path.parent / (self.path.name + ".lock"), f"the index in {self.path}")
@@ -243,7 +243,7 @@ class EdgeStore(_Counts):
             if exists:
                 return qe.EdgeShard.load(str(self.path))
             if not create:
-                raise UserError(f"no index at {self.path} yet: run `leanote-rag index` first")
+                raise NotIndexed(f"no index at {self.path} yet: run `leanote-rag index` first")
             config = qe.EdgeConfig(
                 vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
                 sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
@@ -448,7 +448,7 @@ class ServerStore(_Counts):
         if self._client.collection_exists(self.collection):
             return
         if not create:
-            raise UserError(f"no collection {self.collection!r} at {self.location}: run `leanote-rag index` first")
+            raise NotIndexed(f"no collection {self.collection!r} at {self.location}: run `leanote-rag index` first")
         self._client.create_collection(
             self.collection,
             vectors_config={DENSE: qm.VectorParams(size=dim, distance=qm.Distance.COSINE)},

@@ -127,3 +127,48 @@ def entity_card(store: MemoryStore, user_id: str, name: str) -> dict:
                       | {"mentions": len(n["mentions"]),
                          "snippet": next((m["snippet"] for m in n["mentions"] if m["snippet"]), "")}
                       for n in notes]}
+
+
+def note_ids_in(data) -> set[str]:
+    """Every note id ``data`` (a card, a graph, rows of facts or notes) names."""
+    found: set[str] = set()
+
+    def walk(x) -> None:
+        if isinstance(x, dict):
+            for key in ("note_id", "superseded_by_note"):
+                if isinstance(x.get(key), str) and x[key]:
+                    found.add(x[key])
+            for key in ("id", "from", "to"):
+                if isinstance(x.get(key), str) and x[key].startswith("n:"):
+                    found.add(x[key][2:])
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(data)
+    return found
+
+
+def indexed_only(data, held: set[str]):
+    """``data`` without what names a note outside ``held`` (the notes the index holds): a row,
+    fact, node or edge of such a note goes. The memory loses a note that leaves the index in
+    the same pass, unless its write fails (``memory.sqlite`` locked): until the next pass
+    repairs it, no door names the note."""
+    def keep(x) -> bool:
+        if not isinstance(x, dict):
+            return True
+        if isinstance(x.get("note_id"), str) and x["note_id"] and x["note_id"] not in held:
+            return False
+        return not any(isinstance(x.get(k), str) and x[k].startswith("n:") and x[k][2:] not in held
+                       for k in ("id", "from", "to"))
+
+    def walk(x):
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x if keep(v)]
+        return x
+
+    return walk(data)

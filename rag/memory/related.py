@@ -57,6 +57,7 @@ ENTITY_WEIGHT = 0.25
 ENTITY_CAP = 12.0  # Σ idf that counts as full entity evidence
 LINK_BOOST = 0.5
 SNIPPET = 120
+MAX_TITLE_WORDS = 300  # characters of a target compared with the titles
 
 ChunkVectors = Sequence[tuple[str, np.ndarray]]  # (point id, dense vector) of a note's chunks
 
@@ -241,3 +242,21 @@ def _named_shared(memory: MemoryStore, user_id: str, question: str, note_ids: li
             out[note_id] = [{"name": by_norm[k]["name"], "kind": by_norm[k]["kinds"][0], "notes": by_norm[k]["notes"],
                              "idf": math.log(n / max(1, by_norm[k]["notes"]))} for k in norms]
     return out
+
+
+def note_named(store: MemoryStore, user_id: str, target: str) -> dict | None:
+    """The user's note ``target`` names (``note_info``): its id; or, as a person writes it
+    (``/related 溏心蛋``), the words of its title: the one note whose title is them, else the
+    only note whose title holds them. None: no note, or several (then it is a question)."""
+    target = " ".join((target or "").split())
+    if not target:
+        return None
+    info = store.note_info(user_id, target) if " " not in target else None
+    if info is not None:
+        return info
+    titled = store.notes_titled(user_id, target[:MAX_TITLE_WORDS])
+    exact = [n for n in titled if n["title"].strip().lower() == target.lower()]
+    chosen = exact if exact else titled
+    if len(chosen) != 1:
+        return None
+    return store.note_info(user_id, chosen[0]["note_id"])

@@ -546,6 +546,13 @@ class MemoryStore(LockedDB):
         return [{"note_id": b, "title": t, "notebook": nb, "url": u, "score": round(s, 4), "reasons": json.loads(r)}
                 for b, t, nb, u, s, r in rows]
 
+    def notes_titled(self, user_id: str, words: str, limit: int = 20) -> list[dict]:
+        """The user's notes whose title holds ``words`` (as written, case aside): note id and title."""
+        with self._lock:
+            rows = self.db.execute("SELECT note_id, title FROM notes WHERE user_id = ? AND instr(lower(title), lower(?)) > 0 "
+                                   "ORDER BY length(title), note_id LIMIT ?", (user_id, words, limit)).fetchall()
+        return [{"note_id": n, "title": t} for n, t in rows]
+
     def note_info(self, user_id: str, note_id: str) -> dict | None:
         """How a processed note of the user is shown, or None."""
         with self._lock:

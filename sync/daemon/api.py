@@ -21,11 +21,18 @@ The memory (``rag.memory.explore``): ``GET /memory/find``, ``/memory/graph``, ``
 ``GET /explorer`` is a page over them (its graph library, vis-network, is served from the
 ``pyvis`` package; the page asks for a token when it is opened over TCP).
 
+Over TCP the door is kept by ``sync.daemon.guard`` (a deadline on each request's head and body, a cap on
+connections, the excess put out or refused at once); a request without a valid token is answered 401 from its
+head (``TokenFirst``); ``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). Answers are
+shared out fairly between callers (``rag.answer.fair``); the ``answer`` event carries the answer as HTML with
+every address and ``@name`` inert but the cited passages' own links (``bot.render.web_html``).
+
 Errors are JSON ``{"error", "kind"}``: 400 ``user`` (fix the request), 401/403 (token),
 413 ``user`` (too large: a body over ``limits.request_kb``, refused before it is read, or a
 question, query or name over ``limits.question_chars``, refused before any work), 503
-``unavailable`` (retry later), 500 ``internal`` (a bug; see the log). A request line and
-headers longer than a question of ``limits.question_chars`` needs get uvicorn's plain 400.
+``unavailable`` (retry later), 429 ``unavailable`` (the token's rate; ``Retry-After``), 500 ``internal``
+(a bug; see the log). A request line and headers longer than a question of ``limits.question_chars``
+needs get uvicorn's plain 400.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import logging
 import os
 import socket
 from dataclasses import asdict, dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator, Protocol
@@ -47,6 +55,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from bot.render import NoteLinks, web_html
 from rag.memory import explore
 
 from rag import limits
@@ -57,6 +66,7 @@ from rag.memory.store import MemoryStore
 from rag.index.retrieve import RETRIEVERS, resolve_user
 
 from sync.faults import reading_state
+from sync.daemon.guard import AcceptErrors, Episode, Guard, GuardedH11, connection_cap
 from sync.daemon.report import status_report
 from sync.state import State
 
@@ -68,6 +78,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
+BACKLOG = 4096  # connections the kernel queues until they are accepted (capped by net.core.somaxconn)
+PROGRESS_EVERY = 0.25  # seconds between two progress events of a pass
+ACCEPT_BATCH = 16  # connections accepted in one go before the next are looked at (``_Server``)
 
 
 class Host(Protocol):
@@ -117,6 +130,11 @@ class VerdictIn(BaseModel):
     user: str | None = Field(default=None, description="whose memory (default: the only user the caller may query)")
 
 
+class HeldIn(BaseModel):
+    user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
+    note_ids: list[str] = Field(default=[], max_length=1000, description="note ids")
+
+
 class SyncIn(BaseModel):
     reconcile: bool = Field(default=False, description="compare everything with the source, not just changes")
     rebuild: bool = Field(default=False, description="empty the index and read every note again")
@@ -147,6 +165,8 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
     too_large = (f"the request body is larger than {body_kb} KB (limits.request_kb): send a shorter question "
                  f"(at most {daemon.settings.limits.question_chars:,} characters are read)")
     app.add_middleware(BodyLimit, most=body_kb * 1024, refusal=too_large, close=auth is None)
+    if auth is not None:
+        app.add_middleware(TokenFirst, auth=auth)
 
     def small(text: str | None, what: str) -> str:
         """``text`` within ``limits.question_chars``, checked before any work (else 413)."""
@@ -160,6 +180,19 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
             raise HTTPException(403, "this token may not do that (api.tokens[].admin)")
         return who
 
+    rates = limits.PerMinute(lambda: daemon.settings.api.rate_limit)
+
+    def counted(who: Caller) -> None:
+        """A question or a search over TCP counts against its token's ``api.rate_limit``."""
+        if auth is None:
+            return
+        wait = rates.take(who.name)
+        if wait:
+            n = daemon.settings.api.rate_limit
+            raise HTTPException(429, f"this token asked {n} questions and searches in the last minute "
+                                     f"(api.rate_limit): try again in {wait:.0f} s",
+                                headers={"Retry-After": str(max(1, round(wait)))})
+
     def ready() -> None:
         if daemon.index is None or daemon.answers is None:
             raise Unavailable(f"the daemon is starting: {daemon.not_ready or 'the index is not open yet'}")
@@ -171,8 +204,8 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException):
-        return JSONResponse({"error": err.detail, "kind": "auth" if err.status_code in (401, 403) else "user"},
-                            status_code=err.status_code, headers=err.headers)
+        kind = "auth" if err.status_code in (401, 403) else "unavailable" if err.status_code == 429 else "user"
+        return JSONResponse({"error": err.detail, "kind": kind}, status_code=err.status_code, headers=err.headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):
@@ -186,7 +219,14 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         return {u: n for u, n in counts.items() if who.may_see(u)}
 
     async def pick_user(who: Caller, user: str | None) -> str:
-        return resolve_user(await scoped_users(who), daemon.resolve_user_name(user) if user else None)
+        users = await scoped_users(who)
+        if not user:
+            return resolve_user(users, None)
+        user_id = daemon.resolve_user_name(user)
+        if user_id not in users:  # as asked: an email is never answered with the Leanote user it is
+            mine = ", ".join(sorted(users)) or "none"
+            raise UserError(f"no notes of user {user!r} that this caller may query (its users with notes: {mine})")
+        return user_id
 
     @app.get("/health", summary="liveness and readiness (the details with a token, or on the socket)")
     async def health(request: Request) -> JSONResponse:
@@ -239,6 +279,7 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         q = small(q, "the query")
         if retriever not in RETRIEVERS:
             raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+        counted(who)
         user_id = await pick_user(who, user)
         hits = await daemon.answers.search(q, user_id, k, retriever)
         return {"query": q, "user_id": user_id, "hits": [asdict(h) for h in hits]}
@@ -247,9 +288,11 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
               response_class=StreamingResponse, responses={200: {"content": {NDJSON: {}}}})
     async def ask(body: AskIn, who: Caller = Depends(caller)) -> StreamingResponse:
         question = small(body.question, "the question")
+        counted(who)
         user_id = await pick_user(who, body.user)
         conversation = f"api:{who.name}:{body.conversation}" if body.conversation else None
-        return StreamingResponse(_answer_events(daemon, question, user_id, conversation), media_type=NDJSON)
+        return StreamingResponse(_answer_events(daemon, question, user_id, conversation, f"api:{who.name}"),
+                                 media_type=NDJSON)
 
     @app.post("/sync", summary="a sync pass now (admin)",
               responses={200: {"content": {NDJSON: {}}, "description": "with wait: progress events, then the result"}})
@@ -277,12 +320,37 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
     async def read(work, *args):
         return await asyncio.to_thread(work, memory(), *args)
 
+    async def indexed(user_id: str, data):
+        """``data`` less what names a note the index no longer holds (``explore.indexed_only``)."""
+        ids = sorted(explore.note_ids_in(data))
+        held = await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, ids) if ids else set()
+        return explore.indexed_only(data, held)
+
+    async def held_note(user_id: str, note_id: str) -> bool:
+        return note_id in await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, [note_id])
+
     @app.get("/memory/find", summary="entities and notes whose name or title contains q")
     async def memory_find(q: str = Query(description="part of a name or title, or a note id"), user: str | None = None,
                           limit: int = Query(default=20, ge=1, le=100), who: Caller = Depends(caller)) -> dict:
         q = small(q, "the search")
         user_id = await pick_user(who, user)
-        return {"query": q, "user_id": user_id, **await read(lambda s: s.find(user_id, q, limit))}
+        def find(store: MemoryStore) -> dict:  # with the notes each entity stands on
+            found = store.find(user_id, q, limit)
+            for e in found["entities"]:
+                e["_notes"] = {n["note_id"] for n in store.entity(user_id, e["name"])} | \
+                    {f["note_id"] for f in store.facts_about(user_id, e["name"])}
+            return found
+
+        found = await read(find)
+        ids = sorted({n for e in found["entities"] for n in e["_notes"]} | explore.note_ids_in(found["notes"]))
+        held = await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, ids) if ids else set()
+        entities = []
+        for e in found["entities"]:  # an entity only notes that left the index name goes too
+            mine = e.pop("_notes")
+            if mine & held or not mine:
+                entities.append({**e, "notes": len(mine & held) if mine else e["notes"]})
+        return {"query": q, "user_id": user_id, "entities": entities,
+                "notes": explore.indexed_only(found["notes"], held)}
 
     @app.get("/memory/graph", summary="the neighbourhood of an entity or a note")
     async def memory_graph(entity: str | None = None, note: str | None = None, user: str | None = None,
@@ -294,24 +362,32 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         if entity is not None:
             graph = await read(explore.entity_graph, user_id, entity)
         else:
-            graph = await read(explore.note_graph, user_id, note)
+            graph = await read(explore.note_graph, user_id, note) if await held_note(user_id, note) else None
             if graph is None:
                 raise HTTPException(404, f"no note {note} in this user's memory")
-        return {"user_id": user_id, **graph}
+        return {"user_id": user_id, **await indexed(user_id, graph)}
 
     @app.get("/memory/note/{note_id}", summary="a note's card: summary, facts with quotes, entities, related notes")
     async def memory_note(note_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
         user_id = await pick_user(who, user)
-        card = await read(explore.note_card, user_id, note_id)
+        card = await read(explore.note_card, user_id, note_id) if await held_note(user_id, note_id) else None
         if card is None:
             raise HTTPException(404, f"no note {note_id} in this user's memory")
-        return {"user_id": user_id, **card}
+        return {"user_id": user_id, **await indexed(user_id, card)}
 
     @app.get("/memory/entity", summary="an entity's card: its facts with sources, the notes that mention it")
     async def memory_entity(name: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
         small(name, "the name")
         user_id = await pick_user(who, user)
-        return {"user_id": user_id, **await read(explore.entity_card, user_id, name)}
+        return {"user_id": user_id, **await indexed(user_id, await read(explore.entity_card, user_id, name))}
+
+    @app.post("/notes/held", summary="which of these notes the index holds (the CLI's memory commands)")
+    async def notes_held(body: HeldIn, who: Caller = Depends(caller)) -> dict:
+        ready()
+        user_id = await pick_user(who, body.user)
+        ids = sorted(set(body.note_ids))
+        held = await daemon.answers.in_search_thread(daemon.index.store.holding, user_id, ids) if ids else set()
+        return {"user_id": user_id, "held": sorted(held)}
 
     @app.post("/memory/verdict", summary="reject or confirm a fact or a related pair")
     async def memory_verdict(body: VerdictIn, who: Caller = Depends(caller)) -> dict:
@@ -370,6 +446,31 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class TokenFirst:
+    """ASGI middleware for the TCP listener: a request for anything but the public paths
+    (``/health``, ``/openapi.json``, the explorer page, which asks for a token itself) without
+    a valid token is answered 401 from its head, before its body is read: a stranger's
+    request holds no connection longer than that answer takes (``sync.daemon.guard``)."""
+
+    PUBLIC = ("/health", "/openapi.json", "/explorer")
+
+    def __init__(self, app, auth: "TokenAuth"):
+        self.app, self.auth = app, auth
+
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or any(path == p or path.startswith(p + "/") for p in self.PUBLIC):
+            return await self.app(scope, receive, send)
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        try:
+            self.auth.caller(header)
+        except HTTPException as err:
+            response = JSONResponse({"error": err.detail, "kind": "auth"}, status_code=err.status_code,
+                                    headers=err.headers)
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 EXPLORER = Path(__file__).with_name("explorer")
 VENDOR = {"vis-network.min.js": "vis-network.min.js", "vis-network.css": "vis-network.css"}
 
@@ -392,11 +493,12 @@ def _log_failure(task: asyncio.Task) -> None:
         log.error("a sync started through the API failed", exc_info=task.exception())
 
 
-async def _answer_events(daemon: Host, question: str, user_id: str, conversation: str | None) -> AsyncIterator[bytes]:
+async def _answer_events(daemon: Host, question: str, user_id: str, conversation: str | None,
+                         caller: str) -> AsyncIterator[bytes]:
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(daemon.answers.ask(
         question, user_id, conversation=conversation, on_token=lambda text: queue.put_nowait(("token", text)),
-        on_sources=lambda found: queue.put_nowait(("sources", found))))
+        on_sources=lambda found: queue.put_nowait(("sources", found)), caller=caller))
     task.add_done_callback(lambda _: queue.put_nowait(None))
     try:
         while (item := await queue.get()) is not None:
@@ -414,23 +516,27 @@ async def _answer_events(daemon: Host, question: str, user_id: str, conversation
         return
     finally:
         task.cancel()  # the client went away: stop writing its answer
-    yield _event(event="answer", answer=answer.as_json(with_trace=True))
+    # the answer as HTML for a page: every link-like token inert, but the cited passages' own links
+    yield _event(event="answer", answer=answer.as_json(with_trace=True),
+                 html=web_html(answer.answer, NoteLinks(answer.citations)))
 
 
 async def _sync_events(daemon: Host, body: SyncIn) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    # a snapshot's size may take a read of the whole backup: not on the event loop
-    total = None if daemon.settings.source.incremental else await asyncio.to_thread(len, daemon.sync.source)
+    sent = [0.0]
 
-    def progress(seen: int, embedded: int) -> None:  # called in the sync's thread
-        loop.call_soon_threadsafe(queue.put_nowait, ("progress", seen, embedded))
+    def progress(step) -> None:  # called in the sync's thread (sync.progress.Step); a few a second at most
+        now = loop.time()
+        if now - sent[0] >= PROGRESS_EVERY:
+            sent[0] = now
+            loop.call_soon_threadsafe(queue.put_nowait, step.as_json())
 
     task = asyncio.create_task(daemon.sync_now(reconcile=body.reconcile, rebuild=body.rebuild, progress=progress))
     task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
     try:
         while (item := await queue.get()) is not None:
-            yield _event(event="progress", seen=item[1], embedded=item[2], total=total)
+            yield _event(event="progress", **item)
         result = task.result()
     except Exception as err:
         _, error = _error_body(err)
@@ -464,19 +570,33 @@ class TokenAuth:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn inside our event loop: the daemon handles the signals, not uvicorn."""
+    """uvicorn inside our event loop: the daemon handles the signals, not uvicorn.
+
+    asyncio accepts as many connections in one go as the listen backlog it is given, before
+    any of them is looked at: a long queue of a stranger's connections would take every file
+    the process may open at once. So uvicorn's backlog (``Config.backlog``) is the small
+    batch ``ACCEPT_BATCH``, and once it listens the kernel's queue is made ``BACKLOG`` long
+    again (``listen()`` on a listening socket only changes its queue): a client's
+    connection waits in the queue, never for a SYN to be sent again."""
 
     @contextlib.contextmanager
     def capture_signals(self):
         yield
 
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(BACKLOG)
 
-def _config(app: FastAPI, question_chars: int) -> uvicorn.Config:
+
+def _config(app: FastAPI, settings: Settings, guard: Guard | None = None) -> uvicorn.Config:
     # h11 holds a request's line and headers whole up to this: room for a query of
     # question_chars (CJK percent-encoded: 9 bytes a character) and the headers, no more.
-    head = max(16 * 1024, question_chars * 9 + 8 * 1024)
+    head = max(16 * 1024, settings.limits.question_chars * 9 + 8 * 1024)
+    protocol = partial(GuardedH11, guard=guard) if guard is not None else "h11"
     return uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
-                          server_header=False, h11_max_incomplete_event_size=head)
+                          server_header=False, h11_max_incomplete_event_size=head, http=protocol,
+                          timeout_keep_alive=settings.api.idle_timeout, backlog=ACCEPT_BATCH)
 
 
 def unix_listener(path) -> socket.socket:
@@ -508,7 +628,7 @@ def tcp_listener(listen: str) -> socket.socket:
     except OSError as err:
         sock.close()
         raise UserError(f"cannot listen on api.listen {listen}: {err.strerror or err}") from None
-    sock.listen(64)
+    sock.listen(BACKLOG)
     return sock
 
 
@@ -518,16 +638,22 @@ async def service(daemon: Host) -> None:
     if not cfg.enabled:
         return
     servers: list[tuple[_Server, socket.socket]] = []
-    chars = daemon.settings.limits.question_chars
     remote = ""
+    guard = None
     if cfg.listen:  # a problem here leaves the local socket working, and says what is wrong
         try:
-            servers.append((_Server(_config(create_app(daemon, TokenAuth(daemon)), chars)), tcp_listener(cfg.listen)))
-            remote = f" and http://{cfg.listen} (tokens)"
+            guard = Guard(cfg.listen, connection_cap(cfg.max_connections), cfg.request_timeout)
+            app = create_app(daemon, TokenAuth(daemon))
+            servers.append((_Server(_config(app, daemon.settings, guard)), tcp_listener(cfg.listen)))
+            remote = f" and http://{cfg.listen} (tokens; at most {guard.most} connections)"
         except UserError as err:
             log.error("the API's TCP listener is off: %s", err)
-    servers.append((_Server(_config(create_app(daemon), chars)), unix_listener(cfg.socket)))
+    servers.append((_Server(_config(create_app(daemon), daemon.settings)), unix_listener(cfg.socket)))
     log.info("API on %s%s", cfg.socket, remote)
+    accept_errors = AcceptErrors(asyncio.get_running_loop())
+    accept_errors.install()
+    bad_heads = _QuietBadRequests()
+    logging.getLogger("uvicorn.error").addFilter(bad_heads)
     tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
     try:
         await daemon.stopping.wait()
@@ -539,6 +665,28 @@ async def service(daemon: Host) -> None:
             sock.close()
         with contextlib.suppress(FileNotFoundError):
             cfg.socket.unlink()
+        accept_errors.remove()
+        logging.getLogger("uvicorn.error").removeFilter(bad_heads)
+        bad_heads.episode.over()
+        if guard is not None:
+            guard.close()
+
+
+class _QuietBadRequests(logging.Filter):
+    """uvicorn logs every malformed request head; a stranger can send thousands: the first
+    one of an episode is said, the rest counted (``guard.Episode``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.episode = Episode(
+            lambda c: "the API received a malformed HTTP request (answered 400); more are counted, not logged",
+            lambda c: f"the API answered {c['bad']} malformed HTTP request(s) with 400", level=logging.INFO)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Invalid HTTP request received"):
+            self.episode.hit("bad")
+            return False
+        return True
 
 
 service.label = "API"

@@ -35,6 +35,9 @@ pass, which runs ``capture.sync_after`` after a write.
 - **Never overwrites an edit.** ``/append`` and ``/remember`` read the note and send it
   back with its ``Usn``; when someone changed it meanwhile Leanote answers
   ``conflict`` and changes nothing, and we read it again and retry.
+- **Every capture gets its answer.** A capture made just before the process ended (a
+  ``kill -9`` between taking it and answering) is written when the daemon is back, and its
+  maker is told then, by the bot of their platform (``announcers``), in the chat it came from.
 - **Refusals stay small.** Leanote refusing a capture (a file too large) parks that
   one capture with the reason, shown in ``/outbox`` and ``status``; the rest go on.
 """
@@ -56,7 +59,7 @@ from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 from rag.capture import (Attachment, Origin, Quote, Receipt, answer_note, compose, has_marker, md_escape,
                          md_label, with_marker)
@@ -118,6 +121,11 @@ MIGRATIONS = [
     CREATE TABLE login_failures (email TEXT PRIMARY KEY, user_id TEXT NOT NULL, error TEXT NOT NULL,
         since REAL NOT NULL);
     """,
+    # told: the person got a receipt for it (0: the process ended first; when it is written, they
+    # are told then). Captures from before this column were told.
+    """
+    ALTER TABLE items ADD COLUMN told INTEGER NOT NULL DEFAULT 1;
+    """,
 ]
 OPEN_STATES = ("pending", "sending")
 
@@ -142,6 +150,7 @@ class Item:
     check_at: float = 0.0
     failures: int = 0
     once: str = ""
+    told: int = 1
     files: list[Attachment] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -188,8 +197,8 @@ class Outbox:
                                        for f in files]}
         with self.lock:
             cur = self.db.execute(
-                "INSERT INTO items (key, person, user_id, kind, payload, created, next_try, once) "
-                "VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT INTO items (key, person, user_id, kind, payload, created, next_try, once, told) "
+                "VALUES (?,?,?,?,?,?,?,?,0)",
                 (key, person, user_id, kind, json.dumps(stored, ensure_ascii=False), now, now, once))
             return self.get(cur.lastrowid)
 
@@ -197,6 +206,13 @@ class Outbox:
         """The capture this person made into this Leanote user from ``once`` (a message), if any."""
         ids = self._ids("SELECT id FROM items WHERE person = ? AND user_id = ? AND once = ?", (person, user_id, once))
         return self.get(ids[0]) if ids else None
+
+    def told(self, item: Item) -> None:
+        """The person has a receipt for it."""
+        if not item.told:
+            with self.lock:
+                self.db.execute("UPDATE items SET told = 1 WHERE id = ?", (item.id,))
+            item.told = 1
 
     def forget(self, item: Item) -> None:
         """A refused capture made again: the new one takes its place (nothing of it was written)."""
@@ -480,6 +496,9 @@ class Capture:
         self._logins = ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture-login")
         self._closing = False
         self._failing: dict[str, str] = {}  # what fails ("login:<email>", "user:<id>") -> the kind of error
+        # platform -> how its bot tells a person (person key, ``once``, text): registered by the bots
+        self.announcers: dict[str, Callable[[str, str, str], Awaitable[None]]] = {}
+        self._telling: set[asyncio.Task] = set()
 
     @property
     def settings(self) -> Settings:
@@ -772,6 +791,7 @@ class Capture:
             return None
         if item.state in OPEN_STATES and item.next_try <= self.clock():  # being written: its answer
             item = await self._written_soon(item)
+        self.outbox.told(item)
         return self.receipt(item, again=True)
 
     async def _submit(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment],
@@ -785,8 +805,11 @@ class Capture:
             return await self._again(person, user_id, once) or Receipt("refused", "请再试一次。 / Please try again.")
         if self.outbox.waiting_before(item):  # behind a capture Leanote did not take yet: queued now
             self._wake.set()
+            self.outbox.told(item)
             return self.receipt(item)
-        return self.receipt(await self._written_soon(item))
+        item = await self._written_soon(item)
+        self.outbox.told(item)
+        return self.receipt(item)
 
     async def _written_soon(self, item: Item) -> Item:
         """The capture once its write was answered (written, refused, or to be retried), or
@@ -819,6 +842,28 @@ class Capture:
         return Receipt("queued", f"Leanote 暂时写不进去{reason}，已排队，稍后自动重试；/outbox 可查看。 / Leanote cannot "
                                  f"take it right now; it is queued and will be retried (see /outbox).", key=item.key,
                        again=again)
+
+    def _tell(self, item: Item) -> None:
+        """The receipt of a capture whose maker was never given one (the process ended between
+        taking it and answering: a ``kill -9``), sent to them by their platform's bot when it
+        runs (``announcers``); else it waits in the outbox, and ``/outbox`` shows it."""
+        announce = self.announcers.get(item.person.partition(":")[0])
+        fresh = self.outbox.get(item.id)
+        if announce is None or fresh is None or fresh.told:
+            return
+        receipt = self.receipt(fresh)
+
+        async def send() -> None:
+            try:
+                await announce(fresh.person, fresh.once, receipt.message)
+            except Exception as err:  # the person is not reachable now: /outbox still shows it
+                log.info("capture %s: could not tell %s it was %s: %s", fresh.key, fresh.person, receipt.status, err)
+                return
+            self.outbox.told(fresh)
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     def note_for(self, key: str) -> str:
         """The note id a capture (by its receipt's ``key``) was written to; "" until then."""
@@ -916,6 +961,8 @@ class Capture:
             event = self._finished.get(item.id)
             if event is not None:  # the person hears now: written, refused, or queued
                 event.set()
+            elif state in ("done", "failed") and not item.told:  # nobody heard of it (the process ended first)
+                self._tell(item)
             if state == "done":
                 written += 1
                 self.on_written()

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator
 from rag.index import embed as embed_mod
 from rag.config import Settings, make_private
 from rag.client import find_daemon
-from rag.errors import AuthFailed, BrokenState, LeanoteRagError, StoreLocked, UserError
+from rag.errors import AuthFailed, BrokenState, LeanoteRagError, NotIndexed, StoreLocked, UserError
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
 from rag.speed import FILE as SPEED_FILE
@@ -252,6 +252,9 @@ def _index(settings: Settings) -> Iterator[Check]:
         store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
     except StoreLocked as err:
         yield Check(name, True, f"in use by another process: {err}")
+        return
+    except NotIndexed:  # the README's order: doctor, then the first index
+        yield Check(name, True, "not indexed yet: run `leanote-rag index`", warn=True)
         return
     except UserError as err:
         yield Check(name, False, str(err), "run `leanote-rag index`")

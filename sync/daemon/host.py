@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
+ROOM_LOOK = 2.0  # seconds between looks at the free space while the disk is full
+CHAT_SYNC_WAIT = 600.0  # seconds /sync waits for its pass before it says "still syncing"
+
 # What a reload (SIGHUP) changes in the running daemon: whole sections, and single keys
 # of others. Everything else needs a restart, and the log says which keys changed.
 LIVE_SECTIONS = ("users", "exclude", "answer", "retrieval", "bots", "log_level")
@@ -121,6 +124,7 @@ class Daemon:
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
         self.memory_jobs: MemoryJobs | None = None  # the memory's LLM tier (sync.memory_jobs)
+        self._room_watch: asyncio.Task | None = None  # while the disk is full: looks for room (_watch_for_room)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -211,7 +215,8 @@ class Daemon:
                 return
             # A job that comes due while the loop is busy (a loaded machine) still runs, once:
             # APScheduler's default grace of 1 s would skip it, the first pass until the next interval.
-            self.scheduler = AsyncIOScheduler(job_defaults={"misfire_grace_time": None, "coalesce": True})
+            self.scheduler = AsyncIOScheduler(job_defaults={"misfire_grace_time": None, "coalesce": True},
+                                              logger=self._scheduler_log())
             cfg = self.settings.sync
             hour, minute = (int(x) for x in cfg.reconcile_at.split(":"))
             self.scheduler.add_job(
@@ -267,6 +272,26 @@ class Daemon:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def _scheduler_log(self) -> logging.Logger:
+        """APScheduler's logger, less its WARNING at every interval a pass outruns: said once
+        per pass that does, at INFO (the next pass starts when it ends; nothing is wrong)."""
+        daemon = self
+        said: set[int] = set()
+
+        class LongPass(logging.Filter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                if "maximum number of running instances" not in record.getMessage():
+                    return True
+                if daemon.passes not in said:
+                    said.add(daemon.passes)
+                    log.info("a sync pass is taking longer than sync.interval (%.0f s): the next starts when it ends",
+                             daemon.settings.sync.interval)
+                return False
+
+        logger = logging.getLogger("apscheduler.scheduler.serve")
+        logger.addFilter(LongPass())
+        return logger
 
     async def _watchdog(self) -> None:
         """Under systemd's WatchdogSec=: a ping every half period while the event loop runs
@@ -377,6 +402,8 @@ class Daemon:
     async def _after_pass(self, result: PassResult) -> None:
         if result.stopped:
             return
+        if isinstance(result.fault, DiskFull) and (self._room_watch is None or self._room_watch.done()):
+            self._room_watch = asyncio.create_task(self._watch_for_room())
         self.last_pass = result
         self.passes += 1
         summary = result.summary
@@ -395,6 +422,26 @@ class Daemon:
             log.debug("after the pass: %s", err)
         async with self.pass_done:
             self.pass_done.notify_all()
+
+    async def _watch_for_room(self) -> None:
+        """While passes wait for room on the disk: look at the free space every ``ROOM_LOOK``
+        seconds (one statvfs), and as soon as there is room again, sync then rather than at
+        the next backoff step, which may be half an hour away."""
+        while not self.stopping.is_set() and self.sync is not None and isinstance(self.sync.fault, DiskFull):
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=ROOM_LOOK)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                await asyncio.to_thread(check_disk, self.settings.state_dir)
+            except DiskFull:
+                continue
+            if self.sync is not None and isinstance(self.sync.fault, DiskFull):
+                log.info("there is room on the disk again: syncing now")
+                self.sync.fault_until = 0.0
+                self.trigger(debounce=False)
+            return
 
     def _next_due(self) -> float | None:
         """The earliest time an account in backoff may run again (in a worker thread)."""
@@ -432,10 +479,19 @@ class Daemon:
                     acc.next_run = when
                     self.state.put_account(acc)
 
+    def paused(self) -> bool:
+        """Whether the sync waits out a fault of every account's (the disk full, the state file
+        damaged): no pass runs before ``sync.fault_until``, whoever asks."""
+        sync = self.sync
+        return sync is not None and sync.fault is not None and self.clock() < sync.fault_until
+
     def trigger(self, debounce: bool = True) -> bool:
         """Run a sync now (the bots' /sync, the file watcher). Debounced unless told not to:
-        False when a trigger came less than ``sync.trigger_debounce`` ago."""
+        False when a trigger came less than ``sync.trigger_debounce`` ago, or while the sync
+        is paused (``paused``: its retry is scheduled; a trigger would be a pass for nothing)."""
         now = self.clock()
+        if self.paused():
+            return False
         if debounce and now - self._last_trigger < self.settings.sync.trigger_debounce:
             return False
         self._last_trigger = now
@@ -446,6 +502,32 @@ class Daemon:
         else:  # (a pass started through the API holds the lock: this one waits for it)
             self.scheduler.modify_job("sync", next_run_time=datetime.now() + timedelta(milliseconds=1))
         return True
+
+    async def sync_for_chat(self, wait: float = CHAT_SYNC_WAIT) -> str:
+        """The bots' ``/sync`` (admins): a pass now, and what it did, in words for chat; or why
+        none runs (paused by a fault, or one just ran)."""
+        if self.paused():
+            problems = "; ".join(p["problem"] for p in self.problems())
+            return f"同步暂停中，没有开始。 / The sync is paused, nothing started: {problems}"
+        after = self.passes + (1 if self._in_pass else 0)  # a pass under way: the one after it
+        if not self.trigger():
+            return "刚刚同步过，稍等再试。 / A sync just ran; try again shortly."
+        try:
+            async with self.pass_done:
+                await asyncio.wait_for(self.pass_done.wait_for(lambda: self.passes > after), wait)
+        except asyncio.TimeoutError:
+            return (f"还在同步（已超过 {wait / 60:.0f} 分钟）；/status 会显示结果。 / Still syncing after "
+                    f"{wait / 60:.0f} min; /status shows how it ends.")
+        result = self.last_pass
+        if result is None or result.stopped:
+            return "服务正在停止，同步没做完。 / The service is stopping: the sync did not finish."
+        if result.fault is not None:
+            return f"同步暂停 / The sync is paused: {result.fault}"
+        line = result.summary.line()
+        if result.ok:
+            return f"同步完成 ✅ / Synced: {line}"
+        failures = "; ".join(f"{account}: {error}" for account, error in result.failures.items())
+        return f"同步有失败 / The sync failed for some: {failures}. ({line})"
 
     def _forget_old_feedback(self) -> None:
         if self.feedback is not None:

@@ -32,6 +32,7 @@ from rag.index.store import open_store
 
 from sync.faults import check_disk, reading_state
 from sync.daemon.report import print_pass, print_status, status_report
+from sync.progress import Every, Step
 from sync.service import SyncService
 from sync.state import State
 
@@ -55,18 +56,38 @@ def account_user_id(settings, name: str) -> str | None:
 USER_NAMES.append(account_user_id)
 
 
-def _bar(total: int | None):
-    """A progress bar for an index pass (hidden when not on a terminal), and its feed."""
-    bar = tqdm(total=total, unit="note", desc="indexing", disable=None, leave=False)
+class _Shown:
+    """An index pass's progress where the person waits: one line kept up to date on a
+    terminal; elsewhere (systemd's journal, a pipe) a line for each account and then one a
+    minute, on stderr (``sync.progress``)."""
 
-    def progress(seen: int, embedded: int, total: int | None = None) -> None:
-        if total is not None and bar.total != total:
-            bar.total = total
-        bar.n = seen
-        bar.set_postfix(embedded=embedded, refresh=False)
-        bar.refresh()
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+        self.bar = tqdm(total=None, bar_format="{desc}", leave=False) if self.tty else None
+        self.every = Every(lambda text: click.echo(f"indexing {text}", err=True))
 
-    return bar, progress
+    def __call__(self, step: Step) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(f"indexing {step.line()}", refresh=True)
+        else:
+            self.every(step)
+
+    def event(self, event: dict) -> None:
+        """A ``progress`` event of the API's ``POST /sync``: the daemon's step, as it said it."""
+        step = Step(event.get("account") or "", event.get("seen") or 0, event.get("embedded") or 0,
+                    event.get("page") or 0, event.get("done"), event.get("total"))
+        line = event.get("line") or step.line()
+        if self.bar is not None:
+            self.bar.set_description_str(f"indexing {line}", refresh=True)
+        else:
+            self.every.say_line(step, line)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
@@ -79,9 +100,8 @@ def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
             if rebuild and service.memory is not None:
                 service.memory.reset()  # derived from the notes, like the index: built again
             try:
-                bar, progress = _bar(None if settings.source.incremental else len(service.source))
-                with bar:
-                    result = service.run_pass(reconcile=reconcile, force=True, progress=progress)
+                with _Shown() as shown:
+                    result = service.run_pass(reconcile=reconcile, force=True, progress=shown)
             finally:
                 service.close()
     finally:
@@ -91,11 +111,10 @@ def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
 
 def _index_through(client, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
     """The running daemon makes the pass; its progress and summary come back here."""
-    bar, progress = _bar(None)
-    with bar:
+    with _Shown() as shown:
         for event in client.stream("/sync", {"reconcile": reconcile, "rebuild": rebuild, "wait": True}):
             if event["event"] == "progress":
-                progress(event["seen"], event["embedded"], event.get("total"))
+                shown.event(event)
             elif event["event"] == "result":
                 return event["summary"], event["failures"]
     raise Unavailable("the daemon ended the sync before it reported its result")

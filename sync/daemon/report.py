@@ -5,11 +5,14 @@ same report the same way."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from datetime import datetime
 from typing import Iterable
 
 import click
 
+from rag.redact import safe_url
 from rag.config import Settings
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
@@ -73,22 +76,54 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "backend": settings.qdrant.kind,
         "embedder": manifest.get("embedder"),
         "dim": manifest.get("dim"),
-        "source": {"kind": settings.source.kind, "path": str(settings.source.path) if settings.source.path else None},
+        "source": source_of(settings, everyone=users is None),
         "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in known],
         "accounts": accounts,
         "last_sync": last_sync,
         "skipped": skipped,
-        "llm": {model: {"read_tps": speed.read_tps and round(speed.read_tps, 1),
-                        "write_tps": speed.write_tps and round(speed.write_tps, 1),
-                        "replies": speed.samples, "updated": when(speed.updated),
-                        "text": speed.describe(model),
-                        "means": meaning(model, speed, settings.answer.first_token_budget)}
+        "llm": {model: _speed(model, speed, settings, everyone=users is None)
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed),
                                     account_emails(settings)),
         "memory": memory_counts(settings, None if users is None else list(allowed)),
         "problems": problems(settings) if users is None else [],
     }
+
+
+def source_of(settings: Settings, everyone: bool = True) -> dict:
+    """The configured source, and a line naming it whole: the folder or backup, Leanote's
+    address and (for who may see every account) its accounts, MongoDB's server (no
+    credentials) and database."""
+    src = settings.source
+    out = {"kind": src.kind, "path": str(src.path) if src.path else None}
+    if src.kind in ("files", "mongodump"):
+        out["text"] = f"{src.kind} {src.path}"
+    elif src.kind == "leanote_api":
+        out["url"] = safe_url(src.api_url or settings.leanote.base_url)
+        out["text"] = f"leanote_api {out['url']}"
+        if everyone:
+            out["accounts"] = [a.email for a in src.accounts]
+            out["text"] += f" ({len(src.accounts)} account{'s' if len(src.accounts) != 1 else ''}: " \
+                           f"{', '.join(out['accounts'])})"
+    else:
+        url = os.environ.get(src.url_env or "", "")
+        out["url"] = safe_url(url) if url else None
+        where = out["url"] or f"the URL in ${src.url_env} (not set here)"
+        out["text"] = f"mongodb {where}" + (f", database {src.database}" if src.database else "")
+    return out
+
+
+def _speed(model: str, speed, settings: Settings, everyone: bool) -> dict:
+    """The LLM's speed here; how many replies it was learnt from (everyone's questions) and
+    when only for a caller who may see every account."""
+    out = {"read_tps": speed.read_tps and round(speed.read_tps, 1),
+           "write_tps": speed.write_tps and round(speed.write_tps, 1),
+           "text": speed.describe(model), "means": meaning(model, speed, settings.answer.first_token_budget)}
+    if everyone:
+        out.update(replies=speed.samples, updated=when(speed.updated))
+    else:
+        out["text"] = re.sub(r" \(\d+ repl(?:y|ies)\)$", "", out["text"])
+    return out
 
 
 SHARED_FAILURE = "the last sync failed (the admin can see why)"
@@ -113,7 +148,8 @@ def _scoped_run(last: dict | None, mine: set[str], incremental: bool) -> dict | 
 
 
 def usn_went_back(state: State, source: str, account: str) -> dict | None:
-    """When the server's USN last went below the one synced (Leanote restored from a backup)."""
+    """When the server's history last changed under the cursor (Leanote restored from a backup):
+    its USN went below the one synced, or a note seen was gone; ``why`` says which."""
     raw = state.get_meta(f"{USN_BACK}{source}:{account}")
     if not raw:
         return None
@@ -170,7 +206,8 @@ def _llm_totals(parts: list[dict]) -> dict:
 def print_status(report: dict) -> None:
     click.echo(f"index:    {report['index']} ({report['backend']})")
     click.echo(f"embedder: {report['embedder']} (dim {report['dim']})")
-    click.echo(f"source:   {report['source']['kind']} {report['source']['path'] or ''}")
+    source = report["source"]
+    click.echo(f"source:   {source.get('text') or (source['kind'] + ' ' + (source['path'] or '')).strip()}")
     for u in report["users"]:
         click.echo(f"user {u['user_id']}: {u['notes']} notes, {u['chunks']} chunks")
     for a in report["accounts"]:
@@ -186,8 +223,9 @@ def print_status(report: dict) -> None:
         click.echo(line)
         back = a.get("usn_went_back")
         if back:
-            click.echo(f"  at {back['at']} the server's USN went back from {back['from']} to {back['to']} (Leanote "
-                       f"restored from a backup?): every note was compared with the server again")
+            why = back.get("why") or f"its USN went back from {back['from']} to {back['to']}"
+            click.echo(f"  at {back['at']} the server's history changed: {why} (Leanote restored from a backup?): "
+                       f"every note was compared with the server again")
     for problem in report.get("problems", []):
         click.echo(f"problem:  {problem['problem']}")
     last = report["last_sync"]

@@ -17,9 +17,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import socket
+import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,6 +74,35 @@ def usn_pages(fetch: Callable[[int, int], list[dict]], after: int, max_entry: in
         covered = max(last - 1, after)
         yield fresh, covered
         after = covered
+
+
+def why_unreachable(err: BaseException) -> str:
+    """Why a connection failed, in a person's words, from the error at the bottom of what the
+    HTTP libraries raise (requests wraps urllib3, which wraps the socket's error)."""
+    stack, seen = [err], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, socket.gaierror):
+            return "its name does not resolve (check the host name, or DNS)"
+        if isinstance(e, ConnectionRefusedError):
+            return "the connection was refused (is Leanote running, on that port?)"
+        if isinstance(e, ConnectionResetError):
+            return "the connection was reset"
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return f"its TLS certificate is not trusted ({e.verify_message})"
+        if isinstance(e, ssl.SSLError):
+            return f"TLS failed ({e.reason or e})"
+        if isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN):
+            return "no route to it (is the network up?)"
+        if isinstance(e, (TimeoutError, socket.timeout)):
+            return "it did not answer in time"
+        for inner in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args):
+            if isinstance(inner, BaseException):
+                stack.append(inner)
+    return "the connection failed"
 
 
 @dataclass
@@ -219,7 +250,9 @@ class LeanoteApi:
                                   f"{self.timeout:g} s") from None
             if isinstance(err, requests.Timeout):
                 raise Unavailable(f"Leanote at {self.where} did not answer {action} within {self.timeout:g} s") from None
-            raise Unavailable(safe_url(f"cannot reach Leanote at {self.where}: {err}")) from None
+            failure = Unavailable(f"cannot reach Leanote at {self.where}: {why_unreachable(err)}")
+            failure.details = safe_url(f"{type(err).__name__}: {err}")  # the library's words: shown with -v
+            raise failure from None
         finally:
             watchdog.cancel()
             call.finish()
@@ -485,6 +518,22 @@ class ApiSession:
                 except NoteError as err:
                     out.append(Skipped(f"note {note_id}", str(err), note_id))
         return out
+
+    def usn_of(self, note_id: str) -> int | None:
+        """A note's USN on the server now (metadata only: ``getNote``), or None when the server
+        has no such note (not even a deleted one)."""
+        try:
+            body = self.api.call("note/getNote", noteId=note_id, _refusals=True)
+        except Refused as err:
+            if err.reason in ("notExists", "noteIdInvalid"):
+                return None
+            raise Unavailable(str(err)) from None
+        if not isinstance(body, dict) or not body.get("NoteId"):
+            return None
+        try:
+            return fields.usn(body.get("Usn"), "Usn")
+        except NoteError as err:
+            raise Unavailable(f"Leanote answered getNote with a bad {err}") from None
 
     def all_notebooks(self) -> list[Notebook]:
         return [b for b, _ in self.notebooks_since(0)]

@@ -167,6 +167,15 @@ class MongoSession:
         # the note itself is gone; the caller decides from the note's flags.
         return {i: found.get(i, "") for i in note_ids}
 
+    def usn_of(self, note_id: str) -> int | None:
+        """A note's USN in the database now, or None when it holds no such note."""
+        try:
+            oid = _oid(note_id)
+        except Exception:
+            return None
+        doc = self._guard(self.db.notes.find_one, {"_id": oid, "UserId": self._uid}, {"Usn": 1})
+        return None if doc is None else fields.usn_or_zero(doc.get("Usn"))
+
     def notes_by_id(self, note_ids: list[str]) -> list[Note | Skipped]:
         def read():
             docs = list(self.db.notes.find({"_id": {"$in": [_oid(i) for i in note_ids]}, "UserId": self._uid}, _NOTE_FIELDS))
