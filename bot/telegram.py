@@ -144,12 +144,12 @@ class TelegramBot:
             log.info("telegram bot @%s is polling", self.app.bot.username)
             capture = getattr(self.host, "capture", None)
             if capture is not None:  # a capture whose answer a kill cut off is told when it is written
-                capture.announcers["telegram"] = self.announce
+                capture.announce_with("telegram", self.announce)
             await self.host.stopping.wait()
         finally:
             capture = getattr(self.host, "capture", None)
-            if capture is not None and capture.announcers.get("telegram") == self.announce:
-                del capture.announcers["telegram"]
+            if capture is not None:
+                capture.stop_announcing("telegram", self.announce)
             with suppress(Exception):
                 if self.app.updater.running:
                     await self.app.updater.stop()

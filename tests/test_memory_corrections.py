@@ -10,13 +10,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from rag import config as config_mod
 from rag.answer.service import AnswerService
+from rag.index.note_index import NoteIndex
+from rag.model import Note
 from sync.daemon.main import main
 from rag.llm import OllamaChat
 from rag.errors import UserError
 from rag.memory.store import MemoryStore, NoteInfo, correction_id, correction_target
 from sync.memory_jobs import MemoryJobs
 
+from conftest import THREADS
 from test_memory_llm import ATLAS_PG, ATLAS_SQLITE, POSTGRES, POSTGRES_2025, Clock, add_note, run
 
 from fakes.ollama import FakeOllama
@@ -201,7 +205,7 @@ def test_export_then_import_into_a_fresh_memory_applies_the_same_tombstones(tmp_
 
 
 @pytest.fixture
-def cli_world(tmp_path, capsys):
+def cli_world(tmp_path, capsys, use_embedder):
     state = tmp_path / "state"
     state.mkdir()
     with MemoryStore(state / "memory.sqlite") as store:
@@ -211,7 +215,12 @@ def cli_world(tmp_path, capsys):
         put_facts(store, "u1", "a", [PG, POOL])
         store.replace_related("u1", "a", [("b", 0.9, {"entities": []}, {"entities": []})])
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"source: {{kind: files, path: {tmp_path}}}\nstate_dir: {state}\n")
+    cfg.write_text(f"source: {{kind: files, path: {tmp_path}}}\nstate_dir: {state}\nembedder: {{threads: {THREADS}}}\n")
+    # the index holds the notes the memory names (the CLI names no note the index does not hold)
+    with NoteIndex.open(config_mod.load(cfg), create=True, embedder=use_embedder) as index:
+        for user, note_id, title in (("u1", "a", "note a"), ("u1", "b", "note b"), ("u2", "z", "theirs")):
+            prepared = index.prepare(Note(note_id, user, title, f"# {title}\n\nAtlas 换成了 PostgreSQL，连接池用 pgbouncer。"))
+            index.write(prepared, index.embed([c.embed_text for c in prepared.chunks]))
 
     def cli(*args):
         code = main(["--config", str(cfg), *args])

@@ -150,9 +150,16 @@ def test_a_note_cut_off_by_a_kill_before_its_reply_is_told_when_it_lands(tmp_pat
     [note] = wait_for_note()
     settings = settings_for(tmp_path, tg.base_url, ollama.url, leanote.url)
 
+    # the bot, starting again, is held until the capture was found written: the receipt goes out
+    # all the same, when the bot is up (it used to be dropped when the capture came first)
+    bot_up = tg.hold("setMyCommands")
+
     async def restarted(daemon):
+        await until(lambda: daemon.capture.outbox.untold("telegram"), timeout=60)
+        bot_up.set()
         [told] = await until(lambda: tg.sent_to(OWNER)[replies:], timeout=60)
         assert "已记下" in told["text"] and f"/note/{note['NoteId']}" in told["text"], told["text"]
+        assert not daemon.capture.outbox.untold("telegram")
 
     run(settings, tg, restarted)
     assert len([n for n in leanote.notes.values() if "CUT-BEFORE-REPLY" in n["Content"]]) == 1

@@ -231,6 +231,12 @@ class Outbox:
         d.pop("finished")
         return Item(payload=payload, files=files, **d)
 
+    def untold(self, platform: str) -> list[Item]:
+        """Captures of a platform's people written or refused whose maker never got a receipt."""
+        ids = self._ids("SELECT id FROM items WHERE told = 0 AND state IN ('done', 'failed') AND person LIKE ? "
+                        "ORDER BY id", (platform + ":%",))
+        return [item for item in map(self.get, ids) if item is not None]
+
     def _ids(self, sql: str, args=()) -> list[int]:
         with self.lock:
             return [r[0] for r in self.db.execute(sql, args)]
@@ -499,6 +505,7 @@ class Capture:
         # platform -> how its bot tells a person (person key, ``once``, text): registered by the bots
         self.announcers: dict[str, Callable[[str, str, str], Awaitable[None]]] = {}
         self._telling: set[asyncio.Task] = set()
+        self._told_now: set[int] = set()  # the captures whose receipt is being sent
 
     @property
     def settings(self) -> Settings:
@@ -843,15 +850,27 @@ class Capture:
                                  f"take it right now; it is queued and will be retried (see /outbox).", key=item.key,
                        again=again)
 
+    def announce_with(self, platform: str, announce: Callable[[str, str, str], Awaitable[None]]) -> None:
+        """A platform's bot tells its people of their captures from now on (``announcers``); the
+        captures written meanwhile, while it was still starting, are told now."""
+        self.announcers[platform] = announce
+        for item in self.outbox.untold(platform):
+            self._tell(item)
+
+    def stop_announcing(self, platform: str, announce: Callable[[str, str, str], Awaitable[None]]) -> None:
+        if self.announcers.get(platform) == announce:
+            del self.announcers[platform]
+
     def _tell(self, item: Item) -> None:
         """The receipt of a capture whose maker was never given one (the process ended between
         taking it and answering: a ``kill -9``), sent to them by their platform's bot when it
         runs (``announcers``); else it waits in the outbox, and ``/outbox`` shows it."""
         announce = self.announcers.get(item.person.partition(":")[0])
         fresh = self.outbox.get(item.id)
-        if announce is None or fresh is None or fresh.told:
+        if announce is None or fresh is None or fresh.told or fresh.id in self._told_now:
             return
         receipt = self.receipt(fresh)
+        self._told_now.add(fresh.id)
 
         async def send() -> None:
             try:
@@ -859,6 +878,8 @@ class Capture:
             except Exception as err:  # the person is not reachable now: /outbox still shows it
                 log.info("capture %s: could not tell %s it was %s: %s", fresh.key, fresh.person, receipt.status, err)
                 return
+            finally:
+                self._told_now.discard(fresh.id)
             self.outbox.told(fresh)
 
         task = asyncio.get_running_loop().create_task(send())

@@ -83,6 +83,7 @@ class FakeTelegram(LocalServer):
         self._next_update = 1
         self.confirmed = 0  # updates below this id were confirmed by an offset: gone for good
         self.bad_gateway_on_confirm = False  # a poll confirming an update: 502, nothing confirmed
+        self.holds: dict[str, threading.Event] = {}  # method -> its next call waits for this event
         self._next_query = 1
         self._next_message = 100
         self.cond = threading.Condition()
@@ -127,6 +128,14 @@ class FakeTelegram(LocalServer):
         self.base_url = self._listen(Handler) + "/bot"
 
     # --- controls ----------------------------------------------------------------------------
+
+    def hold(self, method: str) -> threading.Event:
+        """The next ``method`` call is received and then waits (up to a minute) until the
+        returned event is set."""
+        event = threading.Event()
+        with self.cond:
+            self.holds[method] = event
+        return event
 
     def throttle_next(self, method: str, times: int = 1, retry_after: int = 1) -> None:
         self.throttle[method] = [times, retry_after]
@@ -273,6 +282,10 @@ class FakeTelegram(LocalServer):
                 "from": BOT, "text": text}
 
     def handle(self, method: str, p: dict):
+        with self.cond:
+            held = self.holds.pop(method, None)
+        if held is not None:
+            held.wait(60)
         with self.cond:
             self.calls.append((method, p, time.monotonic()))
             throttle = self.throttle.get(method)
