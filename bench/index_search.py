@@ -58,7 +58,7 @@ def du_mb(path: Path) -> float:
 
 INDEX = """
 import io, json, sys, contextlib
-from rag.cli import main
+from sync.daemon.main import main  # the composition root: every command, index included
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     code = main(["--config", sys.argv[1], "index", "--json"])

@@ -18,7 +18,8 @@ by what would be shown. Then the counts. With ``--labels`` (a JSON line per ques
 hand: ``{"id", "reply_sha1", "points": [true, false, ...], "wrong": bool, "wrong_text": [...]}`` about
 the reply as the model wrote it, whose sha1 (hex, first 12) it names), how often the answer-points judge (``rag.eval.point_stated``) and the wrong-claim flags
 agree with that reading, and how many replies read as wrong by hand would still be shown. With
-``--show``, each reply and what would be shown of it, for reading.
+``--show``, each reply and what would be shown of it, for reading. ``--own``/``--min`` read them
+with other thresholds (``support.OWN_SHARE``, ``support.MIN_SHARE``), to see what a change costs.
 """
 
 from __future__ import annotations
@@ -64,9 +65,15 @@ def main() -> int:
     ap.add_argument("--labels", type=Path, help="a reading by hand: JSON lines {id, points, wrong}")
     ap.add_argument("--show", action="store_true", help="print each reply and what would be shown of it")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the counts and rows as JSON")
+    ap.add_argument("--own", type=float, help="support.OWN_SHARE for this reading (a unit's own words a block must hold)")
+    ap.add_argument("--min", type=float, help="support.MIN_SHARE for this reading (the supported units a reply needs)")
     args = ap.parse_args()
 
     from rag.answer import support
+    if args.own is not None:
+        support.OWN_SHARE = args.own
+    if args.min is not None:
+        support.MIN_SHARE = args.min
     from rag.config import AnswerConfig
     from rag.eval import contradicted, point_stated
 
