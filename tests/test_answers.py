@@ -513,6 +513,7 @@ def test_the_question_echoed_back_is_no_answer(answering, ollama):
     assert answer.trace.outcome == "llm_passages" and "七八成熟" in answer.answer  # the passages are about it
 
 
+@pytest.mark.slow
 def test_in_a_terminal_a_streamed_answer_that_is_then_rejected_is_taken_back(indexed, ollama, tmp_path):
     """``ask`` in a real terminal (a pty, read by a terminal emulator): the sentence that stood on
     the notes streams, the rest is the model's own, so the answer is not shown, and what streamed

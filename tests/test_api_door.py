@@ -148,6 +148,7 @@ def door(tmp_path, notes_dir):
         sock.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_a_slowloris_at_the_file_limit_leaves_the_token_holder_the_cli_and_the_sync_working(door):
     config, env, sock, port, ollama, log, notes_dir = door
     assert subprocess.run([EXE, "--config", str(config), "index"], env=env, capture_output=True,

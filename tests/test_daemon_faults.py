@@ -482,6 +482,7 @@ def passes(s: Serve) -> int:
     return reply.json()["passes"]
 
 
+@pytest.mark.slow
 def test_a_short_disk_pauses_the_sync_whatever_the_watcher_says_and_it_resumes_once_there_is_room(
         tmp_path, small_disk, serves, notes_dir):
     """A file changing all the time (the watcher asks for a pass at each change) while the disk
@@ -511,6 +512,7 @@ def test_a_short_disk_pauses_the_sync_whatever_the_watcher_says_and_it_resumes_o
     assert s.stop() and proc.returncode == 0 and "Traceback" not in s.text()
 
 
+@pytest.mark.slow
 def test_a_state_file_damaged_while_serving_stops_the_sync_once_whatever_the_watcher_says(tmp_path, serves,
                                                                                           notes_dir):
     s = serves(tmp_path, extra=f"source: {{kind: files, path: '{notes_dir}'}}\n"

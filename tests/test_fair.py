@@ -173,6 +173,7 @@ def asked(body: dict) -> str:
     return "\n".join(m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user")
 
 
+@pytest.mark.slow
 def test_a_hundred_questions_from_one_token_do_not_hold_another_persons_answer(served):
     start, ollama, _ = served
     url = start(rate_limit=1000)
@@ -209,6 +210,7 @@ def test_a_hundred_questions_from_one_token_do_not_hold_another_persons_answer(s
     assert took <= usual + one + 3.0, (took, usual, one)  # its usual time and one answer (on a busy machine)
 
 
+@pytest.mark.slow
 def test_a_token_that_asks_too_often_is_told_to_wait_and_the_others_are_not(served):
     start, ollama, sock = served
     url = start(rate_limit=3)

@@ -130,6 +130,7 @@ def world(tmp_path, notes_dir, monkeypatch):
     sock.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_the_injected_notes_answers_link_nowhere_but_to_the_notes_own_link(world):
     import httpx
 

@@ -48,6 +48,7 @@ def hit(i, text):
 
 
 @pytest.mark.parametrize("kind", ["flagembedding", "sentence-transformers"])
+@pytest.mark.slow
 def test_real_loading_code_on_a_local_model(tiny_model, kind):
     r = rerank.load(RerankConfig(kind=kind, model=tiny_model, max_length=64))
     assert r.model_id == f"{kind}:{tiny_model}"

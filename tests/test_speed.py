@@ -76,6 +76,7 @@ def test_a_slow_machine_is_measured_and_the_evidence_cut_to_the_first_token_budg
         assert estimated > 0
 
 
+@pytest.mark.slow
 def test_the_evidence_is_never_cut_below_the_best_passage_whole(sample_index, use_embedder):
     """A machine as slow as 12 tokens a second reading (ten times sped up: 120), against a 3 s
     budget: the best passage alone takes longer than the budget to read. It is sent whole and
@@ -98,6 +99,7 @@ def test_the_evidence_is_never_cut_below_the_best_passage_whole(sample_index, us
             index.close()
 
 
+@pytest.mark.slow
 def test_a_model_too_slow_to_read_the_best_passage_within_the_timeout_is_not_asked(sample_index, use_embedder):
     with FakeOllama(speed=(60.0, 30.0)) as ollama:  # the best passage alone: ~20 s, against a 12 s timeout
         svc, index = service(sample_index, ollama.url, use_embedder, first_token_budget=3.0)

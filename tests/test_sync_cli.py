@@ -129,6 +129,7 @@ def test_user_takes_an_account_email_as_users_does(setup, capsys):
     assert code == 2 and "no notes of user 'bob@example.com'" in err  # no such account: taken as an id, and unknown
 
 
+@pytest.mark.slow
 def test_leanote_unreachable_is_one_human_line_and_v_gives_the_details(setup, capsys, tmp_path):
     _, cfg = setup
     s = socket.socket()
