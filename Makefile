@@ -9,6 +9,10 @@ BIN    := $(VENV)/bin
 # torch is pinned to the CPU build on this machine's disk; a looser spec makes pip
 # download a multi-GB CUDA build.
 TORCH  := torch==2.13.0
+# The tests start hundreds of Python processes (serve, the CLI, workers): they keep their compiled
+# modules (__pycache__, ignored by git) and pytest its rewritten test modules, even where the
+# environment says not to write them (each process compiled everything again: ~1 s a process).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test check docs bench eval clean
 
