@@ -35,7 +35,12 @@ class Redact(logging.Filter):
 
 
 def redact_in_logs(*secrets: str) -> None:
-    """Install the filter on the root logger and every handler it has."""
+    """Install the filter on the root logger and every handler it has: once each, however often
+    it is called (a bot restarted by its supervisor calls it again), with every secret named."""
     root = logging.getLogger()
     for target in [root, *root.handlers]:
-        target.addFilter(Redact(*secrets))
+        mine = next((f for f in target.filters if isinstance(f, Redact)), None)
+        if mine is None:
+            target.addFilter(Redact(*secrets))
+        else:
+            mine.secrets.extend(s for s in secrets if s and s not in mine.secrets)

@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from sync.daemon.main import main
-from rag.redact import safe_url
+from rag.redact import Redact, redact_in_logs, safe_url
 
 from conftest import EXAMPLES, THREADS, free_port
 from fakes import LocalServer, QuietHandler
@@ -33,6 +33,21 @@ def config(tmp_path, text: str = "", name: str = "config.yaml"):
     path.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\nrerank: {{kind: none}}\n"
                     f"embedder: {{threads: {THREADS}}}\n{text}")
     return path
+
+
+def test_log_redaction_is_installed_once_however_often_a_bot_restarts(caplog):
+    root = logging.getLogger()
+    before = list(root.filters)
+    try:
+        for token in ("123:AAA", "123:AAA", "456:BBB"):  # a supervisor restarting the bots
+            redact_in_logs(token)
+        mine = [f for f in root.filters if isinstance(f, Redact)]
+        assert len(mine) == 1 and mine[0].secrets == ["123:AAA", "456:BBB"]
+        with caplog.at_level(logging.INFO):
+            logging.getLogger("bot").info("GET https://api.telegram.org/bot123:AAA/getMe and 456:BBB")
+        assert "123:AAA" not in caplog.text and "456:BBB" not in caplog.text and "bot***/getMe" in caplog.text
+    finally:
+        root.filters[:] = before
 
 
 def test_safe_url_drops_credentials_wherever_they_are():
