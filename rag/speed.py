@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -140,6 +141,9 @@ class SpeedBook:
     def __init__(self, path: Path | None):
         self.path = path
         self._speeds: dict[str, Speed] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._writer: threading.Thread | None = None
         if path is not None:
             self._speeds = load(path)
 
@@ -188,14 +192,37 @@ class SpeedBook:
         self.save()
 
     def save(self) -> None:
+        """Write the speeds to ``path``, on a thread of its own: the answer that learned them (on
+        the event loop) never waits on the disk. Saves made while one is being written are
+        written once after it, with the latest figures; ``flush`` waits for them."""
         if self.path is None:
             return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps({m: asdict(s) for m, s in self._speeds.items()}, indent=1))
-            os.replace(tmp, self.path)
-        except OSError as err:  # a read-only state dir must not break answering
-            log.debug("cannot save the LLM speed to %s: %s", self.path, err)
+        with self._lock:
+            self._dirty = True
+            if self._writer is not None:
+                return
+            self._writer = threading.Thread(target=self._write_pending, name="speed-save")
+        self._writer.start()
+
+    def flush(self) -> None:
+        """Wait until what was saved is on disk."""
+        while (writer := self._writer) is not None:
+            writer.join()
+
+    def _write_pending(self) -> None:
+        while True:
+            with self._lock:
+                if not self._dirty:
+                    self._writer = None
+                    return
+                self._dirty = False
+                data = json.dumps({m: asdict(s) for m, s in self._speeds.items()}, indent=1)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            try:
+                tmp.write_text(data)
+                os.replace(tmp, self.path)
+            except OSError as err:  # a read-only state dir must not break answering
+                log.debug("cannot save the LLM speed to %s: %s", self.path, err)
 
 
 def load(path: Path) -> dict[str, Speed]:

@@ -175,6 +175,7 @@ def test_a_scoped_status_shows_the_llms_speed_but_not_how_many_replies_everyone_
     for _ in range(7):  # seven answers, whoever asked them
         book.observe("qwen2.5:1.5b", Usage(prompt_tokens=900, prompt_seconds=3.0, output_tokens=120,
                                            output_seconds=8.0), "问题" * 300)
+    book.flush()
 
     async def scenario(daemon, tcp, local):
         scoped = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_TWO}"})).json()["llm"]

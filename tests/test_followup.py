@@ -29,6 +29,8 @@ def answers(indexed, use_embedder):
     made = []
 
     def make(url: str, budget: float = 30.0) -> AnswerService:
+        for earlier, _ in made:  # what an earlier service learned is written before it is removed
+            earlier.speeds.flush()
         (indexed.state_dir / "llm_speed.json").unlink(missing_ok=True)
         settings = indexed.model_copy(update={
             "ollama": indexed.ollama.model_copy(update={"host": url, "timeout": 60.0}),

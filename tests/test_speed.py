@@ -205,6 +205,7 @@ def test_a_reply_cut_short_before_its_first_token_is_a_bound_that_the_next_measu
     book.cut_short("m", 600, 2.0, None)  # a tighter one lowers it
     assert book.get("m").read_tps == pytest.approx(300.0)
     book.observe("m", Usage(prompt_tokens=200, prompt_seconds=2.0, output_tokens=20, output_seconds=2.0), "x" * 700)
+    book.flush()  # (saved off the caller's thread)
     again = SpeedBook(tmp_path / FILE).get("m")  # as a new process reads it
     assert again.read_tps == pytest.approx(100.0) and not again.bound
     book.observe("m", Usage(prompt_tokens=200, prompt_seconds=1.0), "x" * 700)  # measurements blend
@@ -225,3 +226,35 @@ def test_what_a_measured_speed_means_for_the_person_waiting():
     assert "even for a 0.5B" in meaning("qwen2.5-coder:0.5b-instruct", Speed(read_tps=10.0), 30.0)
     assert meaning("m", Speed(), 30.0) is None
     assert meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0, bound=True), 30.0).startswith("over ~32 s")
+
+
+def test_what_is_learned_is_saved_off_the_callers_thread(tmp_path, monkeypatch):
+    """An answer learns the speed on the event loop: the file is written by a thread of its own,
+    so a slow disk never holds the loop. Saves made meanwhile are written once, the latest."""
+    import os
+    import threading
+
+    disk = threading.Event()
+    replaced = []
+
+    def slow_replace(src, dst):
+        disk.wait(30)
+        replaced.append(dst)
+        os.rename(src, dst)
+
+    monkeypatch.setattr("rag.speed.os.replace", slow_replace)
+    book = SpeedBook(tmp_path / FILE)
+    done = threading.Event()
+
+    def learn():
+        for prompt_seconds in (1.0, 2.0, 4.0):
+            book.observe("m", Usage(prompt_tokens=400, prompt_seconds=prompt_seconds), "x" * 1400)
+        done.set()
+
+    threading.Thread(target=learn).start()
+    assert done.wait(30), "observe waited for the disk"
+    assert not (tmp_path / FILE).exists()
+    disk.set()
+    book.flush()
+    assert len(replaced) <= 2  # the first save, then the rest at once
+    assert SpeedBook(tmp_path / FILE).get("m").read_tps == pytest.approx(book.get("m").read_tps)

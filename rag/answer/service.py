@@ -501,6 +501,7 @@ class AnswerService:
         return service
 
     def close(self) -> None:
+        self.speeds.flush()
         if self.reranker:
             self.reranker.close()
         if self._own_memory and self.memory is not None:

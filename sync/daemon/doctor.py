@@ -329,6 +329,7 @@ def _ollama(settings: Settings) -> Iterator[Check]:
 
             book = SpeedBook(settings.state_dir / SPEED_FILE)
             asyncio.run(measure_speed(chat, book, settings))
+            book.flush()
             speed = book.get(cfg.model)
         measured = speed.describe(cfg.model) if speed else f"{cfg.model}: speed not measured yet (ask a question)"
         means = meaning(cfg.model, speed, settings.answer.first_token_budget) if speed else None
