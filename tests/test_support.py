@@ -58,6 +58,15 @@ def test_the_same_numbers_in_other_words_stand():
     assert [v.kind for v in c.saying] == ["supported", "supported"] and c.cited == [1, 2]
 
 
+def test_a_number_stands_only_in_its_own_sentence_and_aside():
+    """The soaking time is not the pressure cooker's 20 minutes beside it (a real 1.5B reply)."""
+    note = {1: ("[1] 印度鹰嘴豆咖喱", "干鹰嘴豆需提前浸泡至少 8 小时（来不及可用高压锅压 20 分钟）。\n"
+                                    "1. 取出速冻汤圆，放入碗中。\n2. 倒入开水。\n3. 微波炉高火 4 分钟。")}
+    c = check("豆子要提前浸泡20分钟[1]。豆子要提前浸泡至少 8 小时[1]。要高火转4分钟[1]。", "豆子要提前泡多久？", note)
+    assert [v.kind for v in c.verdicts] == ["unsupported", "supported", "supported"]
+    assert c.invented_specifics == ["20分钟"]
+
+
 def test_dates_are_one_number_however_written():
     assert ("2038-1-19", "date", "2038年1月19日") in numbers("最多到2038年1月19日")
     blocks = {1: ("[1] TIMESTAMP", "范围是 1970-01-01 00:00:01 ～ 2038-01-19 03:14:07")}

@@ -191,6 +191,7 @@ def names(text: str) -> list[str]:
 
 
 PLACE_WINDOW = 40  # characters either side of a specific in a block where the unit's other words must be
+_CLAUSE_END = re.compile(r"[。！？!?；;\n（）()]")  # a sentence's end, an aside's start or end
 
 
 class Held:
@@ -222,19 +223,30 @@ class Held:
         return [m.span() for form in dict.fromkeys((name, name.replace("-", " "), name.replace("_", " ")))
                 for m in re.finditer(re.escape(form), self.text)]
 
+    def _around(self, start: int, end: int) -> str:
+        """The text next to a specific: up to ``PLACE_WINDOW`` characters either side, within its
+        sentence and outside any aside it is not in (``浸泡至少 8 小时（来不及可用高压锅压 20 分钟）``:
+        the 20 minutes are the pressure cooker's, not the soaking's)."""
+        lo, hi = max(0, start - PLACE_WINDOW), min(len(self.text), end + PLACE_WINDOW)
+        before = _CLAUSE_END.split(self.text[lo:start])
+        after = _CLAUSE_END.split(self.text[end:hi])
+        return before[-1] + self.text[start:end] + after[0]
+
     def places(self, at: list[tuple[int, int]], context: set[str]) -> bool:
         """Does one of the places ``at`` have one of the ``context`` words near it? (True
         when there is no context to look for.)"""
         if not context:
             return bool(at)
         for start, end in at:
-            text = self.text[max(0, start - PLACE_WINDOW): end + PLACE_WINDOW]
+            text = self._around(start, end)
             # an answer in Chinese of a note in English ("16 字节" of "at least 16 bytes"): most of its
             # words cannot be in that window, and it is not judged by them
             cjk = sum(1 for w in context if _CJK.match(w))
             if not (_CJK.search(text) if cjk * 2 >= len(context) else re.search(r"[a-z]{2}", text)):
                 return True
-            if any(Body(text).has(w) for w in context):
+            body = Body(text)
+            if any(body.has(w) or (_CJK.match(w) and len(w) > 2 and any(w[i:i + 2] in body.text for i in range(len(w) - 1)))
+                   for w in context):  # a longer Chinese word by its parts ("高火转" of "微波炉高火 4 分钟")
                 return True
         return False
 
