@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -31,9 +31,12 @@ SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 
 
 class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, values are immutable."""
+    """Base of every config section: unknown keys are errors, values are immutable.
+    ``LIVE``: the keys a running daemon takes from a reloaded config (SIGHUP); the others
+    need a restart (``Settings.reloaded``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    LIVE: ClassVar[tuple[str, ...]] = ()
 
 
 class LeanoteConfig(Section):
@@ -190,6 +193,7 @@ class UserMap(Section):
 
 
 class TelegramConfig(Section):
+    LIVE = ("allowed_chats", "edit_interval")
     enabled: bool = False
     token_env: str = "TELEGRAM_BOT_TOKEN"
     base_url: str = Field(default="https://api.telegram.org/bot", description="a self-hosted Bot API server works")
@@ -200,6 +204,7 @@ class TelegramConfig(Section):
 
 
 class DiscordConfig(Section):
+    LIVE = ("channel_ids", "role_ids", "allow_dms", "public_answers", "edit_interval")
     enabled: bool = False
     token_env: str = "DISCORD_BOT_TOKEN"
     api_base: str = Field(default="https://discord.com/api/v10", description="Discord's REST API (a proxy or a test server)")
@@ -340,6 +345,7 @@ class ExcludeConfig(Section):
 
 
 class SyncConfig(Section):
+    LIVE = ("interval", "reconcile_at", "backoff_min", "backoff_max", "trigger_debounce", "watch_debounce")
     interval: Duration = Field(default=60.0, description="incremental sync; an idle pass is one HTTP call per account")
     reconcile_at: str = Field(default="03:30", pattern=r"^([01]?\d|2[0-3]):[0-5]\d$")
     page_size: int = Field(default=100, ge=1, le=10_000, description="notes per getSyncNotes page")
@@ -458,6 +464,8 @@ class RetrievalConfig(Section):
 
 
 class Settings(Section):
+    # sections a running daemon takes whole from a reloaded config
+    LIVE_SECTIONS: ClassVar[tuple[str, ...]] = ("users", "exclude", "answer", "retrieval", "bots", "log_level")
     leanote: LeanoteConfig = LeanoteConfig()
     source: SourceConfig
     state_dir: Path = Path("data")
@@ -497,6 +505,29 @@ class Settings(Section):
                 f"or lower answer.first_token_budget, e.g. to {self.ollama.timeout / 2:g} s)"
             )
         return self
+
+    def reloaded(self, new: "Settings") -> tuple["Settings", list[str], list[str]]:
+        """The settings a running daemon goes on with after reading ``new`` (SIGHUP): these
+        with the live parts taken from ``new`` (``LIVE_SECTIONS`` whole, a section's ``LIVE``
+        keys); and the dotted names of what changed live and of what needs a restart."""
+        update, live, restart = {}, [], []
+        for name in type(self).model_fields:
+            before, after = getattr(self, name), getattr(new, name)
+            if before == after:
+                continue
+            if name in self.LIVE_SECTIONS:
+                update[name] = after
+                live.append(name)
+            elif isinstance(before, Section) and before.LIVE:
+                keys = {k for k in type(before).model_fields if getattr(before, k) != getattr(after, k)}
+                now = {k: getattr(after, k) for k in keys if k in before.LIVE}
+                if now:
+                    update[name] = before.model_copy(update=now)
+                live += [f"{name}.{k}" for k in sorted(now)]
+                restart += [f"{name}.{k}" for k in sorted(keys - set(now))]
+            elif name != "config_path":
+                restart.append(name)
+        return self.model_copy(update=update), live, restart
 
 
 def locate(explicit: str | os.PathLike | None = None) -> Path:

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sync.daemon.host import merge_reload
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama
@@ -37,12 +36,12 @@ def until(check, timeout=60.0, what="it"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_merge_reload_takes_the_live_parts_and_names_the_rest(tmp_path):
+def test_a_reload_takes_the_live_parts_and_names_the_rest(tmp_path):
     old = make_settings(tmp_path, users=[{"leanote_user_id": "local", "telegram_ids": [OWNER]}])
     new = make_settings(tmp_path, users=[{"leanote_user_id": "local", "telegram_ids": [OWNER, FRIEND]}],
                         sync={"interval": "30s", "page_size": 7}, embedder={"batch_size": 8},
                         exclude={"tags": ["secret"]})
-    merged, live, restart = merge_reload(old, new)
+    merged, live, restart = old.reloaded(new)
     assert merged.users == new.users and merged.exclude.tags == ["secret"] and merged.sync.interval == 30
     assert merged.sync.page_size == old.sync.page_size and merged.embedder == old.embedder  # not while running
     assert set(live) == {"users", "exclude", "sync.interval"}

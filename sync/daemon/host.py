@@ -64,39 +64,6 @@ Service = Callable[["Daemon"], Awaitable[None]]
 ROOM_LOOK = 2.0  # seconds between looks at the free space while the disk is full
 CHAT_SYNC_WAIT = 600.0  # seconds /sync waits for its pass before it says "still syncing"
 
-# What a reload (SIGHUP) changes in the running daemon: whole sections, and single keys
-# of others. Everything else needs a restart, and the log says which keys changed.
-LIVE_SECTIONS = ("users", "exclude", "answer", "retrieval", "bots", "log_level")
-LIVE_KEYS = {
-    "sync": ("interval", "reconcile_at", "backoff_min", "backoff_max", "trigger_debounce", "watch_debounce"),
-    "telegram": ("allowed_chats", "edit_interval"),
-    "discord": ("channel_ids", "role_ids", "allow_dms", "public_answers", "edit_interval"),
-}
-
-
-def merge_reload(old: Settings, new: Settings) -> tuple[Settings, list[str], list[str]]:
-    """The settings to run with after a reload: ``old`` with the live parts taken from
-    ``new``; and the dotted names of what changed live and of what needs a restart."""
-    update, live, restart = {}, [], []
-    for name in Settings.model_fields:
-        before, after = getattr(old, name), getattr(new, name)
-        if before == after:
-            continue
-        if name in LIVE_SECTIONS:
-            update[name] = after
-            live.append(name)
-        elif name in LIVE_KEYS and isinstance(before, config_mod.Section):
-            keys = {k for k in type(before).model_fields if getattr(before, k) != getattr(after, k)}
-            now = {k: getattr(after, k) for k in keys if k in LIVE_KEYS[name]}
-            if now:
-                update[name] = before.model_copy(update=now)
-            live += [f"{name}.{k}" for k in sorted(now)]
-            restart += [f"{name}.{k}" for k in sorted(keys - set(now))]
-        elif name != "config_path":
-            restart.append(name)
-    return old.model_copy(update=update), live, restart
-
-
 class Daemon:
     def __init__(self, settings: Settings, services: list[Service], clock=time.time):
         self.settings = settings
@@ -319,7 +286,7 @@ class Daemon:
             except UserError as err:
                 log.error("reload refused, the running configuration stays: %s", err)
                 return
-            merged, live, restart = merge_reload(self.settings, new)
+            merged, live, restart = self.settings.reloaded(new)
             self._apply(merged, live)
             if live or restart:
                 log.info("reloaded %s: %s%s", path, ", ".join(live) or "nothing that applies while running",
