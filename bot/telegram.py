@@ -127,6 +127,20 @@ class TelegramBot:
         a.add_handler(MessageHandler(MEDIA & private, self.on_media_hint))
         a.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, self.on_text))
         a.add_handler(CallbackQueryHandler(self.on_button))
+        a.add_error_handler(self.on_error)  # where every unexpected error of a handler ends
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """An update's handler failed: logged here once, with its traceback, counted, and the
+        person told in one line that names no detail (a button press gets it as an alert)."""
+        log.error("telegram: handling an update failed", exc_info=context.error)
+        count_error(self.host, "telegram")
+        if not isinstance(update, Update):
+            return
+        with suppress(TelegramError):  # (a press may have been answered already)
+            if update.callback_query is not None:
+                await update.callback_query.answer(SORRY[:200], show_alert=True)
+            elif update.effective_message is not None:
+                await update.effective_message.reply_text(SORRY)
 
     @property
     def cfg(self):
@@ -256,13 +270,7 @@ class TelegramBot:
         if not await self._may_search(update):
             return
         query, notice = cut_message(self.host.settings, query)
-        try:
-            hits = await self.host.answers.search(query, person.leanote_user_id, 8)
-        except Exception:
-            log.exception("telegram /search failed")
-            count_error(self.host, "telegram")
-            await update.effective_message.reply_text(SORRY)
-            return
+        hits = await self.host.answers.search(query, person.leanote_user_id, 8)
         await update.effective_message.reply_text(with_notice(hits_text(hits), notice), link_preview_options=NO_PREVIEW)
 
     async def _may_search(self, update: Update) -> bool:
@@ -426,14 +434,8 @@ class TelegramBot:
             if problem:
                 await update.effective_message.reply_text(problem)
                 return
-        try:
-            receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files, quote=quote,
-                                         once=_once(update))
-        except Exception:
-            log.exception("a Telegram capture failed")
-            count_error(self.host, "telegram")
-            await update.effective_message.reply_text(SORRY)
-            return
+        receipt = await capture.note(key, person.leanote_user_id, text, origin=origin, files=files, quote=quote,
+                                     once=_once(update))
         await self._tell(update, receipt)
 
     async def _files(self, message: Message, max_mb: float) -> tuple[list[Attachment], str | None]:
@@ -483,16 +485,10 @@ class TelegramBot:
         if not await self._may_search(update):
             return
         target, notice = cut_message(self.host.settings, target)
-        try:
-            if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target, index=self.host.index)
-            else:
-                reply = await related_reply(self.host, person.leanote_user_id, target)
-        except Exception:
-            log.exception("telegram /%s failed", what)
-            count_error(self.host, "telegram")
-            await message.reply_text(SORRY)
-            return
+        if what == "about":
+            reply = await about_reply(self.host.settings, person.leanote_user_id, target, index=self.host.index)
+        else:
+            reply = await related_reply(self.host, person.leanote_user_id, target)
         parts = _chunks(with_notice(reply.text, notice), 4000)
         for i, part in enumerate(parts):
             keys = _memory_buttons(reply) if i == len(parts) - 1 else None
@@ -512,13 +508,7 @@ class TelegramBot:
         if len(args) != 1:
             await update.effective_message.reply_text(VERDICT_USAGE)
             return
-        try:
-            _, text = await verdict_reply(self.host.settings, person.leanote_user_id, args[0], verdict,
-                                          self._key(update))
-        except Exception:
-            log.exception("telegram /%s failed", verdict)
-            count_error(self.host, "telegram")
-            text = SORRY
+        _, text = await verdict_reply(self.host.settings, person.leanote_user_id, args[0], verdict, self._key(update))
         await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
 
     async def _memory_button(self, query, verdict: str, item_id: str) -> None:
@@ -529,14 +519,8 @@ class TelegramBot:
             text = STRANGER["telegram"].format(id=query.from_user.id) if person is None else person
             await query.answer(text[:200], show_alert=True)
             return
-        try:
-            changed, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
-                                                person_key("telegram", query.from_user.id))
-        except Exception:
-            log.exception("a Telegram memory button failed")
-            count_error(self.host, "telegram")
-            await query.answer(SORRY[:200], show_alert=True)
-            return
+        changed, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+                                            person_key("telegram", query.from_user.id))
         await query.answer(text[:200], show_alert=not changed)
         if changed and verdict == "rejected" and query.message is not None:  # its buttons go with it
             markup = query.message.reply_markup
@@ -609,11 +593,6 @@ class TelegramBot:
             await query.answer(NOT_YOURS, show_alert=True)
         except UnknownAnswer:
             await query.answer(EXPIRED, show_alert=True)
-        except Exception:
-            log.exception("a Telegram button press failed")
-            count_error(self.host, "telegram")
-            with suppress(TelegramError):  # (the press may have been answered already)
-                await query.answer(SORRY[:200], show_alert=True)
 
     async def _save_answer(self, query, presser: str, person: Person, record) -> None:
         capture = getattr(self.host, "capture", None)

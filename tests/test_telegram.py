@@ -5,6 +5,7 @@ with a fake Ollama."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 
 import pytest
@@ -283,7 +284,7 @@ def test_why_in_a_group_asks_for_a_private_chat_when_there_is_none(world):
 
 
 @pytest.mark.slow
-def test_an_error_while_answering_never_leaves_the_chat_hanging(world):
+def test_an_error_while_answering_never_leaves_the_chat_hanging(world, caplog):
     settings, tg, ollama = world
 
     async def scenario(daemon):
@@ -298,6 +299,12 @@ def test_an_error_while_answering_never_leaves_the_chat_hanging(world):
         assert "vanished" not in sorry[0]["text"] and "…" not in sorry[0]["text"]
         tg.say(OWNER, "/search 番茄")
         await until(lambda: len(final(tg, OWNER, "Sorry, something went wrong")) == 2)
+        # each failure logged once, with where it happened: the question's by the answer (which ends its
+        # streaming message), the search's by the bot's error handler
+        failed = [r for r in caplog.records if r.name == "bot.telegram" and r.levelno == logging.ERROR]
+        assert [r.getMessage() for r in failed] == ["answering a Telegram question failed",
+                                                    "telegram: handling an update failed"]
+        assert all("segment file vanished" in str(r.exc_info[1]) for r in failed)
         typing = len(tg.method_calls("sendChatAction"))
         await asyncio.sleep(5)  # the typing loop (every 4 s) has stopped
         assert len(tg.method_calls("sendChatAction")) == typing
