@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import suppress
 from typing import Iterator
 
 import discord
@@ -172,6 +173,23 @@ class DiscordBot:
 
         self.tree.add_command(app_commands.ContextMenu(name=SAVE_MENU, callback=save_message,
                                                        type=discord.AppCommandType.message))
+
+        @self.tree.error
+        async def on_error(interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+            await bot.failed(interaction, getattr(error, "original", error))
+
+    async def failed(self, interaction: discord.Interaction, error: BaseException) -> None:
+        """Where every unexpected error of a command or a button ends (the tree's error handler,
+        the buttons' callbacks): logged once with its traceback, counted, and the person told in
+        one private line that names no detail."""
+        what = f"/{interaction.command.name}" if interaction.command else (interaction.data or {}).get("custom_id", "?")
+        log.error("discord: %s failed", what, exc_info=error)
+        count_error(self.host, "discord")
+        with suppress(discord.HTTPException):
+            if interaction.response.is_done():
+                await interaction.followup.send(SORRY, ephemeral=True)
+            else:
+                await interaction.response.send_message(SORRY, ephemeral=True)
 
     @property
     def capturer(self):
@@ -353,13 +371,8 @@ class DiscordBot:
             return
         query, notice = cut_message(self.host.settings, query)
         await interaction.response.defer(thinking=True, ephemeral=True)
-        try:
-            hits = await self.host.answers.search(query, person.leanote_user_id, 8)
-            text = with_notice(hits_text(hits), notice)
-        except Exception:
-            log.exception("discord /search failed")
-            count_error(self.host, "discord")
-            text = SORRY
+        hits = await self.host.answers.search(query, person.leanote_user_id, 8)
+        text = with_notice(hits_text(hits), notice)
         await interaction.followup.send(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def reset(self, interaction: discord.Interaction) -> None:
@@ -415,17 +428,11 @@ class DiscordBot:
         target, notice = cut_message(self.host.settings, target)
         await interaction.response.defer(thinking=True, ephemeral=True)
         link = (lambda url: f"<{url}>" if url else "")
-        try:
-            if what == "about":
-                reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape,
-                                          index=self.host.index)
-            else:
-                reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
-        except Exception:
-            log.exception("discord /%s failed", what)
-            count_error(self.host, "discord")
-            await interaction.followup.send(SORRY, ephemeral=True)
-            return
+        if what == "about":
+            reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape,
+                                      index=self.host.index)
+        else:
+            reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         parts = _lines_within(with_notice(reply.text, notice), DISCORD_CONTENT)
         for i, part in enumerate(parts):
             view = {"view": memory_view(reply)} if reply.items and i == len(parts) - 1 else {}
@@ -437,13 +444,8 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
-        try:
-            _, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
-                                          person_key("discord", interaction.user.id))
-        except Exception:
-            log.exception("discord %s failed", verdict)
-            count_error(self.host, "discord")
-            text = SORRY
+        _, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+                                      person_key("discord", interaction.user.id))
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     # --- capture: writing into the person's Leanote --------------------------------------------
@@ -484,12 +486,7 @@ class DiscordBot:
         if self.capturer is None:
             await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
             return
-        try:
-            text = outbox_text(await asyncio.to_thread(self.capturer.pending, person_key("discord", interaction.user.id)))
-        except Exception:
-            log.exception("discord /outbox failed")
-            count_error(self.host, "discord")
-            text = SORRY
+        text = outbox_text(await asyncio.to_thread(self.capturer.pending, person_key("discord", interaction.user.id)))
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def _capture(self, interaction: discord.Interaction, kind: str, text: str,
@@ -512,31 +509,25 @@ class DiscordBot:
             return
         # Writing may take a few seconds (Leanote's answer, or the wait before "queued").
         await interaction.response.defer(thinking=True, ephemeral=True)
-        try:
-            attachments = []
-            for f in files:
-                try:
-                    data = await f.read()
-                except (discord.HTTPException, OSError) as err:
-                    log.warning("downloading Discord attachment %s failed: %s", f.filename, err)
-                    await interaction.followup.send(
-                        f"没能下载文件 {f.filename}，什么也没记。 / Could not download {f.filename}; nothing was saved.",
-                        ephemeral=True)
-                    return
-                attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
-            if kind == "note":
-                receipt = await capture.note(me, person.leanote_user_id, text or "", origin=origin, files=attachments,
-                                             quote=quote, once=once)
-            elif kind == "append":
-                receipt = await capture.append(me, person.leanote_user_id, text or "", once=once)
-            else:
-                receipt = await capture.remember(me, person.leanote_user_id, text or "", once=once)
-            reply = receipt.message
-        except Exception:
-            log.exception("discord capture (%s) failed", kind)
-            count_error(self.host, "discord")
-            reply = SORRY
-        await interaction.followup.send(reply[:DISCORD_CONTENT], ephemeral=True)
+        attachments = []
+        for f in files:
+            try:
+                data = await f.read()
+            except (discord.HTTPException, OSError) as err:
+                log.warning("downloading Discord attachment %s failed: %s", f.filename, err)
+                await interaction.followup.send(
+                    f"没能下载文件 {f.filename}，什么也没记。 / Could not download {f.filename}; nothing was saved.",
+                    ephemeral=True)
+                return
+            attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
+        if kind == "note":
+            receipt = await capture.note(me, person.leanote_user_id, text or "", origin=origin, files=attachments,
+                                         quote=quote, once=once)
+        elif kind == "append":
+            receipt = await capture.append(me, person.leanote_user_id, text or "", once=once)
+        else:
+            receipt = await capture.remember(me, person.leanote_user_id, text or "", once=once)
+        await interaction.followup.send(receipt.message[:DISCORD_CONTENT], ephemeral=True)
 
     def _before_download(self, capture, me: str, files: list[discord.Attachment]) -> str | None:
         """Refusals that need no download: capture turned off or without an account, a file
@@ -561,13 +552,7 @@ class DiscordBot:
             await interaction.response.send_message(FORGOTTEN, ephemeral=True)
             return
         me = person_key("discord", interaction.user.id)
-        try:
-            record = await asyncio.to_thread(store.get, answer_id)
-        except Exception:
-            log.exception("reading the answer under a Discord button failed")
-            count_error(self.host, "discord")
-            await interaction.response.send_message(SORRY, ephemeral=True)
-            return
+        record = await asyncio.to_thread(store.get, answer_id)
         if record is None:
             await interaction.response.send_message(FORGOTTEN, ephemeral=True)
             return
@@ -594,10 +579,6 @@ class DiscordBot:
             text = NOT_YOURS
         except UnknownAnswer:
             text = FORGOTTEN
-        except Exception:
-            log.exception("discord button %s failed", action)
-            count_error(self.host, "discord")
-            text = SORRY
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
     async def _save_answer(self, interaction: discord.Interaction, person: Person, record) -> None:
@@ -639,11 +620,10 @@ class DiscordBot:
             if receipt.status == "written" and receipt.note_id:
                 await asyncio.to_thread(self.feedback.mark_saved, record.id, me, receipt.note_id)
             reply = receipt.message
-        except Exception:
-            log.exception("discord Save as note failed")
-            count_error(self.host, "discord")
-            receipt, reply = None, SORRY
-        if receipt is not None and receipt.status == "queued":
+        except BaseException:
+            self._saving.pop(record.id, None)  # (the error handler tells the person)
+            raise
+        if receipt.status == "queued":
             self._saving[record.id] = receipt.key  # a second press while it waits says so
         else:
             self._saving.pop(record.id, None)
@@ -670,7 +650,10 @@ class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button],
     async def callback(self, interaction: discord.Interaction) -> None:
         bot = getattr(interaction.client, "leanote_bot", None)
         if bot is not None:
-            await bot.press(interaction, self.action, self.answer_id)
+            try:
+                await bot.press(interaction, self.action, self.answer_id)
+            except Exception as err:
+                await bot.failed(interaction, err)
 
 
 def feedback_view(answer_id: str) -> discord.ui.View:
@@ -700,7 +683,10 @@ class MemoryButton(discord.ui.DynamicItem[discord.ui.Button],
     async def callback(self, interaction: discord.Interaction) -> None:
         bot = getattr(interaction.client, "leanote_bot", None)
         if bot is not None:
-            await bot.verdict(interaction, self.verdict, self.item_id)
+            try:
+                await bot.verdict(interaction, self.verdict, self.item_id)
+            except Exception as err:
+                await bot.failed(interaction, err)
 
 
 def memory_view(reply: MemoryReply) -> discord.ui.View:

@@ -10,6 +10,7 @@ channels, private answers by default, no mentions, a generic error for any failu
 from __future__ import annotations
 
 import asyncio
+import logging
 import json
 
 import discord
@@ -368,6 +369,31 @@ def test_an_unexpected_error_gets_a_short_generic_message_and_the_next_ask_works
         ollama.reply("先炒蛋[1]。")
         again = await answer(fake, ONE, "番茄炒蛋怎么做？")
         assert "先炒蛋[1]" in embed_text(again.final_embeds()[0])
+
+    run(world.settings(), fake, scenario)
+
+
+def test_an_error_in_any_command_ends_in_the_bots_one_error_handler(world, caplog):
+    """A command that fails, whatever it is (here /search), is logged once with its
+    traceback by the bot's one error handler, and the person gets one short private line."""
+    fake = world.fake
+
+    async def scenario(daemon):
+        async def broken(*args, **kwargs):
+            raise RuntimeError("internal detail: index shard 7 is corrupt")
+
+        daemon.answers.search = broken
+        try:
+            it = slash(fake, ONE, "search", {"query": "番茄"})
+            await until(lambda: it.answered() and not it.thinking() and it.texts(), timeout=10,
+                        what="an error message instead of 'thinking…'")
+        finally:
+            del daemon.answers.search
+        text = it.texts()[-1]
+        assert "Sorry, something went wrong" in text and "shard 7" not in text and it.ephemeral
+        failed = [r for r in caplog.records if r.name == "bot.discord" and r.levelno == logging.ERROR]
+        assert [r.getMessage() for r in failed] == ["discord: /search failed"]
+        assert "shard 7" in str(failed[0].exc_info[1])
 
     run(world.settings(), fake, scenario)
 
