@@ -86,6 +86,7 @@ print(len(os.listdir("/proc/self/task")))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
 def test_embedder_threads_caps_the_engines_threads():
     """OpenMP keeps its team of threads-1 workers alive after a batch: the process's thread count
@@ -143,6 +144,7 @@ def test_switching_embedders_refuses_the_old_index_until_rebuilt(e5_index, tmp_p
         assert "built with embedder e5:multilingual-e5-small-q4" in err and "asks for use:multilingual-v3" in err
         assert "index --rebuild" in err and "Traceback" not in err
     assert main(["--config", str(cfg), "index", "--rebuild"]) == 0
+    capsys.readouterr()
     assert main(["--config", str(cfg), "search", "--json", "重试"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert hits[0]["title"] == "支付接口调用的重试策略"
