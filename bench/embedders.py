@@ -182,6 +182,57 @@ def _slim(reports, skipped: int) -> dict:
     return out
 
 
+TYPES = ("paraphrase", "fact", "keyword", "multi_note", "recipe_vs_tech")
+
+
+def cmd_table(args) -> None:
+    """The results as the Markdown tables of docs/performance.md."""
+    res = json.loads(Path(args.results).read_text())
+    names = list(res["embedders"])
+    for part, title in (("dev", "dev set"), ("english", "English versions (tests/data/dev_en.jsonl)")):
+        if not all(part in res["embedders"][n] for n in names):
+            continue
+        cols = [(r, n) for r in ("dense", "hybrid", "sparse") for n in names if not (r == "sparse" and n != names[0])]
+        print(f"\n{title}: hit@5 / MRR@10\n")
+        print("| type | n | " + " | ".join(f"{r} ({n})" if r != "sparse" else "BM25" for r, n in cols) + " |")
+        print("|---|---|" + "---|" * len(cols))
+        first = res["embedders"][names[0]][part]
+        rows = [("**overall**", None)] + [(t, t) for t in TYPES if t in first["hybrid"]["by_type"]]
+        for label, kind in rows:
+            cells = []
+            for r, n in cols:
+                rep = res["embedders"][n][part][r]
+                if kind is None:
+                    cells.append(f"{rep['hit@5']:.3f} / {rep['mrr@10']:.3f}")
+                else:
+                    row = rep["by_type"][kind]
+                    cells.append(f"{row['hit5']:.3f} / {row['mrr10']:.3f}")
+            n_q = first["hybrid"]["questions"] if kind is None else first["hybrid"]["by_type"][kind]["n"]
+            print(f"| {label} | {n_q} | " + " | ".join(cells) + " |")
+    print("\nhybrid by dense weight (sparse weight 1 - it): dev hit@5 / MRR@10, paraphrase hit@5; English hit@5\n")
+    print("| dense weight | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for w in res["embedders"][names[0]]["hybrid_by_dense_weight"]:
+        cells = []
+        for n in names:
+            row = res["embedders"][n]["hybrid_by_dense_weight"][w]
+            en = f"; {row['english']['hit@5']:.3f}" if "english" in row else ""
+            cells.append(f"{row['dev']['hit@5']:.3f} / {row['dev']['mrr@10']:.3f}, {row['dev']['by_type']['paraphrase']:.3f}{en}")
+        print(f"| {w} | " + " | ".join(cells) + " |")
+    print("\n| cost | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    ix = {n: res["embedders"][n].get("index", {}) for n in names}
+    for label, key in (("chunks indexed", "chunks_embedded"), ("index wall time (s)", "wall_s"),
+                       ("index CPU time (s)", "cpu_s"), ("chunks per CPU-second", "chunks_per_cpu_s"),
+                       ("peak RSS while indexing (MB)", "peak_rss_mb")):
+        print(f"| {label} | " + " | ".join(str(ix[n].get(key, "")) for n in names) + " |")
+    print("| query embedding p50 / p95 (ms) | " + " | ".join(
+        f"{res['embedders'][n]['query_embedding_ms']['p50']} / {res['embedders'][n]['query_embedding_ms']['p95']}"
+        for n in names) + " |")
+    print("| hybrid search p50 (ms, query embedding included) | " + " | ".join(
+        str(res["embedders"][n]["dev"]["hybrid"]["search_p50_ms"]) for n in names) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -196,8 +247,10 @@ def main() -> None:
     ev.add_argument("--weights", default="0.2,0.35,0.5,0.65", help="hybrid dense weights to try")
     ev.add_argument("--threads", type=int, default=2)
     ev.add_argument("--out", default=str(OUT))
+    tb = sub.add_parser("table")
+    tb.add_argument("--results", default=str(OUT))
     args = ap.parse_args()
-    {"index": cmd_index, "eval": cmd_eval}[args.cmd](args)
+    {"index": cmd_index, "eval": cmd_eval, "table": cmd_table}[args.cmd](args)
 
 
 if __name__ == "__main__":
