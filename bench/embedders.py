@@ -10,8 +10,9 @@ of dev questions (tests/data/dev_en.jsonl); index time, CPU time and peak RSS; q
 out) over a slice of the shared corpus read through the mongodump source, in its own process, and
 prints its wall time, CPU time and peak RSS. ``--slice dev`` (the default) keeps every dev
 question's gold notes and, drawn with a fixed seed from the other searchable notes of both users,
-distractors until ``--budget`` chunks in all: e5 embeds ~0.7 chunks per CPU-second here, so the
-whole corpus (5,873 chunks) is ~2.3 CPU-hours. ``--slice all`` indexes the whole corpus.
+distractors until ``--budget`` chunks in all: e5 embedded 0.6–0.7 of the corpus's chunks per
+CPU-second here, so the whole corpus (5,873 chunks) is 2.3–2.7 CPU-hours. ``--slice all`` indexes
+the whole corpus. On a machine busy with other work, ``eval --threads 1`` (measured so).
 
 ``eval`` runs the dev questions (after_changes ones left out) and the English ones through each
 index with ``rag.eval.evaluate``, then hybrid with other fusion weights (``--weights``), and

