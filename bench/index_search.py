@@ -181,7 +181,7 @@ times = []
 for _ in range(2):
     for q in questions:
         t = time.perf_counter()
-        dense = e.embed([q["question"]])[0]
+        dense = e.embed_query([q["question"]])[0]
         d, s = store.search(dense, query_vector(q["question"]), q["user_id"], cfg.candidates, cfg.hnsw_ef)
         chosen = cap_per_note(fuse({"dense": d, "sparse": s}, cfg), cfg.max_chunks_per_note, cfg.top_k)
         store.payloads([c.id for c in chosen])

