@@ -44,8 +44,11 @@ def records(path: Path) -> list[dict]:
     same question, e.g. a retry, replace earlier ones)."""
     from fakes.ollama import answer_prompt
 
+    import gzip
+
+    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text(encoding="utf-8")
     out: dict[str, dict] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         rec = json.loads(line)
