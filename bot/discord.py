@@ -182,7 +182,8 @@ class DiscordBot:
         """Where every unexpected error of a command or a button ends (the tree's error handler,
         the buttons' callbacks): logged once with its traceback, counted, and the person told in
         one private line that names no detail."""
-        what = f"/{interaction.command.name}" if interaction.command else (interaction.data or {}).get("custom_id", "?")
+        command = getattr(interaction, "command", None)
+        what = f"/{command.name}" if command else (getattr(interaction, "data", None) or {}).get("custom_id", "?")
         log.error("discord: %s failed", what, exc_info=error)
         count_error(self.host, "discord")
         with suppress(discord.HTTPException):

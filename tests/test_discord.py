@@ -32,6 +32,9 @@ class FakeInteraction:
         log = self.events
 
         class Response:
+            def is_done(self):  # as discord.py's: answered (deferred or sent) already
+                return any(name in ("defer", "send_message") for name, _, _ in log)
+
             async def defer(self, **kw):
                 log.append(("defer", kw, time.monotonic()))
 

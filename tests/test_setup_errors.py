@@ -42,7 +42,8 @@ def test_log_redaction_is_installed_once_however_often_a_bot_restarts(caplog):
         for token in ("123:AAA", "123:AAA", "456:BBB"):  # a supervisor restarting the bots
             redact_in_logs(token)
         mine = [f for f in root.filters if isinstance(f, Redact)]
-        assert len(mine) == 1 and mine[0].secrets == ["123:AAA", "456:BBB"]
+        assert len(mine) == 1  # (another test in this process may have installed it first)
+        assert [t for t in mine[0].secrets if t in ("123:AAA", "456:BBB")] == ["123:AAA", "456:BBB"]
         with caplog.at_level(logging.INFO):
             logging.getLogger("bot").info("GET https://api.telegram.org/bot123:AAA/getMe and 456:BBB")
         assert "123:AAA" not in caplog.text and "456:BBB" not in caplog.text and "bot***/getMe" in caplog.text
