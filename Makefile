@@ -1,6 +1,6 @@
 # `make demo`: install into .venv and run the main job on the bundled sample notes.
 # `make test`: install with the test, model, docs and e5 extras and run the tests, a worker per core.
-# `make check`: the same without the tests marked slow (the edit-test loop: about a minute).
+# `make check`: the same without the tests marked slow (the edit-test loop: under two minutes).
 # Both start from nothing: a fresh clone needs only python3 (3.11+).
 
 PYTHON ?= python3
