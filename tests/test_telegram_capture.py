@@ -197,6 +197,21 @@ def leanote_files(leanote, note) -> list[dict]:
             for file_id, f in leanote.files.items() if f["NoteId"] == note["NoteId"]]
 
 
+
+async def answered(tg, ollama) -> int:
+    """The owner's question answered from the notes: the id of the answer's message."""
+    ollama.reply("先炒蛋再炒番茄[1]。")
+    tg.say(OWNER, "番茄炒蛋怎么做？")
+    done = (await until(lambda: final(tg, OWNER, "来源")))[0]
+    return next(i for i, m in tg.messages.items() if m is done)
+
+
+def remap(daemon) -> None:
+    """The owner mapped to another Leanote user, as a reload applies it."""
+    users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
+             for u in daemon.settings.users]
+    daemon.settings = daemon.settings.model_copy(update={"users": users})
+
 def test_a_capture_while_leanote_is_down_is_queued_and_written_when_it_is_back(world):
     make, tg, ollama, leanote = world
     settings = make()
@@ -216,10 +231,7 @@ def test_a_capture_while_leanote_is_down_is_queued_and_written_when_it_is_back(w
         assert "Nothing waiting" in got["text"]
 
         # "Save as note" while Leanote is down: queued; a second press does not queue it twice
-        ollama.reply("先炒蛋再炒番茄[1]。")
-        tg.say(OWNER, "番茄炒蛋怎么做？")
-        done = (await until(lambda: final(tg, OWNER, "来源")))[0]
-        mid = next(i for i, m in tg.messages.items() if m is done)
+        mid = await answered(tg, ollama)
         save = next(data for _, data in tg.buttons(mid) if data.startswith("save:"))
         leanote.down()
         got = await said(tg, OWNER, send=lambda: tg.press(OWNER, OWNER, mid, save))
@@ -373,14 +385,9 @@ def test_save_as_note_after_the_person_was_remapped_is_refused(world):
     settings = make()
 
     async def scenario(daemon):
-        ollama.reply("先炒蛋再炒番茄[1]。")
-        tg.say(OWNER, "番茄炒蛋怎么做？")
-        done = (await until(lambda: final(tg, OWNER, "来源")))[0]
-        mid = next(i for i, m in tg.messages.items() if m is done)
+        mid = await answered(tg, ollama)
         save = next(data for _, data in tg.buttons(mid) if data.startswith("save:"))
-        users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
-                 for u in daemon.settings.users]
-        daemon.settings = daemon.settings.model_copy(update={"users": users})  # as a reload applies it
+        remap(daemon)
         q = tg.press(OWNER, OWNER, mid, save)
         ack = (await until(lambda: tg.answered(q)))[0]
         assert ack["show_alert"] and "another Leanote account" in ack["text"]
@@ -397,18 +404,13 @@ def test_why_after_the_person_was_remapped_shows_nothing_of_the_old_users_notes(
     settings = make()
 
     async def scenario(daemon):
-        ollama.reply("先炒蛋再炒番茄[1]。")
-        tg.say(OWNER, "番茄炒蛋怎么做？")
-        done = (await until(lambda: final(tg, OWNER, "来源")))[0]
-        mid = next(i for i, m in tg.messages.items() if m is done)
+        mid = await answered(tg, ollama)
         why = next(data for _, data in tg.buttons(mid) if data.startswith("why:"))
         before = len(tg.sent_to(OWNER))
         q = tg.press(OWNER, OWNER, mid, why)  # still mapped: the trace comes
         await until(lambda: tg.answered(q) and len(tg.sent_to(OWNER)) > before)
         assert "番茄炒蛋" in tg.sent_to(OWNER)[-1]["text"]
-        users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
-                 for u in daemon.settings.users]
-        daemon.settings = daemon.settings.model_copy(update={"users": users})  # as a reload applies it
+        remap(daemon)
         sent = len(tg.sent_to(OWNER))
         q = tg.press(OWNER, OWNER, mid, why)
         ack = (await until(lambda: tg.answered(q)))[0]

@@ -53,6 +53,15 @@ asyncio.run(Daemon(settings_for(Path({tmp!r}), {tg!r}, {ollama!r}, {leanote!r}),
 """
 
 
+def start_child(tmp_path: Path, world, log) -> subprocess.Popen:
+    """The daemon with its Telegram bot in a child process (``CHILD``), against the world's fakes."""
+    tg, ollama, leanote = world
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(tests=str(REPO / "tests"), tmp=str(tmp_path), tg=tg.base_url,
+                                            ollama=ollama.url, leanote=leanote.url)],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+
+
 def wait_for(check, what: str, child: subprocess.Popen, timeout: float = 120.0):
     """``check()``'s first truthy value; fails at once if the child died, after ``timeout`` if it never comes."""
     deadline = time.monotonic() + timeout
@@ -78,10 +87,7 @@ def test_a_note_delivered_again_after_a_kill_is_written_once_and_answered_as_sav
     tg, ollama, leanote = world
     tg.bad_gateway_on_confirm = True
     log = (tmp_path / "child.log").open("w")
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(tests=str(REPO / "tests"), tmp=str(tmp_path), tg=tg.base_url,
-                                            ollama=ollama.url, leanote=leanote.url)],
-        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    child = start_child(tmp_path, world, log)
     try:
         wait_for(lambda: tg.method_calls("getUpdates"), "the child's bot to poll", child)
         tg.say(OWNER, "/note 杀掉之前记的 KILLED-ONCE")
@@ -122,10 +128,7 @@ def test_a_note_cut_off_by_a_kill_before_its_reply_is_told_when_it_lands(tmp_pat
     tg, ollama, leanote = world
     held = leanote.hold("note/addNote")  # Leanote takes its time: the write is on its way at the kill
     log = (tmp_path / "child.log").open("w")
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(tests=str(REPO / "tests"), tmp=str(tmp_path), tg=tg.base_url,
-                                            ollama=ollama.url, leanote=leanote.url)],
-        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    child = start_child(tmp_path, world, log)
     try:
         wait_for(lambda: tg.method_calls("getUpdates"), "the child's bot to poll", child)
         tg.say(OWNER, "/note 回复之前被杀掉的 CUT-BEFORE-REPLY")
