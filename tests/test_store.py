@@ -1,6 +1,7 @@
 """Both store backends through the same tests: Qdrant Edge (the default) and the
 server backend through qdrant-client's local mode (the same client API)."""
 
+import math
 import random
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from rag.config import QdrantConfig
 from rag.errors import StoreLocked
-from rag.index.lexical import document_vector, query_vector
+from rag.index.lexical import document_vector, query_vector, term_id
 from rag.index.store import EdgeStore, PointData, ServerStore, point_id
 
 DIM = 8
@@ -86,6 +87,29 @@ def test_sparse_scores_use_idf(store):
     _, rare = store.search(None, query_vector("快照"), "u1", 10)
     _, common = store.search(None, query_vector("redis"), "u1", 10)
     assert rare[0].score > common[0].score
+
+
+def test_sparse_idf_is_counted_over_the_asking_users_points(store):
+    """BM25's IDF over the user's own chunks, ln(1 + (N - df + 0.5) / (df + 0.5)): N is the user's
+    chunks, df those holding the term; another user's chunks count for nothing, in both backends."""
+    fill(store)
+    query = query_vector("redis 快照")
+
+    def expected(text, n, df):
+        vector = document_vector(text)
+        weights = dict(zip(vector.indices, vector.values))
+        return sum(weights.get(term_id(t), 0.0) * math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items())
+
+    _, got = store.search(None, query, "u1", 10)
+    # u1: 3 chunks, "redis" in 2, "快照" in 1 (u2's chunk with "redis" is not counted)
+    assert [r.id for r in got] == [point_id("n1", 0), point_id("n1", 1)]
+    assert [r.score for r in got] == pytest.approx(
+        [expected(text, 3, {"redis": 2, "快照": 1}) for text in ("redis 持久化 RDB 快照", "redis AOF 日志 重写")], rel=1e-4)
+    store.upsert([point(f"m{i}", 0, "u2", "redis 快照 备份", unit(1, 0)) for i in range(5)])
+    assert store.search(None, query, "u1", 10)[1] == got
+    store.delete_note("n2")  # N of u1 is 2 now
+    _, fewer = store.search(None, query, "u1", 10)
+    assert fewer[0].score == pytest.approx(expected("redis 持久化 RDB 快照", 2, {"redis": 2, "快照": 1}), rel=1e-4)
 
 
 def test_upsert_with_the_same_ids_overwrites(store):

@@ -12,8 +12,10 @@ Tokenizing:
 Weights: the document vector holds BM25's saturated, length-normalised term
 frequency ``tf·(k1+1) / (tf + k1·(1-b+b·len/avg_len))``; the query vector holds 1 per
 term; the store multiplies in IDF at query time (Qdrant's ``Modifier.Idf``, counted over
-the points the index holds: ``rag.index.store``), so the IDF follows the collection as notes
-come and go without re-weighting stored vectors.
+the asking user's points the index holds: ``rag.index.store``), so the IDF follows that
+person's notes as they come and go, without re-weighting stored vectors, and nobody else's.
+``avg_len`` is a setting (``bm25.avg_len``), not a statistic of the index: a chunk's vector
+depends on its own text alone.
 Term ids are the first 4 bytes of a BLAKE2b hash: stable across processes and runs.
 """
 

@@ -11,15 +11,26 @@ One collection, named vectors ``dense`` (cosine) and ``bm25`` (sparse, IDF), one
 point per chunk with a deterministic id, so re-indexing a note overwrites it.
 A manifest (embedder id, dimension, schema) is kept with the index.
 
-BM25's IDF is counted over the live points. Qdrant's collection-wide IDF statistics
-(``Modifier.Idf`` alone) come from posting lists that keep a deleted point, and the
-old copy of a point updated out of an optimized segment, until the segment is rebuilt:
-an in-memory segment on the next load, an optimized one only when a vacuum runs (20 %
-deleted). An index that went through deletes, or through a crash and the pass that
-repeated its work, would rank otherwise than one with the same points that did not.
-Every sparse query therefore names its IDF corpus, a filter matching every point
-(``IdfParams(corpus=Filter())``): statistics from the points that are there, the same
-for any history that left the same points.
+BM25's IDF is counted over the asking user's live points, and nobody else's. Every
+sparse query names its IDF corpus, the filter of the user's points
+(``IdfParams(corpus=Filter(user_id))``; Qdrant 1.19's per-tenant IDF), so:
+
+- one person's notes never move another's scores or order: a word rare in my notes is
+  rare for my searches however often someone else writes it, and the scores ``search
+  --json`` and the API show say nothing of another person's words;
+- the statistics are those of the points that are there, the same for any history that
+  left the same points. Qdrant's collection-wide statistics (``Modifier.Idf`` alone) come
+  from posting lists that keep a deleted point, and the old copy of a point updated out
+  of an optimized segment, until the segment is rebuilt (an in-memory segment on the next
+  load, an optimized one only when a vacuum runs at 20 % deleted): an index that went
+  through deletes, or through a crash and the pass that repeated its work, would rank
+  otherwise than one with the same points that did not.
+
+Nothing is kept besides the points: Qdrant counts, at query time, the user's points
+(N) and those of them holding each query term (its document frequency), so an index
+built before this needs no migration, and a crashed write leaves nothing to repair.
+The passage step's restriction to some notes (``note_ids``) narrows which points come
+back, not the corpus: their scores are those of the search over all the user's notes.
 
 Candidates come back in an order that depends on the points alone (``settle``). Qdrant
 orders equal scores by where the points sit in its segments, and float32 sums taken in
@@ -217,7 +228,6 @@ class EdgeStore(_Counts):
         import qdrant_edge as qe
 
         self._qe = qe
-        self._live_idf = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter()))  # module docstring
         self.path = Path(path)
         self.location = str(self.path)
         if create or fresh:
@@ -331,8 +341,9 @@ class EdgeStore(_Counts):
             queries[DENSE] = (qe.Query.Nearest(dense.tolist(), using=DENSE),
                               qe.SearchParams(hnsw_ef=hnsw_ef, exact=self._exact_dense(user_id)))
         if sparse is not None and len(sparse):
+            # BM25's IDF over this user's points (module docstring)
             queries[SPARSE] = (qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE),
-                               self._live_idf)
+                               qe.SearchParams(idf=qe.IdfParams(corpus=self._filter(user_id=user_id))))
 
         def run(fetch: dict[str, int]) -> dict[str, list[Ranked]]:
             requests = [qe.QueryRequest(limit=n, query=queries[kind][0], filter=flt, with_payload=["note_id"],
@@ -416,20 +427,28 @@ class ServerStore(_Counts):
                 raise StoreLocked(f"the index in {cfg.local_path} is open in another process") from None
             raise
         self._call(self._ensure_collection, dim, create)
-        self._live_idf = self._call(self._live_idf_params)
+        self._idf_corpus = self._call(self._takes_idf_corpus)
 
-    def _live_idf_params(self):
-        """The search params that count BM25's IDF over the live points (module docstring):
-        Qdrant servers take an IDF corpus from 1.19 on; an older one gets none, and a warning."""
+    def _takes_idf_corpus(self) -> bool:
+        """Whether the server counts BM25's IDF over a corpus the query names (module docstring):
+        Qdrant servers do from 1.19 on; an older one counts every point, and gets a warning."""
         version = str(self._client.info().version or "")
         found = re.match(r"v?(\d+)\.(\d+)", version)
         if found is None or (int(found[1]), int(found[2])) < (1, 19):
             log.warning(
-                "the Qdrant server at %s (version %s) counts deleted points in BM25's IDF until it rebuilds "
-                "their segment, so sparse rankings drift after notes are deleted or changed; Qdrant 1.19 or "
-                "later counts only the points there: upgrade the server", self.location, version or "unknown")
+                "the Qdrant server at %s (version %s) counts every user's notes in BM25's IDF, and deleted "
+                "points until it rebuilds their segment: one person's notes change another's sparse scores "
+                "and order, and rankings drift after notes are deleted or changed. Qdrant 1.19 or later "
+                "counts only the asking user's notes that are there: upgrade the server",
+                self.location, version or "unknown")
+            return False
+        return True
+
+    def _idf_params(self, user_id: str):
+        """The search params of a sparse query: BM25's IDF over this user's points."""
+        if not self._idf_corpus:
             return None
-        return self._qm.SearchParams(idf=self._qm.IdfCorpusParams(corpus=self._qm.Filter()))
+        return self._qm.SearchParams(idf=self._qm.IdfCorpusParams(corpus=self._filter(user_id=user_id)))
 
     def _call(self, fn, *args, **kwargs):
         """Run a client call, turning transport failures into Unavailable."""
@@ -506,7 +525,7 @@ class ServerStore(_Counts):
         if dense is not None:
             queries[DENSE] = (dense.tolist(), qm.SearchParams(hnsw_ef=hnsw_ef, exact=self._exact_dense(user_id)))
         if sparse is not None and len(sparse):
-            queries[SPARSE] = (qm.SparseVector(indices=sparse.indices, values=sparse.values), self._live_idf)
+            queries[SPARSE] = (qm.SparseVector(indices=sparse.indices, values=sparse.values), self._idf_params(user_id))
 
         def run(fetch: dict[str, int]) -> dict[str, list[Ranked]]:
             requests = [qm.QueryRequest(query=queries[kind][0], using=kind, filter=flt, limit=n,
