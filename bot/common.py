@@ -22,7 +22,6 @@ from rag.answer.feedback import FeedbackStore
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore, correction_id, correction_target
 from rag.memory.store import path_for as memory_path
-from rag.metrics import Metrics
 
 
 class Capturer(Protocol):
@@ -47,6 +46,12 @@ class Capturer(Protocol):
     def available(self) -> str | None: ...
 
 
+class ErrorCounter(Protocol):
+    """Where a bot counts its unexpected errors (the daemon's metrics)."""
+
+    def bot_error(self, platform: str) -> None: ...
+
+
 class Host(Protocol):
     """What a bot needs from the process it runs in (``leanote-rag serve``)."""
 
@@ -54,7 +59,7 @@ class Host(Protocol):
     index: NoteIndex
     answers: AnswerService
     stopping: asyncio.Event
-    metrics: Metrics | None  # optional: a host without it (or None) counts nothing
+    metrics: ErrorCounter | None  # optional: a host without it (or None) counts nothing
     capture: Capturer | None  # None: this host cannot write to Leanote
     feedback: FeedbackStore | None  # the answers sent, for the buttons under them
 
@@ -177,7 +182,7 @@ def sources_first(citations, title: str = "读的笔记 Reading") -> str:
 
 
 # --- doctor ----------------------------------------------------------------------------------
-# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (``sync.daemon.main.checks``),
+# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (``sync.daemon.root.checks``),
 # which yields (name, ok, detail, fix). Tokens never appear.
 CheckResult = tuple[str, bool, str, str]
 CHECK_TIMEOUT = 15.0

@@ -423,9 +423,9 @@ def test_names_are_found_whitespace_and_case_aside_and_kinds_are_normalised():
 
 
 def test_the_cli_kind_choice_takes_the_llm_kinds():
-    from rag import cli
+    from sync.daemon.cli import memory
 
-    kind = next(p for p in cli.entities.params if p.name == "kind")
+    kind = next(p for p in memory.entities.params if p.name == "kind")
     assert {"project", "tool", "person", "organization", "term"} <= set(kind.type.choices)
 
 

@@ -17,7 +17,7 @@ from bot.telegram import service as telegram_service
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from rag.metrics import Metrics, StateSnapshot, UserCounts
+from sync.daemon.metrics import Metrics, StateSnapshot, UserCounts
 from sync.daemon.host import Daemon
 from sync.daemon.metrics_wiring import attach_metrics
 from sync.service import SyncService

@@ -59,7 +59,7 @@ from bot.render import NoteLinks, web_html
 from rag.memory import explore
 
 from rag import limits
-from rag.client import check_socket_path
+from sync.daemon.client import check_socket_path
 from rag.config import Settings, secret
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.memory.store import MemoryStore
@@ -73,7 +73,7 @@ from sync.state import State
 if TYPE_CHECKING:
     from rag.answer.service import AnswerService
     from rag.index.note_index import NoteIndex
-    from rag.metrics import Metrics
+    from sync.daemon.metrics import Metrics
     from sync.service import PassResult, SyncService
 
 log = logging.getLogger(__name__)

@@ -38,11 +38,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 from rag import config as config_mod
 from rag.answer.service import AnswerService
 from rag.config import Settings
-from rag.client import find_daemon
+from sync.daemon.client import find_daemon
 from rag.errors import DiskFull, LeanoteRagError, StoreLocked, UserError
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.index.note_index import NoteIndex
-from rag.metrics import Metrics
+from sync.daemon.metrics import Metrics
 from rag.redact import safe_url
 
 from sync.daemon import api
@@ -57,7 +57,7 @@ from sync.state import State
 log = logging.getLogger(__name__)
 
 # The long-running parts beside the sync (the chat bots, the file watcher): called with
-# the daemon, they run until it stops. ``sync.daemon.main.services()`` names them.
+# the daemon, they run until it stops. ``sync.daemon.root.services()`` names them.
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
@@ -67,7 +67,7 @@ CHAT_SYNC_WAIT = 600.0  # seconds /sync waits for its pass before it says "still
 class Daemon:
     def __init__(self, settings: Settings, services: list[Service], clock=time.time):
         self.settings = settings
-        self.services = list(services)  # what runs beside the sync (``sync.daemon.main.services``)
+        self.services = list(services)  # what runs beside the sync (``sync.daemon.root.services``)
         self.clock = clock
         self.index: NoteIndex | None = None
         self.answers: AnswerService | None = None

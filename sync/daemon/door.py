@@ -3,7 +3,7 @@ daemon that holds it. Both doors offer the same calls and return the same data, 
 each command is written once and prints the same either way.
 
 ``open_door(settings)`` chooses: a daemon answering on ``api.socket`` means the
-daemon (``rag.client.find_daemon``), else the index is opened here.
+daemon (``sync.daemon.client.find_daemon``), else the index is opened here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 from typing import Callable, Protocol
 
 from rag.answer.service import Answer, AnswerService, Citation
-from rag.client import DaemonClient, find_daemon, say_door
+from sync.daemon.client import DaemonClient, find_daemon, say_door
 from rag.config import Settings
 from rag.errors import Unavailable
 from rag.index.note_index import NoteIndex
