@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from rag import config  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
-from sync.service import SyncService  # noqa: E402
 from sync.sources.files import stable_id  # noqa: E402
 from sync.state import State  # noqa: E402
+from sync.daemon.root import Parts  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
@@ -151,7 +151,7 @@ def pass_costs(copies: int, runs: int = 20) -> dict:
                                 base_dir=work)
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True)
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     first = service.run_pass()
     assert first.ok, first.failures
     idle, full = [], []

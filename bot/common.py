@@ -21,7 +21,6 @@ from rag.errors import UserError
 from rag.answer.feedback import FeedbackStore
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore, correction_id, correction_target
-from rag.memory.store import path_for as memory_path
 
 
 class Capturer(Protocol):
@@ -62,6 +61,7 @@ class Host(Protocol):
     metrics: ErrorCounter | None  # optional: a host without it (or None) counts nothing
     capture: Capturer | None  # None: this host cannot write to Leanote
     feedback: FeedbackStore | None  # the answers sent, for the buttons under them
+    memory: MemoryStore | None  # the memory of the notes (None: off, or not made yet)
 
     def trigger(self) -> bool: ...
     async def sync_for_chat(self) -> str:
@@ -359,19 +359,21 @@ VERDICT_BUTTONS = (("confirmed", "👍", "confirm"), ("rejected", "👎", "rejec
 _ID = re.compile(r"^[fp][0-9a-f]{12}$")
 
 
-def memory_problem(settings: Settings) -> str | None:
+def memory_problem(host: Host) -> str | None:
     """Why the memory cannot be read now (off, not built yet), or None."""
-    if not settings.memory.enabled:
+    if not host.settings.memory.enabled:
         return MEMORY_OFF
-    if not memory_path(settings).exists():
+    if host.memory is None:
         return MEMORY_NOT_YET
     return None
 
 
-def _read_memory(settings: Settings, work):
-    """``work(store)`` on the memory file, opened for this call only (in a worker thread)."""
-    with MemoryStore.open_for(settings) as store:
-        return work(store)
+def _read_memory(host: Host, work):
+    """``work(store)`` on the host's memory (in a worker thread)."""
+    store = host.memory
+    if store is None:
+        raise UserError(MEMORY_NOT_YET if host.settings.memory.enabled else MEMORY_OFF)
+    return work(store)
 
 
 @dataclass
@@ -465,14 +467,13 @@ def related_text(about: str, notes: list[dict], link: Callable[[str], str] = str
     return MemoryReply("\n".join(lines), items)
 
 
-async def about_reply(settings: Settings, user_id: str, name: str, link: Callable[[str], str] = str,
-                      esc: Callable[[str], str] = str, index: NoteIndex | None = None) -> MemoryReply:
+async def about_reply(host: Host, user_id: str, name: str, link: Callable[[str], str] = str,
+                      esc: Callable[[str], str] = str) -> MemoryReply:
     """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller);
-    with ``index``, nothing of a note it no longer holds (``_indexed``)."""
+    nothing of a note the index no longer holds (``_indexed``)."""
     facts, notes = await asyncio.to_thread(
-        _read_memory, settings, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
-    if index is not None:
-        facts, notes = await _indexed(index, user_id, facts, notes)
+        _read_memory, host, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
+    facts, notes = await _indexed(host.index, user_id, facts, notes)
     return about_text(name, facts, notes, link, esc)
 
 
@@ -504,7 +505,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
             n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", note_id, n["note_id"]))
         return info, notes
 
-    found = await asyncio.to_thread(_read_memory, settings, of_note)
+    found = await asyncio.to_thread(_read_memory, host, of_note)
     if found is not None:
         info, notes = found
         notes, = await _indexed(host.index, user_id, notes, also=(info["note_id"],))
@@ -521,7 +522,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
                 n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", via, n["note_id"]))
         return notes
 
-    notes = await asyncio.to_thread(_read_memory, settings, of_text)
+    notes = await asyncio.to_thread(_read_memory, host, of_text)
     notes, = await _indexed(host.index, user_id, notes)
     return related_text(f"“{target}”", notes, link, esc)
 
@@ -530,11 +531,11 @@ def valid_item_id(item_id: str) -> bool:
     return bool(_ID.match((item_id or "").strip()))
 
 
-async def verdict_reply(settings: Settings, user_id: str, item_id: str, verdict: str, by: str) -> tuple[bool, str]:
+async def verdict_reply(host: Host, user_id: str, item_id: str, verdict: str, by: str) -> tuple[bool, str]:
     """Reject or confirm a fact or pair of this Leanote user's memory: (changed anything,
     what to tell the person). An id of another user's memory changes nothing."""
     item_id = (item_id or "").strip()
-    problem = memory_problem(settings)
+    problem = memory_problem(host)
     if problem:
         return False, problem
     if not valid_item_id(item_id):
@@ -546,7 +547,7 @@ async def verdict_reply(settings: Settings, user_id: str, item_id: str, verdict:
         return done, titles
 
     try:
-        done, titles = await asyncio.to_thread(_read_memory, settings, work)
+        done, titles = await asyncio.to_thread(_read_memory, host, work)
     except UserError:
         return False, (f"你的记忆里没有 {item_id}：什么也没改（它可能属于别人的笔记，或 id 写错了）。 / {item_id} is not "
                        f"in your memory: nothing was changed (it may belong to someone else's notes, or be mistyped).")

@@ -419,7 +419,7 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
-        problem = memory_problem(self.host.settings)
+        problem = memory_problem(self.host)
         if problem or not (target or "").strip():
             await interaction.response.send_message(problem or "请写下名称或问题。 / Please write a name or a question.",
                                                     ephemeral=True)
@@ -430,8 +430,7 @@ class DiscordBot:
         await interaction.response.defer(thinking=True, ephemeral=True)
         link = (lambda url: f"<{url}>" if url else "")
         if what == "about":
-            reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape,
-                                      index=self.host.index)
+            reply = await about_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         else:
             reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         parts = _lines_within(with_notice(reply.text, notice), DISCORD_CONTENT)
@@ -445,7 +444,7 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
-        _, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+        _, text = await verdict_reply(self.host, person.leanote_user_id, item_id, verdict,
                                       person_key("discord", interaction.user.id))
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 

@@ -478,7 +478,7 @@ class TelegramBot:
         if not target.strip():
             await message.reply_text(ABOUT_USAGE if what == "about" else RELATED_USAGE)
             return
-        problem = memory_problem(self.host.settings)
+        problem = memory_problem(self.host)
         if problem:
             await message.reply_text(problem)
             return
@@ -486,7 +486,7 @@ class TelegramBot:
             return
         target, notice = cut_message(self.host.settings, target)
         if what == "about":
-            reply = await about_reply(self.host.settings, person.leanote_user_id, target, index=self.host.index)
+            reply = await about_reply(self.host, person.leanote_user_id, target)
         else:
             reply = await related_reply(self.host, person.leanote_user_id, target)
         parts = _chunks(with_notice(reply.text, notice), 4000)
@@ -508,7 +508,7 @@ class TelegramBot:
         if len(args) != 1:
             await update.effective_message.reply_text(VERDICT_USAGE)
             return
-        _, text = await verdict_reply(self.host.settings, person.leanote_user_id, args[0], verdict, self._key(update))
+        _, text = await verdict_reply(self.host, person.leanote_user_id, args[0], verdict, self._key(update))
         await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
 
     async def _memory_button(self, query, verdict: str, item_id: str) -> None:
@@ -519,7 +519,7 @@ class TelegramBot:
             text = STRANGER["telegram"].format(id=query.from_user.id) if person is None else person
             await query.answer(text[:200], show_alert=True)
             return
-        changed, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+        changed, text = await verdict_reply(self.host, person.leanote_user_id, item_id, verdict,
                                             person_key("telegram", query.from_user.id))
         await query.answer(text[:200], show_alert=not changed)
         if changed and verdict == "rejected" and query.message is not None:  # its buttons go with it

@@ -209,3 +209,54 @@ def test_the_scan_sees_imports():
     assert {"rag.answer.service", "rag.index.note_index", "sync.service"} <= deps["sync.daemon.host"]
     assert "bot.telegram" in deps["sync.daemon.root"]  # a lazy import inside a function counts
     assert "sync.daemon.report" in deps["sync.daemon.api"]
+
+
+# What opens a store or loads a model: only the composition root does, and these, each for
+# the reason given.
+STORE_OPENERS = {"State", "MemoryStore", "FeedbackStore", "Outbox", "open_store"}
+STORE_OPENED_ELSEWHERE = {
+    "sync/daemon/root.py": "the composition root",
+    "rag/index/note_index.py": "the index opens its own store (NoteIndex.open, called by the root)",
+    "sync/daemon/doctor.py": "doctor opens each file and loads each model to check it, apart from a running daemon",
+    "sync/daemon/metrics_wiring.py": "a scrape reads the state on a connection of its own, in the server's thread",
+    "sync/daemon/cli/app.py": "--user EMAIL reads which Leanote user an account is, before any part is built",
+    "sync/daemon/capture.py": "the capture writer owns its outbox",
+    "sync/daemon/report.py": "the status counts the outbox's captures",
+}
+
+
+def store_openings(path: Path) -> list[str]:
+    """Calls in ``path`` that open a store or load a model: ``State(...)``,
+    ``MemoryStore.open_for(...)``, ``NoteIndex.open(...)``, ``open_store(...)``,
+    ``Outbox.counts_at(...)``, ``rerank.load(...)`` and the like."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in STORE_OPENERS:
+            found.append(f.id)
+        elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+              and f.value.id in STORE_OPENERS | {"NoteIndex"} and f.attr in {"open", "open_for", "counts_at"}):
+            found.append(f"{f.value.id}.{f.attr}")
+        elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "load"
+              and f.value.id in {"rerank", "rerank_mod", "llm", "llm_mod"}):  # a model loaded
+            found.append(f"{f.value.id}.load")
+    return found
+
+
+def test_only_the_root_opens_stores_and_loads_models():
+    offenders = {}
+    for package in PACKAGES:
+        for path in sources(package):
+            rel = path.relative_to(REPO).as_posix()
+            if rel in STORE_OPENED_ELSEWHERE or rel in {"sync/state.py", "rag/memory/store.py", "rag/answer/feedback.py",
+                                                         "rag/index/store.py"}:  # a store's own module
+                continue
+            found = store_openings(path)
+            if found:
+                offenders[rel] = found
+    assert offenders == {}
+    # the scan sees an opening (a check that cannot fail is no check)
+    assert "State" in store_openings(REPO / "sync" / "daemon" / "root.py")
+    assert {"NoteIndex.open", "rerank_mod.load"} <= set(store_openings(REPO / "sync" / "daemon" / "root.py"))

@@ -55,7 +55,7 @@ from rag.index.note_index import NoteIndex
 from rag.memory.entities import norm
 from rag.answer.evidence import add_facts
 from rag.index.lexical import search_text, tokenize
-from rag.memory.store import MemoryStore, path_for
+from rag.memory.store import MemoryStore
 from rag.model import HEADING_SEP, Hit
 from rag.index.retrieve import entity_ranking, named_entities, search
 from rag.speed import FILE as SPEED_FILE
@@ -440,10 +440,10 @@ class AnswerService:
     ):
         """``one_shot``: one command's question (the CLI shows why the LLM failed itself),
         not a service whose log is the operator's window. ``memory``: the memory of the
-        notes to answer with (None: answers as without one)."""
+        notes to answer with (None: answers as without one). The parts are the caller's
+        (``sync.daemon.root.Parts`` builds them); ``close`` closes the reranker it wraps."""
         self.one_shot = one_shot
         self.memory = memory
-        self._own_memory = False
         self.settings = settings
         self.index = index
         self.chat = chat
@@ -479,33 +479,10 @@ class AnswerService:
         finally:
             self.answers_waiting_or_writing -= 1
 
-    @classmethod
-    def from_settings(cls, settings: Settings, index: NoteIndex, one_shot: bool = False) -> "AnswerService":
-        """Load the configured reranker and LLM. A reranker that cannot be loaded is
-        reported once and answering goes on without it."""
-        reranker, why = None, ""
-        try:
-            reranker = rerank_mod.load(settings.rerank)
-        except UserError as err:
-            why = str(err)
-            log.warning("answering without a reranker: %s", err)
-        memory = None
-        if settings.memory.enabled and path_for(settings).exists():  # never made here: the indexer makes it
-            try:
-                memory = MemoryStore.open_for(settings)
-            except LeanoteRagError as err:
-                log.warning("answering without the memory of the notes: %s", err)
-        service = cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why,
-                      one_shot=one_shot, memory=memory)
-        service._own_memory = memory is not None
-        return service
-
     def close(self) -> None:
         self.speeds.flush()
         if self.reranker:
             self.reranker.close()
-        if self._own_memory and self.memory is not None:
-            self.memory.close()
         self._search_pool.shutdown(wait=False)
 
     # --- the pipeline ---------------------------------------------------------------------

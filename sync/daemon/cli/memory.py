@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Iterator
 
 import click
 
@@ -13,9 +15,9 @@ from rag.errors import UserError
 from rag.memory import explore
 from rag.memory.entities import KINDS
 from rag.memory.store import MemoryStore, correction_id, correction_target
-from rag.memory.store import path_for as memory_path
 
 from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
+from sync.daemon.root import Parts
 
 
 def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> list:
@@ -32,15 +34,18 @@ def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> li
     return [explore.indexed_only(r, held) for r in rows]
 
 
-def _open_memory(app: App) -> MemoryStore:
-    """The memory file, read directly (it works while the service runs)."""
+@contextmanager
+def _open_memory(app: App) -> Iterator[MemoryStore]:
+    """The memory, read directly (it works while the service runs)."""
     settings = app.settings
     if not settings.memory.enabled:
         raise UserError("the memory is off (memory.enabled: false in the config): set it to true and run "
                         "`leanote-rag index`")
-    if not memory_path(settings).exists():
-        raise UserError(f"no memory yet in {settings.state_dir}: run `leanote-rag index` first")
-    return MemoryStore.open_for(settings)
+    with Parts(settings) as parts:
+        store = parts.memory_to_read
+        if store is None:
+            raise UserError(f"no memory yet in {settings.state_dir}: run `leanote-rag index` first")
+        yield store
 
 
 @click.command()

@@ -18,10 +18,10 @@ from rag.index.excerpt import excerpt
 from rag.errors import UserError
 from rag.redact import safe_url
 from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
-from rag.answer.feedback import FeedbackStore, path_for
 from rag.index.retrieve import RETRIEVERS
 
 from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
+from sync.daemon.root import Parts
 
 def _print_hits(hits, query: str) -> None:
     if not hits:
@@ -334,17 +334,18 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     """The answers the bots sent and the 👍/👎 they got, newest first (for tuning).
 
     Read from the feedback file directly: it works while the service runs."""
-    path = path_for(app.settings)
     since = time.time() - days * 86400 if days is not None else None
-    records = []
-    if path.exists():
-        with FeedbackStore.open_for(app.settings) as store:
+    records, made = [], False
+    with Parts(app.settings) as parts:
+        store = parts.feedback_if_made()
+        if store is not None:
+            made = True
             records = store.export(app.user_id(user_id), since)
     if as_json:
         _print_json(records)
         return
     if not records:
-        click.echo("no answers match --user/--since" if path.exists() and (user_id or days) else "no feedback yet")
+        click.echo("no answers match --user/--since" if made and (user_id or days) else "no feedback yet")
         return
     person_width = max(len("person"), *(len(r["person"]) for r in records))
     click.echo(f"{'time':<16}  {'person':<{person_width}}  {'verdict':<7}  {_cell('question', 40)}  cited")

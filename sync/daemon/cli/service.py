@@ -13,16 +13,14 @@ import sys
 import click
 from tqdm import tqdm
 
-from rag.errors import Unavailable, UserError
-from rag.index.store import open_store
+from rag.errors import Unavailable
 
 from sync.faults import check_disk, reading_state
 from sync.daemon.cli.app import App, pass_app
 from sync.daemon.client import find_daemon, say_door
 from sync.daemon.report import print_pass, print_status, status_report
+from sync.daemon.root import Parts
 from sync.progress import Every, Step
-from sync.service import SyncService
-from sync.state import State
 
 
 class _Shown:
@@ -61,20 +59,14 @@ class _Shown:
 
 def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
     settings = app.settings
-    state = State(settings.state_dir, replace_broken=rebuild)
-    try:
+    with Parts(settings, create=True, rebuild=rebuild) as parts:
+        parts.state  # the state first: a broken one is said (or, rebuilding, replaced) before anything else
         check_disk(settings.state_dir)  # before the index maps its files: no room there is a crash
-        with app.open_index(create=True, rebuild=rebuild) as nindex:
-            service = SyncService(settings, nindex, state)
-            if rebuild and service.memory is not None:
-                service.memory.reset()  # derived from the notes, like the index: built again
-            try:
-                with _Shown() as shown:
-                    result = service.run_pass(reconcile=reconcile, force=True, progress=shown)
-            finally:
-                service.close()
-    finally:
-        state.close()
+        service = parts.sync
+        if rebuild and service.memory is not None:
+            service.memory.reset()  # derived from the notes, like the index: built again
+        with _Shown() as shown:
+            result = service.run_pass(reconcile=reconcile, force=True, progress=shown)
     return result.summary.as_json(), result.failures
 
 
@@ -120,21 +112,11 @@ def serve(app: App) -> None:
 
 
 def _status_here(settings) -> dict:
-    state = State(settings.state_dir)
-    try:
+    with Parts(settings) as parts:
+        state = parts.state
         state.verify()  # a damaged page anywhere is named, with the fix
-        try:
-            store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
-        except UserError:  # nothing indexed yet
-            store = None
-        try:
-            with reading_state(state):
-                return status_report(settings, state, store)
-        finally:
-            if store is not None:
-                store.close()
-    finally:
-        state.close()
+        with reading_state(state):
+            return status_report(settings, state, parts.store(), memory=parts.memory_to_read)
 
 
 @click.command()
