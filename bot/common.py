@@ -14,7 +14,8 @@ from typing import Awaitable, Callable, Iterator, Protocol
 from rag import limits
 from rag.memory import explore
 from rag.memory import related as related_mod
-from rag.answer.service import AnswerService, Trace
+from rag.answer.service import AnswerService
+from rag.answer.types import Trace
 from rag.capture import Attachment, Origin, Quote, Receipt
 from rag.config import Settings, secret
 from rag.errors import UserError
@@ -302,28 +303,19 @@ COMMANDS = [
 ]
 
 
+# How /why names each row of a trace (``Trace.rows``).
+TRACE_LABELS = {
+    "question": "问题 question", "rewritten": "改写为 rewritten", "follow-up": "追问 follow-up",
+    "expansion": "扩展 expansion", "rerank": "重排 rerank", "budget": "篇幅 budget", "entities": "实体 entities",
+    "fact": "事实 fact", "decision": "结论 decision", "llm error": "LLM 不可用，用了笔记原文",
+    "not in any note": "笔记里没有 not in any note", "llm reply": "模型的回答 LLM reply", "checked": "核对 checked",
+}
+
+
 def trace_text(trace: Trace | None) -> str:
     if trace is None:
         return "这段对话还没有回答过问题。 / No answer in this conversation yet."
-    lines = [f"问题 question: {trace.question}"]
-    if trace.standalone != trace.question:
-        lines.append(f"改写为 rewritten: {trace.standalone}")
-    if trace.followup:
-        lines.append(f"追问 follow-up: {trace.followup}")
-    if trace.expansion:
-        lines.append(f"扩展 expansion: {trace.expansion}")
-    lines.append(f"重排 rerank: {trace.rerank}")
-    if trace.budget:
-        lines.append(f"篇幅 budget: {trace.budget}")
-    if trace.entities:
-        lines.append(f"实体 entities: {'; '.join(trace.entities)}")
-    if trace.facts:
-        lines.append("事实 facts: " + "; ".join(trace.facts))
-    lines.append(f"结论 decision: {trace.decision}")
-    if trace.support:  # which sentences of the model's answer stand on the notes, and what was left out
-        lines.append(f"核对 checked: {trace.support}")
-    if trace.llm_error:  # the details (host, model) are in the service's log
-        lines.append("LLM: 不可用，用了笔记原文 unavailable: answered with passages")
+    lines = [f"{TRACE_LABELS[what]}: {text}" for what, text in trace.rows()]
     lines.append("候选 candidates (dense · sparse · fused · rerank → evidence):")
     for c in trace.candidates[:10]:
         dense, sparse, fused, rr, ev = c.cells()

@@ -43,7 +43,7 @@ from typing import Iterator
 import discord
 from discord import app_commands
 
-from rag.answer.service import Candidate, Trace
+from rag.answer.types import Candidate, Trace
 from rag.capture import Attachment, Origin, Quote
 from rag.config import secret
 from rag.errors import ConfigError

@@ -49,7 +49,7 @@ from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, Tele
 from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes,
                           MessageHandler, filters)
 
-from rag.answer.service import Candidate, Trace
+from rag.answer.types import Candidate, Trace
 from rag.capture import Attachment, Origin, Quote, Receipt, md_escape, md_label, md_url
 from rag.config import secret
 from rag.errors import ConfigError

@@ -309,7 +309,8 @@ def test_without_an_llm_the_answer_is_extractive(indexed, use_embedder):
 
 
 def test_history_keeps_within_its_character_budget():
-    from rag.answer.service import Conversations, Trace
+    from rag.answer.types import Trace
+    from rag.answer.conversation import Conversations
 
     c = Conversations(max_chars=30, idle_reset=60, clock=lambda: 0.0)
     for i in range(5):

@@ -395,7 +395,7 @@ def nothing_of_the_diary(cfg: Path, when: str) -> None:
 def test_answers_kept_before_the_upgrade_also_stop_naming_a_note_that_left_the_index(tmp_path):
     """A feedback store written by the version before ``named`` existed: the migration finds
     the notes its answers name, and the note's removal reaches them too."""
-    from rag.answer.service import Answer, Candidate, Citation, Trace
+    from rag.answer.types import Answer, Candidate, Citation, Trace
     from rag.answer.feedback import FORGOTTEN, GONE_TITLE, MIGRATIONS, FeedbackStore
     from rag.sqlite import open_db
 

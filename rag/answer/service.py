@@ -27,27 +27,24 @@ import logging
 import re
 import statistics
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from rag.answer import grounding, support
+from rag.answer import support
 
 from rag import limits
 from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
-from rag.config import AnswerConfig, Settings
+from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer import followup
 from rag.answer.evidence import Evidence, build_evidence, header, messages
 from rag.answer.fair import CALLER, FairSlots, Turns
-from rag.answer import links
-from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
@@ -56,15 +53,15 @@ from rag.memory.entities import norm
 from rag.answer.evidence import add_facts
 from rag.index.lexical import search_text, tokenize
 from rag.memory.store import MemoryStore
-from rag.model import HEADING_SEP, Hit
+from rag.model import Hit
 from rag.index.retrieve import entity_ranking, named_entities, search
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import Speed, SpeedBook, Usage
+from rag.answer.conversation import Conversations
+from rag.answer.types import Answer, Candidate, Citation, Trace, citation, extractive
 
 log = logging.getLogger(__name__)
 
-REFUSAL = AnswerConfig().refusal
-MAX_PASSAGES = 3
 # Threads that run searches and the memory's reads for answers: one slow search (waiting on
 # an embedding model, or on SQLite) holds one of them, not everyone's answers. The index
 # (Qdrant Edge), the embedders and the memory (behind its lock) were already used from two
@@ -87,17 +84,7 @@ LLM_UNSUPPORTED_REFUSED_EN = "(The model wrote an answer your notes do not back;
 # Units of an answer that stand on no block were left out of it (``rag.answer.support``).
 LEFT_OUT_ZH = "（另有 {n} 句在你的笔记里找不到依据，已略去。）"
 LEFT_OUT_EN = "({n} sentence(s) the model wrote are not backed by your notes and were left out.)"
-# Extractive passages from notes scoring below this share of the best hit's score are
-# left out: they are what the search found next, not what answers the question.
-MIN_RELATIVE_SCORE = 0.7
 _CJK = re.compile(r"[\u3400-\u9fff]")
-# What kind of answer it was, for machines (``Trace.outcome``; metrics): a grounded LLM
-# answer (cited by the model or by inference: ``Trace.citing``), the LLM refused or said
-# nothing of the evidence so its best passages instead, refused without asking the LLM (no
-# evidence, or a name the notes never mention), the LLM failed so passages instead, no LLM
-# configured so passages, the notes about an entity listed from the memory. ``llm_refused``
-# is kept for answers recorded before ``llm_passages`` (the feedback store, metrics).
-OUTCOMES = ("llm", "llm_passages", "llm_refused", "refused", "fallback", "extractive", "listing")
 MAX_LISTED = 20
 # "Which notes did I write about X": the forms answered by listing the notes that mention X.
 _ABOUT = [re.compile(p, re.I) for p in (
@@ -124,234 +111,6 @@ def notes_about(question: str) -> str | None:
     return None
 
 
-@dataclass
-class Citation:
-    n: int
-    note_id: str
-    title: str
-    notebook: str
-    heading: str
-    url: str
-    excerpt: str
-    score: float
-    # the links the cited passage holds ({"text", "url"}): the only ones the answer may show as
-    # links (rag.answer.links)
-    links: list[dict] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return HEADING_SEP.join(p for p in (self.title, self.heading) if p)
-
-
-@dataclass
-class Candidate:
-    """One retrieved chunk, and what each stage thought of it (for ``--trace``, ``/why``)."""
-
-    point_id: str
-    note_id: str
-    title: str
-    heading: str
-    dense_rank: int | None
-    dense_score: float | None
-    sparse_rank: int | None
-    sparse_score: float | None
-    fused: float
-    rerank: float | None = None
-    evidence: int | None = None  # the evidence block it went into
-
-    def cells(self) -> tuple[str, str, str, str, str]:
-        """dense rank/score, sparse rank/score, fused, rerank, evidence block: as text, for display."""
-        return (
-            f"{self.dense_rank}/{self.dense_score:.3f}" if self.dense_rank else "-",
-            f"{self.sparse_rank}/{self.sparse_score:.1f}" if self.sparse_rank else "-",
-            f"{self.fused:.4f}",
-            f"{self.rerank:.3f}" if self.rerank is not None else "-",
-            f"[{self.evidence}]" if self.evidence else "",
-        )
-
-
-@dataclass
-class Trace:
-    question: str
-    standalone: str
-    candidates: list[Candidate] = field(default_factory=list)
-    rerank: str = ""
-    followup: str = ""  # a follow-up: how it was made standalone (rag.answer.followup), and why so
-    expansion: str = ""  # the LLM's terms and hypothetical answer fused in, or why there were none
-    budget: str = ""  # how the evidence was sized to the LLM's speed here, and what was cut
-    decision: str = ""  # why the answer is what it is
-    llm_error: str | None = None
-    outcome: str = ""  # one of OUTCOMES, set with the decision
-    # What the LLM's reply was (rag.answer.support): "cited" (enough of it stands on the
-    # evidence, and the model marked the blocks), "inferred" (the same, citations from the
-    # blocks its sentences follow), "refused", "uncited" (no sentence stands on the evidence),
-    # "partly" (some do, under support.MIN_SHARE), "nothing" (no words of its own: the
-    # question or the headers back); "" when no LLM answered.
-    citing: str = ""
-    reply: str = ""  # what the LLM wrote, as it wrote it (the answer may show passages instead)
-    # What of the reply stands on the evidence (rag.answer.support): a line, and each unit of
-    # the reply (its text, "supported" / "unsupported" / "filler", its block, its share of own
-    # words in that block, the specifics no evidence holds).
-    support: str = ""
-    units: list[dict] = field(default_factory=list)
-    # The evidence the LLM read: block number (as text) -> its header line and text, so an
-    # answer can be read against it again (``leanote-rag eval --answers``, ``bench/reread.py``).
-    evidence: dict[str, str] = field(default_factory=dict)
-    unknown_names: list[str] = field(default_factory=list)  # named in the question, in no note
-    # The memory's part: entities the question named ("name (kind; notes)") and the facts
-    # that went into the evidence ("[n] subject — predicate — object").
-    entities: list[str] = field(default_factory=list)
-    facts: list[str] = field(default_factory=list)
-    # A citation [n] is evidence block n; each candidate names the block it went into.
-
-
-@dataclass
-class Answer:
-    question: str
-    answer: str
-    used_llm: bool
-    grounded: bool
-    citations: list[Citation] = field(default_factory=list)
-    closest: list[Citation] = field(default_factory=list)  # with a refusal: the nearest notes
-    notice: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    # What the LLM reported for the answer: prompt and output tokens and seconds; and the
-    # prompt's size as estimated beforehand (for the answer eval and the trace).
-    usage: dict[str, float] = field(default_factory=dict)
-    trace: Trace | None = None
-
-    def as_json(self, with_trace: bool = False) -> dict:
-        out = asdict(self)
-        if not with_trace:
-            out.pop("trace")
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Answer":
-        """The answer as ``as_json(with_trace=True)`` wrote it (the daemon's API sends it so)."""
-        trace = data.get("trace")
-        if trace is not None:
-            trace = Trace(**{**trace, "candidates": [Candidate(**c) for c in trace.get("candidates", [])]})
-        return cls(
-            **{**data, "citations": [Citation(**c) for c in data.get("citations", [])],
-               "closest": [Citation(**c) for c in data.get("closest", [])], "trace": trace}
-        )
-
-
-def _citation(n: int, hit_or_block, question: str) -> Citation:
-    text = hit_or_block.text
-    return Citation(
-        n=n,
-        note_id=hit_or_block.note_id,
-        title=hit_or_block.title,
-        notebook=hit_or_block.notebook,
-        heading=hit_or_block.heading,
-        url=hit_or_block.url,
-        excerpt=excerpt(text, question),
-        score=round(hit_or_block.score, 6),
-        links=links.held(text),
-    )
-
-
-def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES, refusal: str = REFUSAL) -> Answer:
-    """The best passage of each of the best notes, numbered, with citations."""
-    by_note: dict[str, list[Hit]] = {}
-    floor = hits[0].score * MIN_RELATIVE_SCORE if hits else 0.0
-    for hit in hits:
-        if hit.score >= floor:
-            by_note.setdefault(hit.note_id, []).append(hit)
-    citations: list[Citation] = []
-    for note_hits in by_note.values():
-        # the note's chunk whose best window matches the question best
-        hit = max(note_hits, key=lambda h: _window(h.text, question, EXCERPT_CHARS)[0])
-        citations.append(_citation(len(citations) + 1, hit, question))
-        if len(citations) >= max_passages:
-            break
-    if not citations:
-        return Answer(question, refusal, used_llm=False, grounded=False)
-    body = "\n\n".join(passage_text(c) for c in citations)
-    return Answer(question, body, used_llm=False, grounded=True, citations=citations)
-
-
-_HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
-
-
-def passage_text(c: Citation) -> str:
-    """A passage as an extractive answer shows it: ``[n]`` and where it is from (the note's
-    title › heading) on a line of its own, then the passage, Markdown as in the note (each
-    door renders it). A heading the passage begins with that the first line already names
-    is left out, so no passage starts with the note's own ``# title``."""
-    lines = c.excerpt.split("\n")
-    first = _HEADING_LINE.match(lines[0].lstrip("…"))
-    if first and first.group(1).strip() in {c.title.strip(), *c.heading.split(HEADING_SEP)} - {""}:
-        lines = lines[1:]
-    text = "\n".join(lines).strip("\n")
-    return f"[{c.n}] {c.label}\n{text}" if text else f"[{c.n}] {c.label}"
-
-
-class Conversations:
-    """What the service remembers of each conversation: recent turns within a character
-    budget and the trace of the last answer, forgotten together after an idle time.
-
-    A conversation is keyed by the Leanote user *and* the caller's conversation id (the
-    bots make that id per person: platform, chat and chat user), so one person's turns
-    and traces can never reach another person's follow-up or ``/why``."""
-
-    def __init__(self, max_chars: int, idle_reset: float, clock: Callable[[], float] = time.monotonic):
-        self.max_chars = max_chars
-        self.idle_reset = idle_reset
-        self.clock = clock
-        self._turns: dict[tuple[str, str], deque[tuple[str, str]]] = {}
-        self._traces: dict[tuple[str, str], Trace] = {}
-        self._seen: dict[tuple[str, str], float] = {}
-
-    def _live(self, key: tuple[str, str]) -> bool:
-        seen = self._seen.get(key)
-        if seen is None:
-            return False
-        if self.clock() - seen > self.idle_reset:
-            self._forget(key)
-            return False
-        return True
-
-    def history(self, user_id: str, conversation: str | None) -> list[tuple[str, str]]:
-        key = (user_id, conversation or "")
-        if conversation is None or not self._live(key):
-            return []
-        return list(self._turns.get(key, ()))
-
-    def trace(self, user_id: str, conversation: str) -> Trace | None:
-        key = (user_id, conversation)
-        return self._traces.get(key) if self._live(key) else None
-
-    def record(self, user_id: str, conversation: str | None, trace: Trace, answer: str | None) -> None:
-        """Keep the last trace, and the turn when ``answer`` is given (grounded answers)."""
-        if conversation is None:
-            return
-        key = (user_id, conversation)
-        self._live(key)  # an idle conversation starts afresh
-        self._traces[key] = trace
-        self._seen[key] = self.clock()
-        if answer is not None and self.max_chars:
-            turns = self._turns.setdefault(key, deque())
-            turns.append((trace.standalone, answer))
-            while turns and sum(len(q) + len(a) for q, a in turns) > self.max_chars:
-                turns.popleft()
-        self._prune()
-
-    def reset(self, user_id: str, conversation: str) -> None:
-        self._forget((user_id, conversation))
-
-    def _forget(self, key: tuple[str, str]) -> None:
-        self._turns.pop(key, None)
-        self._traces.pop(key, None)
-        self._seen.pop(key, None)
-
-    def _prune(self) -> None:
-        """Idle conversations go, so memory does not grow with every person ever seen."""
-        if len(self._seen) > 256:
-            for key in [k for k, seen in self._seen.items() if self.clock() - seen > self.idle_reset]:
-                self._forget(key)
 
 
 def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
@@ -959,7 +718,7 @@ class AnswerService:
         for hit in top:
             if hit.note_id not in seen and len(closest) < self.settings.answer.closest_notes:
                 seen.add(hit.note_id)
-                closest.append(_citation(len(closest) + 1, hit, question))
+                closest.append(citation(len(closest) + 1, hit, question))
         return Answer(question, self.settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
 
     def _grounded(self, question: str, standalone: str, text: str, check: support.Check, blocks: list[Evidence],
@@ -977,7 +736,7 @@ class AnswerService:
         trace.citing = support.verdict(text, check, refusal)
         by_n = {b.n: b for b in blocks}
         if trace.citing in ("cited", "inferred"):
-            citations = [_citation(n, by_n[n], question) for n in check.cited]
+            citations = [citation(n, by_n[n], question) for n in check.cited]
             marks = " ".join(f"[{n}]" for n in check.cited)
             trace.decision = (f"answered by the LLM, citing {marks}" if trace.citing == "cited" else
                               f"answered by the LLM without markers; cited by what its sentences follow: {marks}")
@@ -1018,7 +777,7 @@ class AnswerService:
         for b in blocks:
             if b.note_id not in seen and len(out) < SOURCES_FIRST:
                 seen.add(b.note_id)
-                out.append(_citation(b.n, b, question))
+                out.append(citation(b.n, b, question))
         return out
 
     def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:

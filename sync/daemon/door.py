@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Protocol
 
-from rag.answer.service import Answer, Citation
+from rag.answer.types import Answer, Citation
 from rag.config import Settings
 from rag.errors import Unavailable
 from rag.index.note_index import NoteIndex

@@ -173,29 +173,8 @@ def _without_llm(question: str, answer) -> str | None:
 def _print_trace(answer) -> None:
     t = answer.trace
     click.echo("\n" + click.style("trace", bold=True))
-    click.echo(f"  question:   {t.question}")
-    if t.standalone != t.question:
-        click.echo(f"  rewritten:  {t.standalone}")
-    if t.followup:
-        click.echo(f"  follow-up:  {t.followup}")
-    if t.expansion:
-        click.echo(f"  expansion:  {t.expansion}")
-    click.echo(f"  rerank:     {t.rerank}")
-    if t.budget:
-        click.echo(f"  budget:     {t.budget}")
-    if t.entities:
-        click.echo(f"  entities:   {'; '.join(t.entities)}")
-    for line in t.facts:
-        click.echo(f"  fact:       {line}")
-    click.echo(f"  decision:   {t.decision}")
-    if t.llm_error:
-        click.echo(f"  llm error:  {t.llm_error}")
-    if t.unknown_names:
-        click.echo(f"  not in any note: {', '.join(t.unknown_names)}")
-    if t.citing:
-        click.echo(f"  llm reply:  {t.citing}" + ("" if t.outcome == "llm" else f": {' '.join(t.reply.split())[:300]}"))
-    if t.support:
-        click.echo(f"  checked:    {t.support}")
+    for what, text in t.rows(operator=True):
+        click.echo(f"  {what + ':':<11} {text}")
     click.echo(f"  timings ms: {answer.timings_ms}")
     click.echo("  candidates: dense rank/score · sparse rank/score · fused · rerank · evidence block")
     for c in t.candidates[:20]:
