@@ -21,7 +21,7 @@ from rag.config import Settings, secret
 from rag.errors import UserError
 from rag.answer.feedback import FeedbackStore
 from rag.index.note_index import NoteIndex
-from rag.memory.store import MemoryStore, correction_id, correction_target
+from rag.memory.store import MemoryStore
 
 
 class Capturer(Protocol):
@@ -486,18 +486,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     """``/related TARGET`` for this Leanote user, as the CLI's ``related``: a note id of this
     user, else a question (the notes search finds for it, then theirs)."""
     settings = host.settings
-
-    def of_note(store: MemoryStore) -> tuple[dict, list[dict]] | None:
-        info = related_mod.note_named(store, user_id, target)  # an id, or the words of one note's title
-        if info is None:
-            return None
-        note_id = info["note_id"]
-        notes = store.related_of(user_id, note_id, k)
-        for n in notes:
-            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", note_id, n["note_id"]))
-        return info, notes
-
-    found = await asyncio.to_thread(_read_memory, host, of_note)
+    found = await asyncio.to_thread(_read_memory, host, lambda store: related_mod.of_note(store, user_id, target, k))
     if found is not None:
         info, notes = found
         notes, = await _indexed(host.index, user_id, notes, also=(info["note_id"],))
@@ -507,12 +496,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     hits = await host.answers.search(target, user_id, k)
 
     def of_text(store: MemoryStore) -> list[dict]:
-        notes = related_mod.for_text(store, user_id, target, hits, k, settings.memory.related_question_min_score)
-        for n in notes:
-            via = (n.get("reasons") or {}).get("via")
-            if via:
-                n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", via, n["note_id"]))
-        return notes
+        return related_mod.for_text(store, user_id, target, hits, k, settings.memory.related_question_min_score)
 
     notes = await asyncio.to_thread(_read_memory, host, of_text)
     notes, = await _indexed(host.index, user_id, notes)

@@ -14,7 +14,7 @@ from rag import limits
 from rag.errors import UserError
 from rag.memory import explore
 from rag.memory.entities import KINDS
-from rag.memory.store import MemoryStore, correction_id, correction_target
+from rag.memory.store import MemoryStore
 
 from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
 from sync.daemon.root import Parts
@@ -247,12 +247,11 @@ def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -
     limits.check(target, app.settings.limits.question_chars, "the question")
     with _open_memory(app) as store:
         user = app.pick_user(store.users(), user_id)
-        named = related_mod.note_named(store, user, target)  # an id, or the words of one note's title
+        named = related_mod.of_note(store, user, target, k)  # an id, or the words of one note's title
         if named is not None:
-            target = named["note_id"]
-            notes, about = store.related_of(user, target, k), {"note_id": target}
-            for n in notes:  # the id `memory reject|confirm` takes
-                n["pair_id"] = correction_id(user, "pair", correction_target("pair", target, n["note_id"]))
+            info, notes = named
+            target = info["note_id"]
+            about = {"note_id": target}
         else:
             with app.door() as door:
                 hits = door.search(target, user, k, "hybrid")
