@@ -75,6 +75,82 @@ class Host(Protocol):
     def user_for_email(self, email: str) -> str | None: ...
 
 
+NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
+SAVE_REMAPPED = ("这个回答来自另一个 Leanote 账号的笔记，不能保存到你现在的账号。 / This answer came from another Leanote "
+                 "account's notes; it cannot be saved into yours.")
+SAVED_ALREADY = "已经存为笔记了 ✅ {url} / Already saved as a note."
+SAVE_QUEUED = "已在排队，Leanote 恢复后写入；/outbox 可查看。 / Queued already: it is written when Leanote is back (see /outbox)."
+SAVING = "正在保存… / Saving…"
+
+
+@dataclass
+class NotSaved:
+    """Why "Save as note" writes nothing now, and how a platform may say it: ``"alert"`` (the
+    person must see it: no capture here, another account), ``"brief"`` (a passing word: a
+    double tap while the first is being written) or ``"message"`` (saved already, queued)."""
+
+    text: str
+    how: str = "message"
+
+
+class AnswerSaver:
+    """"Save as note" under an answer, for every bot: the answer goes into the presser's
+    Leanote once, however often and whenever it is pressed: while it is being written, while
+    it waits in the outbox for Leanote, and after (``FeedbackStore.mark_saved``). The outbox
+    makes the write itself exactly once (``once``); this keeps the person told what happened."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self._saving: dict[str, str] = {}  # answer id -> "" while its save runs, or the key of a queued save
+
+    def _url(self, note_id: str) -> str:
+        return f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{note_id}"
+
+    async def not_now(self, presser: str, person, record) -> NotSaved | None:
+        """Why pressing now saves nothing (said to the presser), or None: save it."""
+        capture = getattr(self.host, "capture", None)
+        if capture is None:
+            return NotSaved(NO_CAPTURE, "alert")
+        if record.saved_note_id:
+            return NotSaved(SAVED_ALREADY.format(url=self._url(record.saved_note_id)))
+        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
+            return NotSaved(SAVE_REMAPPED, "alert")
+        saving = self._saving.get(record.id)
+        if saving is None:
+            return None
+        if saving == "":  # a double tap while the first is being written
+            return NotSaved(SAVING, "brief")
+        waiting = {i.key: i.state for i in await asyncio.to_thread(capture.pending, presser)}
+        if saving in waiting:
+            if waiting[saving] != "failed":
+                return NotSaved(SAVE_QUEUED)
+            self._saving.pop(record.id, None)  # Leanote refused it: another try is the person's to make
+            return None
+        self._saving.pop(record.id, None)  # queued then, written since
+        note_id = await asyncio.to_thread(capture.note_for, saving)
+        if note_id:
+            await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, note_id)
+        return NotSaved(SAVED_ALREADY.format(url=self._url(note_id)).replace("  ", " ") if note_id
+                        else SAVED_ALREADY.format(url="").replace("  ", " "))
+
+    async def save(self, presser: str, record) -> Receipt:
+        """Write the answer (after ``not_now`` said None); the receipt's message is for the presser."""
+        self._saving[record.id] = ""
+        try:
+            receipt = await self.host.capture.save_answer(presser, record.user_id, record.question, record.answer,
+                                                          [dict(c) for c in record.cited], once=f"answer:{record.id}")
+        except BaseException:
+            self._saving.pop(record.id, None)
+            raise
+        if receipt.status == "written" and receipt.note_id:
+            await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, receipt.note_id)
+        if receipt.status == "queued" and receipt.key:
+            self._saving[record.id] = receipt.key  # a second press while it waits says so
+        else:
+            self._saving.pop(record.id, None)
+        return receipt
+
+
 def count_error(host: Host, platform: str) -> None:
     """An unexpected error while answering or searching, for the host's metrics if it has them."""
     metrics = getattr(host, "metrics", None)
