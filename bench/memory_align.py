@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from conftest import make_settings  # noqa: E402
 
 from rag.answer.feedback import FeedbackStore  # noqa: E402
-from rag.memory.store import VERSION, MemoryStore, path_for  # noqa: E402
+from rag.memory.entities import VERSION  # noqa: E402
+from rag.memory.store import MemoryStore, path_for  # noqa: E402
 from sync.state import INDEXED, NoteRecord, State  # noqa: E402
 from sync.daemon.root import Parts  # noqa: E402
 

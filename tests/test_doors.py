@@ -22,7 +22,8 @@ import pytest
 from bot.telegram import service as telegram
 from rag.index.note_index import NoteIndex
 from rag.limits import cut
-from rag.memory.store import MATCH_CHARS, MemoryStore
+from rag.memory.schema import MATCH_CHARS
+from rag.memory.store import MemoryStore
 from sync.daemon.host import Daemon
 from sync.daemon.root import Parts
 

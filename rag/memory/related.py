@@ -39,7 +39,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from rag.memory.entities import LLM_KINDS, norm
-from rag.memory.store import MemoryStore, correction_id, correction_target
+from rag.memory.rows import correction_id, correction_target
+from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.index.retrieve import named_entities
 from rag.index.store import Store
