@@ -220,8 +220,8 @@ STORE_OPENED_ELSEWHERE = {
     "sync/daemon/doctor.py": "doctor opens each file and loads each model to check it, apart from a running daemon",
     "sync/daemon/metrics_wiring.py": "a scrape reads the state on a connection of its own, in the server's thread",
     "sync/daemon/cli/app.py": "--user EMAIL reads which Leanote user an account is, before any part is built",
-    "sync/daemon/capture.py": "the capture writer owns its outbox",
-    "sync/daemon/report.py": "the status counts the outbox's captures",
+    "sync/daemon/capture.py": "a capture built alone (a test, a bench) opens its outbox; the root gives the daemon's",
+    "sync/daemon/report.py": "the status counts the outbox's captures, with or without a daemon",
 }
 
 

@@ -105,7 +105,7 @@ class Daemon:
             self.index = parts.index
             self.sync = parts.sync
             self.answers = parts.answers
-            self.capture = Capture(lambda: self.settings, on_written=self._written)
+            self.capture = Capture(lambda: self.settings, on_written=self._written, outbox=parts.outbox)
             self.feedback = parts.feedback
             self._forget_old_feedback()
             attach_metrics(self.metrics, self.sync, self.answers, self.settings.state_dir)

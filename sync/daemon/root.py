@@ -32,6 +32,7 @@ from rag.index.store import Store, open_store
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
 
+from sync.daemon.outbox import Outbox
 from sync.service import SyncService
 from sync.sources import open_source
 from sync.state import State
@@ -153,6 +154,11 @@ class Parts:
         if self.built("feedback") or feedback_path(self.settings).exists():
             return self.feedback
         return None
+
+    @property
+    def outbox(self) -> Outbox:
+        """The captures from chat waiting to be written into Leanote (``sync.daemon.outbox``)."""
+        return self._once("outbox", lambda: Outbox.open_for(self.settings))
 
     # --- the services ---------------------------------------------------------------------
 
