@@ -1,6 +1,10 @@
 """What both bots share: the host they run in, streaming edits at a steady pace, and
 the texts of their commands. The answer pipeline itself is ``rag.answer.service.AnswerService``,
-one instance for both bots."""
+one instance for both bots.
+
+Long: what the two bots share: the host they run in, pacing, the texts of commands and of the
+memory's replies, and the use cases both call.
+"""
 
 from __future__ import annotations
 

@@ -31,6 +31,9 @@ Each final answer is recorded (``host.feedback``) and gets four buttons: ğŸ‘, ğ
 "Why?" and "Save as note". A button carries only the answer's id in its custom id
 (``fb:up:<id>``) and is handled by a ``DynamicItem`` registered at start, so a press
 works after a restart; only the person who asked may use them.
+
+Long: one platform's front end, each slash command, menu and button on one client, as discord.py
+keeps them; what both bots share is in ``bot.common``.
 """
 
 from __future__ import annotations

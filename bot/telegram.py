@@ -28,6 +28,9 @@ A file is checked against ``capture.max_file_mb`` before it is downloaded. The
 person's own words keep their Markdown; someone else's text (a forward, ``/save`` on
 another's message) goes in as they wrote it (``rag.capture.Quote``). "Save as note"
 writes only into the presser's current Leanote user: the one the answer came from.
+
+Long: one platform's front end, each command a handler on one Application, as python-telegram-bot's
+own examples keep them; what both bots share is in ``bot.common``.
 """
 
 from __future__ import annotations

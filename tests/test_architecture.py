@@ -260,3 +260,19 @@ def test_only_the_root_opens_stores_and_loads_models():
     # the scan sees an opening (a check that cannot fail is no check)
     assert "State" in store_openings(REPO / "sync" / "daemon" / "root.py")
     assert {"NoteIndex.open", "rerank_mod.load"} <= set(store_openings(REPO / "sync" / "daemon" / "root.py"))
+
+
+MAX_LINES = 600
+
+
+def test_no_module_over_the_limit_without_saying_why():
+    """A module over ``MAX_LINES`` says in its docstring why it is one (a paragraph starting
+    "Long:"), so a module grows past it only on purpose."""
+    over = []
+    for package in PACKAGES:
+        for path in sources(package):
+            text = path.read_text(encoding="utf-8")
+            doc = "\n" + (ast.get_docstring(ast.parse(text)) or "")
+            if text.count("\n") > MAX_LINES and "\nLong: " not in doc:
+                over.append(f"{path.relative_to(REPO).as_posix()} ({text.count(chr(10))} lines)")
+    assert over == []

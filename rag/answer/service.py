@@ -18,6 +18,10 @@ Every LLM reply teaches the service how fast the model is here (``rag.speed``).
 
 The core returns an ``Answer`` (text, citations with links, timings, a trace of
 why); the CLI and the bots only render it.
+
+Long: the answer pipeline, whose steps share one answer's state (its trace, the evidence, the LLM's
+speed); ``ask`` is still one method with several exits, and splitting it into named stages is the
+next step.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ question, query or name over ``limits.question_chars``, refused before any work)
 ``unavailable`` (retry later), 429 ``unavailable`` (the token's rate; ``Retry-After``), 500 ``internal``
 (a bug; see the log). A request line and headers longer than a question of ``limits.question_chars``
 needs get uvicorn's plain 400.
+
+Long: every endpoint of the daemon's HTTP API on one FastAPI app, so its door rules (tokens, whose
+notes, limits) are applied in one place.
 """
 
 from __future__ import annotations

@@ -40,6 +40,10 @@ pass, which runs ``capture.sync_after`` after a write.
   maker is told then, by the bot of their platform (``announcers``), in the chat it came from.
 - **Refusals stay small.** Leanote refusing a capture (a file too large) parks that
   one capture with the reason, shown in ``/outbox`` and ``status``; the rest go on.
+
+Long: the capture writer, whose parts (logins and whose they are, the workers per Leanote user,
+exactly-once checks, receipts) share its connections and locks; the outbox it writes through is
+``sync.daemon.outbox``.
 """
 
 from __future__ import annotations

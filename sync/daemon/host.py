@@ -16,6 +16,9 @@ watchdog pings. SIGTERM/SIGINT stop within seconds: the
 scheduler and the bots stop, a running pass is asked to stop (it ends at its next
 note, page or embedding batch, HTTP calls in flight are cut; what it committed
 stays, and the next start carries on), the index is closed.
+
+Long: the daemon's life (open, serve, reload, stop) and the scheduling of passes, which share its
+state.
 """
 
 from __future__ import annotations
