@@ -18,6 +18,7 @@ Prints JSON and writes bench/snapshot_results.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -175,7 +176,9 @@ def pass_costs(copies: int, runs: int = 20) -> dict:
 
 
 def main() -> None:
-    changes = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("changes", nargs="?", type=int, default=5, help="how many changes to time (default 5)")
+    changes = ap.parse_args().changes
     random.seed(7)
     results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "changes": changes}
 
