@@ -19,9 +19,9 @@ Every LLM reply teaches the service how fast the model is here (``rag.speed``).
 The core returns an ``Answer`` (text, citations with links, timings, a trace of
 why); the CLI and the bots only render it.
 
-Long: the answer pipeline, whose steps share one answer's state (its trace, the evidence, the LLM's
-speed); ``ask`` is still one method with several exits, and splitting it into named stages is the
-next step.
+Long: the answer pipeline, whose stages share one answer's state (``Turn``: its trace, timings, the
+evidence) and the service's (the LLM's speed, its slots, the conversations); ``ask`` runs them in order,
+each named as the trace's timings name it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
@@ -187,6 +187,39 @@ SOURCES_FIRST = 3
 REPLY_KEPT = 4000  # characters of the LLM's reply kept in the trace
 
 
+@dataclass
+class Turn:
+    """One answer under way: who asks, in which conversation, what the stages found (the
+    question as cut, the standalone question, the trace) and when each stage ended."""
+
+    user_id: str
+    conversation: str | None
+    on_token: "OnToken | None"
+    on_sources: "OnSources | None"
+    question: str = ""
+    standalone: str = ""
+    trace: Trace | None = None
+    shown_sources: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def mark(self, stage: str) -> None:
+        """The stage ended now: milliseconds since the question came (``Answer.timings_ms``)."""
+        self.timings[stage] = round(self.elapsed() * 1000, 1)
+
+
+@dataclass
+class Prepared:
+    """The evidence an answer's LLM reads: the plan of its size, the blocks, the prompt."""
+
+    plan: "Plan"
+    blocks: list
+    prompt: list[dict]
+
+
 class AnswerService:
     """The one answer pipeline, shared by the CLI and both bots."""
 
@@ -283,65 +316,102 @@ class AnswerService:
 
     async def _ask(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
                    on_sources: OnSources | None) -> Answer:
-        cfg = self.settings.answer
-        started = time.perf_counter()
-        timings: dict[str, float] = {}
+        """The answer in stages, each named as the trace's timings name it; a stage that ends
+        the answer (a listing, a refusal, the passages) returns it."""
+        turn = await self._understand(question, user_id, conversation, on_token, on_sources)
+        listed = await self._listed(turn)
+        if listed is not None:
+            return listed
+        hits, facts = await self._retrieve(turn)
+        hits, scores = await self._rerank(turn, hits)
+        top = hits[: self.settings.answer.top_k]
+        refused = await self._refused(turn, hits, top, scores)
+        if refused is not None:
+            return refused
+        evidence = await self._evidence(turn, top, facts)
+        if isinstance(evidence, Answer):  # the LLM failed while its speed was measured
+            return evidence
+        passages = self._without_llm(turn, top, evidence.plan)
+        if passages is not None:
+            return passages
+        return await self._generate(turn, top, evidence)
 
-        def mark(name: str) -> None:
-            timings[name] = round((time.perf_counter() - started) * 1000, 1)
+    # --- the stages of an answer -----------------------------------------------------------
 
-        # Every step below (memory, retrieval, the history, the prompt) reads at most this.
-        most = self.settings.limits.question_chars
-        question, _ = limits.cut(question, most)
+    async def _understand(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
+                          on_sources: OnSources | None) -> "Turn":
+        """``rewrite``: the question cut to ``limits.question_chars`` (every stage reads at most
+        that), and a follow-up made standalone from the conversation's history."""
+        turn = Turn(user_id, conversation, on_token, on_sources)
+        question, _ = limits.cut(question, self.settings.limits.question_chars)
         if not question:
             raise UserError("the question is empty")
         history = self.conversations.history(user_id, conversation)
         standalone, follow = question, ""
         if history and followup.is_follow_up(question):
-            standalone, follow = await self._standalone(history, question, most)
-            mark("rewrite")
-        trace = Trace(question, standalone, followup=follow)
+            standalone, follow = await self._standalone(history, question, self.settings.limits.question_chars)
+            turn.mark("rewrite")
+        turn.question, turn.standalone = question, standalone
+        turn.trace = Trace(question, standalone, followup=follow)
+        return turn
 
-        about = notes_about(standalone) if self.memory is not None else None
-        if about:
-            listing = await self.in_search_thread(self._listing, question, about, user_id, trace)
-            if listing is not None:
-                mark("retrieve")
-                return self._finish(listing, user_id, conversation, trace, timings, started)
+    async def _listed(self, turn: "Turn") -> Answer | None:
+        """"Which notes did I write about X": the memory's list, without the LLM."""
+        about = notes_about(turn.standalone) if self.memory is not None else None
+        if not about:
+            return None
+        listing = await self.in_search_thread(self._listing, turn.question, about, turn.user_id, turn.trace)
+        if listing is None:
+            return None
+        turn.mark("retrieve")
+        return self._end(turn, listing)
 
-        k = max(self.settings.rerank.candidates, cfg.top_k)
-        entities, facts = await self.in_search_thread(self._remembered, standalone, user_id, k, trace)
-        wait, why_not = self._expansion_wait(standalone, time.perf_counter() - started)
-        person = f"{user_id}\x00{conversation or ''}"
+    async def _retrieve(self, turn: "Turn") -> tuple[list[Hit], list[dict]]:
+        """``retrieve``: the entities and facts the memory knows of the question, hybrid search
+        (with the LLM's expansion fused in when it came in time); the candidates go into the
+        trace. Also the facts about the entities it names, for the evidence."""
+        trace, standalone = turn.trace, turn.standalone
+        k = max(self.settings.rerank.candidates, self.settings.answer.top_k)
+        entities, facts = await self.in_search_thread(self._remembered, standalone, turn.user_id, k, trace)
+        wait, why_not = self._expansion_wait(standalone, turn.elapsed())
+        person = f"{turn.user_id}\x00{turn.conversation or ''}"
         expanding = asyncio.create_task(self._expand(standalone, wait, person)) if wait else None
-        hits = await self.in_search_thread(partial(search, self.index, standalone, user_id, k, entities=entities))
+        hits = await self.in_search_thread(partial(search, self.index, standalone, turn.user_id, k, entities=entities))
         if expanding is not None:  # it ran while the first retrieval ran; its rankings join the fusion
-            expansion, trace.expansion = await self._expansion(expanding, wait - (time.perf_counter() - started))
+            expansion, trace.expansion = await self._expansion(expanding, wait - turn.elapsed())
             if expansion is not None:
                 hits = await self.in_search_thread(
-                    partial(search, self.index, standalone, user_id, k, expansion=(expansion.terms, expansion.answer),
+                    partial(search, self.index, standalone, turn.user_id, k, expansion=(expansion.terms, expansion.answer),
                             entities=entities))
         else:
             trace.expansion = why_not
-        mark("retrieve")
+        turn.mark("retrieve")
         trace.candidates = [
             Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,
                       h.sparse_score, round(h.score, 6))
             for h in hits
         ]
-        rerank_scores: dict[str, float] = {}
-        if self.reranker and hits:
-            outcome = await asyncio.to_thread(self.reranker.rerank, standalone, hits)
-            hits, rerank_scores, trace.rerank = outcome.hits, outcome.scores, outcome.note
-            for c in trace.candidates:
-                c.rerank = rerank_scores.get(c.point_id)
-            mark("rerank")
-        else:
-            trace.rerank = self.rerank_unavailable or "no reranker configured"
-        top = hits[: cfg.top_k]
+        return hits, facts
 
-        if cfg.refuse_unknown_names and hits:
-            unknown = await self.in_search_thread(self._unknown_names, standalone, user_id, hits)
+    async def _rerank(self, turn: "Turn", hits: list[Hit]) -> tuple[list[Hit], dict[str, float]]:
+        """``rerank``: the candidates in the reranker's order, within its time budget."""
+        trace = turn.trace
+        if not (self.reranker and hits):
+            trace.rerank = self.rerank_unavailable or "no reranker configured"
+            return hits, {}
+        outcome = await asyncio.to_thread(self.reranker.rerank, turn.standalone, hits)
+        hits, scores, trace.rerank = outcome.hits, outcome.scores, outcome.note
+        for c in trace.candidates:
+            c.rerank = scores.get(c.point_id)
+        turn.mark("rerank")
+        return hits, scores
+
+    async def _refused(self, turn: "Turn", hits: list[Hit], top: list[Hit], scores: dict[str, float]) -> Answer | None:
+        """The refusal without asking the LLM: a name the notes never mention
+        (``answer.refuse_unknown_names``), or evidence too weak to be about the question."""
+        trace, question, standalone = turn.trace, turn.question, turn.standalone
+        if self.settings.answer.refuse_unknown_names and hits:
+            unknown = await self.in_search_thread(self._unknown_names, standalone, turn.user_id, hits)
             if unknown:
                 shown = [as_written(standalone, n) for n in unknown]
                 trace.unknown_names = shown
@@ -351,56 +421,68 @@ class AnswerService:
                 answer = self._refusal(question, top)
                 answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
-                return self._finish(answer, user_id, conversation, trace, timings, started)
-
-        weak = self._too_weak(standalone, hits, rerank_scores)
+                return self._end(turn, answer)
+        weak = self._too_weak(standalone, hits, scores)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
-            answer = self._refusal(question, top)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._end(turn, self._refusal(question, top))
+        return None
 
-        shown_sources = False
+    async def _evidence(self, turn: "Turn", top: list[Hit], facts: list[dict]) -> "Prepared | Answer":
+        """``sources`` (when the model's speed is not known yet: shown first, then the speed
+        measured with a short reply) and the evidence cut to what the LLM reads here within the
+        budget (``budget`` in the trace). An answer when the LLM failed while it was measured."""
+        cfg, trace = self.settings.answer, turn.trace
         if self.chat is not None and not self.speeds.get(self.chat.model).read_tps:
             # The first answer with this model here: the sources now, then the model's speed
             # measured with a short reply (its fixed instructions, which Ollama then keeps in
             # its prompt cache for the answer), so the evidence is sized to it.
-            if on_sources is not None:
-                await _call(on_sources, self._sources(question, build_evidence(top, cfg)))
-            shown_sources = True
-            mark("sources")
+            if turn.on_sources is not None:
+                await _call(turn.on_sources, self._sources(turn.question, build_evidence(top, cfg)))
+            turn.shown_sources = True
+            turn.mark("sources")
             try:
-                trace.budget = await self._measure(standalone)
+                trace.budget = await self._measure(turn.standalone)
             except (Unavailable, ModelMissing) as err:
-                return self._finish(self._llm_down(question, top, trace, err), user_id, conversation, trace,
-                                    timings, started)
-        plan = self._plan(standalone, top, time.perf_counter() - started)
-        blocks, prompt, used = self._fit(standalone, top, plan, facts)
+                return self._end(turn, self._llm_down(turn.question, top, trace, err))
+        plan = self._plan(turn.standalone, top, turn.elapsed())
+        blocks, prompt, used = self._fit(turn.standalone, top, plan, facts)
         trace.facts = [f"[{n}] {f['subject']} — {f['predicate']} — {f['object']}" for n, f in used]
         trace.budget = "; ".join(p for p in (trace.budget, plan.note) if p)
         trace.evidence = {str(b.n): f"{header(b)}\n{b.text}" for b in blocks}
         by_point = {pid: b.n for b in blocks for pid in b.point_ids}
         for c in trace.candidates:
             c.evidence = by_point.get(c.point_id)
+        return Prepared(plan, blocks, prompt)
+
+    def _without_llm(self, turn: "Turn", top: list[Hit], plan: Plan) -> Answer | None:
+        """The passages as the answer: no LLM configured, or one too slow here to read even the
+        best passage and answer within ``ollama.timeout``."""
+        trace, question, refusal = turn.trace, turn.question, self.settings.answer.refusal
         if self.chat is None:
             trace.decision = "no LLM configured (ollama.enabled: false): extractive answer"
             trace.outcome = "extractive"
-            answer = extractive(question, top, refusal=cfg.refusal)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._end(turn, extractive(question, top, refusal=refusal))
         if plan.too_slow:
             # Not even the best passage can be read and answered within ollama.timeout here:
             # the passages, rather than a guess from a scrap or an answer cut off by the timeout.
             trace.decision, trace.outcome = f"{plan.too_slow}: extractive answer", "fallback"
-            answer = extractive(question, top, refusal=cfg.refusal)
+            answer = extractive(question, top, refusal=refusal)
             answer.notice = _language_notice(question, TOO_SLOW_ZH, TOO_SLOW_EN)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._end(turn, answer)
+        return None
 
-        if on_sources is not None and not shown_sources:
-            await _call(on_sources, self._sources(question, blocks))
-        if not shown_sources:
-            mark("sources")
-        # The reply passes to the person one checked unit at a time (rag.answer.support): a
-        # sentence the evidence does not hold is never on screen, not even for a moment.
-        gate = support.Gate(support.Checker(standalone, {b.n: (header(b), b.text) for b in blocks}))
+    async def _generate(self, turn: "Turn", top: list[Hit], evidence: "Prepared") -> Answer:
+        """``first_token`` and the rest: the LLM's reply streamed to the person one checked
+        unit at a time (``rag.answer.support``: a sentence the evidence does not hold is never
+        on screen, not even for a moment), then read for what it stands on; the passages
+        when the LLM fails."""
+        trace, plan, blocks, prompt = turn.trace, evidence.plan, evidence.blocks, evidence.prompt
+        if turn.on_sources is not None and not turn.shown_sources:
+            await _call(turn.on_sources, self._sources(turn.question, blocks))
+        if not turn.shown_sources:
+            turn.mark("sources")
+        gate = support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks}))
         parts: list[str] = []  # what the LLM wrote
         usage = Usage()
         asked = first_at = None
@@ -408,31 +490,33 @@ class AnswerService:
             async with self.llm_slot():
                 asked = time.perf_counter()
                 async for piece in self._stream(prompt, usage, plan.options):
-                    if "first_token" not in timings:
-                        mark("first_token")
+                    if "first_token" not in turn.timings:
+                        turn.mark("first_token")
                         first_at = time.perf_counter()
                     parts.append(piece)
                     out = gate.feed(piece)
                     if out:
-                        await _call(on_token, out)
+                        await _call(turn.on_token, out)
             tail = gate.flush()
             if tail:
-                await _call(on_token, tail)
+                await _call(turn.on_token, tail)
         except (Unavailable, ModelMissing) as err:
             waited = time.perf_counter() - asked if asked is not None else 0.0
             if isinstance(err, Unavailable) and not usage.reported and waited >= self.settings.ollama.timeout * 0.5:
                 # cut short by the timeout while the model read or wrote: what that says of its speed
                 self.speeds.cut_short(self.chat.model, plan.prompt_tokens(prompt), waited,
                                       first_at - asked if first_at is not None else None)
-            return self._finish(self._llm_down(question, top, trace, err), user_id, conversation, trace, timings,
-                                started)
+            return self._end(turn, self._llm_down(turn.question, top, trace, err))
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = self._grounded(question, standalone, text, gate.result, blocks, top, trace)
+        answer = self._grounded(turn.question, turn.standalone, text, gate.result, blocks, top, trace)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
-        return self._finish(answer, user_id, conversation, trace, timings, started)
+        return self._end(turn, answer)
+
+    def _end(self, turn: "Turn", answer: Answer) -> Answer:
+        return self._finish(answer, turn.user_id, turn.conversation, turn.trace, turn.timings, turn.started)
 
     # --- the memory of the notes (rag.memory.store) ----------------------------------------------
 
