@@ -224,7 +224,7 @@ def main() -> int:
 
     from fakes.ollama import FakeOllama
 
-    from rag.cli import answer_table
+    from sync.daemon.cli.notes import answer_table
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -14,6 +14,7 @@ Prints JSON and writes bench/bots_results.json.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -119,9 +120,10 @@ async def main() -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":  # the daemon's process, started by main()
         child(sys.argv[2], sys.argv[3])
         sys.exit(0)
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     results = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), **asyncio.run(main())}
     (REPO / "bench" / "bots_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(results, indent=2, ensure_ascii=False))

@@ -16,6 +16,7 @@ Prints JSON and writes bench/daemon_api_results.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -36,8 +37,8 @@ EXE = str(Path(sys.executable).with_name("leanote-rag"))
 from fakes.leanote import FakeLeanote  # noqa: E402
 
 from rag import config as config_mod  # noqa: E402
-from rag.client import find_daemon  # noqa: E402
-from rag.door import DaemonDoor, LocalDoor  # noqa: E402
+from sync.daemon.client import find_daemon  # noqa: E402
+from sync.daemon.door import DaemonDoor, LocalDoor  # noqa: E402
 from rag.eval import load_questions  # noqa: E402
 
 
@@ -66,7 +67,9 @@ def rss_mb(pid: int) -> float:
 def main() -> None:
     if not (CORPUS / "notes.jsonl").exists():
         sys.exit(f"needs the shared corpus at {CORPUS} (set LEANOTE_RAG_SHARED)")
-    edits = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("edits", nargs="?", type=int, default=5, help="notes edited while it is asked (default 5)")
+    edits = ap.parse_args().edits
     questions = [q for q in load_questions(SHARED / "eval" / "dev.jsonl") if not q.get("after_changes")]
     env = {**os.environ, "BENCH_PW_ONE": "one-secret", "BENCH_PW_TWO": "two-secret"}
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-apibench-"))

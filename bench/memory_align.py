@@ -30,9 +30,10 @@ sys.path.insert(0, str(REPO / "tests"))
 from conftest import make_settings  # noqa: E402
 
 from rag.answer.feedback import FeedbackStore  # noqa: E402
-from rag.memory.store import VERSION, MemoryStore, path_for  # noqa: E402
-from sync.service import SyncService  # noqa: E402
+from rag.memory.entities import VERSION  # noqa: E402
+from rag.memory.store import MemoryStore, path_for  # noqa: E402
 from sync.state import INDEXED, NoteRecord, State  # noqa: E402
+from sync.daemon.root import Parts  # noqa: E402
 
 USER = "u1"
 
@@ -107,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings, state, ids, mentions, pairs = build(Path(tmp), args.notes)
-        service = SyncService(settings, None, state)
+        service = Parts(settings, index=None, state=state).sync
         try:
             idle, idle_cpu = [], []
             for _ in range(5):

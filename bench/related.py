@@ -16,6 +16,7 @@ threshold in the corpus memory. Writes ``bench/related_results.json``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -41,6 +42,7 @@ THRESHOLDS = (0.0, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     settings = config_mod.load(str(REPO / "bench" / "corpus.yaml"))
     report = scan(load_notes())
     pairs = report.pairs

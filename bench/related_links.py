@@ -31,6 +31,7 @@ Run ``python bench/related_links.py`` to write ``bench/related_links.json`` and 
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import os
@@ -397,7 +398,9 @@ def load_notes(shared: Path = SHARED) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    shared = Path(argv[0]) if argv else SHARED
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shared", nargs="?", type=Path, default=SHARED, help="the shared folder (default: ../shared)")
+    shared = ap.parse_args(argv).shared
     notes = load_notes(shared)
     report = scan(notes)
     counts = report.counts()

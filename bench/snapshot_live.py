@@ -18,6 +18,7 @@ Prints JSON and writes bench/snapshot_results.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -37,9 +38,9 @@ sys.path.insert(0, str(REPO))
 
 from rag import config  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
-from sync.service import SyncService  # noqa: E402
 from sync.sources.files import stable_id  # noqa: E402
 from sync.state import State  # noqa: E402
+from sync.daemon.root import Parts  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
@@ -151,7 +152,7 @@ def pass_costs(copies: int, runs: int = 20) -> dict:
                                 base_dir=work)
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True)
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     first = service.run_pass()
     assert first.ok, first.failures
     idle, full = [], []
@@ -175,7 +176,9 @@ def pass_costs(copies: int, runs: int = 20) -> dict:
 
 
 def main() -> None:
-    changes = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("changes", nargs="?", type=int, default=5, help="how many changes to time (default 5)")
+    changes = ap.parse_args().changes
     random.seed(7)
     results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "changes": changes}
 

@@ -48,8 +48,8 @@ from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.index.retrieve import search  # noqa: E402
 from sync import indexer as indexer_mod  # noqa: E402
 from sync import service as service_mod  # noqa: E402
-from sync.service import SyncService  # noqa: E402
 from sync.state import State  # noqa: E402
+from sync.daemon.root import Parts  # noqa: E402
 
 
 def chunk_keys(state: State) -> set[str]:
@@ -130,7 +130,7 @@ def _run(leanote, work: Path, memory: bool, with_eval: bool, meter: MemoryMeter,
     )
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True)  # loads the embedder: not timed
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     passes: dict = {}
 
     meter.take()

@@ -1,6 +1,10 @@
 """What both bots share: the host they run in, streaming edits at a steady pace, and
 the texts of their commands. The answer pipeline itself is ``rag.answer.service.AnswerService``,
-one instance for both bots."""
+one instance for both bots.
+
+Long: what the two bots share: the host they run in, pacing, the texts of commands and of the
+memory's replies, and the use cases both call.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +18,14 @@ from typing import Awaitable, Callable, Iterator, Protocol
 from rag import limits
 from rag.memory import explore
 from rag.memory import related as related_mod
-from rag.answer.service import AnswerService, Trace
+from rag.answer.service import AnswerService
+from rag.answer.types import Trace
 from rag.capture import Attachment, Origin, Quote, Receipt
 from rag.config import Settings, secret
 from rag.errors import UserError
 from rag.answer.feedback import FeedbackStore
 from rag.index.note_index import NoteIndex
-from rag.memory.store import MemoryStore, correction_id, correction_target
-from rag.memory.store import path_for as memory_path
-from rag.metrics import Metrics
+from rag.memory.store import MemoryStore
 
 
 class Capturer(Protocol):
@@ -47,6 +50,12 @@ class Capturer(Protocol):
     def available(self) -> str | None: ...
 
 
+class ErrorCounter(Protocol):
+    """Where a bot counts its unexpected errors (the daemon's metrics)."""
+
+    def bot_error(self, platform: str) -> None: ...
+
+
 class Host(Protocol):
     """What a bot needs from the process it runs in (``leanote-rag serve``)."""
 
@@ -54,9 +63,10 @@ class Host(Protocol):
     index: NoteIndex
     answers: AnswerService
     stopping: asyncio.Event
-    metrics: Metrics | None  # optional: a host without it (or None) counts nothing
+    metrics: ErrorCounter | None  # optional: a host without it (or None) counts nothing
     capture: Capturer | None  # None: this host cannot write to Leanote
     feedback: FeedbackStore | None  # the answers sent, for the buttons under them
+    memory: MemoryStore | None  # the memory of the notes (None: off, or not made yet)
 
     def trigger(self) -> bool: ...
     async def sync_for_chat(self) -> str:
@@ -67,6 +77,82 @@ class Host(Protocol):
         ...
 
     def user_for_email(self, email: str) -> str | None: ...
+
+
+NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
+SAVE_REMAPPED = ("这个回答来自另一个 Leanote 账号的笔记，不能保存到你现在的账号。 / This answer came from another Leanote "
+                 "account's notes; it cannot be saved into yours.")
+SAVED_ALREADY = "已经存为笔记了 ✅ {url} / Already saved as a note."
+SAVE_QUEUED = "已在排队，Leanote 恢复后写入；/outbox 可查看。 / Queued already: it is written when Leanote is back (see /outbox)."
+SAVING = "正在保存… / Saving…"
+
+
+@dataclass
+class NotSaved:
+    """Why "Save as note" writes nothing now, and how a platform may say it: ``"alert"`` (the
+    person must see it: no capture here, another account), ``"brief"`` (a passing word: a
+    double tap while the first is being written) or ``"message"`` (saved already, queued)."""
+
+    text: str
+    how: str = "message"
+
+
+class AnswerSaver:
+    """"Save as note" under an answer, for every bot: the answer goes into the presser's
+    Leanote once, however often and whenever it is pressed: while it is being written, while
+    it waits in the outbox for Leanote, and after (``FeedbackStore.mark_saved``). The outbox
+    makes the write itself exactly once (``once``); this keeps the person told what happened."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self._saving: dict[str, str] = {}  # answer id -> "" while its save runs, or the key of a queued save
+
+    def _url(self, note_id: str) -> str:
+        return f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{note_id}"
+
+    async def not_now(self, presser: str, person, record) -> NotSaved | None:
+        """Why pressing now saves nothing (said to the presser), or None: save it."""
+        capture = getattr(self.host, "capture", None)
+        if capture is None:
+            return NotSaved(NO_CAPTURE, "alert")
+        if record.saved_note_id:
+            return NotSaved(SAVED_ALREADY.format(url=self._url(record.saved_note_id)))
+        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
+            return NotSaved(SAVE_REMAPPED, "alert")
+        saving = self._saving.get(record.id)
+        if saving is None:
+            return None
+        if saving == "":  # a double tap while the first is being written
+            return NotSaved(SAVING, "brief")
+        waiting = {i.key: i.state for i in await asyncio.to_thread(capture.pending, presser)}
+        if saving in waiting:
+            if waiting[saving] != "failed":
+                return NotSaved(SAVE_QUEUED)
+            self._saving.pop(record.id, None)  # Leanote refused it: another try is the person's to make
+            return None
+        self._saving.pop(record.id, None)  # queued then, written since
+        note_id = await asyncio.to_thread(capture.note_for, saving)
+        if note_id:
+            await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, note_id)
+        return NotSaved(SAVED_ALREADY.format(url=self._url(note_id)).replace("  ", " ") if note_id
+                        else SAVED_ALREADY.format(url="").replace("  ", " "))
+
+    async def save(self, presser: str, record) -> Receipt:
+        """Write the answer (after ``not_now`` said None); the receipt's message is for the presser."""
+        self._saving[record.id] = ""
+        try:
+            receipt = await self.host.capture.save_answer(presser, record.user_id, record.question, record.answer,
+                                                          [dict(c) for c in record.cited], once=f"answer:{record.id}")
+        except BaseException:
+            self._saving.pop(record.id, None)
+            raise
+        if receipt.status == "written" and receipt.note_id:
+            await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, receipt.note_id)
+        if receipt.status == "queued" and receipt.key:
+            self._saving[record.id] = receipt.key  # a second press while it waits says so
+        else:
+            self._saving.pop(record.id, None)
+        return receipt
 
 
 def count_error(host: Host, platform: str) -> None:
@@ -177,7 +263,7 @@ def sources_first(citations, title: str = "读的笔记 Reading") -> str:
 
 
 # --- doctor ----------------------------------------------------------------------------------
-# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (``sync.daemon.main.checks``),
+# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (``sync.daemon.root.checks``),
 # which yields (name, ok, detail, fix). Tokens never appear.
 CheckResult = tuple[str, bool, str, str]
 CHECK_TIMEOUT = 15.0
@@ -297,28 +383,19 @@ COMMANDS = [
 ]
 
 
+# How /why names each row of a trace (``Trace.rows``).
+TRACE_LABELS = {
+    "question": "问题 question", "rewritten": "改写为 rewritten", "follow-up": "追问 follow-up",
+    "expansion": "扩展 expansion", "rerank": "重排 rerank", "budget": "篇幅 budget", "entities": "实体 entities",
+    "fact": "事实 fact", "decision": "结论 decision", "llm error": "LLM 不可用，用了笔记原文",
+    "not in any note": "笔记里没有 not in any note", "llm reply": "模型的回答 LLM reply", "checked": "核对 checked",
+}
+
+
 def trace_text(trace: Trace | None) -> str:
     if trace is None:
         return "这段对话还没有回答过问题。 / No answer in this conversation yet."
-    lines = [f"问题 question: {trace.question}"]
-    if trace.standalone != trace.question:
-        lines.append(f"改写为 rewritten: {trace.standalone}")
-    if trace.followup:
-        lines.append(f"追问 follow-up: {trace.followup}")
-    if trace.expansion:
-        lines.append(f"扩展 expansion: {trace.expansion}")
-    lines.append(f"重排 rerank: {trace.rerank}")
-    if trace.budget:
-        lines.append(f"篇幅 budget: {trace.budget}")
-    if trace.entities:
-        lines.append(f"实体 entities: {'; '.join(trace.entities)}")
-    if trace.facts:
-        lines.append("事实 facts: " + "; ".join(trace.facts))
-    lines.append(f"结论 decision: {trace.decision}")
-    if trace.support:  # which sentences of the model's answer stand on the notes, and what was left out
-        lines.append(f"核对 checked: {trace.support}")
-    if trace.llm_error:  # the details (host, model) are in the service's log
-        lines.append("LLM: 不可用，用了笔记原文 unavailable: answered with passages")
+    lines = [f"{TRACE_LABELS[what]}: {text}" for what, text in trace.rows()]
     lines.append("候选 candidates (dense · sparse · fused · rerank → evidence):")
     for c in trace.candidates[:10]:
         dense, sparse, fused, rr, ev = c.cells()
@@ -354,19 +431,21 @@ VERDICT_BUTTONS = (("confirmed", "👍", "confirm"), ("rejected", "👎", "rejec
 _ID = re.compile(r"^[fp][0-9a-f]{12}$")
 
 
-def memory_problem(settings: Settings) -> str | None:
+def memory_problem(host: Host) -> str | None:
     """Why the memory cannot be read now (off, not built yet), or None."""
-    if not settings.memory.enabled:
+    if not host.settings.memory.enabled:
         return MEMORY_OFF
-    if not memory_path(settings).exists():
+    if host.memory is None:
         return MEMORY_NOT_YET
     return None
 
 
-def _read_memory(settings: Settings, work):
-    """``work(store)`` on the memory file, opened for this call only (in a worker thread)."""
-    with MemoryStore.open_for(settings) as store:
-        return work(store)
+def _read_memory(host: Host, work):
+    """``work(store)`` on the host's memory (in a worker thread)."""
+    store = host.memory
+    if store is None:
+        raise UserError(MEMORY_NOT_YET if host.settings.memory.enabled else MEMORY_OFF)
+    return work(store)
 
 
 @dataclass
@@ -460,14 +539,13 @@ def related_text(about: str, notes: list[dict], link: Callable[[str], str] = str
     return MemoryReply("\n".join(lines), items)
 
 
-async def about_reply(settings: Settings, user_id: str, name: str, link: Callable[[str], str] = str,
-                      esc: Callable[[str], str] = str, index: NoteIndex | None = None) -> MemoryReply:
+async def about_reply(host: Host, user_id: str, name: str, link: Callable[[str], str] = str,
+                      esc: Callable[[str], str] = str) -> MemoryReply:
     """``/about NAME`` for this Leanote user (``memory_problem`` checked first by the caller);
-    with ``index``, nothing of a note it no longer holds (``_indexed``)."""
+    nothing of a note the index no longer holds (``_indexed``)."""
     facts, notes = await asyncio.to_thread(
-        _read_memory, settings, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
-    if index is not None:
-        facts, notes = await _indexed(index, user_id, facts, notes)
+        _read_memory, host, lambda store: (store.facts_about(user_id, name), store.entity(user_id, name)))
+    facts, notes = await _indexed(host.index, user_id, facts, notes)
     return about_text(name, facts, notes, link, esc)
 
 
@@ -488,18 +566,7 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     """``/related TARGET`` for this Leanote user, as the CLI's ``related``: a note id of this
     user, else a question (the notes search finds for it, then theirs)."""
     settings = host.settings
-
-    def of_note(store: MemoryStore) -> tuple[dict, list[dict]] | None:
-        info = related_mod.note_named(store, user_id, target)  # an id, or the words of one note's title
-        if info is None:
-            return None
-        note_id = info["note_id"]
-        notes = store.related_of(user_id, note_id, k)
-        for n in notes:
-            n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", note_id, n["note_id"]))
-        return info, notes
-
-    found = await asyncio.to_thread(_read_memory, settings, of_note)
+    found = await asyncio.to_thread(_read_memory, host, lambda store: related_mod.of_note(store, user_id, target, k))
     if found is not None:
         info, notes = found
         notes, = await _indexed(host.index, user_id, notes, also=(info["note_id"],))
@@ -509,14 +576,9 @@ async def related_reply(host: Host, user_id: str, target: str, link: Callable[[s
     hits = await host.answers.search(target, user_id, k)
 
     def of_text(store: MemoryStore) -> list[dict]:
-        notes = related_mod.for_text(store, user_id, target, hits, k, settings.memory.related_question_min_score)
-        for n in notes:
-            via = (n.get("reasons") or {}).get("via")
-            if via:
-                n["pair_id"] = correction_id(user_id, "pair", correction_target("pair", via, n["note_id"]))
-        return notes
+        return related_mod.for_text(store, user_id, target, hits, k, settings.memory.related_question_min_score)
 
-    notes = await asyncio.to_thread(_read_memory, settings, of_text)
+    notes = await asyncio.to_thread(_read_memory, host, of_text)
     notes, = await _indexed(host.index, user_id, notes)
     return related_text(f"“{target}”", notes, link, esc)
 
@@ -525,11 +587,11 @@ def valid_item_id(item_id: str) -> bool:
     return bool(_ID.match((item_id or "").strip()))
 
 
-async def verdict_reply(settings: Settings, user_id: str, item_id: str, verdict: str, by: str) -> tuple[bool, str]:
+async def verdict_reply(host: Host, user_id: str, item_id: str, verdict: str, by: str) -> tuple[bool, str]:
     """Reject or confirm a fact or pair of this Leanote user's memory: (changed anything,
     what to tell the person). An id of another user's memory changes nothing."""
     item_id = (item_id or "").strip()
-    problem = memory_problem(settings)
+    problem = memory_problem(host)
     if problem:
         return False, problem
     if not valid_item_id(item_id):
@@ -541,7 +603,7 @@ async def verdict_reply(settings: Settings, user_id: str, item_id: str, verdict:
         return done, titles
 
     try:
-        done, titles = await asyncio.to_thread(_read_memory, settings, work)
+        done, titles = await asyncio.to_thread(_read_memory, host, work)
     except UserError:
         return False, (f"你的记忆里没有 {item_id}：什么也没改（它可能属于别人的笔记，或 id 写错了）。 / {item_id} is not "
                        f"in your memory: nothing was changed (it may belong to someone else's notes, or be mistyped).")

@@ -31,6 +31,9 @@ Each final answer is recorded (``host.feedback``) and gets four buttons: 👍, �
 "Why?" and "Save as note". A button carries only the answer's id in its custom id
 (``fb:up:<id>``) and is handled by a ``DynamicItem`` registered at start, so a press
 works after a restart; only the person who asked may use them.
+
+Long: one platform's front end, each slash command, menu and button on one client, as discord.py
+keeps them; what both bots share is in ``bot.common``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from typing import Iterator
 import discord
 from discord import app_commands
 
-from rag.answer.service import Candidate, Trace
+from rag.answer.types import Candidate, Trace
 from rag.capture import Attachment, Origin, Quote
 from rag.config import secret
 from rag.errors import ConfigError
@@ -51,7 +54,7 @@ from rag.answer.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from bot.access import Access, Person
-from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, SORRY, VERDICT_BUTTONS, CheckResult, Host, MemoryReply,
+from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, NO_CAPTURE, SORRY, VERDICT_BUTTONS, AnswerSaver, CheckResult, Host, MemoryReply,
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
                      nobody_mapped, outbox_text, person_key, REMAPPED_WHY, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)
@@ -63,7 +66,6 @@ COLOR = 0x2E7D32
 SAVE_MENU = "Save to Leanote"
 NOT_YOURS = "这是别人的回答。 / This is someone else's answer."
 FORGOTTEN = "这个回答已经不记得了，请重新提问。 / This answer is no longer remembered: ask again."
-NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
 # Discord has no "reply /save": a message is saved from its menu (Apps → Save to Leanote).
 DISCORD_HELP = "\n".join(line for line in HELP.splitlines() if not line.startswith("/save")) + (
     f"\n右键一条消息 → Apps → {SAVE_MENU}：把它存成笔记 / right-click a message → Apps → {SAVE_MENU} to save it")
@@ -81,7 +83,7 @@ class DiscordBot:
         self.tree = app_commands.CommandTree(self.client)
         self.client.leanote_bot = self  # the buttons under answers find their bot here
         self.pacers: list[Pacer] = []
-        self._saving: dict[str, str] = {}  # answer id -> "" while its save runs, or the key of a queued save
+        self.saver = AnswerSaver(host)  # "Save as note" under answers
         self._register()
         self.client.setup_hook = self._setup
 
@@ -419,7 +421,7 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
-        problem = memory_problem(self.host.settings)
+        problem = memory_problem(self.host)
         if problem or not (target or "").strip():
             await interaction.response.send_message(problem or "请写下名称或问题。 / Please write a name or a question.",
                                                     ephemeral=True)
@@ -430,8 +432,7 @@ class DiscordBot:
         await interaction.response.defer(thinking=True, ephemeral=True)
         link = (lambda url: f"<{url}>" if url else "")
         if what == "about":
-            reply = await about_reply(self.host.settings, person.leanote_user_id, target, link, discord_escape,
-                                      index=self.host.index)
+            reply = await about_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         else:
             reply = await related_reply(self.host, person.leanote_user_id, target, link, discord_escape)
         parts = _lines_within(with_notice(reply.text, notice), DISCORD_CONTENT)
@@ -445,7 +446,7 @@ class DiscordBot:
         person = await self._person(interaction)
         if person is None:
             return
-        _, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+        _, text = await verdict_reply(self.host, person.leanote_user_id, item_id, verdict,
                                       person_key("discord", interaction.user.id))
         await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
@@ -584,51 +585,13 @@ class DiscordBot:
 
     async def _save_answer(self, interaction: discord.Interaction, person: Person, record) -> None:
         me = person_key("discord", interaction.user.id)
-        if record.saved_note_id:
-            url = f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{record.saved_note_id}"
-            await interaction.response.send_message(f"已经保存过了 ✅ {url} / Already saved as a note.", ephemeral=True)
+        why_not = await self.saver.not_now(me, person, record)
+        if why_not is not None:
+            await interaction.response.send_message(why_not.text, ephemeral=True)
             return
-        capture = self.capturer
-        if capture is None:
-            await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
-            return
-        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
-            await interaction.response.send_message(
-                "这个回答来自另一个 Leanote 账号的笔记，不能保存到这里。 / This answer came from another Leanote "
-                "account's notes; it cannot be saved into yours.", ephemeral=True)
-            return
-        saving = self._saving.get(record.id)
-        if saving is not None:
-            waiting = {i.key: i.state for i in await asyncio.to_thread(capture.pending, me)}
-            if saving == "" or waiting.get(saving, "failed") != "failed":
-                text = "正在保存，或已排队等待 Leanote（/outbox）。 / Already being saved, or queued for Leanote (see /outbox)."
-            elif saving not in waiting:  # queued then, written since
-                note_id = await asyncio.to_thread(capture.note_for, saving)
-                if note_id:
-                    await asyncio.to_thread(self.feedback.mark_saved, record.id, me, note_id)
-                url = f"{self.host.settings.leanote.base_url.rstrip('/')}/note/{note_id}" if note_id else ""
-                text = f"已经保存过了 ✅ {url} / Already saved as a note.".replace("  ", " ")
-            else:  # Leanote refused it: another try is the person's to make
-                text = None
-            if text:
-                await interaction.response.send_message(text, ephemeral=True)
-                return
-        self._saving[record.id] = ""
         await interaction.response.defer(thinking=True, ephemeral=True)
-        try:
-            receipt = await capture.save_answer(me, record.user_id, record.question, record.answer,
-                                                [dict(c) for c in record.cited], once=f"answer:{record.id}")
-            if receipt.status == "written" and receipt.note_id:
-                await asyncio.to_thread(self.feedback.mark_saved, record.id, me, receipt.note_id)
-            reply = receipt.message
-        except BaseException:
-            self._saving.pop(record.id, None)  # (the error handler tells the person)
-            raise
-        if receipt.status == "queued":
-            self._saving[record.id] = receipt.key  # a second press while it waits says so
-        else:
-            self._saving.pop(record.id, None)
-        await interaction.followup.send(reply[:DISCORD_CONTENT], ephemeral=True)
+        receipt = await self.saver.save(me, record)  # (an error: the error handler tells the person)
+        await interaction.followup.send(receipt.message[:DISCORD_CONTENT], ephemeral=True)
 
 
 class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button],

@@ -28,6 +28,9 @@ A file is checked against ``capture.max_file_mb`` before it is downloaded. The
 person's own words keep their Markdown; someone else's text (a forward, ``/save`` on
 another's message) goes in as they wrote it (``rag.capture.Quote``). "Save as note"
 writes only into the presser's current Leanote user: the one the answer came from.
+
+Long: one platform's front end, each command a handler on one Application, as python-telegram-bot's
+own examples keep them; what both bots share is in ``bot.common``.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, Tele
 from telegram.ext import (Application, ApplicationBuilder, CallbackQueryHandler, CommandHandler, ContextTypes,
                           MessageHandler, filters)
 
-from rag.answer.service import Candidate, Trace
+from rag.answer.types import Candidate, Trace
 from rag.capture import Attachment, Origin, Quote, Receipt, md_escape, md_label, md_url
 from rag.config import secret
 from rag.errors import ConfigError
@@ -57,8 +60,8 @@ from rag.answer.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
 from bot.access import STRANGER, Access, Person
-from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, RELATED_USAGE, SORRY, VERDICT_BUTTONS,
-                     VERDICT_USAGE, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
+from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, NO_CAPTURE, RELATED_USAGE, SAVING, SORRY,
+                     VERDICT_BUTTONS, VERDICT_USAGE, AnswerSaver, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
                      count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key, REMAPPED_WHY,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)
 from bot.render import TELEGRAM_LIMIT, NoteLinks, telegram_messages, telegram_plain, telegram_sources
@@ -71,15 +74,12 @@ TYPING_EVERY = 4.0
 NOT_YOURS = "这是别人的回答 / This is someone else's answer"
 EXPIRED = "这个回答已经过期了，请再问一次。 / This answer has expired: ask again."
 THANKS = "谢谢 / Thanks"
-NO_CAPTURE = "这里不能写入 Leanote。 / This service cannot write to Leanote."
 SAVE_USAGE = ("用法 usage: 回复一条消息，发送 /save（可加标题或 #标签） / reply to a message with /save "
               "(a title or #tags may follow)")
 MEDIA_HINT = ("要把它存成笔记吗？把 /note 写在说明里，或回复它 /save。 / To save it as a note, put /note in its "
               "caption or reply to it with /save.")
 UNSUPPORTED = ("这种消息还存不了：只能存文字、图片和文件。 / This kind of message cannot be saved yet: only text, "
                "photos and documents.")
-REMAPPED = ("这个回答来自另一个 Leanote 账号的笔记，不能保存到你现在的账号。 / This answer came from another Leanote "
-            "account's notes; it cannot be saved into yours.")
 MEDIA = filters.PHOTO | filters.Document.ALL
 _COMMAND = re.compile(r"^/\w+(@\w+)?(?=\s|$)")
 
@@ -100,8 +100,7 @@ class TelegramBot:
             .concurrent_updates(True).build()
         )
         self.pacers: list[Pacer] = []  # every answer's pacer (tests, benchmark)
-        self._saving: dict[str, str] = {}  # answer id -> capture key of its "Save as note" still queued
-        self._saving_now: set[str] = set()  # answer ids whose "Save as note" is being written
+        self.saver = AnswerSaver(host)  # "Save as note" under answers
         a = self.app
         private = filters.ChatType.PRIVATE
         # a forward in a private chat is a capture, never a question or a command: first
@@ -478,7 +477,7 @@ class TelegramBot:
         if not target.strip():
             await message.reply_text(ABOUT_USAGE if what == "about" else RELATED_USAGE)
             return
-        problem = memory_problem(self.host.settings)
+        problem = memory_problem(self.host)
         if problem:
             await message.reply_text(problem)
             return
@@ -486,7 +485,7 @@ class TelegramBot:
             return
         target, notice = cut_message(self.host.settings, target)
         if what == "about":
-            reply = await about_reply(self.host.settings, person.leanote_user_id, target, index=self.host.index)
+            reply = await about_reply(self.host, person.leanote_user_id, target)
         else:
             reply = await related_reply(self.host, person.leanote_user_id, target)
         parts = _chunks(with_notice(reply.text, notice), 4000)
@@ -508,7 +507,7 @@ class TelegramBot:
         if len(args) != 1:
             await update.effective_message.reply_text(VERDICT_USAGE)
             return
-        _, text = await verdict_reply(self.host.settings, person.leanote_user_id, args[0], verdict, self._key(update))
+        _, text = await verdict_reply(self.host, person.leanote_user_id, args[0], verdict, self._key(update))
         await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
 
     async def _memory_button(self, query, verdict: str, item_id: str) -> None:
@@ -519,7 +518,7 @@ class TelegramBot:
             text = STRANGER["telegram"].format(id=query.from_user.id) if person is None else person
             await query.answer(text[:200], show_alert=True)
             return
-        changed, text = await verdict_reply(self.host.settings, person.leanote_user_id, item_id, verdict,
+        changed, text = await verdict_reply(self.host, person.leanote_user_id, item_id, verdict,
                                             person_key("telegram", query.from_user.id))
         await query.answer(text[:200], show_alert=not changed)
         if changed and verdict == "rejected" and query.message is not None:  # its buttons go with it
@@ -595,48 +594,17 @@ class TelegramBot:
             await query.answer(EXPIRED, show_alert=True)
 
     async def _save_answer(self, query, presser: str, person: Person, record) -> None:
-        capture = getattr(self.host, "capture", None)
-        if capture is None:
-            await query.answer(NO_CAPTURE, show_alert=True)
+        why_not = await self.saver.not_now(presser, person, record)
+        if why_not is not None:
+            if why_not.how == "alert":
+                await query.answer(why_not.text[:200], show_alert=True)
+            elif why_not.how == "brief":
+                await query.answer(why_not.text)
+            else:
+                await self._to_presser(query, why_not.text)
             return
-        base = self.host.settings.leanote.base_url
-        if record.saved_note_id:
-            await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{record.saved_note_id}")
-            return
-        if person.leanote_user_id != record.user_id:  # the mapping changed since: not into another account
-            await query.answer(REMAPPED[:200], show_alert=True)
-            return
-        queued = self._saving.get(record.id)
-        if queued:  # an earlier press was queued: still waiting, written meanwhile, or refused
-            item = next((i for i in await asyncio.to_thread(capture.pending, presser) if i.key == queued), None)
-            if item is None:  # written meanwhile
-                self._saving.pop(record.id, None)
-                note_id = await asyncio.to_thread(capture.note_for, queued)
-                if note_id:
-                    await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, note_id)
-                    await self._to_presser(query, f"已经存过了 / Saved already: {base}/note/{note_id}")
-                else:
-                    await self._to_presser(query, "已经存过了 / Saved already.")
-                return
-            if item.state != "failed":
-                await self._to_presser(query, "已在排队，Leanote 恢复后写入；/outbox 可查看。 / Queued already: it "
-                                              "is written when Leanote is back (see /outbox).")
-                return
-            self._saving.pop(record.id, None)  # Leanote refused it: try again
-        if record.id in self._saving_now:  # a double tap while the first is being written
-            await query.answer("正在保存… / Saving…")
-            return
-        self._saving_now.add(record.id)
-        try:
-            await query.answer("正在保存… / Saving…")
-            receipt = await capture.save_answer(presser, record.user_id, record.question, record.answer,
-                                                record.cited, once=f"answer:{record.id}")
-            if receipt.status == "written" and receipt.note_id:
-                await asyncio.to_thread(self.host.feedback.mark_saved, record.id, presser, receipt.note_id)
-            elif receipt.status == "queued" and receipt.key:
-                self._saving[record.id] = receipt.key
-        finally:
-            self._saving_now.discard(record.id)
+        await query.answer(SAVING)
+        receipt = await self.saver.save(presser, record)
         await self._to_presser(query, receipt.message, answered=True)
 
     async def _to_presser(self, query, text: str, answered: bool = False) -> None:

@@ -8,6 +8,6 @@ Three rooms, each importing only the ones after it:
 
 The modules here are the plumbing they share: ``config``, ``errors``, ``model`` (plain
 data), ``redact``, ``sqlite``, ``limits``, ``llm`` and ``speed`` (the chat model and its
-measured speed), ``capture`` (what a note saved from chat is), ``client`` (the way into a
-running daemon); and the ways in to the core: ``cli``, ``door``, ``eval``, ``metrics``.
+measured speed), ``capture`` (what a note saved from chat is); and ``eval``, which measures
+retrieval and answers. The ways in (the command line, the API, the bots) are not here.
 """

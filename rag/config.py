@@ -6,6 +6,9 @@ systemd unit and a shell in another directory read the same files.
 
 Secrets never live in the YAML: keys ending in ``_env`` name an environment
 variable, read with :func:`secret` only when the value is needed.
+
+Long: the whole schema of ``config.yaml``, one class per section, so every option and its check are
+in one place (a test walks them against ``config.yaml``).
 """
 
 from __future__ import annotations

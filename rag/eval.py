@@ -35,7 +35,7 @@ from rag.model import Hit
 from rag.index.retrieve import RETRIEVERS
 
 if TYPE_CHECKING:
-    from rag.answer.service import Answer
+    from rag.answer.types import Answer
 
 # (question, user id, k, retriever) -> hits: a local index's search or the daemon's
 Searcher = Callable[[str, str, int, str], list[Hit]]

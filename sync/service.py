@@ -46,7 +46,7 @@ from typing import Callable
 from rag.config import Settings
 from rag.errors import AuthFailed, BrokenState, DiskFull, LeanoteRagError, Unavailable, UserError
 from rag.memory.entities import norm
-from rag.answer.feedback import FeedbackStore, path_for as feedback_path
+from rag.answer.feedback import FeedbackStore
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore
 from rag.memory import related
@@ -55,7 +55,7 @@ from sync.faults import check_disk, state_fault
 from sync.incremental import AccountResult, AccountSync
 from sync.indexer import OPTIMIZE_PENDING, Indexer, Stopped, Summary
 from sync.progress import Progress, Step, in_the_log
-from sync.sources import Known, open_source
+from sync.sources import IncrementalSource, Known, NoteSource
 from sync.state import Indexed, State
 
 log = logging.getLogger(__name__)
@@ -88,18 +88,6 @@ class PassResult:
         return not self.failures
 
 
-def open_memory(settings: Settings) -> MemoryStore | None:
-    """The memory the passes keep in line with the index (``memory.enabled``); a memory
-    that cannot be opened is said once and left out: the index comes first."""
-    if not settings.memory.enabled:
-        return None
-    try:
-        return MemoryStore.open_for(settings)
-    except LeanoteRagError as err:
-        log.warning("memory off for now: %s", err)
-        return None
-
-
 def chunk_vectors(state: State):
     """A note's (point id, dense vector) pairs as indexed, from the embedding cache (keyed
     by the chunks' text hashes, kept while a chunk uses them): None when it is not indexed."""
@@ -115,17 +103,21 @@ def chunk_vectors(state: State):
 
 
 class SyncService:
-    def __init__(self, settings: Settings, index: NoteIndex, state: State, clock=time.time, rng=random.random,
-                 scheduled: bool = False):
-        """``scheduled``: passes repeat (the daemon), so a failure says when it is retried;
-        a one-shot ``index`` just reports it."""
+    def __init__(self, settings: Settings, index: NoteIndex, state: State, source: NoteSource | IncrementalSource,
+                 memory: MemoryStore | None = None, feedback: Callable[[], FeedbackStore | None] | None = None,
+                 clock=time.time, rng=random.random, scheduled: bool = False):
+        """The passes from ``source`` into ``index`` and ``state`` (the service closes the
+        source), keeping ``memory`` in line (None: no memory) and the answers of ``feedback()``
+        (None until a daemon has made it). The stores are the caller's: built and closed by
+        the composition root (``sync.daemon.root.Parts``). ``scheduled``: passes repeat (the
+        daemon), so a failure says when it is retried; a one-shot ``index`` just reports it."""
         self.scheduled = scheduled
         self.settings = settings
         self.index = index
         self.state = state
-        self.source = open_source(settings)
-        self.memory = open_memory(settings)
-        self.feedback: FeedbackStore | None = None  # opened once the daemon has made it (align_derived)
+        self.source = source
+        self.memory = memory
+        self._feedback = feedback or (lambda: None)
         # align_derived is due: at the first pass (what a crash left), after a pass that changed
         # notes, failed or stopped, and after an alignment that failed; an idle pass skips it
         self._memory_due = self._feedback_due = True
@@ -330,13 +322,12 @@ class SyncService:
 
     def _align_feedback(self, indexed: dict[str, Indexed]) -> bool:
         try:
-            if self.feedback is None:
-                if not feedback_path(self.settings).exists():
-                    return True  # no answer was ever recorded
-                self.feedback = FeedbackStore.open_for(self.settings)
-            gone = sorted(self.feedback.named_notes() - indexed.keys())
+            feedback = self._feedback()
+            if feedback is None:
+                return True  # no answer was ever recorded
+            gone = sorted(feedback.named_notes() - indexed.keys())
             if gone:
-                answers = self.feedback.forget_notes(gone)
+                answers = feedback.forget_notes(gone)
                 log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
                          answers, len(gone), _some(gone))
         except Exception as err:
@@ -506,12 +497,6 @@ class SyncService:
         close = getattr(self.source, "close", None)
         if close:
             close()
-        if self.memory is not None:
-            self.memory.close()
-            self.memory = None
-        if self.feedback is not None:
-            self.feedback.close()
-            self.feedback = None
 
 
 def _some(note_ids: list[str], shown: int = 10) -> str:

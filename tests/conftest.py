@@ -15,6 +15,7 @@ import pytest
 
 from rag import config as config_mod
 from rag.index import embed as embed_mod
+from sync.daemon.root import Parts
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "notes"
@@ -102,13 +103,12 @@ def index_samples(tmp_path: Path, embedder, **sections) -> config_mod.Settings:
 def run_pass(settings: config_mod.Settings, embedder, rebuild: bool = False):
     """One forced sync pass over the settings' source (the real SyncService); its result."""
     from rag.index.note_index import NoteIndex
-    from sync.service import SyncService
     from sync.state import State
 
     state = State(settings.state_dir)
     try:
         with NoteIndex.open(settings, create=True, embedder=embedder) as index:
-            service = SyncService(settings, index, state)
+            service = Parts(settings, index=index, state=state).sync
             try:
                 result = service.run_pass(force=True, rebuild=rebuild)
             finally:

@@ -1,4 +1,4 @@
-from rag.answer.service import REFUSAL, extractive
+from rag.answer.types import REFUSAL, extractive
 from rag.index.excerpt import excerpt
 from rag.model import Hit
 
@@ -41,3 +41,28 @@ def test_extractive_answer_numbers_passages_one_per_note_with_links():
 def test_no_hits_is_the_plain_refusal():
     answer = extractive("什么都没有", [])
     assert answer.answer == REFUSAL and not answer.grounded and answer.citations == []
+
+
+def test_the_cli_and_the_bots_show_the_same_trace(capsys):
+    """``ask --trace`` and the bots' /why render one list of rows (``Trace.rows``): every
+    row of a full trace is in both, and why the LLM failed in full only for the operator."""
+    from bot.common import trace_text
+    from rag.answer.types import Answer, Candidate, Trace
+    from sync.daemon.cli.notes import _print_trace
+
+    trace = Trace(question="番茄炒蛋要几个鸡蛋？", standalone="番茄炒蛋 鸡蛋 几个", rerank="none", followup="a follow-up",
+                  expansion="terms: 鸡蛋", budget="evidence cut to 900 characters", decision="llm answered",
+                  llm_error="cannot reach Ollama at http://127.0.0.1:1", outcome="llm_passages", citing="uncited",
+                  reply="两个鸡蛋就够了", support="1 of 2 sentences stand", unknown_names=["Zork"],
+                  entities=["鸡蛋 (term; 2 notes)"], facts=["[1] 番茄炒蛋 — 用 — 鸡蛋"],
+                  candidates=[Candidate("p1", "n1", "番茄炒蛋", "做法", 1, 0.8, 2, 3.1, 0.03, None, 1)])
+    _print_trace(Answer(question=trace.question, answer="", used_llm=True, grounded=False, trace=trace))
+    cli = capsys.readouterr().out
+    why = trace_text(trace)
+    rows = trace.rows()
+    assert len(rows) == 13  # every field set above has its row
+    for what, text in rows:
+        assert text in why, what
+        assert (text if what != "llm error" else trace.llm_error) in cli, what
+    assert trace.llm_error not in why  # a chat reader is not told the service's address
+    assert "番茄炒蛋 › 做法" in cli and "番茄炒蛋 › 做法" in why

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from rag.answer.service import Answer, Candidate, Citation, Trace
+from rag.answer.types import Answer, Candidate, Citation, Trace
 from sync.daemon.main import main
 from rag.answer.evidence import Evidence, messages
 from rag.answer.expand import SCHEMA, parse

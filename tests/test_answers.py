@@ -16,6 +16,7 @@ from rag.answer.evidence import CitationFilter, build_evidence, cited, messages
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.model import Hit
+from sync.daemon.root import Parts
 
 from conftest import index_samples
 from fakes.ollama import FakeOllama
@@ -204,7 +205,7 @@ def test_no_question_the_sample_notes_answer_is_refused_before_the_llm(indexed, 
     thresholds calibrated on a large one."""
     settings = indexed.model_copy(update={"ollama": indexed.ollama.model_copy(update={"enabled": False})})
     with NoteIndex.open(settings, embedder=use_embedder) as index:
-        service = AnswerService.from_settings(settings, index)
+        service = Parts(settings, index=index).answers
         try:
             for question in FACTS:
                 answer = asyncio.run(service.ask(question, "local"))
@@ -300,7 +301,7 @@ def test_a_follow_up_is_rewritten_into_a_standalone_question(indexed, use_embedd
 def test_without_an_llm_the_answer_is_extractive(indexed, use_embedder):
     settings = indexed.model_copy(update={"ollama": indexed.ollama.model_copy(update={"enabled": False})})
     with NoteIndex.open(settings, embedder=use_embedder) as index:
-        service = AnswerService.from_settings(settings, index)
+        service = Parts(settings, index=index).answers
         answer = asyncio.run(service.ask("番茄炒蛋怎么做才不酸？", "local"))
         service.close()
     assert not answer.used_llm and answer.grounded and "加一小勺糖" in answer.answer
@@ -308,7 +309,8 @@ def test_without_an_llm_the_answer_is_extractive(indexed, use_embedder):
 
 
 def test_history_keeps_within_its_character_budget():
-    from rag.answer.service import Conversations, Trace
+    from rag.answer.types import Trace
+    from rag.answer.conversation import Conversations
 
     c = Conversations(max_chars=30, idle_reset=60, clock=lambda: 0.0)
     for i in range(5):

@@ -6,7 +6,7 @@
 - ``bot/`` never imports ``sync/``; ``sync/`` imports ``bot/`` only in ``sync/daemon/``,
   which hosts the bots, and nothing else in ``sync/`` imports ``sync/daemon/``.
 - No import cycles anywhere, lazy imports inside functions included.
-- One composition root: ``leanote-rag`` runs ``sync.daemon.main``, and no entry points
+- One command: ``leanote-rag`` runs ``sync.daemon.main``, and no entry points
   stand in for an import of our own code.
 - Protocol libraries stay at the edges.
 """
@@ -26,7 +26,7 @@ PROTOCOL_LIBS = {
     "pymongo": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
-    "httpx": {"rag/index/embed.py", "rag/llm.py", "rag/client.py"},
+    "httpx": {"rag/index/embed.py", "rag/llm.py", "sync/daemon/client.py"},
     "fastapi": {"sync/daemon/api.py"},
     "uvicorn": {"sync/daemon/api.py", "sync/daemon/guard.py"},
     "watchfiles": {"sync/watch.py"},
@@ -36,11 +36,14 @@ PROTOCOL_LIBS = {
     "qdrant_edge": {"rag/index/store.py"},
     "sentence_transformers": {"rag/index/embed.py", "rag/answer/rerank.py"},
     "FlagEmbedding": {"rag/answer/rerank.py"},
-    "prometheus_client": {"rag/metrics.py"},
+    "prometheus_client": {"sync/daemon/metrics.py"},
+    # the command line is a door: the core holds none
+    "click": {"sync/daemon/cli/app.py", "sync/daemon/cli/notes.py", "sync/daemon/cli/memory.py",
+              "sync/daemon/cli/service.py", "sync/daemon/report.py"},
 }
 # rag/'s plumbing that every room may use: it imports none of them
 PLUMBING = {"rag.config", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
-            "rag.speed", "rag.capture", "rag.client"}
+            "rag.speed", "rag.capture"}
 
 
 def imports(path: Path) -> set[str]:
@@ -201,8 +204,75 @@ def test_protocol_libraries_stay_at_the_edges():
 
 def test_the_scan_sees_imports():
     # guard against a scan that silently finds nothing
-    assert {"click", "rag"} <= imports(REPO / "sync" / "daemon" / "main.py")
+    assert {"click", "rag"} <= imports(REPO / "sync" / "daemon" / "cli" / "app.py")
     deps = graph()
     assert {"rag.answer.service", "rag.index.note_index", "sync.service"} <= deps["sync.daemon.host"]
-    assert "bot.telegram" in deps["sync.daemon.main"]  # a lazy import inside a function counts
+    assert "bot.telegram" in deps["sync.daemon.root"]  # a lazy import inside a function counts
     assert "sync.daemon.report" in deps["sync.daemon.api"]
+
+
+# What opens a store or loads a model: only the composition root does, and these, each for
+# the reason given.
+STORE_OPENERS = {"State", "MemoryStore", "FeedbackStore", "Outbox", "open_store"}
+STORE_OPENED_ELSEWHERE = {
+    "sync/daemon/root.py": "the composition root",
+    "rag/index/note_index.py": "the index opens its own store (NoteIndex.open, called by the root)",
+    "sync/daemon/doctor.py": "doctor opens each file and loads each model to check it, apart from a running daemon",
+    "sync/daemon/metrics_wiring.py": "a scrape reads the state on a connection of its own, in the server's thread",
+    "sync/daemon/cli/app.py": "--user EMAIL reads which Leanote user an account is, before any part is built",
+    "sync/daemon/capture.py": "a capture built alone (a test, a bench) opens its outbox; the root gives the daemon's",
+    "sync/daemon/report.py": "the status counts the outbox's captures, with or without a daemon",
+}
+
+
+def store_openings(path: Path) -> list[str]:
+    """Calls in ``path`` that open a store or load a model: ``State(...)``,
+    ``MemoryStore.open_for(...)``, ``NoteIndex.open(...)``, ``open_store(...)``,
+    ``Outbox.counts_at(...)``, ``rerank.load(...)`` and the like."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in STORE_OPENERS:
+            found.append(f.id)
+        elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+              and f.value.id in STORE_OPENERS | {"NoteIndex"} and f.attr in {"open", "open_for", "counts_at"}):
+            found.append(f"{f.value.id}.{f.attr}")
+        elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "load"
+              and f.value.id in {"rerank", "rerank_mod", "llm", "llm_mod"}):  # a model loaded
+            found.append(f"{f.value.id}.load")
+    return found
+
+
+def test_only_the_root_opens_stores_and_loads_models():
+    offenders = {}
+    for package in PACKAGES:
+        for path in sources(package):
+            rel = path.relative_to(REPO).as_posix()
+            if rel in STORE_OPENED_ELSEWHERE or rel in {"sync/state.py", "rag/memory/store.py", "rag/answer/feedback.py",
+                                                         "rag/index/store.py"}:  # a store's own module
+                continue
+            found = store_openings(path)
+            if found:
+                offenders[rel] = found
+    assert offenders == {}
+    # the scan sees an opening (a check that cannot fail is no check)
+    assert "State" in store_openings(REPO / "sync" / "daemon" / "root.py")
+    assert {"NoteIndex.open", "rerank_mod.load"} <= set(store_openings(REPO / "sync" / "daemon" / "root.py"))
+
+
+MAX_LINES = 600
+
+
+def test_no_module_over_the_limit_without_saying_why():
+    """A module over ``MAX_LINES`` says in its docstring why it is one (a paragraph starting
+    "Long:"), so a module grows past it only on purpose."""
+    over = []
+    for package in PACKAGES:
+        for path in sources(package):
+            text = path.read_text(encoding="utf-8")
+            doc = "\n" + (ast.get_docstring(ast.parse(text)) or "")
+            if text.count("\n") > MAX_LINES and "\nLong: " not in doc:
+                over.append(f"{path.relative_to(REPO).as_posix()} ({text.count(chr(10))} lines)")
+    assert over == []

@@ -17,7 +17,8 @@ import time
 import pytest
 
 from rag.capture import Attachment, Origin, compose, hashtags, title_of
-from sync.daemon.capture import FILE, Capture, Outbox
+from sync.daemon.capture import Capture
+from sync.daemon.outbox import FILE, Outbox
 
 from conftest import REPO, SCENARIO, make_settings, within
 from fakes.leanote import FakeLeanote

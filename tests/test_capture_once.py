@@ -22,7 +22,8 @@ from markdown_it import MarkdownIt
 
 from bot.common import outbox_text
 from rag.capture import Attachment, Origin, Quote, answer_note, compose, md_escape
-from sync.daemon.capture import FILE, Capture, Outbox
+from sync.daemon.capture import Capture
+from sync.daemon.outbox import FILE, Outbox
 
 from conftest import REPO, make_settings, until, within
 from fakes.leanote import FakeLeanote

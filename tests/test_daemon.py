@@ -19,7 +19,7 @@ import pytest
 from rag.index.retrieve import search
 from rag.index.store import EdgeStore
 from sync.daemon.host import Daemon
-from sync.daemon.main import services
+from sync.daemon.root import services
 
 from conftest import SCENARIO, THREADS, make_settings, until, within
 from fakes.leanote import FakeLeanote

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import THREADS
+from sync.daemon.root import Parts
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "notes"
@@ -223,7 +224,6 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
     from sync.daemon.report import print_status, status_report
-    from sync.service import SyncService
     from sync.state import State
 
     from conftest import make_settings
@@ -251,7 +251,7 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
             sync={"http_timeout": 5})
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-        service = SyncService(settings, index, state, scheduled=True)
+        service = Parts(settings, index=index, state=state, scheduled=True).sync
 
         def found(query: str, user=ALICE) -> set[str]:
             return {h.title for h in search(index, query, user, 10) if query in h.text}
@@ -300,7 +300,6 @@ def test_a_restore_is_noticed_when_the_usn_climbed_back_past_the_cursor(tmp_path
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
     from sync.daemon.report import print_status, status_report
-    from sync.service import SyncService
     from sync.state import State
 
     from conftest import make_settings
@@ -324,7 +323,7 @@ def test_a_restore_is_noticed_when_the_usn_climbed_back_past_the_cursor(tmp_path
             sync={"http_timeout": 5})
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-        service = SyncService(settings, index, state, scheduled=True)
+        service = Parts(settings, index=index, state=state, scheduled=True).sync
 
         def found(query: str) -> set[str]:
             return {h.title for h in search(index, query, ALICE, 20) if query in h.text}
@@ -562,7 +561,6 @@ def test_a_stop_asked_for_at_the_end_of_a_pass_leaves_the_index_optimization_to_
     stop asked for by then does not wait for it; the next pass does it."""
     from rag.index.note_index import NoteIndex
     from sync.indexer import OPTIMIZE_PENDING, Indexer
-    from sync.service import SyncService
     from sync.sources import open_source
     from sync.state import State
 
@@ -582,7 +580,7 @@ def test_a_stop_asked_for_at_the_end_of_a_pass_leaves_the_index_optimization_to_
             indexer.finish()
             assert indexer.summary.optimize_seconds == 0.0 and state.get_meta(OPTIMIZE_PENDING) == "1"
 
-            service = SyncService(settings, index, state)
+            service = Parts(settings, index=index, state=state).sync
             try:
                 assert service.run_pass().ok  # nothing changed, and yet: optimized now
             finally:

@@ -247,7 +247,7 @@ def test_a_capture_while_leanote_is_down_waits_in_the_outbox_and_is_written_afte
         it, text = await press(fake, ONE, asked.last_message(), save)
         assert "queued" in text
         it, text = await press(fake, ONE, asked.last_message(), save)
-        assert "queued for Leanote" in text and len(daemon.capture.pending(f"discord:{ONE}")) == 2
+        assert "Queued already" in text and len(daemon.capture.pending(f"discord:{ONE}")) == 2
 
         leanote.up()
         await until(lambda: len(inbox(leanote)) == 2, timeout=20, what="the queued captures to reach Leanote")

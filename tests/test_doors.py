@@ -20,11 +20,12 @@ import httpx
 import pytest
 
 from bot.telegram import service as telegram
-from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.limits import cut
-from rag.memory.store import MATCH_CHARS, MemoryStore
+from rag.memory.schema import MATCH_CHARS
+from rag.memory.store import MemoryStore
 from sync.daemon.host import Daemon
+from sync.daemon.root import Parts
 
 from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, until, within
 from fakes.ollama import FakeOllama
@@ -173,7 +174,7 @@ def test_every_step_reads_at_most_the_limit_of_a_huge_question(tmp_path, use_emb
 
         async def main():
             with NoteIndex.open(settings, embedder=use_embedder) as index:
-                service = AnswerService.from_settings(settings, index)
+                service = Parts(settings, index=index).answers
                 try:
                     ollama.reply("先把鸡蛋炒好盛出[1]。")
                     first = await service.ask(huge, "local", conversation="c")
@@ -264,7 +265,7 @@ def test_concurrent_answers_find_what_one_at_a_time_finds(tmp_path, use_embedder
 
     async def main():
         with NoteIndex.open(settings, embedder=use_embedder) as index:
-            service = AnswerService.from_settings(settings, index)
+            service = Parts(settings, index=index).answers
             try:
                 alone = [comparable(await service.ask(q, "local")) for q in questions]
                 together = await asyncio.gather(*(service.ask(q, "local") for q in questions * 3))

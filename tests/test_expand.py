@@ -14,6 +14,7 @@ from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.index.retrieve import search
+from sync.daemon.root import Parts
 
 from conftest import index_samples
 from fakes.ollama import FakeOllama
@@ -88,7 +89,7 @@ def test_without_an_llm_there_is_no_expansion_and_no_fuss(sample_index, use_embe
     s = sample_index.model_copy(update={"ollama": sample_index.ollama.model_copy(update={"enabled": False}),
                                         "retrieval": sample_index.retrieval.model_copy(update={"expand": "on"})})
     with NoteIndex.open(s, embedder=use_embedder) as index:
-        svc = AnswerService.from_settings(s, index)
+        svc = Parts(s, index=index).answers
         try:
             answer = asyncio.run(svc.ask(PARAPHRASE, "local"))
         finally:

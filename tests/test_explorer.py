@@ -18,7 +18,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from rag.memory.store import MemoryStore, NoteInfo
+from rag.memory.rows import NoteInfo
+
+from rag.memory.store import MemoryStore
 from sync.sources.files import stable_id
 
 from conftest import EXAMPLES, THREADS, free_port

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rag.answer.service import Answer, Candidate, Citation, Trace
+from rag.answer.types import Answer, Candidate, Citation, Trace
 from sync.daemon.main import main
 from rag.errors import BrokenState, UserError
 from rag.answer.feedback import FILE, MIGRATIONS, FeedbackStore, NotYours, UnknownAnswer

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
+from sync.daemon.root import Parts
 
 pytestmark = pytest.mark.slow  # the shared corpus's slice
 
@@ -17,7 +17,7 @@ def test_no_answerable_dev_question_is_refused_before_the_llm(corpus_slice, use_
     settings, questions = corpus_slice.settings, corpus_slice.questions
     refused = {"answerable": [], "no_answer": []}
     with NoteIndex.open(settings, embedder=use_embedder) as index:
-        service = AnswerService.from_settings(settings, index)
+        service = Parts(settings, index=index).answers
         try:
             for q in questions:
                 answer = asyncio.run(service.ask(q["question"], q["user_id"]))

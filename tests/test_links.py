@@ -22,7 +22,7 @@ from bs4 import BeautifulSoup
 from bot.render import NoteLinks, discord_plain_links, telegram_html, telegram_plain, web_html
 from bot.telegram import service as telegram
 from rag.answer.links import held
-from rag.answer.service import Citation
+from rag.answer.types import Citation
 from sync.daemon.host import Daemon
 
 from conftest import SCENARIO, make_settings, until, within

@@ -10,7 +10,9 @@ import pytest
 from rag.memory import entities as ex
 from sync.daemon.main import main
 from rag.index.note_index import NoteIndex
-from rag.memory.store import MIGRATIONS, MemoryStore, Mention, NoteInfo, path_for
+from rag.memory.rows import Mention, NoteInfo
+from rag.memory.schema import MIGRATIONS
+from rag.memory.store import MemoryStore, path_for
 from rag.model import Note
 
 from conftest import EXAMPLES, make_settings, run_pass

@@ -15,8 +15,8 @@ from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.memory.store import MemoryStore
 from rag.index.retrieve import entity_ranking, named_entities, search
-from sync.service import SyncService
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama
@@ -32,7 +32,7 @@ def remembered(tmp_path_factory, use_embedder):
     state = State(settings.state_dir)
     try:
         with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
-            service = SyncService(settings, index, state)
+            service = Parts(settings, index=index, state=state).sync
             try:
                 assert service.run_pass(force=True).ok
             finally:
@@ -110,7 +110,7 @@ def test_facts_are_evidence_cited_to_their_source_note_and_the_trace_shows_them(
             assert answer.grounded and answer.citations[0].note_id == pg_id
             assert answer.citations[0].url == store.note_info("local", pg_id)["url"]  # the note's own link
             why = trace_text(svc.conversations.trace("local", "t:1"))
-            assert "实体 entities: pool_size" in why and "事实 facts: " in why
+            assert "实体 entities: pool_size" in why and "事实 fact: " in why
         finally:
             close(svc, index, store)
 
@@ -192,8 +192,7 @@ def test_without_a_memory_answers_are_as_before(remembered, use_embedder, tmp_pa
     # memory.enabled: false -> the service opens no memory
     off = settings.model_copy(update={"memory": settings.memory.model_copy(update={"enabled": False})})
     index = NoteIndex.open(off, embedder=use_embedder)
-    svc = AnswerService.from_settings(off.model_copy(update={"ollama": off.ollama.model_copy(update={"enabled": False})}),
-                                      index)
+    svc = Parts(off.model_copy(update={"ollama": off.ollama.model_copy(update={"enabled": False})}), index=index).answers
     try:
         assert svc.memory is None
     finally:

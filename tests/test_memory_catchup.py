@@ -13,8 +13,8 @@ from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from sync.memory_jobs import MemoryJobs
-from sync.service import SyncService
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote
@@ -42,7 +42,7 @@ def world(monkeypatch, tmp_path, use_embedder):
         )
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-        service = SyncService(settings, index, state, scheduled=True)
+        service = Parts(settings, index=index, state=state, scheduled=True).sync
         answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
         try:
             yield leanote, ollama, settings, service, answers

@@ -17,7 +17,8 @@ from rag.model import Note
 from sync.daemon.main import main
 from rag.llm import OllamaChat
 from rag.errors import UserError
-from rag.memory.store import MemoryStore, NoteInfo, correction_id, correction_target
+from rag.memory.rows import NoteInfo, correction_id, correction_target
+from rag.memory.store import MemoryStore
 from sync.memory_jobs import MemoryJobs
 
 from conftest import THREADS

@@ -38,8 +38,8 @@ from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore, path_for
 from sync.daemon.host import Daemon
-from sync.service import SyncService
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import SCENARIO, make_settings, run_pass, within
 from fakes.leanote import FakeLeanote
@@ -67,8 +67,7 @@ async def memory_api(sock: str, *paths: str) -> list[tuple[int, str]]:
 
 async def doors(daemon, sock: str) -> dict[str, str]:
     """What each door shows Alice about Atlas, the pool note and the trashed note's id."""
-    settings = daemon.settings
-    out = {"about": (await about_reply(settings, ALICE, "Atlas", index=daemon.index)).text,
+    out = {"about": (await about_reply(daemon, ALICE, "Atlas")).text,
            "related note": (await related_reply(daemon, ALICE, A_POOL)).text,
            "related question": (await related_reply(daemon, ALICE, "Atlas 数据库 连接池")).text}
     for path, (status, body) in zip(
@@ -189,7 +188,7 @@ def locked(settings):
 def sync_service(settings, embedder):
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=embedder)
-    service = SyncService(settings, index, state, scheduled=True)
+    service = Parts(settings, index=index, state=state, scheduled=True).sync
     try:
         yield service
     finally:
@@ -396,7 +395,7 @@ def nothing_of_the_diary(cfg: Path, when: str) -> None:
 def test_answers_kept_before_the_upgrade_also_stop_naming_a_note_that_left_the_index(tmp_path):
     """A feedback store written by the version before ``named`` existed: the migration finds
     the notes its answers name, and the note's removal reaches them too."""
-    from rag.answer.service import Answer, Candidate, Citation, Trace
+    from rag.answer.types import Answer, Candidate, Citation, Trace
     from rag.answer.feedback import FORGOTTEN, GONE_TITLE, MIGRATIONS, FeedbackStore
     from rag.sqlite import open_db
 

@@ -359,11 +359,11 @@ def test_status_shows_jobs_and_facts(world, settings_factory):
         store.fail_job(job, "Ollama did not answer in time", (0, 0, 0, 0))
     store.replace_note("u1", "n2", "h2", [])
     store.enqueue_llm("u1", "n2", "h2", POSTGRES)
-    store.close()
-    counts = memory_counts(settings, None)["llm"]
+    counts = memory_counts(settings, store, None)["llm"]
     assert counts["jobs_pending"] == 1 and counts["jobs_parked"] == 1
     assert counts["parked"][0]["error"] == "Ollama did not answer in time"
-    assert memory_counts(settings, ["u2"])["llm"]["jobs_pending"] == 0
+    assert memory_counts(settings, store, ["u2"])["llm"]["jobs_pending"] == 0
+    store.close()
 
 
 # --- the LLM's typed entities ------------------------------------------------------------------
@@ -423,9 +423,9 @@ def test_names_are_found_whitespace_and_case_aside_and_kinds_are_normalised():
 
 
 def test_the_cli_kind_choice_takes_the_llm_kinds():
-    from rag import cli
+    from sync.daemon.cli import memory
 
-    kind = next(p for p in cli.entities.params if p.name == "kind")
+    kind = next(p for p in memory.entities.params if p.name == "kind")
     assert {"project", "tool", "person", "organization", "term"} <= set(kind.type.choices)
 
 

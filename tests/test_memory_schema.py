@@ -7,7 +7,9 @@ from __future__ import annotations
 import sqlite3
 
 from rag.memory.entities import norm
-from rag.memory.store import MIGRATIONS, MemoryStore, correction_id, correction_target
+from rag.memory.rows import correction_id, correction_target
+from rag.memory.schema import MIGRATIONS
+from rag.memory.store import MemoryStore
 from rag.sqlite import migrate
 
 OLD = 2  # the schema version before correction_log was a migration

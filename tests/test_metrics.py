@@ -17,11 +17,11 @@ from bot.telegram import service as telegram_service
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from rag.metrics import Metrics, StateSnapshot, UserCounts
+from sync.daemon.metrics import Metrics, StateSnapshot, UserCounts
 from sync.daemon.host import Daemon
 from sync.daemon.metrics_wiring import attach_metrics
-from sync.service import SyncService
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import SCENARIO, free_port, make_settings, within
 from fakes.leanote import FakeLeanote
@@ -66,7 +66,7 @@ def served(tmp_path, use_embedder, ollama):
                              answer={"first_token_budget": 5.0}, rerank={"kind": "none"})
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-    sync = SyncService(settings, index, state, clock=lambda: NOW)
+    sync = Parts(settings, index=index, state=state, clock=lambda: NOW).sync
     answers = AnswerService(settings, index, chat=OllamaChat(settings.ollama))
     metrics = Metrics()
     attach_metrics(metrics, sync, answers, settings.state_dir)
@@ -233,7 +233,7 @@ def test_a_failing_account_reports_its_lag_and_failure_until_it_recovers(tmp_pat
         )
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-        sync = SyncService(settings, index, state, clock=lambda: clock[0], rng=lambda: 0.5)
+        sync = Parts(settings, index=index, state=state, clock=lambda: clock[0], rng=lambda: 0.5).sync
         metrics = Metrics(process=False)
         attach_metrics(metrics, sync, None, settings.state_dir)
         account = {"source": sync.source.name, "account": "alice@example.com"}
@@ -286,7 +286,7 @@ def test_an_account_that_was_never_reached_is_failing_without_a_lag(tmp_path, mo
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
     try:
-        sync = SyncService(settings, index, state, clock=lambda: NOW)
+        sync = Parts(settings, index=index, state=state, clock=lambda: NOW).sync
         metrics = Metrics(process=False)
         attach_metrics(metrics, sync, None, settings.state_dir)
         assert not sync.run_pass().ok

@@ -100,7 +100,7 @@ def test_threshold_and_users(tmp_path, use_embedder):
 
 
 def _info(rec):
-    from rag.memory.store import NoteInfo
+    from rag.memory.rows import NoteInfo
 
     return NoteInfo(rec.title, rec.notebook, f"http://x/note/{rec.note_id}")
 

@@ -9,11 +9,11 @@ import asyncio
 import pytest
 
 from rag.answer import rerank
-from rag.answer.service import AnswerService
 from rag.config import RerankConfig
 from rag.errors import ModelMissing
 from rag.index.note_index import NoteIndex
 from rag.model import Hit
+from sync.daemon.root import Parts
 
 pytest.importorskip("torch", reason="needs the [models] extra")
 
@@ -107,7 +107,7 @@ def test_answer_service_reranks_and_traces(tiny_model, tmp_path, use_embedder):
     source = open_source(settings)
     with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
         Indexer(index, state, source.name).run(source.notes())
-        service = AnswerService.from_settings(settings, index)
+        service = Parts(settings, index=index).answers
         answer = asyncio.run(service.ask("番茄炒蛋怎么做？", "local"))
         service.close()
     state.close()
@@ -122,5 +122,5 @@ def test_a_reranker_that_cannot_load_is_reported_and_skipped(tmp_path, use_embed
 
     settings = make_settings(tmp_path, rerank={"kind": "flagembedding", "model": "BAAI/no-such-reranker"})
     with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
-        service = AnswerService.from_settings(settings, index)
+        service = Parts(settings, index=index).answers
     assert service.reranker is None and "not on this machine" in service.rerank_unavailable

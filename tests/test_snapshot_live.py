@@ -28,11 +28,11 @@ from rag.errors import UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
 from sync.daemon.host import Daemon
-from sync.service import SyncService
 from sync.sources.files import stable_id
 from sync.sources.mongodump import MongodumpSource
 from sync.state import State
 from sync.watch import watch
+from sync.daemon.root import Parts
 
 from conftest import SCENARIO, THREADS, make_settings, within
 from fakes.ollama import FakeOllama
@@ -328,7 +328,7 @@ def files_service(notes_dir, tmp_path, use_embedder):
     settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes_dir)})
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     yield service, notes_dir
     service.close()
     index.close()
@@ -453,7 +453,7 @@ def backups(tmp_path, use_embedder):
     holder = {}
 
     def open_service():
-        holder["service"] = SyncService(settings, index, state)
+        holder["service"] = Parts(settings, index=index, state=state).sync
         return holder["service"]
 
     yield folder, settings, open_service
@@ -530,7 +530,7 @@ def test_a_single_backup_file_is_extracted_again_only_when_it_changes(tmp_path, 
     settings = make_settings(tmp_path, source={"kind": "mongodump", "path": str(archive)})
     state = State(settings.state_dir)
     with NoteIndex.open(settings, create=True, embedder=use_embedder) as index:
-        service = SyncService(settings, index, state)
+        service = Parts(settings, index=index, state=state).sync
         assert service.run_pass().summary.added == 2
         st = archive.stat()
         archive.write_bytes(b"\x00" * st.st_size)  # same size and mtime: not opened

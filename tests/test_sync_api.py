@@ -10,9 +10,9 @@ import pytest
 from rag.errors import AuthFailed, Unavailable
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.service import SyncService
 from sync.sources.leanote_api import LeanoteApi, usn_pages
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote
@@ -73,8 +73,8 @@ def world(leanote, tmp_path, use_embedder):
         if not opened:
             opened["state"] = State(settings.state_dir)
             opened["index"] = NoteIndex.open(settings, create=True, embedder=use_embedder)
-            opened["service"] = SyncService(settings, opened["index"], opened["state"], clock=clock, rng=lambda: 0.5,
-                                            scheduled=True)  # as in the daemon: passes repeat
+            opened["service"] = Parts(settings, index=opened["index"], state=opened["state"], clock=clock,
+                                      rng=lambda: 0.5, scheduled=True).sync  # as in the daemon: passes repeat
         return opened["service"].run_pass(reconcile=reconcile, force=force)
 
     def find(query, user=ALICE, k=10):
@@ -341,7 +341,7 @@ def test_reconcile_applies_changed_privacy_rules(leanote, world, use_embedder):
     new = settings.model_copy(update={"exclude": settings.exclude.model_copy(update={"notebooks": ["工作"]})})
     opened["state"] = State(new.state_dir)
     opened["index"] = NoteIndex.open(new, create=True, embedder=use_embedder)
-    opened["service"] = SyncService(new, opened["index"], opened["state"])
+    opened["service"] = Parts(new, index=opened["index"], state=opened["state"]).sync
     result = opened["service"].run_pass()
     assert result.summary.added == 1 and result.summary.deleted == 1
     assert find("WAS-PRIVATE-17")[0].title == "日记"

@@ -21,8 +21,8 @@ import pytest
 
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.service import SyncService
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import SHARED, make_settings
 from fakes.leanote import FakeLeanote
@@ -65,7 +65,7 @@ def test_change_batch_lands_and_only_changed_chunks_are_embedded(servers, tmp_pa
     settings = api_settings(tmp_path, leanote.url, ollama.url)
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True)
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     try:
         assert service.run_pass().ok
         before = {k for (keys,) in state.db.execute("SELECT chunk_keys FROM notes") for k in json.loads(keys)}
@@ -411,7 +411,7 @@ def test_kills_mid_sync_leave_the_rankings_of_an_undisturbed_sync(servers, tmp_p
     rnd = random.Random(18)
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True)
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     try:
         # 1. the full sync (~30 embedding batches): killed three times, at seeded batches of each
         # run (a resumed run asks only for what is not cached), spread over its pages

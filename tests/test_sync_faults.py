@@ -17,10 +17,10 @@ from bson import Binary, ObjectId
 from rag.errors import Unavailable
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.service import SyncService
 from sync.sources.leanote_api import LeanoteApi
 from sync.sources.mongodb import MongoSource
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote
@@ -37,7 +37,7 @@ def nid() -> str:
 def opened(settings, use_embedder, source=None):
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-    service = SyncService(settings, index, state, rng=lambda: 0.5)
+    service = Parts(settings, index=index, state=state, rng=lambda: 0.5).sync
     if source is not None:
         service.source = source
     return state, index, service
@@ -319,7 +319,7 @@ def test_a_stop_request_ends_a_pass_between_notes_and_the_next_pass_finishes(lea
         indexed = len(state.note_ids())
         assert 0 < indexed < 40
         service.close()
-        again = SyncService(settings, index, state)  # the next start
+        again = Parts(settings, index=index, state=state).sync  # the next start
         assert again.run_pass().ok
         assert len(state.note_ids()) == 40
         assert {h.title for h in search(index, "STOP-TEST-39", ALICE, 3)} >= {"n39"}

@@ -14,9 +14,9 @@ from bson import ObjectId
 from rag.errors import UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.service import SyncService
 from sync.sources.mongodb import MongoSource
 from sync.state import State
+from sync.daemon.root import Parts
 
 from conftest import make_settings
 
@@ -59,7 +59,7 @@ def run_scenario(settings, client, db, use_embedder):
     """Sync, change things the way Leanote does (USN bumps), sync again."""
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-    service = SyncService(settings, index, state)
+    service = Parts(settings, index=index, state=state).sync
     service.source = MongoSource(settings, client=client)
     try:
         first = service.run_pass()

@@ -12,7 +12,7 @@ import pytest
 
 from bot.render import telegram_html, telegram_messages, telegram_sources
 from bot.telegram import service
-from rag.answer.service import Citation
+from rag.answer.types import Citation
 from sync.daemon.host import Daemon
 
 from conftest import SCENARIO, free_port, make_settings, within, until as wait_until

@@ -243,7 +243,7 @@ def test_a_capture_while_leanote_is_down_is_queued_and_written_when_it_is_back(w
         await until(lambda: leanote.notes_titled(USER, "番茄炒蛋怎么做？"))
         await until(lambda: not daemon.capture.pending(f"telegram:{OWNER}"))
         got = await said(tg, OWNER, send=lambda: tg.press(OWNER, OWNER, mid, save))
-        assert "Saved already" in got["text"] and len(leanote.notes_titled(USER, "番茄炒蛋怎么做？")) == 1
+        assert "Already saved" in got["text"] and len(leanote.notes_titled(USER, "番茄炒蛋怎么做？")) == 1
 
     run(settings, tg, scenario)
 
@@ -335,7 +335,7 @@ def test_the_buttons_under_an_answer_are_the_askers_own(world):
         before = len(tg.sent_to(OWNER))
         tg.press(OWNER, GROUP, mid, buttons["save"])
         again = await reply_to(tg, OWNER, before)
-        assert "Saved already" in again["text"] and note["NoteId"] in again["text"]
+        assert "Already saved" in again["text"] and note["NoteId"] in again["text"]
         assert len(leanote.notes) == 1
 
         # an answer id nobody knows (expired): a short alert

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from rag.answer.service import Answer
+from rag.answer.types import Answer
 from rag.config import Settings, prepare_state_dir
 from rag.errors import UserError
 from rag.sqlite import LockedDB

@@ -18,6 +18,10 @@ Every LLM reply teaches the service how fast the model is here (``rag.speed``).
 
 The core returns an ``Answer`` (text, citations with links, timings, a trace of
 why); the CLI and the bots only render it.
+
+Long: the answer pipeline, whose stages share one answer's state (``Turn``: its trace, timings, the
+evidence) and the service's (the LLM's speed, its slots, the conversations); ``ask`` runs them in order,
+each named as the trace's timings name it.
 """
 
 from __future__ import annotations
@@ -27,27 +31,24 @@ import logging
 import re
 import statistics
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from rag.answer import grounding, support
+from rag.answer import support
 
 from rag import limits
 from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
-from rag.config import AnswerConfig, Settings
+from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer import followup
 from rag.answer.evidence import Evidence, build_evidence, header, messages
 from rag.answer.fair import CALLER, FairSlots, Turns
-from rag.answer import links
-from rag.index.excerpt import EXCERPT_CHARS, excerpt, _window
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
@@ -55,16 +56,16 @@ from rag.index.note_index import NoteIndex
 from rag.memory.entities import norm
 from rag.answer.evidence import add_facts
 from rag.index.lexical import search_text, tokenize
-from rag.memory.store import MemoryStore, path_for
-from rag.model import HEADING_SEP, Hit
+from rag.memory.store import MemoryStore
+from rag.model import Hit
 from rag.index.retrieve import entity_ranking, named_entities, search
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import Speed, SpeedBook, Usage
+from rag.answer.conversation import Conversations
+from rag.answer.types import Answer, Candidate, Citation, Trace, citation, extractive
 
 log = logging.getLogger(__name__)
 
-REFUSAL = AnswerConfig().refusal
-MAX_PASSAGES = 3
 # Threads that run searches and the memory's reads for answers: one slow search (waiting on
 # an embedding model, or on SQLite) holds one of them, not everyone's answers. The index
 # (Qdrant Edge), the embedders and the memory (behind its lock) were already used from two
@@ -87,17 +88,7 @@ LLM_UNSUPPORTED_REFUSED_EN = "(The model wrote an answer your notes do not back;
 # Units of an answer that stand on no block were left out of it (``rag.answer.support``).
 LEFT_OUT_ZH = "（另有 {n} 句在你的笔记里找不到依据，已略去。）"
 LEFT_OUT_EN = "({n} sentence(s) the model wrote are not backed by your notes and were left out.)"
-# Extractive passages from notes scoring below this share of the best hit's score are
-# left out: they are what the search found next, not what answers the question.
-MIN_RELATIVE_SCORE = 0.7
 _CJK = re.compile(r"[\u3400-\u9fff]")
-# What kind of answer it was, for machines (``Trace.outcome``; metrics): a grounded LLM
-# answer (cited by the model or by inference: ``Trace.citing``), the LLM refused or said
-# nothing of the evidence so its best passages instead, refused without asking the LLM (no
-# evidence, or a name the notes never mention), the LLM failed so passages instead, no LLM
-# configured so passages, the notes about an entity listed from the memory. ``llm_refused``
-# is kept for answers recorded before ``llm_passages`` (the feedback store, metrics).
-OUTCOMES = ("llm", "llm_passages", "llm_refused", "refused", "fallback", "extractive", "listing")
 MAX_LISTED = 20
 # "Which notes did I write about X": the forms answered by listing the notes that mention X.
 _ABOUT = [re.compile(p, re.I) for p in (
@@ -124,234 +115,6 @@ def notes_about(question: str) -> str | None:
     return None
 
 
-@dataclass
-class Citation:
-    n: int
-    note_id: str
-    title: str
-    notebook: str
-    heading: str
-    url: str
-    excerpt: str
-    score: float
-    # the links the cited passage holds ({"text", "url"}): the only ones the answer may show as
-    # links (rag.answer.links)
-    links: list[dict] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return HEADING_SEP.join(p for p in (self.title, self.heading) if p)
-
-
-@dataclass
-class Candidate:
-    """One retrieved chunk, and what each stage thought of it (for ``--trace``, ``/why``)."""
-
-    point_id: str
-    note_id: str
-    title: str
-    heading: str
-    dense_rank: int | None
-    dense_score: float | None
-    sparse_rank: int | None
-    sparse_score: float | None
-    fused: float
-    rerank: float | None = None
-    evidence: int | None = None  # the evidence block it went into
-
-    def cells(self) -> tuple[str, str, str, str, str]:
-        """dense rank/score, sparse rank/score, fused, rerank, evidence block: as text, for display."""
-        return (
-            f"{self.dense_rank}/{self.dense_score:.3f}" if self.dense_rank else "-",
-            f"{self.sparse_rank}/{self.sparse_score:.1f}" if self.sparse_rank else "-",
-            f"{self.fused:.4f}",
-            f"{self.rerank:.3f}" if self.rerank is not None else "-",
-            f"[{self.evidence}]" if self.evidence else "",
-        )
-
-
-@dataclass
-class Trace:
-    question: str
-    standalone: str
-    candidates: list[Candidate] = field(default_factory=list)
-    rerank: str = ""
-    followup: str = ""  # a follow-up: how it was made standalone (rag.answer.followup), and why so
-    expansion: str = ""  # the LLM's terms and hypothetical answer fused in, or why there were none
-    budget: str = ""  # how the evidence was sized to the LLM's speed here, and what was cut
-    decision: str = ""  # why the answer is what it is
-    llm_error: str | None = None
-    outcome: str = ""  # one of OUTCOMES, set with the decision
-    # What the LLM's reply was (rag.answer.support): "cited" (enough of it stands on the
-    # evidence, and the model marked the blocks), "inferred" (the same, citations from the
-    # blocks its sentences follow), "refused", "uncited" (no sentence stands on the evidence),
-    # "partly" (some do, under support.MIN_SHARE), "nothing" (no words of its own: the
-    # question or the headers back); "" when no LLM answered.
-    citing: str = ""
-    reply: str = ""  # what the LLM wrote, as it wrote it (the answer may show passages instead)
-    # What of the reply stands on the evidence (rag.answer.support): a line, and each unit of
-    # the reply (its text, "supported" / "unsupported" / "filler", its block, its share of own
-    # words in that block, the specifics no evidence holds).
-    support: str = ""
-    units: list[dict] = field(default_factory=list)
-    # The evidence the LLM read: block number (as text) -> its header line and text, so an
-    # answer can be read against it again (``leanote-rag eval --answers``, ``bench/reread.py``).
-    evidence: dict[str, str] = field(default_factory=dict)
-    unknown_names: list[str] = field(default_factory=list)  # named in the question, in no note
-    # The memory's part: entities the question named ("name (kind; notes)") and the facts
-    # that went into the evidence ("[n] subject — predicate — object").
-    entities: list[str] = field(default_factory=list)
-    facts: list[str] = field(default_factory=list)
-    # A citation [n] is evidence block n; each candidate names the block it went into.
-
-
-@dataclass
-class Answer:
-    question: str
-    answer: str
-    used_llm: bool
-    grounded: bool
-    citations: list[Citation] = field(default_factory=list)
-    closest: list[Citation] = field(default_factory=list)  # with a refusal: the nearest notes
-    notice: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    # What the LLM reported for the answer: prompt and output tokens and seconds; and the
-    # prompt's size as estimated beforehand (for the answer eval and the trace).
-    usage: dict[str, float] = field(default_factory=dict)
-    trace: Trace | None = None
-
-    def as_json(self, with_trace: bool = False) -> dict:
-        out = asdict(self)
-        if not with_trace:
-            out.pop("trace")
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Answer":
-        """The answer as ``as_json(with_trace=True)`` wrote it (the daemon's API sends it so)."""
-        trace = data.get("trace")
-        if trace is not None:
-            trace = Trace(**{**trace, "candidates": [Candidate(**c) for c in trace.get("candidates", [])]})
-        return cls(
-            **{**data, "citations": [Citation(**c) for c in data.get("citations", [])],
-               "closest": [Citation(**c) for c in data.get("closest", [])], "trace": trace}
-        )
-
-
-def _citation(n: int, hit_or_block, question: str) -> Citation:
-    text = hit_or_block.text
-    return Citation(
-        n=n,
-        note_id=hit_or_block.note_id,
-        title=hit_or_block.title,
-        notebook=hit_or_block.notebook,
-        heading=hit_or_block.heading,
-        url=hit_or_block.url,
-        excerpt=excerpt(text, question),
-        score=round(hit_or_block.score, 6),
-        links=links.held(text),
-    )
-
-
-def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES, refusal: str = REFUSAL) -> Answer:
-    """The best passage of each of the best notes, numbered, with citations."""
-    by_note: dict[str, list[Hit]] = {}
-    floor = hits[0].score * MIN_RELATIVE_SCORE if hits else 0.0
-    for hit in hits:
-        if hit.score >= floor:
-            by_note.setdefault(hit.note_id, []).append(hit)
-    citations: list[Citation] = []
-    for note_hits in by_note.values():
-        # the note's chunk whose best window matches the question best
-        hit = max(note_hits, key=lambda h: _window(h.text, question, EXCERPT_CHARS)[0])
-        citations.append(_citation(len(citations) + 1, hit, question))
-        if len(citations) >= max_passages:
-            break
-    if not citations:
-        return Answer(question, refusal, used_llm=False, grounded=False)
-    body = "\n\n".join(passage_text(c) for c in citations)
-    return Answer(question, body, used_llm=False, grounded=True, citations=citations)
-
-
-_HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
-
-
-def passage_text(c: Citation) -> str:
-    """A passage as an extractive answer shows it: ``[n]`` and where it is from (the note's
-    title › heading) on a line of its own, then the passage, Markdown as in the note (each
-    door renders it). A heading the passage begins with that the first line already names
-    is left out, so no passage starts with the note's own ``# title``."""
-    lines = c.excerpt.split("\n")
-    first = _HEADING_LINE.match(lines[0].lstrip("…"))
-    if first and first.group(1).strip() in {c.title.strip(), *c.heading.split(HEADING_SEP)} - {""}:
-        lines = lines[1:]
-    text = "\n".join(lines).strip("\n")
-    return f"[{c.n}] {c.label}\n{text}" if text else f"[{c.n}] {c.label}"
-
-
-class Conversations:
-    """What the service remembers of each conversation: recent turns within a character
-    budget and the trace of the last answer, forgotten together after an idle time.
-
-    A conversation is keyed by the Leanote user *and* the caller's conversation id (the
-    bots make that id per person: platform, chat and chat user), so one person's turns
-    and traces can never reach another person's follow-up or ``/why``."""
-
-    def __init__(self, max_chars: int, idle_reset: float, clock: Callable[[], float] = time.monotonic):
-        self.max_chars = max_chars
-        self.idle_reset = idle_reset
-        self.clock = clock
-        self._turns: dict[tuple[str, str], deque[tuple[str, str]]] = {}
-        self._traces: dict[tuple[str, str], Trace] = {}
-        self._seen: dict[tuple[str, str], float] = {}
-
-    def _live(self, key: tuple[str, str]) -> bool:
-        seen = self._seen.get(key)
-        if seen is None:
-            return False
-        if self.clock() - seen > self.idle_reset:
-            self._forget(key)
-            return False
-        return True
-
-    def history(self, user_id: str, conversation: str | None) -> list[tuple[str, str]]:
-        key = (user_id, conversation or "")
-        if conversation is None or not self._live(key):
-            return []
-        return list(self._turns.get(key, ()))
-
-    def trace(self, user_id: str, conversation: str) -> Trace | None:
-        key = (user_id, conversation)
-        return self._traces.get(key) if self._live(key) else None
-
-    def record(self, user_id: str, conversation: str | None, trace: Trace, answer: str | None) -> None:
-        """Keep the last trace, and the turn when ``answer`` is given (grounded answers)."""
-        if conversation is None:
-            return
-        key = (user_id, conversation)
-        self._live(key)  # an idle conversation starts afresh
-        self._traces[key] = trace
-        self._seen[key] = self.clock()
-        if answer is not None and self.max_chars:
-            turns = self._turns.setdefault(key, deque())
-            turns.append((trace.standalone, answer))
-            while turns and sum(len(q) + len(a) for q, a in turns) > self.max_chars:
-                turns.popleft()
-        self._prune()
-
-    def reset(self, user_id: str, conversation: str) -> None:
-        self._forget((user_id, conversation))
-
-    def _forget(self, key: tuple[str, str]) -> None:
-        self._turns.pop(key, None)
-        self._traces.pop(key, None)
-        self._seen.pop(key, None)
-
-    def _prune(self) -> None:
-        """Idle conversations go, so memory does not grow with every person ever seen."""
-        if len(self._seen) > 256:
-            for key in [k for k, seen in self._seen.items() if self.clock() - seen > self.idle_reset]:
-                self._forget(key)
 
 
 def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
@@ -424,6 +187,39 @@ SOURCES_FIRST = 3
 REPLY_KEPT = 4000  # characters of the LLM's reply kept in the trace
 
 
+@dataclass
+class Turn:
+    """One answer under way: who asks, in which conversation, what the stages found (the
+    question as cut, the standalone question, the trace) and when each stage ended."""
+
+    user_id: str
+    conversation: str | None
+    on_token: "OnToken | None"
+    on_sources: "OnSources | None"
+    question: str = ""
+    standalone: str = ""
+    trace: Trace | None = None
+    shown_sources: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def mark(self, stage: str) -> None:
+        """The stage ended now: milliseconds since the question came (``Answer.timings_ms``)."""
+        self.timings[stage] = round(self.elapsed() * 1000, 1)
+
+
+@dataclass
+class Prepared:
+    """The evidence an answer's LLM reads: the plan of its size, the blocks, the prompt."""
+
+    plan: "Plan"
+    blocks: list
+    prompt: list[dict]
+
+
 class AnswerService:
     """The one answer pipeline, shared by the CLI and both bots."""
 
@@ -440,10 +236,10 @@ class AnswerService:
     ):
         """``one_shot``: one command's question (the CLI shows why the LLM failed itself),
         not a service whose log is the operator's window. ``memory``: the memory of the
-        notes to answer with (None: answers as without one)."""
+        notes to answer with (None: answers as without one). The parts are the caller's
+        (``sync.daemon.root.Parts`` builds them); ``close`` closes the reranker it wraps."""
         self.one_shot = one_shot
         self.memory = memory
-        self._own_memory = False
         self.settings = settings
         self.index = index
         self.chat = chat
@@ -479,33 +275,10 @@ class AnswerService:
         finally:
             self.answers_waiting_or_writing -= 1
 
-    @classmethod
-    def from_settings(cls, settings: Settings, index: NoteIndex, one_shot: bool = False) -> "AnswerService":
-        """Load the configured reranker and LLM. A reranker that cannot be loaded is
-        reported once and answering goes on without it."""
-        reranker, why = None, ""
-        try:
-            reranker = rerank_mod.load(settings.rerank)
-        except UserError as err:
-            why = str(err)
-            log.warning("answering without a reranker: %s", err)
-        memory = None
-        if settings.memory.enabled and path_for(settings).exists():  # never made here: the indexer makes it
-            try:
-                memory = MemoryStore.open_for(settings)
-            except LeanoteRagError as err:
-                log.warning("answering without the memory of the notes: %s", err)
-        service = cls(settings, index, chat=llm_mod.load(settings.ollama), reranker=reranker, rerank_unavailable=why,
-                      one_shot=one_shot, memory=memory)
-        service._own_memory = memory is not None
-        return service
-
     def close(self) -> None:
         self.speeds.flush()
         if self.reranker:
             self.reranker.close()
-        if self._own_memory and self.memory is not None:
-            self.memory.close()
         self._search_pool.shutdown(wait=False)
 
     # --- the pipeline ---------------------------------------------------------------------
@@ -543,65 +316,102 @@ class AnswerService:
 
     async def _ask(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
                    on_sources: OnSources | None) -> Answer:
-        cfg = self.settings.answer
-        started = time.perf_counter()
-        timings: dict[str, float] = {}
+        """The answer in stages, each named as the trace's timings name it; a stage that ends
+        the answer (a listing, a refusal, the passages) returns it."""
+        turn = await self._understand(question, user_id, conversation, on_token, on_sources)
+        listed = await self._listed(turn)
+        if listed is not None:
+            return listed
+        hits, facts = await self._retrieve(turn)
+        hits, scores = await self._rerank(turn, hits)
+        top = hits[: self.settings.answer.top_k]
+        refused = await self._refused(turn, hits, top, scores)
+        if refused is not None:
+            return refused
+        evidence = await self._evidence(turn, top, facts)
+        if isinstance(evidence, Answer):  # the LLM failed while its speed was measured
+            return evidence
+        passages = self._without_llm(turn, top, evidence.plan)
+        if passages is not None:
+            return passages
+        return await self._generate(turn, top, evidence)
 
-        def mark(name: str) -> None:
-            timings[name] = round((time.perf_counter() - started) * 1000, 1)
+    # --- the stages of an answer -----------------------------------------------------------
 
-        # Every step below (memory, retrieval, the history, the prompt) reads at most this.
-        most = self.settings.limits.question_chars
-        question, _ = limits.cut(question, most)
+    async def _understand(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
+                          on_sources: OnSources | None) -> "Turn":
+        """``rewrite``: the question cut to ``limits.question_chars`` (every stage reads at most
+        that), and a follow-up made standalone from the conversation's history."""
+        turn = Turn(user_id, conversation, on_token, on_sources)
+        question, _ = limits.cut(question, self.settings.limits.question_chars)
         if not question:
             raise UserError("the question is empty")
         history = self.conversations.history(user_id, conversation)
         standalone, follow = question, ""
         if history and followup.is_follow_up(question):
-            standalone, follow = await self._standalone(history, question, most)
-            mark("rewrite")
-        trace = Trace(question, standalone, followup=follow)
+            standalone, follow = await self._standalone(history, question, self.settings.limits.question_chars)
+            turn.mark("rewrite")
+        turn.question, turn.standalone = question, standalone
+        turn.trace = Trace(question, standalone, followup=follow)
+        return turn
 
-        about = notes_about(standalone) if self.memory is not None else None
-        if about:
-            listing = await self.in_search_thread(self._listing, question, about, user_id, trace)
-            if listing is not None:
-                mark("retrieve")
-                return self._finish(listing, user_id, conversation, trace, timings, started)
+    async def _listed(self, turn: "Turn") -> Answer | None:
+        """"Which notes did I write about X": the memory's list, without the LLM."""
+        about = notes_about(turn.standalone) if self.memory is not None else None
+        if not about:
+            return None
+        listing = await self.in_search_thread(self._listing, turn.question, about, turn.user_id, turn.trace)
+        if listing is None:
+            return None
+        turn.mark("retrieve")
+        return self._end(turn, listing)
 
-        k = max(self.settings.rerank.candidates, cfg.top_k)
-        entities, facts = await self.in_search_thread(self._remembered, standalone, user_id, k, trace)
-        wait, why_not = self._expansion_wait(standalone, time.perf_counter() - started)
-        person = f"{user_id}\x00{conversation or ''}"
+    async def _retrieve(self, turn: "Turn") -> tuple[list[Hit], list[dict]]:
+        """``retrieve``: the entities and facts the memory knows of the question, hybrid search
+        (with the LLM's expansion fused in when it came in time); the candidates go into the
+        trace. Also the facts about the entities it names, for the evidence."""
+        trace, standalone = turn.trace, turn.standalone
+        k = max(self.settings.rerank.candidates, self.settings.answer.top_k)
+        entities, facts = await self.in_search_thread(self._remembered, standalone, turn.user_id, k, trace)
+        wait, why_not = self._expansion_wait(standalone, turn.elapsed())
+        person = f"{turn.user_id}\x00{turn.conversation or ''}"
         expanding = asyncio.create_task(self._expand(standalone, wait, person)) if wait else None
-        hits = await self.in_search_thread(partial(search, self.index, standalone, user_id, k, entities=entities))
+        hits = await self.in_search_thread(partial(search, self.index, standalone, turn.user_id, k, entities=entities))
         if expanding is not None:  # it ran while the first retrieval ran; its rankings join the fusion
-            expansion, trace.expansion = await self._expansion(expanding, wait - (time.perf_counter() - started))
+            expansion, trace.expansion = await self._expansion(expanding, wait - turn.elapsed())
             if expansion is not None:
                 hits = await self.in_search_thread(
-                    partial(search, self.index, standalone, user_id, k, expansion=(expansion.terms, expansion.answer),
+                    partial(search, self.index, standalone, turn.user_id, k, expansion=(expansion.terms, expansion.answer),
                             entities=entities))
         else:
             trace.expansion = why_not
-        mark("retrieve")
+        turn.mark("retrieve")
         trace.candidates = [
             Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,
                       h.sparse_score, round(h.score, 6))
             for h in hits
         ]
-        rerank_scores: dict[str, float] = {}
-        if self.reranker and hits:
-            outcome = await asyncio.to_thread(self.reranker.rerank, standalone, hits)
-            hits, rerank_scores, trace.rerank = outcome.hits, outcome.scores, outcome.note
-            for c in trace.candidates:
-                c.rerank = rerank_scores.get(c.point_id)
-            mark("rerank")
-        else:
-            trace.rerank = self.rerank_unavailable or "no reranker configured"
-        top = hits[: cfg.top_k]
+        return hits, facts
 
-        if cfg.refuse_unknown_names and hits:
-            unknown = await self.in_search_thread(self._unknown_names, standalone, user_id, hits)
+    async def _rerank(self, turn: "Turn", hits: list[Hit]) -> tuple[list[Hit], dict[str, float]]:
+        """``rerank``: the candidates in the reranker's order, within its time budget."""
+        trace = turn.trace
+        if not (self.reranker and hits):
+            trace.rerank = self.rerank_unavailable or "no reranker configured"
+            return hits, {}
+        outcome = await asyncio.to_thread(self.reranker.rerank, turn.standalone, hits)
+        hits, scores, trace.rerank = outcome.hits, outcome.scores, outcome.note
+        for c in trace.candidates:
+            c.rerank = scores.get(c.point_id)
+        turn.mark("rerank")
+        return hits, scores
+
+    async def _refused(self, turn: "Turn", hits: list[Hit], top: list[Hit], scores: dict[str, float]) -> Answer | None:
+        """The refusal without asking the LLM: a name the notes never mention
+        (``answer.refuse_unknown_names``), or evidence too weak to be about the question."""
+        trace, question, standalone = turn.trace, turn.question, turn.standalone
+        if self.settings.answer.refuse_unknown_names and hits:
+            unknown = await self.in_search_thread(self._unknown_names, standalone, turn.user_id, hits)
             if unknown:
                 shown = [as_written(standalone, n) for n in unknown]
                 trace.unknown_names = shown
@@ -611,56 +421,68 @@ class AnswerService:
                 answer = self._refusal(question, top)
                 answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
-                return self._finish(answer, user_id, conversation, trace, timings, started)
-
-        weak = self._too_weak(standalone, hits, rerank_scores)
+                return self._end(turn, answer)
+        weak = self._too_weak(standalone, hits, scores)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
-            answer = self._refusal(question, top)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._end(turn, self._refusal(question, top))
+        return None
 
-        shown_sources = False
+    async def _evidence(self, turn: "Turn", top: list[Hit], facts: list[dict]) -> "Prepared | Answer":
+        """``sources`` (when the model's speed is not known yet: shown first, then the speed
+        measured with a short reply) and the evidence cut to what the LLM reads here within the
+        budget (``budget`` in the trace). An answer when the LLM failed while it was measured."""
+        cfg, trace = self.settings.answer, turn.trace
         if self.chat is not None and not self.speeds.get(self.chat.model).read_tps:
             # The first answer with this model here: the sources now, then the model's speed
             # measured with a short reply (its fixed instructions, which Ollama then keeps in
             # its prompt cache for the answer), so the evidence is sized to it.
-            if on_sources is not None:
-                await _call(on_sources, self._sources(question, build_evidence(top, cfg)))
-            shown_sources = True
-            mark("sources")
+            if turn.on_sources is not None:
+                await _call(turn.on_sources, self._sources(turn.question, build_evidence(top, cfg)))
+            turn.shown_sources = True
+            turn.mark("sources")
             try:
-                trace.budget = await self._measure(standalone)
+                trace.budget = await self._measure(turn.standalone)
             except (Unavailable, ModelMissing) as err:
-                return self._finish(self._llm_down(question, top, trace, err), user_id, conversation, trace,
-                                    timings, started)
-        plan = self._plan(standalone, top, time.perf_counter() - started)
-        blocks, prompt, used = self._fit(standalone, top, plan, facts)
+                return self._end(turn, self._llm_down(turn.question, top, trace, err))
+        plan = self._plan(turn.standalone, top, turn.elapsed())
+        blocks, prompt, used = self._fit(turn.standalone, top, plan, facts)
         trace.facts = [f"[{n}] {f['subject']} — {f['predicate']} — {f['object']}" for n, f in used]
         trace.budget = "; ".join(p for p in (trace.budget, plan.note) if p)
         trace.evidence = {str(b.n): f"{header(b)}\n{b.text}" for b in blocks}
         by_point = {pid: b.n for b in blocks for pid in b.point_ids}
         for c in trace.candidates:
             c.evidence = by_point.get(c.point_id)
+        return Prepared(plan, blocks, prompt)
+
+    def _without_llm(self, turn: "Turn", top: list[Hit], plan: Plan) -> Answer | None:
+        """The passages as the answer: no LLM configured, or one too slow here to read even the
+        best passage and answer within ``ollama.timeout``."""
+        trace, question, refusal = turn.trace, turn.question, self.settings.answer.refusal
         if self.chat is None:
             trace.decision = "no LLM configured (ollama.enabled: false): extractive answer"
             trace.outcome = "extractive"
-            answer = extractive(question, top, refusal=cfg.refusal)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._end(turn, extractive(question, top, refusal=refusal))
         if plan.too_slow:
             # Not even the best passage can be read and answered within ollama.timeout here:
             # the passages, rather than a guess from a scrap or an answer cut off by the timeout.
             trace.decision, trace.outcome = f"{plan.too_slow}: extractive answer", "fallback"
-            answer = extractive(question, top, refusal=cfg.refusal)
+            answer = extractive(question, top, refusal=refusal)
             answer.notice = _language_notice(question, TOO_SLOW_ZH, TOO_SLOW_EN)
-            return self._finish(answer, user_id, conversation, trace, timings, started)
+            return self._end(turn, answer)
+        return None
 
-        if on_sources is not None and not shown_sources:
-            await _call(on_sources, self._sources(question, blocks))
-        if not shown_sources:
-            mark("sources")
-        # The reply passes to the person one checked unit at a time (rag.answer.support): a
-        # sentence the evidence does not hold is never on screen, not even for a moment.
-        gate = support.Gate(support.Checker(standalone, {b.n: (header(b), b.text) for b in blocks}))
+    async def _generate(self, turn: "Turn", top: list[Hit], evidence: "Prepared") -> Answer:
+        """``first_token`` and the rest: the LLM's reply streamed to the person one checked
+        unit at a time (``rag.answer.support``: a sentence the evidence does not hold is never
+        on screen, not even for a moment), then read for what it stands on; the passages
+        when the LLM fails."""
+        trace, plan, blocks, prompt = turn.trace, evidence.plan, evidence.blocks, evidence.prompt
+        if turn.on_sources is not None and not turn.shown_sources:
+            await _call(turn.on_sources, self._sources(turn.question, blocks))
+        if not turn.shown_sources:
+            turn.mark("sources")
+        gate = support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks}))
         parts: list[str] = []  # what the LLM wrote
         usage = Usage()
         asked = first_at = None
@@ -668,31 +490,33 @@ class AnswerService:
             async with self.llm_slot():
                 asked = time.perf_counter()
                 async for piece in self._stream(prompt, usage, plan.options):
-                    if "first_token" not in timings:
-                        mark("first_token")
+                    if "first_token" not in turn.timings:
+                        turn.mark("first_token")
                         first_at = time.perf_counter()
                     parts.append(piece)
                     out = gate.feed(piece)
                     if out:
-                        await _call(on_token, out)
+                        await _call(turn.on_token, out)
             tail = gate.flush()
             if tail:
-                await _call(on_token, tail)
+                await _call(turn.on_token, tail)
         except (Unavailable, ModelMissing) as err:
             waited = time.perf_counter() - asked if asked is not None else 0.0
             if isinstance(err, Unavailable) and not usage.reported and waited >= self.settings.ollama.timeout * 0.5:
                 # cut short by the timeout while the model read or wrote: what that says of its speed
                 self.speeds.cut_short(self.chat.model, plan.prompt_tokens(prompt), waited,
                                       first_at - asked if first_at is not None else None)
-            return self._finish(self._llm_down(question, top, trace, err), user_id, conversation, trace, timings,
-                                started)
+            return self._end(turn, self._llm_down(turn.question, top, trace, err))
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = self._grounded(question, standalone, text, gate.result, blocks, top, trace)
+        answer = self._grounded(turn.question, turn.standalone, text, gate.result, blocks, top, trace)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
-        return self._finish(answer, user_id, conversation, trace, timings, started)
+        return self._end(turn, answer)
+
+    def _end(self, turn: "Turn", answer: Answer) -> Answer:
+        return self._finish(answer, turn.user_id, turn.conversation, turn.trace, turn.timings, turn.started)
 
     # --- the memory of the notes (rag.memory.store) ----------------------------------------------
 
@@ -982,7 +806,7 @@ class AnswerService:
         for hit in top:
             if hit.note_id not in seen and len(closest) < self.settings.answer.closest_notes:
                 seen.add(hit.note_id)
-                closest.append(_citation(len(closest) + 1, hit, question))
+                closest.append(citation(len(closest) + 1, hit, question))
         return Answer(question, self.settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
 
     def _grounded(self, question: str, standalone: str, text: str, check: support.Check, blocks: list[Evidence],
@@ -1000,7 +824,7 @@ class AnswerService:
         trace.citing = support.verdict(text, check, refusal)
         by_n = {b.n: b for b in blocks}
         if trace.citing in ("cited", "inferred"):
-            citations = [_citation(n, by_n[n], question) for n in check.cited]
+            citations = [citation(n, by_n[n], question) for n in check.cited]
             marks = " ".join(f"[{n}]" for n in check.cited)
             trace.decision = (f"answered by the LLM, citing {marks}" if trace.citing == "cited" else
                               f"answered by the LLM without markers; cited by what its sentences follow: {marks}")
@@ -1041,7 +865,7 @@ class AnswerService:
         for b in blocks:
             if b.note_id not in seen and len(out) < SOURCES_FIRST:
                 seen.add(b.note_id)
-                out.append(_citation(b.n, b, question))
+                out.append(citation(b.n, b, question))
         return out
 
     def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:

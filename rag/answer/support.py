@@ -30,6 +30,9 @@ only once it is complete and checked, so nothing unsupported is ever on screen.
 Words are the search index's terms (``rag.index.lexical.tokenize``: jieba's words, Latin words
 and their parts, numbers) less single CJK characters; a block holds a word when its terms or its
 text do (so a word cut differently in the note still counts).
+
+Long: one algorithm, the sentence-by-sentence check of a reply against its evidence, with its tables
+of words.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ object, labelled with the predicate, carrying the fact's correction id and statu
 from __future__ import annotations
 
 from rag.memory.entities import norm
-from rag.memory.store import MemoryStore, correction_id, correction_target
+from rag.memory.rows import correction_id, correction_target
+from rag.memory.store import MemoryStore
 
 MAX_NOTES = 15  # notes around an entity
 MAX_ENTITIES = 12  # entities around a note

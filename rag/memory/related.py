@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from rag.memory.entities import LLM_KINDS, norm
+from rag.memory.rows import correction_id, correction_target
 from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.index.retrieve import named_entities
@@ -223,8 +224,28 @@ def for_text(memory: MemoryStore, user_id: str, question: str, hits: Sequence[Hi
         for r in memory.related_of(user_id, note_id):
             score = round(found["score"] * min(1.0, r["score"]), 4)
             if score >= min_score and (r["note_id"] not in out or out[r["note_id"]]["score"] < score):
-                out[r["note_id"]] = {**r, "score": score, "reasons": {**r["reasons"], "via": note_id}}
+                out[r["note_id"]] = {**r, "score": score, "reasons": {**r["reasons"], "via": note_id},
+                                     "pair_id": pair_id(user_id, note_id, r["note_id"])}  # the pair it came through
     return sorted(out.values(), key=lambda x: (-x["score"], x["note_id"]))[:k]
+
+
+def pair_id(user_id: str, note_id: str, other: str) -> str:
+    """The id a correction of the related pair takes (``memory reject|confirm``, the buttons)."""
+    return correction_id(user_id, "pair", correction_target("pair", note_id, other))
+
+
+def of_note(memory: MemoryStore, user_id: str, target: str, k: int) -> tuple[dict, list[dict]] | None:
+    """The note ``target`` names (``note_named``: its id, or its title's words) and its best
+    ``k`` related notes, each with the id its pair's correction takes; None when ``target``
+    names no note of the user (it is then a question: ``for_text``). What every door shows
+    for ``related``."""
+    info = note_named(memory, user_id, target)
+    if info is None:
+        return None
+    notes = memory.related_of(user_id, info["note_id"], k)
+    for n in notes:
+        n["pair_id"] = pair_id(user_id, info["note_id"], n["note_id"])
+    return info, notes
 
 
 def _named_shared(memory: MemoryStore, user_id: str, question: str, note_ids: list[str]) -> dict[str, list[dict]]:

@@ -33,6 +33,9 @@ question, query or name over ``limits.question_chars``, refused before any work)
 ``unavailable`` (retry later), 429 ``unavailable`` (the token's rate; ``Retry-After``), 500 ``internal``
 (a bug; see the log). A request line and headers longer than a question of ``limits.question_chars``
 needs get uvicorn's plain 400.
+
+Long: every endpoint of the daemon's HTTP API on one FastAPI app, so its door rules (tokens, whose
+notes, limits) are applied in one place.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from bot.render import NoteLinks, web_html
 from rag.memory import explore
 
 from rag import limits
-from rag.client import check_socket_path
+from sync.daemon.client import check_socket_path
 from rag.config import Settings, secret
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.memory.store import MemoryStore
@@ -68,12 +71,11 @@ from rag.index.retrieve import RETRIEVERS, resolve_user
 from sync.faults import reading_state
 from sync.daemon.guard import AcceptErrors, Episode, Guard, GuardedH11, connection_cap
 from sync.daemon.report import status_report
-from sync.state import State
 
 if TYPE_CHECKING:
     from rag.answer.service import AnswerService
     from rag.index.note_index import NoteIndex
-    from rag.metrics import Metrics
+    from sync.daemon.metrics import Metrics
     from sync.service import PassResult, SyncService
 
 log = logging.getLogger(__name__)
@@ -257,10 +259,16 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
         ready()
         store = daemon.index.store
 
-        def report() -> dict:  # off the event loop, on a connection of its own
-            with contextlib.closing(State(daemon.settings.state_dir)) as state, reading_state(state):
+        def read(state) -> dict:
+            with reading_state(state):
                 # an admin sees every account; anyone else only their own (no other's email or error)
-                body = status_report(daemon.settings, state, store, users=None if who.admin else who.users)
+                return status_report(daemon.settings, state, store, users=None if who.admin else who.users,
+                                     memory=daemon.memory)
+
+        def report() -> dict:  # off the event loop, on the daemon's reading connection
+            body = daemon.reading(read)
+            if body is None:
+                raise HTTPException(503, "the daemon is starting or stopping: try again in a moment")
             if who.admin:  # they name folders and files
                 own = daemon.problems()  # the daemon's word on a kind wins (it says when it tries again)
                 body["problems"] = own + [p for p in body["problems"] if p["kind"] not in {o["kind"] for o in own}]
@@ -312,9 +320,10 @@ def create_app(daemon: Host, auth: "TokenAuth | None" = None) -> FastAPI:
 
     def memory() -> MemoryStore:
         ready()
-        store = daemon.sync.memory if daemon.sync is not None else None
+        store = daemon.memory
         if store is None:
-            raise UserError("the memory is off (memory.enabled: false in the config)")
+            raise UserError("the memory is off (memory.enabled: false in the config)" if not daemon.settings.memory.enabled
+                            else "no memory yet: the first sync pass makes it")
         return store
 
     async def read(work, *args):

@@ -16,12 +16,14 @@ watchdog pings. SIGTERM/SIGINT stop within seconds: the
 scheduler and the bots stop, a running pass is asked to stop (it ends at its next
 note, page or embedding batch, HTTP calls in flight are cut; what it committed
 stays, and the next start carries on), the index is closed.
+
+Long: the daemon's life (open, serve, reload, stop) and the scheduling of passes, which share its
+state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -38,26 +40,27 @@ from apscheduler.triggers.interval import IntervalTrigger
 from rag import config as config_mod
 from rag.answer.service import AnswerService
 from rag.config import Settings
-from rag.client import find_daemon
 from rag.errors import DiskFull, LeanoteRagError, StoreLocked, UserError
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.index.note_index import NoteIndex
-from rag.metrics import Metrics
 from rag.redact import safe_url
 
 from sync.daemon import api
 from sync.daemon.capture import Capture
+from sync.daemon.client import find_daemon
+from sync.daemon.metrics import Metrics
 from sync.faults import ServeLock, check_disk, state_fault
 from sync.memory_jobs import MemoryJobs
 from sync.daemon.metrics_wiring import attach_metrics
 from sync.daemon.notify import Notifier
+from sync.daemon.root import Parts
 from sync.service import PassResult, SyncService
 from sync.state import State
 
 log = logging.getLogger(__name__)
 
 # The long-running parts beside the sync (the chat bots, the file watcher): called with
-# the daemon, they run until it stops. ``sync.daemon.main.services()`` names them.
+# the daemon, they run until it stops. ``sync.daemon.root.services()`` names them.
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
@@ -67,7 +70,7 @@ CHAT_SYNC_WAIT = 600.0  # seconds /sync waits for its pass before it says "still
 class Daemon:
     def __init__(self, settings: Settings, services: list[Service], clock=time.time):
         self.settings = settings
-        self.services = list(services)  # what runs beside the sync (``sync.daemon.main.services``)
+        self.services = list(services)  # what runs beside the sync (``sync.daemon.root.services``)
         self.clock = clock
         self.index: NoteIndex | None = None
         self.answers: AnswerService | None = None
@@ -87,6 +90,7 @@ class Daemon:
         self._reader: State | None = None  # for reads in worker threads, behind _reader_lock
         self._reader_lock = threading.Lock()
         self._user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
+        self.parts: Parts | None = None  # what open() builds (sync.daemon.root), closed together
         self.capture: Capture | None = None  # writing from chat into Leanote (sync.daemon.capture)
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
@@ -97,14 +101,15 @@ class Daemon:
 
     def open(self) -> None:
         try:
-            self.state = State(self.settings.state_dir)
+            self.parts = parts = Parts(self.settings, create=True, scheduled=True, clock=self.clock)
+            self.state = parts.state
             self.state.verify()  # a file with damaged pages would fail every pass: said now, and serve exits
-            self._reader = State(self.settings.state_dir)  # for reads in worker threads
-            self.index = NoteIndex.open(self.settings, create=True)
-            self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
-            self.answers = AnswerService.from_settings(self.settings, self.index)
-            self.capture = Capture(lambda: self.settings, on_written=self._written)
-            self.feedback = FeedbackStore.open_for(self.settings)
+            self._reader = parts.reader  # for reads in worker threads
+            self.index = parts.index
+            self.sync = parts.sync
+            self.answers = parts.answers
+            self.capture = Capture(lambda: self.settings, on_written=self._written, outbox=parts.outbox)
+            self.feedback = parts.feedback
             self._forget_old_feedback()
             attach_metrics(self.metrics, self.sync, self.answers, self.settings.state_dir)
         except BaseException:
@@ -132,13 +137,21 @@ class Daemon:
                 pass
         return False
 
+    @property
+    def memory(self):
+        """The memory as the bots and the API read it (None while off or not made yet)."""
+        return self.parts.memory_to_read if self.parts is not None else None
+
     def close(self) -> None:
-        for part in ("feedback", "capture", "answers", "_reader", "sync", "index", "state"):
-            thing = getattr(self, part, None)
-            if thing is not None:
-                with self._reader_lock if part == "_reader" else contextlib.nullcontext():
-                    thing.close()
-                    setattr(self, part, None)
+        if self.capture is not None:
+            self.capture.close()
+            self.capture = None
+        with self._reader_lock:
+            for part in ("feedback", "answers", "_reader", "sync", "index", "state"):
+                setattr(self, part, None)
+            if self.parts is not None:
+                self.parts.close()
+                self.parts = None
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT (or ``stop()``)."""
@@ -409,6 +422,14 @@ class Daemon:
                 self.sync.fault_until = 0.0
                 self.trigger(debounce=False)
             return
+
+    def reading(self, work):
+        """``work(state)`` on the daemon's reading connection to the state (in a worker
+        thread; one reader at a time), or None while the daemon starts or stops."""
+        with self._reader_lock:
+            if self._reader is None:
+                return None
+            return work(self._reader)
 
     def _next_due(self) -> float | None:
         """The earliest time an account in backoff may run again (in a worker thread)."""

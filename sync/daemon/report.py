@@ -15,7 +15,6 @@ import click
 from rag.redact import safe_url
 from rag.config import Settings
 from rag.memory.store import MemoryStore
-from rag.memory.store import path_for as memory_path
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.speed import meaning
@@ -23,7 +22,8 @@ from rag.index.store import Store
 
 from rag.errors import DiskFull
 
-from sync.daemon.capture import Outbox, account_emails
+from sync.daemon.capture import account_emails
+from sync.daemon.outbox import Outbox
 from sync.faults import check_disk
 from sync.incremental import USN_BACK
 from sync.indexer import Summary
@@ -35,9 +35,11 @@ def when(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts).isoformat(timespec="seconds") if ts else None
 
 
-def status_report(settings: Settings, state: State, store: Store | None, users: Iterable[str] | None = None) -> dict:
-    """The sync and index status. ``store`` None: no index yet. ``users``: only these
-    Leanote users' accounts and counts (a caller who may see only their own)."""
+def status_report(settings: Settings, state: State, store: Store | None, users: Iterable[str] | None = None,
+                  memory: MemoryStore | None = None) -> dict:
+    """The sync and index status. ``store`` None: no index yet; ``memory`` None: no memory
+    (off, or not made yet). ``users``: only these Leanote users' accounts and counts (a
+    caller who may see only their own)."""
     notes = state.counts_by_user()
     accounts = [
         {
@@ -85,7 +87,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
                 for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
         "capture": Outbox.counts_at(settings.state_dir, None if users is None else list(allowed),
                                     account_emails(settings)),
-        "memory": memory_counts(settings, None if users is None else list(allowed)),
+        "memory": memory_counts(settings, memory, None if users is None else list(allowed)),
         "problems": problems(settings) if users is None else [],
     }
 
@@ -167,27 +169,26 @@ def problems(settings: Settings) -> list[dict]:
     return out
 
 
-def memory_counts(settings: Settings, users: list[str] | None) -> dict | None:
+def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[str] | None) -> dict | None:
     """Notes processed by tier, entities and mentions (only these users' if given); None
     without a memory."""
-    if not settings.memory.enabled or not memory_path(settings).exists():
+    if not settings.memory.enabled or memory is None:
         return None
-    with MemoryStore(memory_path(settings)) as memory:
-        if users is None:
-            llm = memory.llm_counts()
-            if llm_wanted(settings) and llm["jobs_pending"]:  # what the backlog means in time here
-                speed = load_speeds(settings.state_dir / SPEED_FILE).get(settings.ollama.model)
-                llm["outlook"] = outlook(settings, *memory.llm_backlog(), settings.ollama.model, speed)
-            return {**memory.counts(), "llm": llm}
-        totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
-        for user in users:
-            c = memory.counts(user)
-            for tier, n in c["notes"].items():
-                totals["notes"][tier] = totals["notes"].get(tier, 0) + n
-            totals["entities"] += c["entities"]
-            totals["mentions"] += c["mentions"]
-        totals["llm"] = _llm_totals([memory.llm_counts(user) for user in users])
-        return totals
+    if users is None:
+        llm = memory.llm_counts()
+        if llm_wanted(settings) and llm["jobs_pending"]:  # what the backlog means in time here
+            speed = load_speeds(settings.state_dir / SPEED_FILE).get(settings.ollama.model)
+            llm["outlook"] = outlook(settings, *memory.llm_backlog(), settings.ollama.model, speed)
+        return {**memory.counts(), "llm": llm}
+    totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
+    for user in users:
+        c = memory.counts(user)
+        for tier, n in c["notes"].items():
+            totals["notes"][tier] = totals["notes"].get(tier, 0) + n
+        totals["entities"] += c["entities"]
+        totals["mentions"] += c["mentions"]
+    totals["llm"] = _llm_totals([memory.llm_counts(user) for user in users])
+    return totals
 
 
 def _llm_totals(parts: list[dict]) -> dict:

@@ -3,7 +3,7 @@ daemon that holds it. Both doors offer the same calls and return the same data, 
 each command is written once and prints the same either way.
 
 ``open_door(settings)`` chooses: a daemon answering on ``api.socket`` means the
-daemon (``rag.client.find_daemon``), else the index is opened here.
+daemon (``sync.daemon.client.find_daemon``), else the index is opened here.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Protocol
 
-from rag.answer.service import Answer, AnswerService, Citation
-from rag.client import DaemonClient, find_daemon, say_door
+from rag.answer.types import Answer, Citation
 from rag.config import Settings
 from rag.errors import Unavailable
 from rag.index.note_index import NoteIndex
-from rag.index.store import open_store
 from rag.model import Hit
 from rag.index.retrieve import search as search_index
+
+from sync.daemon.client import DaemonClient, find_daemon, say_door
+from sync.daemon.root import Parts
 
 
 class Door(Protocol):
@@ -64,15 +65,12 @@ class LocalDoor(_Closing):
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self._index: NoteIndex | None = None
-        self._answers: AnswerService | None = None  # loaded once (a reranker is slow to load) ...
+        self.parts = Parts(settings, one_shot=True)  # each loaded once (a reranker is slow to load) ...
         self._loop: asyncio.AbstractEventLoop | None = None  # ... and asked on one event loop
 
     @property
     def index(self) -> NoteIndex:
-        if self._index is None:
-            self._index = NoteIndex.open(self.settings)
-        return self._index
+        return self.parts.index
 
     def users(self) -> dict[str, int]:
         return self.index.store.count_by_user()
@@ -80,32 +78,27 @@ class LocalDoor(_Closing):
     def held(self, user_id: str, note_ids: list[str]) -> set[str]:
         if not note_ids:
             return set()
-        if self._index is not None:
-            return self.index.store.holding(user_id, note_ids)
-        store = open_store(self.settings.qdrant, self.settings.state_dir, dim=0, create=False)  # no model loaded
-        try:
-            return store.holding(user_id, note_ids)
-        finally:
-            store.close()
+        store = self.parts.store()  # no model loaded for it
+        if store is None:  # nothing indexed yet
+            return set()
+        return store.holding(user_id, note_ids)
 
     def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
         return search_index(self.index, query, user_id, k, retriever=retriever)
 
     def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
             on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
-        if self._answers is None:
-            self._answers = AnswerService.from_settings(self.settings, self.index, one_shot=True)
+        answers = self.parts.answers
+        if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self._answers.ask(question, user_id, on_token=on_token,
+        return self._loop.run_until_complete(answers.ask(question, user_id, on_token=on_token,
                                                                on_sources=on_sources))
 
     def close(self) -> None:
-        if self._answers is not None:
-            self._answers.close()
+        if self._loop is not None:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())  # as asyncio.run ends
             self._loop.close()
-        if self._index is not None:
-            self._index.close()
+        self.parts.close()
 
 
 class DaemonDoor(_Closing):

@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from rag.answer.service import OUTCOMES, Answer
+from rag.answer.types import OUTCOMES, Answer
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,18 @@
+"""``leanote-rag``'s command line: one group, its commands in three modules.
+
+- ``app``: what every command gets (``App``), logging, and how the program exits;
+- ``notes``: ``search``, ``ask``, ``eval``, ``feedback``;
+- ``memory``: ``entities``, ``memory``, ``related``;
+- ``service``: ``index``, ``status``, ``serve``, ``doctor``.
+"""
+
+from __future__ import annotations
+
+from sync.daemon.cli import memory, notes, service
+from sync.daemon.cli.app import cli, main
+
+for _command in (notes.search, notes.ask, notes.eval_command, notes.feedback, memory.entities, memory.memory,
+                 memory.related, service.index, service.status, service.serve, service.doctor):
+    cli.add_command(_command)
+
+__all__ = ["cli", "main"]

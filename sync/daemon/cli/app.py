@@ -1,0 +1,179 @@
+"""``leanote-rag``'s command line: what every command gets, and how it exits.
+
+Exit codes: 0 ok; 2 bad config or usage (the message names the fix); 1 a runtime
+failure (a message; the traceback only with ``--debug``); 130 interrupted.
+
+``App`` is what a command gets: the settings (loaded on first use), the person it acts
+for (``--user``), and the program's parts, built once by ``sync.daemon.root``. The
+commands themselves are in ``notes`` (search, ask, eval, feedback), ``memory``
+(entities, memory, related) and ``service`` (index, status, serve, doctor);
+``sync.daemon.cli`` puts them in the group.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+import unicodedata
+from contextlib import closing
+
+import click
+
+from rag import config as config_mod
+from rag.errors import LeanoteRagError, UserError
+from rag.redact import redact_in_logs, safe_url
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import resolve_user
+
+from sync.daemon.door import Door, open_door
+from sync.state import State
+
+log = logging.getLogger("leanote_rag")
+
+def account_user_id(settings, name: str) -> str | None:
+    """The Leanote user id of a ``source.accounts`` account, named by its email (or login
+    name) as ``users:`` takes it: what ``--user`` resolves it to. None when ``name`` is no
+    account; an error when it is one that has not synced yet."""
+    key = name.strip().lower()
+    if settings.source.kind != "leanote_api" or key not in {a.email.strip().lower() for a in settings.source.accounts}:
+        return None
+    if (settings.state_dir / "state.db").exists():
+        with closing(State(settings.state_dir)) as state:
+            found = next((a.user_id for a in state.accounts() if a.account == key and a.user_id), None)
+        if found:
+            return found
+    raise UserError(f"account {name} has not synced yet, so its Leanote user is not known: run `leanote-rag index` "
+                    f"(`leanote-rag status` says why it failed, if it did), or pass its Leanote user id")
+
+
+class App:
+    """What every command gets: the config (loaded on first use) and output helpers."""
+
+    def __init__(self, config_path: str | None, debug: bool, verbose: int = 0, serving: bool = False):
+        self.config_path = config_path
+        self.debug = debug
+        self.verbose = verbose
+        self.serving = serving
+        self._settings: config_mod.Settings | None = None
+
+    @property
+    def settings(self) -> config_mod.Settings:
+        if self._settings is None:
+            self._settings = config_mod.load(self.config_path)
+            if not (self.debug or self.verbose):  # log_level is the daemon's; one-shot commands print results
+                level = logging.getLevelName(self._settings.log_level)
+                logging.getLogger().setLevel(level if self.serving else max(level, logging.WARNING))
+        return self._settings
+
+    def user_id(self, name: str | None) -> str | None:
+        """``--user`` as given: a Leanote user id, or another name of one that ``users:``
+        takes too (the email of a ``source.accounts`` account, once it has synced)."""
+        if not name:
+            return name
+        return account_user_id(self.settings, name) or name
+
+    def pick_user(self, users: dict[str, int], name: str | None) -> str:
+        """Whose notes: ``--user`` (an id or another name of one), or the only user there is."""
+        return resolve_user(users, self.user_id(name))
+
+    def open_index(self, **kwargs) -> NoteIndex:
+        return NoteIndex.open(self.settings, **kwargs)
+
+    def door(self) -> Door:
+        """The notes, through the running daemon if there is one, else opened here."""
+        return open_door(self.settings)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+def _setup_logging(debug: bool, verbose: int = 0, serving: bool = False) -> None:
+    """The daemon (``serve``) logs what it does (INFO: a line per pass and per change of
+    state); a one-shot command prints its results and logs only warnings, unless ``-v``
+    (INFO) or ``-vv`` (DEBUG; ``--debug`` also the libraries' and tracebacks)."""
+    # Under systemd (JOURNAL_STREAM set) journald adds timestamps; a terminal gets them.
+    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if debug or verbose >= 2:
+        level = logging.DEBUG
+    else:
+        level = logging.INFO if verbose or serving else logging.WARNING
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    # Libraries that narrate every request, job or connection: their warnings only, unless --debug.
+    for noisy in ("httpx", "httpcore", "urllib3", "jieba", "apscheduler", "uvicorn", "pymongo", "watchfiles",
+                  "telegram.ext", "discord.gateway", "discord.client"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if debug else logging.WARNING)
+    redact_in_logs()  # no user:password@ of a configured URL in any log line
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml, else {config_mod.SYSTEM_CONFIG})")
+@click.option("--debug", is_flag=True, help="debug logging (the libraries' too) and tracebacks")
+@click.option("-v", "--verbose", count=True, help="log what it does (INFO); -vv: debug. Default: warnings only (serve: log_level)")
+@click.version_option(package_name="leanote-rag")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, debug: bool, verbose: int) -> None:
+    """Ask questions of your Leanote notes."""
+    serving = ctx.invoked_subcommand == "serve"
+    _setup_logging(debug, verbose, serving)
+    ctx.obj = App(config_path, debug, verbose, serving)
+
+
+def print_json(obj) -> None:
+    click.echo(json.dumps(obj, ensure_ascii=False))
+
+
+
+
+def cell(text: str, width: int) -> str:
+    """``text`` on one line, cut and padded to ``width`` terminal columns: CJK characters
+    take two, so a column of Chinese questions lines up with one of English ones."""
+    text = " ".join(text.split())
+    widths = [2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text]
+    used = sum(widths)
+    if used > width:
+        used, cut = 1, 0  # 1: the ellipsis
+        while used + widths[cut] <= width:
+            used += widths[cut]
+            cut += 1
+        text = text[:cut] + "…"
+    return text + " " * (width - used)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config_mod.private_files()  # state.db, the index, the memory...: 0600 whatever the umask
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        # without standalone mode click returns a command's Exit code instead of raising it
+        code = cli.main(args=args, prog_name="leanote-rag", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except UserError as exc:
+        click.echo(safe_url(f"error: {exc}"), err=True)
+        return 2
+    except LeanoteRagError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(safe_url(f"error: {exc}"), err=True)
+        details = getattr(exc, "details", None)  # what the libraries said, for -v
+        if details and ("-v" in args or "--verbose" in args or "-vv" in args or debug):
+            click.echo(safe_url(f"  details: {details}"), err=True)
+        return 1
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(safe_url(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)"), err=True)
+        return 1

@@ -1,0 +1,224 @@
+"""The composition root: the one place where leanote-rag's parts are put together.
+
+``Parts`` builds each part of the program once, from the settings, when it is first
+asked for, and closes what it built, in the reverse order: the state, the index, the
+memory, the feedback store, the answer service (with its reranker and LLM client) and
+the sync service (with its source). ``serve`` (``sync.daemon.host.Daemon``), the commands
+that work without a daemon (``sync.daemon.door.LocalDoor``, ``index``, ``status``) and the
+tests build through it; no other module opens a store by its path or loads a model.
+
+``services()`` names what ``serve`` runs beside the sync (the chat bots and the file
+watcher), ``checks()`` what ``doctor`` asks the bots to check. The bots are imported when
+``serve`` or ``doctor`` starts, so a one-shot command does not load the chat libraries.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable
+
+from rag import llm as llm_mod
+from rag.answer import rerank as rerank_mod
+from rag.answer.feedback import FeedbackStore
+from rag.answer.feedback import path_for as feedback_path
+from rag.answer.service import AnswerService
+from rag.config import Settings
+from rag.errors import LeanoteRagError, UserError
+from rag.index.note_index import NoteIndex
+from rag.index.store import Store, open_store
+from rag.memory.store import MemoryStore
+from rag.memory.store import path_for as memory_path
+
+from sync.daemon.outbox import Outbox
+from sync.service import SyncService
+from sync.sources import open_source
+from sync.state import State
+
+log = logging.getLogger(__name__)
+
+
+class Parts:
+    """The program's parts for one settings, each built once on first use.
+
+    ``create``/``rebuild``: the index may be made (``serve``, ``index``) or built anew
+    (``index --rebuild``: the state's broken file is replaced, the index emptied).
+    ``one_shot``: a command's answers (the CLI says why the LLM failed itself).
+    ``scheduled``: passes repeat (the daemon), so a failure says when it is retried.
+    ``given``: parts built elsewhere (a test's index or state), used as they are and left to
+    their owner to close."""
+
+    def __init__(self, settings: Settings, *, create: bool = False, rebuild: bool = False, one_shot: bool = False,
+                 scheduled: bool = False, clock: Callable[[], float] = time.time,
+                 rng: Callable[[], float] = random.random, **given: Any):
+        self.settings = settings
+        self.create = create or rebuild
+        self.rebuild = rebuild
+        self.one_shot = one_shot
+        self.scheduled = scheduled
+        self.clock = clock
+        self.rng = rng
+        unknown = set(given) - {"state", "reader", "index", "memory", "feedback", "source"}
+        if unknown:
+            raise TypeError(f"Parts: no part named {', '.join(sorted(unknown))}")
+        self._parts: dict[str, Any] = dict(given)
+        self._order: list[str] = []  # as built: closed the other way round
+        self._lock = threading.RLock()  # parts are asked for from worker threads too
+
+    def _once(self, name: str, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if name not in self._parts:
+                part = build()
+                if part is None:
+                    return None  # not there yet (a memory the first pass makes): asked again next time
+                self._parts[name] = part
+                self._order.append(name)
+            return self._parts[name]
+
+    def built(self, name: str) -> bool:
+        return name in self._parts
+
+    # --- the stores -----------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The sync's state (``state.db``), written by the passes."""
+        return self._once("state", lambda: State(self.settings.state_dir, replace_broken=self.rebuild))
+
+    @property
+    def reader(self) -> State:
+        """A second connection to the state, for reads in worker threads (status, metrics)."""
+        return self._once("reader", lambda: State(self.settings.state_dir))
+
+    @property
+    def index(self) -> NoteIndex:
+        """The index, with its embedder loaded."""
+        return self._once("index", lambda: NoteIndex.open(self.settings, create=self.create, rebuild=self.rebuild))
+
+    def store(self) -> Store | None:
+        """The index's store without loading the embedder (counts, which notes it holds): the
+        open index's when there is one, else opened here; None when nothing is indexed yet."""
+        if self.built("index"):
+            return self.index.store
+
+        def build() -> Store | None:
+            try:
+                return open_store(self.settings.qdrant, self.settings.state_dir, dim=0, create=False)
+            except UserError:  # nothing indexed yet
+                return None
+
+        return self._once("store", build)
+
+    @property
+    def memory(self) -> MemoryStore | None:
+        """The memory the passes keep in line with the index (``memory.enabled``). One that
+        cannot be opened is said once and left out: the index comes first."""
+
+        def build() -> MemoryStore | None:
+            if not self.settings.memory.enabled:
+                return None
+            try:
+                return MemoryStore.open_for(self.settings)
+            except LeanoteRagError as err:
+                log.warning("memory off for now: %s", err)
+                return None
+
+        return self._once("memory", build)
+
+    @property
+    def memory_to_read(self) -> MemoryStore | None:
+        """The memory as the doors read it (answers, bots, the CLI, the status), on a
+        connection of its own, so a pass writing never holds a question. None while it is off
+        or not made yet (the first pass makes it; asked again next time)."""
+
+        def build() -> MemoryStore | None:
+            if not self.settings.memory.enabled or not memory_path(self.settings).exists():
+                return None
+            try:
+                return MemoryStore.open_for(self.settings)
+            except LeanoteRagError as err:
+                log.warning("the memory cannot be read now: %s", err)
+                return None
+
+        return self._once("memory_to_read", build)
+
+    @property
+    def feedback(self) -> FeedbackStore:
+        """The answers the bots sent and each asker's verdict (made when first asked for)."""
+        return self._once("feedback", lambda: FeedbackStore.open_for(self.settings))
+
+    def feedback_if_made(self) -> FeedbackStore | None:
+        """The feedback store when a daemon has made it, else None (nothing was ever sent)."""
+        if self.built("feedback") or feedback_path(self.settings).exists():
+            return self.feedback
+        return None
+
+    @property
+    def outbox(self) -> Outbox:
+        """The captures from chat waiting to be written into Leanote (``sync.daemon.outbox``)."""
+        return self._once("outbox", lambda: Outbox.open_for(self.settings))
+
+    # --- the services ---------------------------------------------------------------------
+
+    @property
+    def answers(self) -> AnswerService:
+        """The answer service, with the configured reranker (one that cannot be loaded is said
+        once, and answering goes on without it), the LLM client and the memory."""
+
+        def build() -> AnswerService:
+            reranker, why = None, ""
+            try:
+                reranker = rerank_mod.load(self.settings.rerank)
+            except UserError as err:
+                why = str(err)
+                log.warning("answering without a reranker: %s", err)
+            return AnswerService(self.settings, self.index, chat=llm_mod.load(self.settings.ollama), reranker=reranker,
+                                 rerank_unavailable=why, one_shot=self.one_shot, memory=self.memory_to_read)
+
+        return self._once("answers", build)
+
+    @property
+    def sync(self) -> SyncService:
+        """The sync service: the configured source, the index, the state, the memory and the
+        feedback store (aligned with the index after a pass)."""
+        return self._once("sync", lambda: SyncService(
+            self.settings, self.index, self.state, source=self._parts.get("source") or open_source(self.settings),
+            memory=self.memory, feedback=self.feedback_if_made, clock=self.clock, rng=self.rng,
+            scheduled=self.scheduled))
+
+    def close(self) -> None:
+        """Close what was built, the last built first; each part closed once, and a part that
+        fails to close does not keep the others open."""
+        with self._lock:
+            while self._order:
+                name = self._order.pop()
+                part = self._parts.pop(name)
+                try:
+                    part.close()
+                except Exception:
+                    log.exception("closing the %s failed", name)
+
+    def __enter__(self) -> "Parts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def services() -> list:
+    """What ``serve`` runs beside the sync: the chat bots and the file watcher."""
+    from bot.discord import service as discord
+    from bot.telegram import service as telegram
+    from sync.watch import watch
+
+    return [telegram, discord, watch]
+
+
+def checks() -> list:
+    """What ``doctor`` asks the bots to check (their tokens, chats, channels)."""
+    from bot.discord import check as discord
+    from bot.telegram import check as telegram
+
+    return [telegram, discord]
