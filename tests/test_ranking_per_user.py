@@ -12,7 +12,7 @@ import pytest
 
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.service import SyncService
+from sync.daemon.root import Parts
 from sync.state import State
 
 from conftest import make_settings
@@ -62,7 +62,7 @@ def world(request, tmp_path, monkeypatch, use_embedder):
         settings = settings_in(folder)
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-        service = SyncService(settings, index, state)
+        service = Parts(settings, index=index, state=state).sync
         opened.append((service, index, state))
         return service, index
 
