@@ -186,11 +186,26 @@ def entity_ranking(memory, user_id: str, entities: list[dict], limit: int) -> li
     return [Ranked(point_id, score, note_id) for (point_id, note_id), score in ranked]
 
 
-def fuse(rankings: dict[str, list[Ranked]], cfg: RetrievalConfig) -> list[Fused]:
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def side_weights(cfg: RetrievalConfig, query: str | None = None) -> tuple[float, float]:
+    """The dense and sparse weights for ``query``: the configured ones; for a question with no
+    CJK character, the same total split by ``latin_dense_share``. Asked in English about
+    Chinese notes, BM25 matches only the question's Latin words (names, code) and is mostly
+    silent, while the multilingual embedding still places the question near its note: at
+    the usual weights BM25's few chance matches bury it (docs/performance.md)."""
+    if query is None or _CJK.search(query):
+        return cfg.dense_weight, cfg.sparse_weight
+    total = cfg.dense_weight + cfg.sparse_weight
+    return total * cfg.latin_dense_share, total * (1 - cfg.latin_dense_share)
+
+
+def fuse(rankings: dict[str, list[Ranked]], cfg: RetrievalConfig, query: str | None = None) -> list[Fused]:
     # An expansion's rankings (rag.answer.expand) weigh as the question's own of the same kind,
     # so an expansion that repeats the question changes no ranking.
-    weights = {"dense": cfg.dense_weight, "sparse": cfg.sparse_weight,
-               "hypothesis": cfg.dense_weight, "terms": cfg.sparse_weight, "entities": ENTITY_WEIGHT}
+    dense, sparse = side_weights(cfg, query)
+    weights = {"dense": dense, "sparse": sparse, "hypothesis": dense, "terms": sparse, "entities": ENTITY_WEIGHT}
     if cfg.fusion == "rrf":
         return rrf(rankings, cfg.rrf_k, weights)
     return dbsf(rankings, weights)
@@ -292,7 +307,7 @@ def passage_step(
         if terms is not None:
             merged["terms"] = _merged(rankings["terms"], more_t)
     tops = set(top)
-    pool = [c for c in fuse(merged, cfg) if c.note_id in tops]
+    pool = [c for c in fuse(merged, cfg, query) if c.note_id in tops]
     payloads = index.store.payloads(list({c.id for c in pool} | {c.id for c in chosen}))
     passages: dict[str, list[Fused]] = {}
     for note in top:
@@ -386,7 +401,7 @@ def search(
             rankings["terms"] = more_sparse
     if entities and retriever == "hybrid":
         rankings["entities"] = entities
-    fused = fuse(rankings, cfg)
+    fused = fuse(rankings, cfg, query)
     if cfg.passages and retriever == "hybrid":
         chosen, payloads = passage_step(index, query, user_id, dense, sparse, rankings, fused, k, cfg, extra)
     else:
