@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rag.index.note_index import NoteIndex
+from sync.daemon.root import Parts
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama
@@ -208,3 +210,18 @@ def test_a_reload_that_changes_the_privacy_rules_during_a_pass_applies_them_righ
                 await asyncio.wait_for(task, timeout=60)
 
         asyncio.run(within(scenario(), "the scenario"))
+
+
+@pytest.mark.slow  # builds an index with the real model
+def test_a_reload_reaches_every_part_the_root_built(tmp_path, use_embedder):
+    """``Parts.apply`` is the one way running parts learn new settings: the index, the answer
+    service (its conversations' limits too) and the sync read the new ones from then on."""
+    old = make_settings(tmp_path, ollama={"enabled": False})
+    new = make_settings(tmp_path, ollama={"enabled": False}, answer={"history_chars": 123, "idle_reset": 60},
+                        retrieval={"top_k": 3})
+    with NoteIndex.open(old, create=True, embedder=use_embedder) as index, Parts(old, index=index) as parts:
+        answers, sync = parts.answers, parts.sync
+        assert answers.conversations.max_chars != 123
+        parts.apply(new)
+        assert index.settings is new and answers.settings is new and sync.settings is new and parts.settings is new
+        assert (answers.conversations.max_chars, answers.conversations.idle_reset) == (123, 60)

@@ -240,7 +240,7 @@ class AnswerService:
         (``sync.daemon.root.Parts`` builds them); ``close`` closes the reranker it wraps."""
         self.one_shot = one_shot
         self.memory = memory
-        self.settings = settings
+        self._settings = settings
         self.index = index
         self.chat = chat
         self.reranker = rerank_mod.BudgetedReranker(reranker, settings.rerank.budget) if reranker else None
@@ -259,6 +259,18 @@ class AnswerService:
         self._search_pool = ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="search")
         # Called with every finished answer (metrics); an observer that raises is logged, never felt.
         self.observers: list[Callable[[Answer], None]] = []
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        """New settings (a reload, ``sync.daemon.root.Parts.apply``): every answer from now on
+        reads them, and the conversations keep their new limits."""
+        self._settings = settings
+        self.conversations.max_chars = settings.answer.history_chars
+        self.conversations.idle_reset = settings.answer.idle_reset
 
     @asynccontextmanager
     async def llm_slot(self) -> AsyncIterator[None]:

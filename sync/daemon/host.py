@@ -310,13 +310,9 @@ class Daemon:
             self.systemd.notify("READY=1\nSTATUS=serving")
 
     def _apply(self, settings: Settings, live: list[str]) -> None:
-        self.settings = settings
-        for part in (self.sync, self.index, self.answers):
-            if part is not None:
-                part.settings = settings
-        if self.answers is not None:
-            self.answers.conversations.max_chars = settings.answer.history_chars
-            self.answers.conversations.idle_reset = settings.answer.idle_reset
+        self.settings = settings  # what the capture writer and the memory's LLM tier read at each use
+        if self.parts is not None:
+            self.parts.apply(settings)
         if "log_level" in live:
             logging.getLogger().setLevel(settings.log_level)
         if self.scheduler is not None and self.scheduler.running:

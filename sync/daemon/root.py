@@ -188,6 +188,16 @@ class Parts:
             memory=self.memory, feedback=self.feedback_if_made, clock=self.clock, rng=self.rng,
             scheduled=self.scheduled))
 
+    def apply(self, settings: Settings) -> None:
+        """New settings for every part built (a reload): the one way a running part learns
+        them. The parts read them at each use; what cannot change while running stays as it
+        was built (``rag.config.Settings.reloaded`` says which keys need a restart)."""
+        with self._lock:
+            self.settings = settings
+            for name in ("index", "answers", "sync"):  # the parts that hold settings (the stores hold none)
+                if self._parts.get(name) is not None:
+                    self._parts[name].settings = settings
+
     def close(self) -> None:
         """Close what was built, the last built first; each part closed once, and a part that
         fails to close does not keep the others open."""
