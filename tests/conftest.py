@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
     ones fill in at the end, instead of a long one running alone while the other cores wait. The
     first test on the shared corpus's slice leads, since it indexes the slice; the others on it
     come after the other slow tests, when it is built (a worker that needs it while another builds
-    it waits for it, doing nothing)."""
+    it waits for it, doing nothing). Then which tests go to one worker together (``GroupScheduling``)."""
     on_slice = [item for item in items if "corpus_slice" in getattr(item, "fixturenames", ())]
 
     def rank(item) -> int:
@@ -41,6 +41,54 @@ def pytest_collection_modifyitems(config, items):
         return 2 if item in on_slice else 1
 
     items.sort(key=rank)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and hasattr(config, "_tmp_path_factory"):
+        groups = {item.nodeid: group for item in items if (group := _group(item))}
+        folder = config._tmp_path_factory.getbasetemp().parent  # the run's, where the scheduler reads
+        (folder / f"groups-{worker}.json.part").write_text(json.dumps(groups), encoding="utf-8")
+        (folder / f"groups-{worker}.json.part").replace(folder / f"groups-{worker}.json")
+
+
+def _group(item) -> str | None:
+    """The group a test goes to a worker in: its ``xdist_group`` mark's, else its module's when it
+    uses a fixture of its module that lives longer than a test (an index, a daemon, a browser, a
+    model), which is then built once per run, not in each worker that happens to take one of its
+    tests (the e5 index of the sample notes was built twice: ~14 s of CPU)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    module = item.nodeid.split("::")[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if defs and defs[-1].scope in ("module", "package", "session") and defs[-1].baseid == module:
+            return module
+    return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (``make test``): xdist's own grouping reads a suffix it writes into the
+    test ids, which pytest 9.2 no longer lets it write (pytest-xdist issue #1386): the groups were
+    silently ignored. This scheduler takes them from what the workers wrote at collection."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """Like xdist's loadgroup: a group is one unit of work, every other test a unit of its own;
+        units are handed out in the collection's order (with ``--no-loadscope-reorder``)."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # an xdist that can write its suffix again
+                return nodeid.split("@")[-1]
+            if self.groups is None:
+                self.groups = {}
+                for path in config._tmp_path_factory.getbasetemp().glob("groups-*.json"):
+                    self.groups.update(json.loads(path.read_text(encoding="utf-8")))
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -317,6 +317,7 @@ def load(cfg: EmbedderConfig, cache: bool = True) -> Embedder:
         raise ConfigError(f"embedder.kind {cfg.kind!r} is unknown; choose one of {', '.join(EMBEDDERS)}") from None
     path = cache_path(cfg) if cache else None
     if path is not None and cfg.kind in CACHED_KINDS:
+        log.debug("embedder %s behind the vector cache %s: the model loads when a text is not there", cfg.kind, path)
         return CachedEmbedder(cfg, factory, vector_cache(path))
     log.debug("loading embedder %s", cfg.kind)
     return factory(cfg)
