@@ -40,10 +40,18 @@ def pytest_collection_modifyitems(config, items):
             return 3
         return 2 if item in on_slice else 1
 
-    items.sort(key=rank)
+    # A group keeps its tests in the module's order, at the place of its first: its tests share a
+    # fixture, and a later one may count on what an earlier one did to it, or not have done yet
+    # (a fact rejected in the memory by the last test of test_discord_memory).
+    group_of = {item.nodeid: _group(item) for item in items}
+    first: dict[str, int] = {}
+    for item in items:
+        if group_of[item.nodeid]:
+            first[group_of[item.nodeid]] = min(first.get(group_of[item.nodeid], 9), rank(item))
+    items.sort(key=lambda item: first[group_of[item.nodeid]] if group_of[item.nodeid] else rank(item))
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and hasattr(config, "_tmp_path_factory"):
-        groups = {item.nodeid: group for item in items if (group := _group(item))}
+        groups = {nodeid: group for nodeid, group in group_of.items() if group}
         folder = config._tmp_path_factory.getbasetemp().parent  # the run's, where the scheduler reads
         (folder / f"groups-{worker}.json.part").write_text(json.dumps(groups), encoding="utf-8")
         (folder / f"groups-{worker}.json.part").replace(folder / f"groups-{worker}.json")
