@@ -121,3 +121,19 @@ def test_a_file_that_is_no_cache_is_named_with_the_fix(tmp_path):
     bad.write_text("not a database " * 100, encoding="utf-8")
     with pytest.raises(BrokenState, match=r"vectors\.db is not a vector cache .*delete it"):
         embed.VectorCache(bad)
+
+
+def test_serve_loads_the_model_before_it_is_ready_even_behind_a_cache(tmp_path):
+    """A daemon answers its first question as quickly as the next: it loads the model when it
+    opens the index, whatever the cache holds; a one-shot embedder waits for a missing text."""
+    from sync.daemon.host import Daemon
+
+    settings = make_settings(tmp_path, embedder={"threads": THREADS, "cache": str(tmp_path / "vectors.db")},
+                             rerank={"kind": "none"}, ollama={"enabled": False})
+    assert not embed.load(settings.embedder).loaded
+    daemon = Daemon(settings, services=[])
+    daemon.open()
+    try:
+        assert isinstance(daemon.index.embedder, embed.CachedEmbedder) and daemon.index.embedder.loaded
+    finally:
+        daemon.close()

@@ -417,6 +417,14 @@ def vector_cache(path: Path) -> VectorCache:
     return VectorCache(path)
 
 
+def warm(embedder: Embedder) -> None:
+    """Load the model now when it would wait for a text the vector cache lacks: ``serve`` does at
+    start, before it says it is ready, so its first answer is as quick as the next (a one-shot
+    command loads it only if it needs it)."""
+    if isinstance(embedder, CachedEmbedder):
+        embedder.model()
+
+
 class CachedEmbedder:
     """A ``use`` or ``e5`` embedder behind a ``VectorCache``: the rows of the texts found there,
     the model's rows for the others (computed together, in one call, then kept). The model is

@@ -42,6 +42,7 @@ from rag.client import find_daemon
 from rag.errors import DiskFull, LeanoteRagError, StoreLocked, UserError
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.index.note_index import NoteIndex
+from rag.index import embed as embed_mod
 from rag.metrics import Metrics
 from rag.redact import safe_url
 
@@ -101,6 +102,7 @@ class Daemon:
             self.state.verify()  # a file with damaged pages would fail every pass: said now, and serve exits
             self._reader = State(self.settings.state_dir)  # for reads in worker threads
             self.index = NoteIndex.open(self.settings, create=True)
+            embed_mod.warm(self.index.embedder)  # the model loaded before ready, even behind a vector cache
             self.sync = SyncService(self.settings, self.index, self.state, clock=self.clock, scheduled=True)
             self.answers = AnswerService.from_settings(self.settings, self.index)
             self.capture = Capture(lambda: self.settings, on_written=self._written)
