@@ -41,8 +41,10 @@ demo: $(VENV)/.demo-installed
 	@echo; echo '$$ leanote-rag ask "How do I follow one service'"'"'s logs live?"'
 	$(BIN)/leanote-rag --config config.yaml ask "How do I follow one service's logs live?"
 
-# A worker per core, each given the next test when it is free (the slow ones are collected first).
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist load --maxschedchunk 1
+# A worker per core, each given the next test when it is free (the slow ones are collected first);
+# the tests that share a fixture of their module (an index, a daemon, a model) go to one worker
+# together (xdist_group, set in tests/conftest.py), in the order conftest gives them.
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder
 
 test: $(VENV)/.test-installed
 	$(PYTEST) --durations=15

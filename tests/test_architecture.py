@@ -13,6 +13,7 @@
 
 import ast
 import tomllib
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,16 @@ PLUMBING = {"rag.config", "rag.errors", "rag.model", "rag.redact", "rag.sqlite",
             "rag.speed", "rag.capture"}
 
 
+@lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per test process (the checks below read every
+    module of ours, each of them several times: 5 s of CPU a run, parsing the same files again)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(path: Path) -> set[str]:
     """The top-level names of what ``path`` imports (absolute imports)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -75,10 +83,15 @@ def is_module(name: str) -> bool:
 def our_imports(path: Path) -> set[str]:
     """The modules of ours that ``path`` imports, anywhere in it (relative ones resolved;
     ``from pkg import mod`` is ``pkg.mod``)."""
+    return set(_our_imports(path))
+
+
+@lru_cache(maxsize=None)
+def _our_imports(path: Path) -> frozenset[str]:
     here = module_name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
         elif isinstance(node, ast.ImportFrom):
@@ -89,7 +102,7 @@ def our_imports(path: Path) -> set[str]:
             for a in node.names:  # a module imported from a package, or a name from a module
                 out.add(f"{module}.{a.name}" if is_module(f"{module}.{a.name}") else module)
     out.discard(module_name(path))
-    return out
+    return frozenset(out)
 
 
 def graph() -> dict[str, set[str]]:
@@ -187,7 +200,7 @@ def test_one_composition_root_and_no_entry_points_of_our_own():
 
 def test_every_package_says_what_it_holds():
     missing = [p.relative_to(REPO).as_posix() for package in PACKAGES for p in (REPO / package).rglob("__init__.py")
-               if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+               if not ast.get_docstring(parsed(p))]
     assert missing == []
 
 

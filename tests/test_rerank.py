@@ -5,6 +5,7 @@ and sentence-transformers' CrossEncoder both load it from a local folder."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 
 import pytest
 
@@ -15,7 +16,11 @@ from rag.index.note_index import NoteIndex
 from rag.model import Hit
 from sync.daemon.root import Parts
 
-pytest.importorskip("torch", reason="needs the [models] extra")
+# Whether torch is installed, without importing it: importing it here took every test process
+# ~2 s of CPU at collection; the fixture imports it in the one worker that runs these tests.
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("needs the [models] extra", allow_module_level=True)
+pytestmark = pytest.mark.xdist_group("torch")  # torch and transformers imported in one worker of a run
 
 WORDS = ["redis 持久化 快照 日志", "线程池 参数 动态 调整", "番茄 炒蛋 加糖", "retry backoff journal logs"]
 

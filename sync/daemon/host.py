@@ -43,6 +43,7 @@ from rag.config import Settings
 from rag.errors import DiskFull, LeanoteRagError, StoreLocked, UserError
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.index.note_index import NoteIndex
+from rag.index import embed as embed_mod
 from rag.redact import safe_url
 
 from sync.daemon import api
@@ -106,6 +107,7 @@ class Daemon:
             self.state.verify()  # a file with damaged pages would fail every pass: said now, and serve exits
             self._reader = parts.reader  # for reads in worker threads
             self.index = parts.index
+            embed_mod.warm(self.index.embedder)  # the model loaded before ready, even behind a vector cache
             self.sync = parts.sync
             self.answers = parts.answers
             self.capture = Capture(lambda: self.settings, on_written=self._written, outbox=parts.outbox)
