@@ -195,6 +195,9 @@ def _note(row) -> NoteRecord:
     )
 
 
+PAGE_SIZE = 16384
+
+
 class State:
     def __init__(self, state_dir: Path, *, replace_broken: bool = False):
         """Open (or create) ``state_dir/state.db``. A file that is not a readable database
@@ -226,6 +229,10 @@ class State:
     def _open(self) -> None:
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         try:
+            # A new file gets 16 KiB pages (an existing one keeps its own): a cached vector is a
+            # 2 KiB row, and 4 KiB pages hold one such row each, half the page empty (the cache
+            # of the corpus's 5,856 chunks took 24 MB for 12 MB of vectors)
+            self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()

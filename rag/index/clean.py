@@ -83,7 +83,7 @@ def _md_parser() -> MarkdownIt:
     """Block structure only (what ``block_spans`` and the chunker read: top-level blocks, their
     lines, a heading's text): the inline pass (emphasis, links) is off. The same blocks, lines and
     texts on every note of the shared corpus, and a fifth less time to clean and chunk it."""
-    return MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"])
+    return MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"], ignoreInvalid=True)
 
 
 def block_spans(text: str) -> list[tuple[int, int, str]]:

@@ -103,8 +103,8 @@ def compute(store: Store, memory: MemoryStore, user_id: str, note_id: str, chunk
     pairs: dict[str, list[tuple[float, str, str]]] = defaultdict(list)  # other note -> (cos, own, theirs)
 
     def ask(vectors: ChunkVectors, limit: int, only: list[str] | None = None) -> None:
-        for own, vector in vectors:
-            dense, _ = store.search(np.asarray(vector, dtype=np.float32), None, user_id, limit, note_ids=only)
+        found = store.nearest([vector for _, vector in vectors], user_id, limit, note_ids=only)
+        for (own, _), dense in zip(vectors, found):  # one batch for all the note's chunks
             for hit in dense:
                 if hit.note_id != note_id:
                     pairs[hit.note_id].append((hit.score, own, hit.id))
