@@ -115,34 +115,26 @@ class Parts:
     def memory(self) -> MemoryStore | None:
         """The memory the passes keep in line with the index (``memory.enabled``). One that
         cannot be opened is said once and left out: the index comes first."""
-
-        def build() -> MemoryStore | None:
-            if not self.settings.memory.enabled:
-                return None
-            try:
-                return MemoryStore.open_for(self.settings)
-            except LeanoteRagError as err:
-                log.warning("memory off for now: %s", err)
-                return None
-
-        return self._once("memory", build)
+        return self._once("memory", lambda: self._open_memory(made_only=False, why="memory off for now"))
 
     @property
     def memory_to_read(self) -> MemoryStore | None:
         """The memory as the doors read it (answers, bots, the CLI, the status), on a
         connection of its own, so a pass writing never holds a question. None while it is off
         or not made yet (the first pass makes it; asked again next time)."""
+        return self._once("memory_to_read",
+                          lambda: self._open_memory(made_only=True, why="the memory cannot be read now"))
 
-        def build() -> MemoryStore | None:
-            if not self.settings.memory.enabled or not memory_path(self.settings).exists():
-                return None
-            try:
-                return MemoryStore.open_for(self.settings)
-            except LeanoteRagError as err:
-                log.warning("the memory cannot be read now: %s", err)
-                return None
-
-        return self._once("memory_to_read", build)
+    def _open_memory(self, made_only: bool, why: str) -> MemoryStore | None:
+        """A connection to the memory (``memory.enabled``), or None: off, not made yet when
+        ``made_only``, or not openable (said in the log, with ``why``)."""
+        if not self.settings.memory.enabled or (made_only and not memory_path(self.settings).exists()):
+            return None
+        try:
+            return MemoryStore.open_for(self.settings)
+        except LeanoteRagError as err:
+            log.warning("%s: %s", why, err)
+            return None
 
     @property
     def feedback(self) -> FeedbackStore:
