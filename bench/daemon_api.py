@@ -65,11 +65,11 @@ def rss_mb(pid: int) -> float:
 
 
 def main() -> None:
-    if not (CORPUS / "notes.jsonl").exists():
-        sys.exit(f"needs the shared corpus at {CORPUS} (set LEANOTE_RAG_SHARED)")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("edits", nargs="?", type=int, default=5, help="notes edited while it is asked (default 5)")
     edits = ap.parse_args().edits
+    if not (CORPUS / "notes.jsonl").exists():
+        sys.exit(f"needs the shared corpus at {CORPUS} (set LEANOTE_RAG_SHARED)")
     questions = [q for q in load_questions(SHARED / "eval" / "dev.jsonl") if not q.get("after_changes")]
     env = {**os.environ, "BENCH_PW_ONE": "one-secret", "BENCH_PW_TWO": "two-secret"}
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-apibench-"))
