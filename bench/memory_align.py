@@ -5,7 +5,7 @@
 Builds (in a temp folder) a state.db with N indexed notes and a memory.sqlite as the
 memory of N notes would hold it (50 mentions per note, 3 of them tags; 2 facts; 8
 related pairs each way; a feedback store of 2,000 answers naming 10 notes each), then
-times ``SyncService.align_derived`` (memory and feedback), wall and CPU time: with nothing
+times ``Derived.align`` (``sync.derived``) (memory and feedback), wall and CPU time: with nothing
 to repair (what a pass that changed notes pays; an idle pass skips it), and with 1 % of
 the notes gone from the index (their memory
 removed in one transaction, the answers naming them redacted). Prints JSON and writes
@@ -108,12 +108,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings, state, ids, mentions, pairs = build(Path(tmp), args.notes)
-        service = Parts(settings, index=None, state=state).sync
+        parts = Parts(settings, index=None, state=state)
+        derived = parts.derived
         try:
             idle, idle_cpu = [], []
             for _ in range(5):
                 t, c = time.perf_counter(), time.process_time()
-                service.align_derived(feedback=True)
+                derived.align(feedback=True)
                 idle.append(time.perf_counter() - t)
                 idle_cpu.append(time.process_time() - c)
             gone = ids[:: 100]
@@ -121,12 +122,12 @@ def main() -> None:
                 for note_id in gone:
                     state.delete_note(note_id)
             t, c = time.perf_counter(), time.process_time()
-            service.align_derived(feedback=True)
+            derived.align(feedback=True)
             repair, repair_cpu = time.perf_counter() - t, time.process_time() - c
-            left = set(service.memory.holdings())
+            left = set(derived.memory.holdings())
             assert not left & set(gone) and len(left) == len(ids) - len(gone)
         finally:
-            service.close()
+            parts.close()
             state.close()
     result = {
         "notes": args.notes, "mentions": mentions, "related_rows": pairs, "feedback_answers": 2000,

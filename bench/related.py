@@ -34,7 +34,7 @@ from rag import config as config_mod  # noqa: E402
 from rag.memory import related  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.memory.store import MemoryStore  # noqa: E402
-from sync.service import chunk_vectors  # noqa: E402
+from sync.derived import chunk_vectors  # noqa: E402
 from sync.state import State  # noqa: E402
 
 OUT = Path(__file__).with_name("related_results.json")

@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass
 
 from rag.index.note_index import NoteIndex
-from rag.memory.store import MemoryStore
 from rag.model import Note, Notebook
 
+from sync.derived import Derived
 from sync.indexer import Indexer, Summary
 from sync.progress import Progress, Step, nothing
 from sync.sources import AccountSession, BookPath, Skipped, notebook_paths
@@ -71,7 +71,7 @@ def with_path(note: Note, paths: dict[str, BookPath]) -> Note:
 
 class AccountSync:
     def __init__(self, index: NoteIndex, state: State, source_name: str, session: AccountSession, clock=time.time,
-                 should_stop=lambda: False, memory: MemoryStore | None = None, progress: Progress = nothing):
+                 should_stop=lambda: False, derived: Derived | None = None, progress: Progress = nothing):
         self.progress = progress
         self.step = Step(session.account)
         self._usn_range = (0, 0)  # the USNs this pass reads: from the cursor to the server's
@@ -81,7 +81,7 @@ class AccountSync:
         self.session = session
         self.clock = clock
         self.indexer = Indexer(index, state, source_name, account=session.account, should_stop=should_stop,
-                               memory=memory)
+                               derived=derived)
         self.summary = self.indexer.summary
 
     # --- the incremental pass -------------------------------------------------------------
@@ -191,12 +191,12 @@ class AccountSync:
         index's commit and the memory's, or the memory turned on later): the cursor is past
         them, so they are read again by id and handed to the memory; their points stay,
         nothing is embedded. No request at all when the memory is complete."""
-        memory = self.indexer.memory
-        if memory is None:
+        derived = self.indexer.derived
+        if derived is None:
             return
         indexed = {r.note_id: r.content_hash for r in self.state.notes_of(self.source, self.session.account)
                    if r.status == INDEXED}
-        behind = self.indexer.memory_behind(indexed)
+        behind = derived.behind(indexed)
         if not behind:
             return
         # in the order they were indexed: a note's distinctive terms depend on the notes before it

@@ -13,17 +13,12 @@ counts as seen and unchanged; ``known()`` tells the source what earlier passes
 recorded, and a ``Checkpoint`` is kept once the whole snapshot is through.
 ``sync.incremental`` drives ``apply``/``commit`` page by page for live sources.
 
-With a ``MemoryStore`` (``rag.memory.store``), each commit also brings the memory in line for
-exactly the notes of its transaction, right after it: a note (re)indexed with new text
-gets its entities extracted anew, a note moved or retagged gets its tags and notebook
-updated, a note that left the index (gone, trashed, deleted, made private) loses
-everything derived from it. A failure there never fails the sync: it is logged every
-time, naming the notes left out, and once the memory cannot be written (locked by another
-process, a full disk) the rest of the run leaves it alone instead of waiting on every
-note. The next pass repairs both ways: a note the memory holds and the index does not
-is removed by ``sync.service`` (before and after every pass); a note indexed at a text
-the memory lacks is processed again (``memory_behind``: ``known()`` asks snapshot
-sources to read such notes again, ``sync.incremental`` reads them by id).
+With a ``Derived`` (``sync.derived``), each commit also hands the notes of its transaction
+to it, right after it, to bring the memory in line (entities of a note with new text,
+tags and notebook of a moved one, everything of one that left the index); notes indexed
+at a text the memory lacks are read again (``known()`` asks snapshot sources to read them,
+``sync.incremental`` reads them by id). What fails there never fails the sync
+(``sync.derived`` says how it is repaired).
 """
 
 from __future__ import annotations
@@ -31,26 +26,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
 
-from rag.config import ExcludeConfig
-from rag.errors import LeanoteRagError, NoteError, UserError
+from rag.config import ExcludeConfig, Settings
+from rag.errors import NoteError, UserError
 from rag.index.note_index import MAX_NOTE_CHARS, NoteIndex, PreparedNote, note_meta
-from rag.memory.store import MemoryStore
 from rag.model import Note, rule_key
 
-from sync.memory_jobs import wanted as llm_wanted
+from sync.derived import Derived
 from sync.sources import Checkpoint, Known, SnapshotItem, Skipped, Unchanged
 from sync.state import INDEXED, AccountRecord, NoteRecord, State
 
 log = logging.getLogger(__name__)
 
-_FAILED = object()  # what a failed memory step returns
 PIPELINE_VERSION = 1  # bump when cleaning/chunking/term code changes what an index holds
 BATCH_CHUNKS = 256
 OPTIMIZE_PENDING = "optimize_pending"  # meta: a stop came before the search index was optimized
@@ -137,17 +129,18 @@ def privacy_rules(exclude: ExcludeConfig) -> tuple[frozenset[str], frozenset[str
 
 
 class Indexer:
-    _memory_down: str | None = None  # why the memory cannot be written in this run
-
     def __init__(self, index: NoteIndex, state: State, source_name: str, account: str = "",
-                 should_stop: Callable[[], bool] = lambda: False, memory: MemoryStore | None = None):
+                 should_stop: Callable[[], bool] = lambda: False, derived: Derived | None = None,
+                 settings: Settings | None = None):
+        """``derived``: what follows each commit (None: the index alone); ``settings``: the
+        running settings (the index's by default)."""
         self.index = index
-        self.memory = memory
+        self.derived = derived if derived is not None and derived.memory is not None else None
         self.state = state
         self.source_name = source_name
         self.account = account
         self.pipeline = pipeline_id(index)
-        settings = index.settings
+        settings = settings or index.settings
         self.base_url = settings.leanote.base_url
         self.private_books, self.private_tags = privacy_rules(settings.exclude)
         self.should_stop = should_stop
@@ -155,10 +148,8 @@ class Indexer:
         self._batch: list[tuple[PreparedNote, NoteRecord | None]] = []
         self._batch_chunks = 0
         self._pending: dict[str, NoteRecord | None] = {}  # note id -> row to write, or None to delete
-        self._remember: dict[str, PreparedNote] = {}  # memory: notes to extract after the commit
-        self._retagged: dict[str, Note] = {}  # memory: notes whose metadata alone changed
-        self.memory_seconds = 0.0
-        self._memory_errors: set[str] = set()  # kinds of error whose traceback was logged
+        self._remember: dict[str, PreparedNote] = {}  # derived: notes to process after the commit
+        self._retagged: dict[str, Note] = {}  # derived: notes whose metadata alone changed
         self._skips: list[tuple[str, str, str]] = []  # (note id, origin, reason) to record
         self._skips_seen: list[tuple[str, str, str]] = []  # every skip of this run
         self._rows: dict[str, tuple[str, str, str]] | None = None  # snapshot: this source's rows before the run
@@ -174,9 +165,9 @@ class Indexer:
         checkpoint while the rows are still the ones it left."""
         rows = self._snapshot_rows()
         fingerprints = {note_id: fp for note_id, (fp, _, pipeline) in rows.items() if fp and pipeline == self.pipeline}
-        if self.memory is not None:  # notes indexed at a text the memory lacks are read again
+        if self.derived is not None:  # notes indexed at a text the memory lacks are read again
             indexed = self.state.indexed_notes()
-            behind = self.memory_behind({n: indexed[n].content_hash for n in rows if n in indexed})
+            behind = self.derived.behind({n: indexed[n].content_hash for n in rows if n in indexed})
             if behind:
                 fingerprints = {n: fp for n, fp in fingerprints.items() if n not in behind}
         checkpoint = None
@@ -372,9 +363,9 @@ class Indexer:
                 self.summary.moved += 1
             if row != rec:
                 self._pending[note.id] = row
-                if self.memory is not None and rec.meta_hash != row.meta_hash:
+                if self.derived is not None and rec.meta_hash != row.meta_hash:
                     self._retagged[note.id] = note
-            if self.memory is not None and self._memory_call(self.memory.known, note.id, default=content_hash) != content_hash:
+            if self.derived is not None and self.derived.lacks(note.id, content_hash):
                 self._prepare_for_memory(note)  # indexed before the memory was: its entities only
             return
         try:
@@ -436,7 +427,7 @@ class Indexer:
                 self.summary.added += 1
             else:
                 self.summary.updated += 1
-            if self.memory is not None:
+            if self.derived is not None:
                 self._remember[prepared.note.id] = prepared
             self._pending[prepared.note.id] = self._row(
                 prepared.note,
@@ -466,89 +457,10 @@ class Indexer:
             news = [s for s in skips if self.state.skip(self.source_name, self.account, *s)]
             if account is not None:
                 self.state.put_account(account)
-        if self.memory is not None:
-            self._update_memory(pending, remember, retagged)
+        if self.derived is not None:
+            self.derived.follow(pending, remember, retagged, should_stop=self._stop_asked)
         for note_id, origin, reason in skips:
             if (note_id, origin, reason) in news:
                 log.warning("skipped %s: %s", origin, reason)
             else:
                 log.debug("skipped %s again: %s", origin, reason)
-
-    # --- the memory -----------------------------------------------------------------------
-
-    def memory_behind(self, indexed: dict[str, str]) -> set[str] | None:
-        """Among notes indexed at a content hash (note id -> hash), those the memory lacks
-        or holds at another text (or extraction version): to be processed again. None when
-        the memory cannot be read now."""
-        hashes = self._memory_call(self.memory.hashes, default=None)
-        if hashes is None:
-            return None
-        return {n for n, h in indexed.items() if hashes.get(n) != h}
-
-    def _update_memory(self, pending: dict[str, NoteRecord | None], remember: dict[str, PreparedNote],
-                       retagged: dict[str, Note]) -> None:
-        """The memory follows the notes of the transaction just committed."""
-        started = time.monotonic()
-        llm_jobs = llm_wanted(self.index.settings)
-        steps: list[tuple[str, str, Callable[[], object]]] = []  # (note id or "", what, the call)
-        # related notes (rag.memory.related): queue the changed notes and those whose pairs point at a
-        # changed or removed one, before the memory drops those pairs; recomputed after the pass
-        removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
-        changed = {n: p.note.user_id for n, p in remember.items()}
-        steps.append(("", "queueing related notes", lambda: self.memory.related_mark(changed, removed)))
-        for note_id, rec in pending.items():
-            if rec is None or rec.status != INDEXED:
-                steps.append((note_id, "removing", lambda n=note_id: self.memory.remove_note(n)))
-            elif note_id in retagged and note_id not in remember:  # (the next pass: ``sync.service``)
-                steps.append((note_id, "updating",
-                              lambda n=note_id: self.memory.remember_meta(retagged[n], self.base_url)))
-        for note_id, prepared in remember.items():
-            if self._stop_asked():  # the rest on the next pass: it catches up what the memory missed
-                break
-            rec = pending.get(note_id, self.state.note(note_id) if note_id not in pending else None)
-            if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
-                # with the LLM tier on, its job is queued with the entities (sync.memory_jobs)
-                steps.append((note_id, "processing", lambda p=prepared: self.memory.remember(
-                    p, self.base_url, queue_llm=llm_jobs)))
-        if pending or remember:  # facts whose newest statement went: the one before is active again
-            steps.append(("", "settling facts", self.memory.settle_facts))
-        self._memory_steps(steps)
-        self.memory_seconds += time.monotonic() - started
-
-    def _memory_steps(self, steps: list[tuple[str, str, Callable[[], object]]]) -> None:
-        """Run the steps; each failure is logged with its note. Once the memory cannot be
-        written (``sqlite3.OperationalError``: locked by another process, a full disk) the
-        rest of this run leaves it alone, and says which notes wait for the next pass."""
-        for i, (note_id, what, call) in enumerate(steps):
-            if self._memory_down is None:
-                if self._memory_call(call, what=what, note=note_id, default=_FAILED) is not _FAILED:
-                    continue
-                if self._memory_down is None:
-                    continue  # this note's own problem: the others go on
-                left = steps[i + 1:]
-            else:
-                left = steps[i:]
-            notes = list(dict.fromkeys(n for n, _, _ in left if n))
-            if notes:
-                shown = ", ".join(notes[:10]) + (f" and {len(notes) - 10} more" if len(notes) > 10 else "")
-                log.warning("memory: not brought in line with %d more note(s) (%s): %s; the next pass does it",
-                            len(notes), shown, self._memory_down)
-            return
-
-    def _memory_call(self, fn, *args, default=None, what: str = "", note: str = ""):
-        """A call into the memory that must not fail the sync: every failure is logged (with
-        the note it was for; the traceback of an unexpected kind of error once per run) and
-        ``default`` returned. A ``sqlite3.OperationalError`` marks the memory as not
-        writable for the rest of the run (``_memory_steps``)."""
-        try:
-            return fn(*args)
-        except Exception as err:
-            key = f"{type(err).__name__}: {err}"
-            expected = isinstance(err, (OSError, LeanoteRagError, sqlite3.OperationalError))
-            trace = not expected and key not in self._memory_errors
-            self._memory_errors.add(key)
-            if isinstance(err, sqlite3.OperationalError):
-                self._memory_down = f"{err} ({self.memory.path})"
-            log.warning("memory: %s%s failed: %s; the next pass tries again", what or getattr(fn, "__name__", fn),
-                        f" note {note}" if note else "", key, exc_info=trace)
-            return default

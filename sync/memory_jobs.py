@@ -62,7 +62,7 @@ class Preempted(Exception):
 
 
 class MemoryJobs:
-    def __init__(self, settings: Callable[[], Settings], memory: Callable[[], MemoryStore | None], answers,
+    def __init__(self, settings: Settings, memory: Callable[[], MemoryStore | None], answers,
                  *, clock: Callable[[], float] = time.time, delays=DELAYS, poll: float = 0.05,
                  quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0, report_every: float = 300.0):
         self.settings = settings
@@ -97,7 +97,7 @@ class MemoryJobs:
 
     def ready(self) -> bool:
         """May the LLM tier call the LLM now (apart from the answers' priority)?"""
-        settings = self.settings()
+        settings = self.settings
         if not wanted(settings) or self.answers is None or self.answers.chat is None:
             return False
         if settings.memory.llm == "on":
@@ -222,12 +222,12 @@ class MemoryJobs:
         chat = self.answers.chat if self.answers is not None else None
         speed = self.answers.speeds.get(chat.model) if chat is not None else None
         measured = self._job_seconds if self.done >= 3 else None
-        return outlook(self.settings(), jobs, chars, chat.model if chat else "", speed, measured, self.done)
+        return outlook(self.settings, jobs, chars, chat.model if chat else "", speed, measured, self.done)
 
     async def _worth_it(self, memory: MemoryStore) -> bool:
         """auto: not where the backlog would take longer than memory.llm_auto_max here
         (estimated every OUTLOOK_EVERY seconds; the decision is logged when it changes)."""
-        settings = self.settings()
+        settings = self.settings
         if settings.memory.llm != "auto":
             return True
         if time.monotonic() - self._outlook_at >= OUTLOOK_EVERY:
@@ -247,7 +247,7 @@ class MemoryJobs:
     async def _extract(self, job: dict) -> extract_mod.Extraction:
         """The extraction, cancelled as soon as an answer wants the LLM."""
         task = asyncio.create_task(extract_mod.extract(
-            self.answers._stream, job["text"], job["title"], timeout=self.settings().ollama.timeout))
+            self.answers._stream, job["text"], job["title"], timeout=self.settings.ollama.timeout))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.poll)

@@ -16,17 +16,10 @@ accounts always carry on.
 accounts, and cuts HTTP calls in flight: the pass ends within seconds, keeping what
 it committed; the next one carries on from there.
 
-What is derived from notes goes with them whatever failed before (``align_derived``:
-at a process's first pass, after every pass that changed notes, failed or stopped, and
-until an alignment succeeds; an idle pass skips it). The memory (``rag.memory.store``) loses every note the index no
-longer holds (gone, trashed, deleted, excluded by the privacy rules), whether the write
-that should have removed it failed, a kill came between the index's commit and the
-memory's, or the rules changed while it was not running; the notes it keeps are shown
-with the title, notebook and tags the index has (a retag whose write failed). The
-feedback store (``rag.answer.feedback``) stops showing the text and titles of the notes an
-answer cited that the index no longer holds. Each compares note ids (and labels) read in
-one query per table, never a query per note. The other way round (a note indexed at a
-text the memory lacks) is the indexer's (``memory_behind``).
+What is derived from notes (the memory, related notes, the feedback store) is kept in
+line by ``sync.derived.Derived``: the indexer hands it each commit's notes, the service
+asks it to align with the index at a process's first pass and after every pass that
+changed notes, failed or stopped, and to recompute related notes after each pass.
 """
 
 from __future__ import annotations
@@ -45,18 +38,15 @@ from typing import Callable
 
 from rag.config import Settings
 from rag.errors import AuthFailed, BrokenState, DiskFull, LeanoteRagError, Unavailable, UserError
-from rag.memory.entities import norm
-from rag.answer.feedback import FeedbackStore
 from rag.index.note_index import NoteIndex
-from rag.memory.store import MemoryStore
-from rag.memory import related
 
+from sync.derived import Derived
 from sync.faults import check_disk, state_fault
 from sync.incremental import AccountResult, AccountSync
 from sync.indexer import OPTIMIZE_PENDING, Indexer, Stopped, Summary
 from sync.progress import Progress, Step, in_the_log
 from sync.sources import IncrementalSource, Known, NoteSource
-from sync.state import Indexed, State
+from sync.state import State
 
 log = logging.getLogger(__name__)
 
@@ -88,39 +78,20 @@ class PassResult:
         return not self.failures
 
 
-def chunk_vectors(state: State):
-    """A note's (point id, dense vector) pairs as indexed, from the embedding cache (keyed
-    by the chunks' text hashes, kept while a chunk uses them): None when it is not indexed."""
-
-    def read(note_id: str):
-        rec = state.note(note_id)
-        if rec is None or rec.status != "indexed" or not rec.point_ids:
-            return None
-        cached = state.cached_vectors(rec.chunk_keys)
-        return [(pid, cached[key]) for pid, key in zip(rec.point_ids, rec.chunk_keys) if key in cached]
-
-    return read
-
-
 class SyncService:
     def __init__(self, settings: Settings, index: NoteIndex, state: State, source: NoteSource | IncrementalSource,
-                 memory: MemoryStore | None = None, feedback: Callable[[], FeedbackStore | None] | None = None,
-                 clock=time.time, rng=random.random, scheduled: bool = False):
+                 derived: Derived | None = None, clock=time.time, rng=random.random, scheduled: bool = False):
         """The passes from ``source`` into ``index`` and ``state`` (the service closes the
-        source), keeping ``memory`` in line (None: no memory) and the answers of ``feedback()``
-        (None until a daemon has made it). The stores are the caller's: built and closed by
-        the composition root (``sync.daemon.root.Parts``). ``scheduled``: passes repeat (the
-        daemon), so a failure says when it is retried; a one-shot ``index`` just reports it."""
+        source), keeping ``derived`` in line (None: the index alone). The stores are the
+        caller's: built and closed by the composition root (``sync.daemon.root.Parts``).
+        ``scheduled``: passes repeat (the daemon), so a failure says when it is retried; a
+        one-shot ``index`` just reports it."""
         self.scheduled = scheduled
         self.settings = settings
         self.index = index
         self.state = state
         self.source = source
-        self.memory = memory
-        self._feedback = feedback or (lambda: None)
-        # align_derived is due: at the first pass (what a crash left), after a pass that changed
-        # notes, failed or stopped, and after an alignment that failed; an idle pass skips it
-        self._memory_due = self._feedback_due = True
+        self.derived = derived
         self.clock = clock
         self.rng = rng
         self.lock = threading.Lock()  # one pass at a time
@@ -203,20 +174,24 @@ class SyncService:
         if rebuild:
             log.info("rebuilding the index: every note is read again")
             self.index.reset()
-            if self.memory is not None:
-                self.memory.reset()
+            if self.derived is not None:
+                self.derived.reset()
         run_id = self.state.start_run(self.source.name)
+        derived = self.derived
         try:
-            if self._memory_due:  # what a crash or a failed write left behind, before anything is read
-                self.align_derived(memory=True)
+            if derived is not None:
+                derived.begin_pass()
+                if derived.memory_due:  # what a crash or a failed write left behind, before anything is read
+                    derived.align(memory=True)
             result = self._run_pass(reconcile, force, progress or in_the_log(), counted=progress is not None)
             summary = result.summary
             unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
-            self._feedback_due |= unsettled
-            # this pass's failed memory writes; the feedback store only after a complete
-            # pass (a rebuild cut short holds fewer notes than there are)
-            self.align_derived(memory=self._memory_due or unsettled,
-                               feedback=self._feedback_due and result.ok and not result.stopped)
+            if derived is not None:
+                derived.feedback_due |= unsettled
+                # this pass's failed memory writes; the feedback store only after a complete
+                # pass (a rebuild cut short holds fewer notes than there are)
+                derived.align(memory=derived.memory_due or unsettled,
+                              feedback=derived.feedback_due and result.ok and not result.stopped)
         except BaseException as err:
             if state_fault(err, self.state.path) is not None:  # the run's row cannot be written either
                 with contextlib.suppress(sqlite3.Error, OSError):
@@ -227,7 +202,8 @@ class SyncService:
                 self._notify(PassResult(failures={"*": f"{type(err).__name__}: {err}"},
                                         seconds=round(time.monotonic() - started, 3)))
             raise
-        result.related = self._refresh_related()
+        if derived is not None:
+            result.related = derived.refresh_related(should_stop=self._stop.is_set)
         if not result.stopped and self.state.get_meta(OPTIMIZE_PENDING):  # left by a pass that was stopped
             self.index.store.optimize()
             with self.state.transaction():
@@ -268,88 +244,6 @@ class SyncService:
         if self.fault_until == math.inf:
             return "stopped until the state file is mended and serve restarted"
         return f"waiting until {time.strftime('%H:%M:%S', time.localtime(self.fault_until))}"
-
-    def align_derived(self, memory: bool = True, feedback: bool = False) -> None:
-        """Bring what is derived from notes in line with the notes the index holds: with
-        ``memory``, the memory loses every note it holds that the index does not (or holds
-        for another user) and shows the others as indexed; with ``feedback``, the feedback
-        store's answers stop naming notes the index does not hold. Never fails the pass: a
-        failure is logged, naming the notes, and the next pass tries again."""
-        memory = memory and self.memory is not None
-        if not memory and not feedback:
-            return
-        indexed = self.state.indexed_notes()
-        if memory:
-            self._memory_due = not self._align_memory(indexed)
-        if feedback:
-            self._feedback_due = not self._align_feedback(indexed)
-
-    def _align_memory(self, indexed: dict[str, Indexed]) -> bool:
-        try:
-            held = self.memory.holdings()
-        except Exception as err:
-            log.warning("memory: cannot compare it with the index: %s; the next pass tries again", err,
-                        exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
-            return False
-        stale = sorted(n for n, user in held.items() if n not in indexed or indexed[n].user_id != user)
-        if stale:
-            try:
-                self.memory.remove_notes(stale)
-            except Exception as err:
-                log.warning("memory: cannot remove %d note(s) the index no longer holds (%s): %s; the next pass "
-                            "tries again", len(stale), _some(stale), err,
-                            exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
-                return False
-            log.info("memory: removed %d note(s) the index no longer holds (%s)", len(stale), _some(stale))
-        # shown under another title, notebook or tags than indexed (a retag whose write failed,
-        # a notebook renamed)
-        try:
-            relabelled = []
-            for note_id, (user, title, notebook, tags) in self.memory.labels().items():
-                row = indexed.get(note_id)
-                if row is not None and row.user_id == user and (row.title, row.notebook, frozenset(
-                        norm(t) for t in row.tags if norm(t))) != (title, notebook, tags):
-                    self.memory.relabel(user, note_id, row.title, row.notebook, row.tags)
-                    relabelled.append(note_id)
-            if relabelled:
-                log.info("memory: %d note(s) now shown with their title, notebook and tags as indexed (%s)",
-                         len(relabelled), _some(relabelled))
-        except Exception as err:
-            log.warning("memory: cannot update how notes are shown: %s; the next pass tries again", err,
-                        exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
-            return False
-        return True
-
-    def _align_feedback(self, indexed: dict[str, Indexed]) -> bool:
-        try:
-            feedback = self._feedback()
-            if feedback is None:
-                return True  # no answer was ever recorded
-            gone = sorted(feedback.named_notes() - indexed.keys())
-            if gone:
-                answers = feedback.forget_notes(gone)
-                log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
-                         answers, len(gone), _some(gone))
-        except Exception as err:
-            log.warning("feedback: cannot compare it with the index: %s; the next pass tries again", err,
-                        exc_info=not isinstance(err, (OSError, LeanoteRagError, sqlite3.Error)))
-            return False
-        return True
-
-    def _refresh_related(self) -> int:
-        """After a pass: related notes of the notes it changed and of those whose pairs
-        pointed at them (queued by the indexer); never fails the pass. How many notes."""
-        if self.memory is None:
-            return 0
-        try:
-            done = related.refresh(self.index.store, self.memory, chunk_vectors(self.state),
-                                   min_score=self.settings.memory.related_min_score, should_stop=self._stop.is_set)
-        except Exception as err:
-            log.warning("related notes not updated: %s", err, exc_info=not isinstance(err, (OSError, LeanoteRagError)))
-            return 0
-        if done.recomputed or done.failed:
-            log.info(done.line())
-        return len(done.recomputed)
 
     def _notify(self, result: PassResult) -> None:
         for observe in self.observers:
@@ -438,7 +332,7 @@ class SyncService:
         API): a snapshot's notes are counted first, for the share done and the time left."""
         if not self.incremental:
             indexer = Indexer(self.index, self.state, self.source.name, should_stop=self._should_stop,
-                              memory=self.memory)
+                              derived=self.derived, settings=self.settings)
             step = Step(self.source.name, total=len(self.source) if counted else None)
 
             def tick(seen: int, embedded: int) -> None:
@@ -462,11 +356,11 @@ class SyncService:
         session = self.source.session(account)
         try:
             job = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                              should_stop=self._should_stop, memory=self.memory, progress=progress)
+                              should_stop=self._should_stop, derived=self.derived, progress=progress)
             result = job.reconcile() if reconcile else job.run()
             if reconcile:  # a reconcile also catches up with the stream of changes
                 more = AccountSync(self.index, self.state, self.source.name, session, clock=self.clock,
-                                   should_stop=self._should_stop, memory=self.memory, progress=progress).run()
+                                   should_stop=self._should_stop, derived=self.derived, progress=progress).run()
                 more.summary.add(result.summary)
                 result = more
             return result
@@ -498,8 +392,3 @@ class SyncService:
         if close:
             close()
 
-
-def _some(note_ids: list[str], shown: int = 10) -> str:
-    """Note ids for a log line: the first few, and how many more."""
-    more = len(note_ids) - shown
-    return ", ".join(note_ids[:shown]) + (f" and {more} more" if more > 0 else "")

@@ -7,7 +7,6 @@ SIGTERM stops the daemon, and the log says it once."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import resource
 import selectors

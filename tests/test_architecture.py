@@ -9,6 +9,8 @@
 - One command: ``leanote-rag`` runs ``sync.daemon.main``, and no entry points
   stand in for an import of our own code.
 - Protocol libraries stay at the edges.
+- Only the composition root opens stores and loads models; only the derived stage keeps the
+  memory and the feedback store in line with the notes; long modules say why.
 """
 
 import ast
@@ -289,3 +291,40 @@ def test_no_module_over_the_limit_without_saying_why():
             if text.count("\n") > MAX_LINES and "\nLong: " not in doc:
                 over.append(f"{path.relative_to(REPO).as_posix()} ({text.count(chr(10))} lines)")
     assert over == []
+
+
+# What is derived from notes (the memory, related notes, the feedback store's copies) is kept
+# in line by one stage after indexing (sync.derived); the memory's LLM tier is its worker.
+DERIVED_KEEPERS = {"sync/derived.py", "sync/memory_jobs.py"}
+
+
+def dotted_imports(path: Path) -> set[str]:
+    """The full module names ``path`` imports (``from a.b import c`` gives ``a.b``)."""
+    names = set()
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def derived_imports(path: Path) -> set[str]:
+    return {n for n in dotted_imports(path) if n.startswith(("rag.memory", "rag.answer.feedback"))}
+
+
+def test_the_sync_keeps_what_is_derived_from_notes_in_one_place():
+    """Outside the daemon (which builds the stores and serves their reads), no module of
+    ``sync/`` but the derived stage touches the memory or the feedback store."""
+    offenders = {}
+    for path in sources("sync"):
+        rel = path.relative_to(REPO).as_posix()
+        if rel.startswith("sync/daemon/") or rel in DERIVED_KEEPERS:
+            continue
+        found = derived_imports(path)
+        if found:
+            offenders[rel] = sorted(found)
+    assert offenders == {}
+    # the scan sees such an import (a check that cannot fail is no check)
+    assert "rag.memory.store" in derived_imports(REPO / "sync" / "derived.py")

@@ -47,7 +47,7 @@ def settings_for(tmp_path, fake, **capture):
 
 def capture_for(settings) -> Capture:
     written = []
-    cap = Capture(lambda: settings, on_written=lambda: written.append(time.time()))
+    cap = Capture(settings, on_written=lambda: written.append(time.time()))
     cap.written = written
     return cap
 
@@ -283,7 +283,7 @@ from sync.daemon.capture import Capture
 from pathlib import Path
 settings = make_settings(Path({tmp!r}), leanote={{"base_url": {url!r}}},
     capture={{"accounts": [{{"email": "me@example.com", "password_env": "LR_PW_ME"}}]}})
-cap = Capture(lambda: settings)
+cap = Capture(settings)
 async def main():
     stop = asyncio.Event()
     asyncio.create_task(cap.run(stop))

@@ -44,7 +44,7 @@ def login_refusals(caplog) -> list[str]:
 
 def test_a_refused_login_names_the_config_key_and_variable_holding_its_password(tmp_path, leanote, caplog):
     caplog.set_level(logging.DEBUG)
-    cap = Capture(lambda: capture_settings(tmp_path, leanote, "LR_PW_WRONG"))
+    cap = Capture(capture_settings(tmp_path, leanote, "LR_PW_WRONG"))
     try:
         assert drive(cap, cap.note(PERSON, ME, "密码错了")).status == "queued"
     finally:
@@ -53,7 +53,7 @@ def test_a_refused_login_names_the_config_key_and_variable_holding_its_password(
     assert "capture.accounts[1].password_env (LR_PW_WRONG)" in message and "source.accounts" not in message
 
     # capture borrowing the source's account: the source's key
-    cap = Capture(lambda: source_settings(tmp_path / "b", leanote, "LR_PW_WRONG"))
+    cap = Capture(source_settings(tmp_path / "b", leanote, "LR_PW_WRONG"))
     caplog.clear()
     try:
         assert drive(cap, cap.note(PERSON, ME, "密码错了")).status == "queued"
@@ -80,7 +80,7 @@ def test_the_log_says_once_when_captures_start_failing_and_once_when_they_go_aga
     settings = make_settings(tmp_path, leanote={"base_url": leanote.url}, capture={
         "accounts": [{"email": "me@example.com", "password_env": "LR_PW_WRONG"}]})
     clock = Clock(1_000_000.0)
-    cap = Capture(lambda: settings, clock=clock)
+    cap = Capture(settings, clock=clock)
 
     def tries(n):
         for _ in range(n):

@@ -56,10 +56,10 @@ def world(monkeypatch, tmp_path, use_embedder):
 def test_a_parked_note_is_not_read_again_every_pass_only_when_it_changes(world):
     leanote, ollama, settings, service, answers = world
     assert service.run_pass().ok
-    memory = service.memory
+    memory = service.derived.memory
     assert memory.known(NOTE) and memory.llm_counts()["jobs_pending"] == 1
     # the extraction fails (a reply that is not the schema's JSON) until the job is parked
-    jobs = MemoryJobs(lambda: settings, lambda: memory, answers, delays=(), poll=0.01, quiet=0.0)
+    jobs = MemoryJobs(settings, lambda: memory, answers, delays=(), poll=0.01, quiet=0.0)
     ollama.reply_structured("not json")
     assert asyncio.run(jobs.step()) and jobs.parked == 1
     assert memory.llm_counts()["jobs_parked"] == 1

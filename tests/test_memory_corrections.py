@@ -35,7 +35,7 @@ def world(tmp_path, settings_factory):
         clock = Clock()
         store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
         answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
-        jobs = MemoryJobs(lambda: settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
+        jobs = MemoryJobs(settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
         try:
             yield SimpleNamespace(settings=settings, clock=clock, store=store, answers=answers, jobs=jobs, fake=fake)
         finally:

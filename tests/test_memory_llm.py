@@ -18,7 +18,7 @@ from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.memory.store import MemoryStore
 from rag.model import Note
-from sync.indexer import Indexer
+from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
 from sync.daemon.report import memory_counts
 from sync.state import INDEXED
@@ -72,7 +72,7 @@ def world(tmp_path, settings_factory, fake):
     clock = Clock()
     store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
     answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
-    jobs = MemoryJobs(lambda: settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
+    jobs = MemoryJobs(settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
     yield SimpleNamespace(settings=settings, clock=clock, store=store, answers=answers, jobs=jobs, fake=fake)
     answers.close()
     store.close()
@@ -179,22 +179,18 @@ def test_a_newer_note_supersedes_and_the_older_fact_returns_when_it_goes(world):
         ("old", "PostgreSQL", "active"), ("older", "PostgreSQL", "active")}
 
 
-def test_the_indexer_queues_jobs_and_settles_facts_after_a_removal(world, tmp_path):
+def test_what_follows_a_commit_queues_jobs_and_settles_facts_after_a_removal(world, tmp_path):
     w = world
     index = NoteIndex(w.settings, store=None, embedder=type("E", (), {"model_id": "x", "dim": 3})(), index_id="i")
-    indexer = Indexer.__new__(Indexer)
-    indexer.memory, indexer.index, indexer.base_url = w.store, index, "http://leanote"
-    indexer.memory_seconds, indexer._memory_errors = 0.0, set()
-    indexer.should_stop, indexer._memory_down = (lambda: False), None
+    derived = Derived(w.settings, state=None, store=lambda: None, memory=w.store)
     prepared = index.prepare(Note("n1", "u1", "迁移", POSTGRES))
     rec = SimpleNamespace(status=INDEXED, content_hash=prepared.content_hash)
-    indexer._update_memory({"n1": rec}, {"n1": prepared}, {})
+    derived.follow({"n1": rec}, {"n1": prepared}, {})
     job = w.store.due_job()
     assert job["content_hash"] == prepared.content_hash and "pgbouncer" in job["text"] and job["title"] == "迁移"
-    off = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(update={"llm": "off"})})
-    index.settings = off
+    derived.settings = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(update={"llm": "off"})})
     w.store.remove_note("n1")
-    indexer._update_memory({"n1": rec}, {"n1": prepared}, {})
+    derived.follow({"n1": rec}, {"n1": prepared}, {})
     assert w.store.due_job() is None  # memory.llm: off queues nothing
 
 
@@ -254,7 +250,7 @@ def test_the_worker_gives_way_to_answers(world):
 def test_an_answer_waiting_for_a_slot_counts_and_the_count_falls_back_however_it_ends(tmp_path, settings_factory):
     settings = settings_factory(bots={"max_concurrent_llm": 1})
     answers = AnswerService(settings, index=None)
-    jobs = MemoryJobs(lambda: settings, lambda: None, answers, poll=0.01, quiet=0.0)
+    jobs = MemoryJobs(settings, lambda: None, answers, poll=0.01, quiet=0.0)
 
     async def scenario():
         holding, release = asyncio.Event(), asyncio.Event()

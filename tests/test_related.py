@@ -7,7 +7,7 @@ from rag.memory import related
 from sync.daemon.main import main
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore
-from sync.service import chunk_vectors
+from sync.derived import chunk_vectors
 from sync.state import State
 
 from conftest import make_settings, run_pass

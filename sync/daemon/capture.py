@@ -110,17 +110,17 @@ REMAPPED = ("你现在对应的是另一个 Leanote 用户：这条是给之前�
 class Capture:
     """Captures from chat: checked, queued, written in the background (``run``)."""
 
-    def __init__(self, settings: Callable[[], Settings], on_written: Callable[[], None] = lambda: None,
+    def __init__(self, settings: Settings, on_written: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.time, outbox: Outbox | None = None):
-        """``settings``: read at each use (a reload applies at once); ``on_written``: called
+        """``settings``: read at each use (a reload sets new ones: ``sync.daemon.root.Parts.apply``); ``on_written``: called
         after each write (the daemon schedules a sync pass); ``outbox``: where the captures
         wait, the caller's (the composition root builds and closes it); without one, this
         capture opens the outbox of the settings' state directory, and closes it."""
-        self._settings = settings
+        self.settings = settings
         self.on_written = on_written
         self.clock = clock
         self._own_outbox = outbox is None
-        self.outbox = outbox if outbox is not None else Outbox.open_for(settings())
+        self.outbox = outbox if outbox is not None else Outbox.open_for(settings)
         self._apis: dict[str, LeanoteApi] = {}  # account email -> its connection
         self._users: dict[str, str] = {}  # account email -> the Leanote user it logs in as
         self._account_locks: dict[str, threading.Lock] = {}
@@ -137,10 +137,6 @@ class Capture:
         self.announcers: dict[str, Callable[[str, str, str], Awaitable[None]]] = {}
         self._telling: set[asyncio.Task] = set()
         self._told_now: set[int] = set()  # the captures whose receipt is being sent
-
-    @property
-    def settings(self) -> Settings:
-        return self._settings()
 
     def close(self) -> None:
         """Cut the calls in flight (what they carried stays in the outbox), then close."""

@@ -110,7 +110,7 @@ class Daemon:
             embed_mod.warm(self.index.embedder)  # the model loaded before ready, even behind a vector cache
             self.sync = parts.sync
             self.answers = parts.answers
-            self.capture = Capture(lambda: self.settings, on_written=self._written, outbox=parts.outbox)
+            self.capture = parts.capture(on_written=self._written)
             self.feedback = parts.feedback
             self._forget_old_feedback()
             attach_metrics(self.metrics, self.sync, self.answers, self.settings.state_dir)
@@ -145,11 +145,8 @@ class Daemon:
         return self.parts.memory_to_read if self.parts is not None else None
 
     def close(self) -> None:
-        if self.capture is not None:
-            self.capture.close()
-            self.capture = None
         with self._reader_lock:
-            for part in ("feedback", "answers", "_reader", "sync", "index", "state"):
+            for part in ("capture", "feedback", "answers", "_reader", "sync", "index", "state"):
                 setattr(self, part, None)
             if self.parts is not None:
                 self.parts.close()
@@ -220,8 +217,7 @@ class Daemon:
             tasks.append(asyncio.create_task(self._watchdog()))
             tasks.append(asyncio.create_task(self.capture.run(self.stopping)))
             # the memory's LLM tier: never while an answer holds the LLM (sync.memory_jobs)
-            self.memory_jobs = MemoryJobs(lambda: self.settings, lambda: self.sync.memory if self.sync else None,
-                                          self.answers)
+            self.memory_jobs = self.parts.memory_jobs
             tasks.append(asyncio.create_task(self.memory_jobs.run(self.stopping)))
             tasks.append(asyncio.create_task(self._measure_llm()))
             self.systemd.notify("READY=1\nSTATUS=serving")
@@ -312,7 +308,7 @@ class Daemon:
             self.systemd.notify("READY=1\nSTATUS=serving")
 
     def _apply(self, settings: Settings, live: list[str]) -> None:
-        self.settings = settings  # what the capture writer and the memory's LLM tier read at each use
+        self.settings = settings
         if self.parts is not None:
             self.parts.apply(settings)
         if "log_level" in live:

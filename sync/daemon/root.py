@@ -32,7 +32,10 @@ from rag.index.store import Store, open_store
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
 
+from sync.daemon.capture import Capture
 from sync.daemon.outbox import Outbox
+from sync.derived import Derived
+from sync.memory_jobs import MemoryJobs
 from sync.service import SyncService
 from sync.sources import open_source
 from sync.state import State
@@ -66,6 +69,7 @@ class Parts:
         self._parts: dict[str, Any] = dict(given)
         self._order: list[str] = []  # as built: closed the other way round
         self._lock = threading.RLock()  # parts are asked for from worker threads too
+        self._closed = False  # close() ran: a worker still running opens nothing again
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         with self._lock:
@@ -154,6 +158,18 @@ class Parts:
 
     # --- the services ---------------------------------------------------------------------
 
+    def capture(self, on_written: Callable[[], None] = lambda: None) -> Capture:
+        """Writing from chat into Leanote through the outbox (``sync.daemon.capture``);
+        ``on_written`` is called after each write (the daemon schedules a sync pass)."""
+        return self._once("capture", lambda: Capture(self.settings, on_written=on_written, outbox=self.outbox))
+
+    @property
+    def memory_jobs(self) -> MemoryJobs:
+        """The memory's LLM tier (``sync.memory_jobs``): the answer service's LLM, when no
+        answer wants it."""
+        return self._once("memory_jobs", lambda: MemoryJobs(
+            self.settings, lambda: None if self._closed else self.memory, self.answers))
+
     @property
     def answers(self) -> AnswerService:
         """The answer service, with the configured reranker (one that cannot be loaded is said
@@ -172,13 +188,19 @@ class Parts:
         return self._once("answers", build)
 
     @property
+    def derived(self) -> Derived:
+        """What the passes keep in line with the index beside it: the memory, the related
+        notes and the feedback store (``sync.derived``)."""
+        return self._once("derived", lambda: Derived(self.settings, self.state, lambda: self.index.store, self.memory,
+                                                     self.feedback_if_made))
+
+    @property
     def sync(self) -> SyncService:
-        """The sync service: the configured source, the index, the state, the memory and the
-        feedback store (aligned with the index after a pass)."""
+        """The sync service: the configured source, the index, the state and what is derived
+        from the notes (``derived``)."""
         return self._once("sync", lambda: SyncService(
             self.settings, self.index, self.state, source=self._parts.get("source") or open_source(self.settings),
-            memory=self.memory, feedback=self.feedback_if_made, clock=self.clock, rng=self.rng,
-            scheduled=self.scheduled))
+            derived=self.derived, clock=self.clock, rng=self.rng, scheduled=self.scheduled))
 
     def apply(self, settings: Settings) -> None:
         """New settings for every part built (a reload): the one way a running part learns
@@ -186,7 +208,7 @@ class Parts:
         was built (``rag.config.Settings.reloaded`` says which keys need a restart)."""
         with self._lock:
             self.settings = settings
-            for name in ("index", "answers", "sync"):  # the parts that hold settings (the stores hold none)
+            for name in ("index", "answers", "derived", "sync", "capture", "memory_jobs"):  # (the stores hold none)
                 if self._parts.get(name) is not None:
                     self._parts[name].settings = settings
 
@@ -194,11 +216,13 @@ class Parts:
         """Close what was built, the last built first; each part closed once, and a part that
         fails to close does not keep the others open."""
         with self._lock:
+            self._closed = True
             while self._order:
                 name = self._order.pop()
                 part = self._parts.pop(name)
                 try:
-                    part.close()
+                    if hasattr(part, "close"):
+                        part.close()
                 except Exception:
                     log.exception("closing the %s failed", name)
 

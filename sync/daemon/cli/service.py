@@ -63,8 +63,8 @@ def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
         parts.state  # the state first: a broken one is said (or, rebuilding, replaced) before anything else
         check_disk(settings.state_dir)  # before the index maps its files: no room there is a crash
         service = parts.sync
-        if rebuild and service.memory is not None:
-            service.memory.reset()  # derived from the notes, like the index: built again
+        if rebuild and service.derived is not None:
+            service.derived.reset()  # derived from the notes, like the index: built again
         with _Shown() as shown:
             result = service.run_pass(reconcile=reconcile, force=True, progress=shown)
     return result.summary.as_json(), result.failures
