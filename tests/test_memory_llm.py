@@ -334,7 +334,7 @@ def test_facts_are_per_user_and_auto_waits_while_the_llm_fails(world):
     assert w.store.llm_counts("u1")["facts"] == 2 and w.store.llm_counts("u2")["facts"] == 1
     # auto: not while the answers' last LLM call failed (tried again after `probe`)
     auto = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(update={"llm": "auto"})})
-    w.jobs.settings = lambda: auto
+    w.jobs.settings = auto
     assert w.jobs.ready()
     w.answers._llm_failing = True
     w.jobs._probed = float("inf") * -1
@@ -557,7 +557,7 @@ def test_auto_stays_off_where_the_backlog_would_take_longer_than_its_bound_and_s
     w.answers.speeds._speeds[w.settings.ollama.model] = Speed(read_tps=20.0, write_tps=5.0, samples=3)
     tight = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(
         update={"llm": "auto", "llm_auto_max": 3600.0})})
-    w.jobs.settings = lambda: tight
+    w.jobs.settings = tight
     with caplog.at_level(logging.INFO, logger="sync.memory_jobs"):
         assert run(w.jobs.step()) is False and run(w.jobs.step()) is False
     assert jobs_of(w.store)[0][1] == 0 and w.fake.structured_chats() == []  # nothing taken
@@ -568,7 +568,7 @@ def test_auto_stays_off_where_the_backlog_would_take_longer_than_its_bound_and_s
     assert "memory.llm: on runs it anyway" in estimate["text"]
     # a bound it fits: the tier runs
     roomy = tight.model_copy(update={"memory": tight.memory.model_copy(update={"llm_auto_max": 30 * 86400.0})})
-    w.jobs.settings = lambda: roomy
+    w.jobs.settings = roomy
     w.jobs._outlook_at = float("-inf")
     w.fake.reply_structured(ATLAS_PG)
     assert run(w.jobs.step()) is True
