@@ -15,7 +15,7 @@ after the other): ``on`` is ``memory.enabled: true, memory.llm: off`` (the no-LL
 entities as notes are indexed, related notes recomputed after each pass), ``off`` is
 ``memory.enabled: false``. The top-level keys are the first run's (``on`` with both);
 ``memory`` holds both runs side by side: each pass's time, the time the indexer spent
-bringing the memory in line (``Indexer._update_memory``) and the related-notes refresh
+bringing the memory in line (``sync.derived.Derived.follow``) and the related-notes refresh
 after it (``rag.memory.related.refresh``: notes recomputed, pairs found, seconds), both timed by
 wrapping those functions here. The retrieval eval runs once, in the first run (``search``
 does not read the memory: the entities ranking is an answer's, see
@@ -46,8 +46,7 @@ from rag.memory import related  # noqa: E402
 from rag.eval import evaluate, load_questions, report_json  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.index.retrieve import search  # noqa: E402
-from sync import indexer as indexer_mod  # noqa: E402
-from sync import service as service_mod  # noqa: E402
+from sync import derived as derived_mod  # noqa: E402
 from sync.state import State  # noqa: E402
 from sync.daemon.root import Parts  # noqa: E402
 
@@ -58,22 +57,22 @@ def chunk_keys(state: State) -> set[str]:
 
 
 class MemoryMeter:
-    """Time spent on the memory in a pass: the indexer's updates and the related refresh
+    """Time spent on the memory in a pass: what follows each commit (``Derived.follow``) and the related refresh
     after the pass (the functions wrapped while the meter is installed)."""
 
     def __init__(self):
         self.update_s = 0.0
         self.refreshes: list = []  # rag.memory.related.Refresh per pass
-        self._update = indexer_mod.Indexer._update_memory
+        self._update = derived_mod.Derived.follow
         self._refresh = related.refresh
 
     def install(self) -> None:
         meter, update, refresh = self, self._update, self._refresh
 
-        def timed_update(indexer, *args, **kwargs):
+        def timed_update(derived, *args, **kwargs):
             t = time.perf_counter()
             try:
-                return update(indexer, *args, **kwargs)
+                return update(derived, *args, **kwargs)
             finally:
                 meter.update_s += time.perf_counter() - t
 
@@ -82,12 +81,12 @@ class MemoryMeter:
             meter.refreshes.append(done)
             return done
 
-        indexer_mod.Indexer._update_memory = timed_update
-        service_mod.related.refresh = counted_refresh
+        derived_mod.Derived.follow = timed_update
+        related.refresh = counted_refresh
 
     def uninstall(self) -> None:
-        indexer_mod.Indexer._update_memory = self._update
-        service_mod.related.refresh = self._refresh
+        derived_mod.Derived.follow = self._update
+        related.refresh = self._refresh
 
     def take(self) -> dict:
         """What the passes since the last take spent on the memory."""
