@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from rag import config
-from rag.answer.service import dense_outlier, relevance
+from rag.answer.gate import dense_outlier, relevance
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
 

@@ -3,9 +3,11 @@
     follow-up? -> made standalone: rewritten by the LLM within a share of the budget, else joined
                   to the last question (rag.answer.followup; a question that stands alone is not)
     -> hybrid retrieval (top ``rerank.candidates``) -> rerank (time-budgeted) -> top-k
-    -> nothing plausible? refusal phrase + closest notes, no LLM call
+    -> nothing plausible? refusal phrase + closest notes, no LLM call (rag.answer.gate)
     -> evidence blocks, cut to what the LLM reads here within ``answer.first_token_budget``
-    -> the LLM, streamed -> citations parsed, bad markers removed
+       (rag.answer.sizing)
+    -> the LLM, streamed -> citations parsed, bad markers removed -> each sentence checked
+       against the evidence (rag.answer.support)
 
 With the memory of the notes (``rag.memory.store``): entities the question names add a ranking
 of the chunks mentioning them to the fusion (``rag.index.retrieve``, "entities"), and active facts
@@ -29,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -47,22 +48,22 @@ from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer import followup
-from rag.answer.evidence import Evidence, build_evidence, header, messages
+from rag.answer.evidence import Evidence, build_evidence, header
 from rag.answer.fair import CALLER, FairSlots, Turns
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
 from rag.index.note_index import NoteIndex
 from rag.memory.entities import norm
-from rag.answer.evidence import add_facts
-from rag.index.lexical import search_text, tokenize
 from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.index.retrieve import entity_ranking, named_entities, search
 from rag.speed import FILE as SPEED_FILE
-from rag.speed import Speed, SpeedBook, Usage
+from rag.speed import SpeedBook, Usage
 from rag.answer.conversation import Conversations
 from rag.answer.types import Answer, Candidate, Citation, Trace, citation, extractive
+from rag.answer.gate import plausible, too_weak
+from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 
 log = logging.getLogger(__name__)
 
@@ -115,64 +116,12 @@ def notes_about(question: str) -> str | None:
     return None
 
 
-
-
-def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
-    """Two signals that the notes may hold an answer, both comparable across corpora
-    of any size: the best dense similarity among the candidates, and the largest share
-    of the question's terms found in one of the top five chunks."""
-    dense = max((h.dense_score for h in hits if h.dense_score is not None), default=0.0)
-    terms = set(tokenize(question))
-    cover = 0.0
-    if terms:
-        for h in hits[:5]:
-            found = terms & set(tokenize(f"{h.title}\n{h.heading}\n{search_text(h.text)}"))
-            cover = max(cover, len(found) / len(terms))
-    return dense, cover
-
-
-def dense_outlier(hits: list[Hit]) -> float:
-    """How far the best dense score stands above the other candidates', in standard
-    deviations: a relative signal, whatever the collection's size or the embedder's scale."""
-    scores = sorted(h.dense_score for h in hits if h.dense_score is not None)
-    if len(scores) < 3:
-        return float("inf")  # too few to tell: do not refuse on this
-    rest = scores[:-1]
-    spread = statistics.pstdev(rest) or 1e-9
-    return (scores[-1] - statistics.fmean(rest)) / spread
-
-
-SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
 MIN_EXPAND_WAIT = 1.0  # seconds: however fast the model measured, it gets this long
 SOURCES_WITHIN = 2.0  # seconds: retrieval.expand auto never holds the sources back longer than this
-MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 64, 1024
-SAFE_ANSWER_TOKENS = 256  # the answer's length when the LLM's speed could not be measured
-PROBE_TOKENS = 12  # the measuring reply: enough tokens written to time the writing
 TOO_SLOW_ZH = "（这台机器上的语言模型太慢，在时限内读不完最相关的一段笔记，以下是笔记里最相关的段落。）"
 TOO_SLOW_EN = ("(The language model is too slow here to read the most relevant passage within its time limit; "
                "here are the most relevant passages of your notes.)")
-
-
-@dataclass
-class Plan:
-    """The evidence and answer sizes for one question, fitted to the LLM's speed here."""
-
-    evidence_chars: int
-    speed: Speed
-    options: dict | None = None
-    note: str = ""
-    max_prompt_tokens: int | None = None  # what the LLM reads here within the budget; None: unknown
-    floor_chars: int = 0  # the best passage whole: the evidence is never cut below it
-    too_slow: str = ""  # why the LLM cannot answer within ollama.timeout here (then it is not asked)
-
-    def prompt_tokens(self, prompt: list[dict]) -> int:
-        """The prompt's size in tokens, by the calibrated estimate."""
-        return self.speed.tokens(_prompt_text(prompt))
-
-
-def _prompt_text(prompt: list[dict]) -> str:
-    return "\n".join(m["content"] for m in prompt)
 
 
 def _language_notice(question: str, zh: str, en: str) -> str:
@@ -434,7 +383,7 @@ class AnswerService:
                 answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
                 return self._end(turn, answer)
-        weak = self._too_weak(standalone, hits, scores)
+        weak = too_weak(self.settings.answer, standalone, hits, scores)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
             return self._end(turn, self._refusal(question, top))
@@ -457,8 +406,9 @@ class AnswerService:
                 trace.budget = await self._measure(turn.standalone)
             except (Unavailable, ModelMissing) as err:
                 return self._end(turn, self._llm_down(turn.question, top, trace, err))
-        plan = self._plan(turn.standalone, top, turn.elapsed())
-        blocks, prompt, used = self._fit(turn.standalone, top, plan, facts)
+        model = self.chat.model if self.chat is not None else None
+        plan = plan_for(self.settings, model, self.speeds.get(model or ""), turn.standalone, top, turn.elapsed())
+        blocks, prompt, used = fit(self.settings, turn.standalone, top, plan, facts, llm=self.chat is not None)
         trace.facts = [f"[{n}] {f['subject']} — {f['predicate']} — {f['object']}" for n, f in used]
         trace.budget = "; ".join(p for p in (trace.budget, plan.note) if p)
         trace.evidence = {str(b.n): f"{header(b)}\n{b.text}" for b in blocks}
@@ -656,93 +606,10 @@ class AnswerService:
         """The LLM's reply, piece by piece; when it ends, what it cost teaches the speed book."""
         async for piece in self.chat.stream(prompt, usage=usage, options=options, **kwargs):
             yield piece
-        self.speeds.observe(self.chat.model, usage, _prompt_text(prompt))
+        self.speeds.observe(self.chat.model, usage, prompt_text(prompt))
 
     async def _complete(self, prompt: list[dict], options: dict | None = None, **kwargs) -> str:
         return "".join([piece async for piece in self._stream(prompt, Usage(), options, **kwargs)])
-
-    def _plan(self, question: str, top: list[Hit], elapsed: float) -> "Plan":
-        """How much evidence the LLM reads, and how long its answer may be.
-
-        Never less than the best passage whole (``Plan.floor_chars``: the first evidence
-        block, up to ``answer.block_chars``): a model given a scrap guesses. Within that, as
-        much as it reads here before ``answer.first_token_budget`` runs out (what is left of
-        it after the steps so far). When even the floor takes longer, the first token comes
-        later (the sources are on screen); when reading it and writing a short answer would
-        not fit ``ollama.timeout``, the LLM is not asked (``Plan.too_slow``). The answer gets
-        ``num_predict`` for what is left of the timeout after the reading. Without a measured
-        speed (the measuring reply failed to report one): the floor only."""
-        cfg = self.settings.answer
-        model = self.chat.model if self.chat is not None else ""
-        speed = self.speeds.get(model)
-        plan = Plan(cfg.total_chars, speed)
-        if self.chat is None:
-            return plan
-        first = build_evidence(top, cfg)[:1]
-        plan.floor_chars = len(first[0].text) if first else cfg.block_chars
-        if not speed.read_tps:
-            plan.evidence_chars = plan.floor_chars
-            plan.note = (f"{model}: speed not measured: the best passage only ({plan.floor_chars} characters) and "
-                         f"at most {SAFE_ANSWER_TOKENS} tokens of answer")
-            plan.options = {"num_predict": SAFE_ANSWER_TOKENS}
-            return plan
-        left = cfg.first_token_budget - elapsed
-        plan.max_prompt_tokens = max(0, int(left * speed.read_tps * SPEED_MARGIN))
-        fixed = speed.tokens(_prompt_text(messages(question, [], cfg.refusal, cfg.prompt)))
-        sample = "".join(h.text for h in top[: cfg.top_k]) or question
-        per_char = speed.tokens(sample) / max(1, len(sample))
-        fits = int(max(0, plan.max_prompt_tokens - fixed) / per_char)  # a first guess: _fit checks the prompt
-        plan.evidence_chars = max(plan.floor_chars, min(cfg.total_chars, fits))
-        plan.note = (f"{model} reads ~{speed.read_tps:.0f} tok/s here; {left:.1f} s left of "
-                     f"answer.first_token_budget {cfg.first_token_budget:g} s")
-        return plan
-
-    def _fit(self, question: str, top: list[Hit], plan: "Plan", facts: list[dict] | None = None
-             ) -> tuple[list[Evidence], list[dict], list[tuple[int, dict]]]:
-        """The evidence (with the memory's ``facts``), the prompt, and the facts used with
-        their blocks, shrunk until the prompt's estimated tokens fit what the LLM reads
-        within the budget, never below the best passage whole (``Plan.floor_chars``); then
-        the answer's length, and whether the LLM can answer at all within the timeout."""
-        cfg = self.settings.answer
-        while True:
-            cut = plan.evidence_chars < cfg.total_chars
-            blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
-                                    question=question if cut else None)
-            used = add_facts(blocks, facts or [])
-            prompt = messages(question, blocks, cfg.refusal, cfg.prompt)
-            if plan.max_prompt_tokens is None or plan.evidence_chars <= plan.floor_chars:
-                break
-            tokens = plan.prompt_tokens(prompt)
-            if tokens <= plan.max_prompt_tokens:
-                break
-            plan.evidence_chars = max(plan.floor_chars,
-                                      int(plan.evidence_chars * plan.max_prompt_tokens / tokens * 0.97))
-        if plan.max_prompt_tokens is None or self.chat is None:
-            return blocks, prompt, used
-        chars = sum(len(b.text) for b in blocks)
-        if plan.evidence_chars < cfg.total_chars:
-            plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
-        else:
-            plan.note = f"evidence as configured ({chars} characters): {plan.note}"
-        tokens = plan.prompt_tokens(prompt)
-        speed = plan.speed
-        reading = tokens / speed.read_tps
-        if tokens > plan.max_prompt_tokens:
-            plan.note += (f"; the best passage whole is {tokens} prompt tokens, more than the budget holds "
-                          f"({plan.max_prompt_tokens}): the first token comes after ~{reading:.0f} s")
-        timeout = self.settings.ollama.timeout
-        if speed.write_tps:
-            writing = max(0.0, timeout * SPEED_MARGIN - reading)
-            most = int(min(MAX_ANSWER_TOKENS, writing * speed.write_tps))
-            if most < MIN_ANSWER_TOKENS:
-                plan.too_slow = (f"reading the best passage (~{reading:.0f} s here) and writing {MIN_ANSWER_TOKENS} "
-                                 f"tokens (~{MIN_ANSWER_TOKENS / speed.write_tps:.0f} s) would not fit ollama.timeout "
-                                 f"{timeout:g} s")
-            plan.options = {"num_predict": max(MIN_ANSWER_TOKENS, most)}
-            plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
-        elif reading > timeout * SPEED_MARGIN:
-            plan.too_slow = f"reading the best passage would take ~{reading:.0f} s here, over ollama.timeout {timeout:g} s"
-        return blocks, prompt, used
 
     # --- pieces ---------------------------------------------------------------------------
 
@@ -782,36 +649,6 @@ class AnswerService:
         if self._llm_failing:
             log.info("the LLM answers again")
         self._llm_failing = False
-
-    def _too_weak(self, question: str, hits: list[Hit], rerank_scores: dict[str, float]) -> str:
-        """Why the evidence is too weak to ask the LLM, or "" when it is worth a try.
-
-        Refused here: nothing retrieved; with a reranker, a best score below
-        ``answer.min_rerank``; otherwise only when nothing plausible came back: no top-5
-        chunk shares a single word with the question, and no candidate stands out by
-        meaning (the best dense score is within ``answer.outlier_z`` standard deviations of
-        the others'). Both signals are relative to what this user's notes hold, so a
-        collection of 15 notes and one of 50,000 are judged alike; everything else is left
-        to the LLM's instructed refusal. ``answer.min_dense`` with ``answer.min_coverage``
-        adds an absolute rule for those who calibrate one."""
-        cfg = self.settings.answer
-        if not hits:
-            return "nothing matched"
-        if rerank_scores and cfg.min_rerank is not None:
-            best = max(rerank_scores.values())
-            if best < cfg.min_rerank:
-                return f"best rerank score {best:.3f} < answer.min_rerank {cfg.min_rerank}"
-            return ""
-        dense, cover = relevance(question, hits)
-        z = dense_outlier(hits)
-        if cover == 0 and z < cfg.outlier_z:
-            return (f"no top-5 chunk shares a word with the question, and the best dense match stands out by "
-                    f"only {z:.1f} σ (< answer.outlier_z {cfg.outlier_z:g})")
-        if cfg.min_dense is not None and cfg.min_coverage is not None and dense < cfg.min_dense \
-                and cover < cfg.min_coverage:
-            return (f"best dense score {dense:.3f} < answer.min_dense {cfg.min_dense} and best term coverage "
-                    f"{cover:.2f} < answer.min_coverage {cfg.min_coverage}")
-        return ""
 
     def _refusal(self, question: str, top: list[Hit]) -> Answer:
         closest, seen = [], set()
@@ -900,60 +737,6 @@ class AnswerService:
             except Exception:
                 log.exception("an answer observer failed (the answer is not affected)")
         return answer
-
-
-# Passages replace an answer only when they are about the question: the best passage of the
-# top notes holds at least this share of the question's words (its title and heading count).
-# Below, the person is told the notes hold no answer, with the closest notes' titles only.
-PLAUSIBLE_COVER = 0.35
-PLAUSIBLE_NOTES = 3
-
-
-def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
-    """Whether the best passages are about the question, and why (for the trace)."""
-    asked = support.terms(question) - _ASKING
-    if not asked:
-        return bool(hits), "the question has no words of its own to look for"
-    best, seen = 0.0, set()
-    for h in hits:
-        if h.note_id in seen:
-            continue
-        seen.add(h.note_id)
-        body = support.Body(f"{h.title}\n{h.heading}\n{h.text}")
-        best = max(best, body.share(asked))
-        if len(seen) >= PLAUSIBLE_NOTES:
-            break
-    return best >= PLAUSIBLE_COVER, f"the best passage holds {best:.0%} of the question's words"
-
-
-# Words that ask rather than say what about (left out of ``plausible``'s count).
-_ASKING = frozenset("""什么 怎么 怎样 如何 为什么 哪些 哪个 哪里 多少 几个 是否 是不是 能不能 可不可以 有没有 要不要
-请问 一下 应该 需要 时候 什么样 吗 呢 方法 办法 问题 笔记 我的 记得 之前 以前 写过 记过
-how what which why when where does should could would need way ways notes note""".split())
-
-
-async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Settings, question: str = "你好") -> str:
-    """How fast the LLM reads and writes here, learned from one short reply to the answer
-    prompt's fixed instructions and ``question`` (no evidence): ``PROBE_TOKENS`` written, within
-    ``ollama.timeout``. The instructions are the same for every answer, so Ollama keeps them in
-    its prompt cache for the next one. A reply cut short by the timeout still teaches a bound.
-    A line saying what was learned; Unavailable or ModelMissing when the LLM cannot be reached."""
-    prompt = messages(question, [], settings.answer.refusal, settings.answer.prompt)
-    usage = Usage()
-    started = time.perf_counter()
-    try:
-        async for _ in chat.stream(prompt, usage=usage, options={"num_predict": PROBE_TOKENS}):
-            pass
-    except Unavailable:
-        waited = time.perf_counter() - started
-        if not usage.reported and waited >= settings.ollama.timeout * 0.5:
-            speeds.cut_short(chat.model, speeds.get(chat.model).tokens(_prompt_text(prompt)), waited, None)
-        raise
-    speeds.observe(chat.model, usage, _prompt_text(prompt))
-    speed = speeds.get(chat.model)
-    if not speed.read_tps:
-        return f"{chat.model}: its speed could not be measured (Ollama reported no counts)"
-    return f"{chat.model}: speed measured first ({time.perf_counter() - started:.1f} s): {speed.describe(chat.model)}"
 
 
 async def _call(fn, value) -> None:

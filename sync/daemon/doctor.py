@@ -328,7 +328,7 @@ def _ollama(settings: Settings) -> Iterator[Check]:
         speed = load_speeds(settings.state_dir / SPEED_FILE).get(cfg.model)
         if (speed is None or not speed.read_tps) and settings.state_dir.exists():
             # measured now, so the first question's evidence is sized to this machine
-            from rag.answer.service import measure_speed
+            from rag.answer.sizing import measure_speed
             from rag.speed import SpeedBook
 
             book = SpeedBook(settings.state_dir / SPEED_FILE)

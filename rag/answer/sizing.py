@@ -1,0 +1,153 @@
+"""How much evidence the LLM reads here, and how long its answer may be.
+
+The LLM's measured speed (``rag.speed``) decides: as much evidence as it reads within what is
+left of ``answer.first_token_budget``, never less than the best passage whole (a model given
+a scrap guesses), and an answer length that fits ``ollama.timeout`` after the reading. Before
+any speed is known, ``measure_speed`` learns it from one short reply.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rag import llm as llm_mod
+from rag.answer.evidence import Evidence, add_facts, build_evidence, messages
+from rag.config import Settings
+from rag.errors import Unavailable
+from rag.model import Hit
+from rag.speed import Speed, SpeedBook, Usage
+
+SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are averages
+MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 64, 1024
+SAFE_ANSWER_TOKENS = 256  # the answer's length when the LLM's speed could not be measured
+PROBE_TOKENS = 12  # the measuring reply: enough tokens written to time the writing
+
+
+@dataclass
+class Plan:
+    """The evidence and answer sizes for one question, fitted to the LLM's speed here."""
+
+    evidence_chars: int
+    speed: Speed
+    options: dict | None = None
+    note: str = ""
+    max_prompt_tokens: int | None = None  # what the LLM reads here within the budget; None: unknown
+    floor_chars: int = 0  # the best passage whole: the evidence is never cut below it
+    too_slow: str = ""  # why the LLM cannot answer within ollama.timeout here (then it is not asked)
+
+    def prompt_tokens(self, prompt: list[dict]) -> int:
+        """The prompt's size in tokens, by the calibrated estimate."""
+        return self.speed.tokens(prompt_text(prompt))
+
+
+def prompt_text(prompt: list[dict]) -> str:
+    """The prompt's messages as one text (what the token estimate reads)."""
+    return "\n".join(m["content"] for m in prompt)
+
+
+def plan_for(settings: Settings, model: str | None, speed: Speed, question: str, top: list[Hit],
+             elapsed: float) -> Plan:
+    """How much evidence the LLM reads, and how long its answer may be.
+
+    Never less than the best passage whole (``Plan.floor_chars``: the first evidence
+    block, up to ``answer.block_chars``): a model given a scrap guesses. Within that, as
+    much as it reads here before ``answer.first_token_budget`` runs out (what is left of
+    it after the steps so far). When even the floor takes longer, the first token comes
+    later (the sources are on screen); when reading it and writing a short answer would
+    not fit ``ollama.timeout``, the LLM is not asked (``Plan.too_slow``). The answer gets
+    ``num_predict`` for what is left of the timeout after the reading. Without a measured
+    speed (the measuring reply failed to report one): the floor only."""
+    cfg = settings.answer
+    plan = Plan(cfg.total_chars, speed)
+    if model is None:  # no LLM: the evidence as configured, for an extractive answer
+        return plan
+    first = build_evidence(top, cfg)[:1]
+    plan.floor_chars = len(first[0].text) if first else cfg.block_chars
+    if not speed.read_tps:
+        plan.evidence_chars = plan.floor_chars
+        plan.note = (f"{model}: speed not measured: the best passage only ({plan.floor_chars} characters) and "
+                     f"at most {SAFE_ANSWER_TOKENS} tokens of answer")
+        plan.options = {"num_predict": SAFE_ANSWER_TOKENS}
+        return plan
+    left = cfg.first_token_budget - elapsed
+    plan.max_prompt_tokens = max(0, int(left * speed.read_tps * SPEED_MARGIN))
+    fixed = speed.tokens(prompt_text(messages(question, [], cfg.refusal, cfg.prompt)))
+    sample = "".join(h.text for h in top[: cfg.top_k]) or question
+    per_char = speed.tokens(sample) / max(1, len(sample))
+    fits = int(max(0, plan.max_prompt_tokens - fixed) / per_char)  # a first guess: _fit checks the prompt
+    plan.evidence_chars = max(plan.floor_chars, min(cfg.total_chars, fits))
+    plan.note = (f"{model} reads ~{speed.read_tps:.0f} tok/s here; {left:.1f} s left of "
+                 f"answer.first_token_budget {cfg.first_token_budget:g} s")
+    return plan
+
+def fit(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: list[dict] | None = None,
+        llm: bool = True) -> tuple[list[Evidence], list[dict], list[tuple[int, dict]]]:
+    """The evidence (with the memory's ``facts``), the prompt, and the facts used with
+    their blocks, shrunk until the prompt's estimated tokens fit what the LLM reads
+    within the budget, never below the best passage whole (``Plan.floor_chars``); then
+    the answer's length, and whether the LLM can answer at all within the timeout."""
+    cfg = settings.answer
+    while True:
+        cut = plan.evidence_chars < cfg.total_chars
+        blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
+                                question=question if cut else None)
+        used = add_facts(blocks, facts or [])
+        prompt = messages(question, blocks, cfg.refusal, cfg.prompt)
+        if plan.max_prompt_tokens is None or plan.evidence_chars <= plan.floor_chars:
+            break
+        tokens = plan.prompt_tokens(prompt)
+        if tokens <= plan.max_prompt_tokens:
+            break
+        plan.evidence_chars = max(plan.floor_chars,
+                                  int(plan.evidence_chars * plan.max_prompt_tokens / tokens * 0.97))
+    if plan.max_prompt_tokens is None or not llm:
+        return blocks, prompt, used
+    chars = sum(len(b.text) for b in blocks)
+    if plan.evidence_chars < cfg.total_chars:
+        plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
+    else:
+        plan.note = f"evidence as configured ({chars} characters): {plan.note}"
+    tokens = plan.prompt_tokens(prompt)
+    speed = plan.speed
+    reading = tokens / speed.read_tps
+    if tokens > plan.max_prompt_tokens:
+        plan.note += (f"; the best passage whole is {tokens} prompt tokens, more than the budget holds "
+                      f"({plan.max_prompt_tokens}): the first token comes after ~{reading:.0f} s")
+    timeout = settings.ollama.timeout
+    if speed.write_tps:
+        writing = max(0.0, timeout * SPEED_MARGIN - reading)
+        most = int(min(MAX_ANSWER_TOKENS, writing * speed.write_tps))
+        if most < MIN_ANSWER_TOKENS:
+            plan.too_slow = (f"reading the best passage (~{reading:.0f} s here) and writing {MIN_ANSWER_TOKENS} "
+                             f"tokens (~{MIN_ANSWER_TOKENS / speed.write_tps:.0f} s) would not fit ollama.timeout "
+                             f"{timeout:g} s")
+        plan.options = {"num_predict": max(MIN_ANSWER_TOKENS, most)}
+        plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
+    elif reading > timeout * SPEED_MARGIN:
+        plan.too_slow = f"reading the best passage would take ~{reading:.0f} s here, over ollama.timeout {timeout:g} s"
+    return blocks, prompt, used
+
+
+async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Settings, question: str = "你好") -> str:
+    """How fast the LLM reads and writes here, learned from one short reply to the answer
+    prompt's fixed instructions and ``question`` (no evidence): ``PROBE_TOKENS`` written, within
+    ``ollama.timeout``. The instructions are the same for every answer, so Ollama keeps them in
+    its prompt cache for the next one. A reply cut short by the timeout still teaches a bound.
+    A line saying what was learned; Unavailable or ModelMissing when the LLM cannot be reached."""
+    prompt = messages(question, [], settings.answer.refusal, settings.answer.prompt)
+    usage = Usage()
+    started = time.perf_counter()
+    try:
+        async for _ in chat.stream(prompt, usage=usage, options={"num_predict": PROBE_TOKENS}):
+            pass
+    except Unavailable:
+        waited = time.perf_counter() - started
+        if not usage.reported and waited >= settings.ollama.timeout * 0.5:
+            speeds.cut_short(chat.model, speeds.get(chat.model).tokens(prompt_text(prompt)), waited, None)
+        raise
+    speeds.observe(chat.model, usage, prompt_text(prompt))
+    speed = speeds.get(chat.model)
+    if not speed.read_tps:
+        return f"{chat.model}: its speed could not be measured (Ollama reported no counts)"
+    return f"{chat.model}: speed measured first ({time.perf_counter() - started:.1f} s): {speed.describe(chat.model)}"
