@@ -6,6 +6,14 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
+# The rankings a search can use (``rag.index.retrieve``).
+RETRIEVERS = ("hybrid", "dense", "sparse")
+# What the memory's entities are (``rag.memory.entities``): found without an LLM, and the LLM
+# tier's typed ones, stored with their type as kind.
+NO_LLM_KINDS = ("term", "code", "tag", "heading", "link")
+LLM_KINDS = ("person", "project", "tool", "place", "organization", "concept", "other")
+ENTITY_KINDS = NO_LLM_KINDS + LLM_KINDS
+
 HEADING_SEP = " › "
 NOTEBOOK_SEP = " / "
 

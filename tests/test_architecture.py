@@ -328,3 +328,21 @@ def test_the_sync_keeps_what_is_derived_from_notes_in_one_place():
     assert offenders == {}
     # the scan sees such an import (a check that cannot fail is no check)
     assert "rag.memory.store" in derived_imports(REPO / "sync" / "derived.py")
+
+
+def test_the_command_line_starts_without_the_search_stack():
+    """``leanote-rag --help`` and the commands that go through a running daemon load no model,
+    index or store: each process the bots' owner (or a test) starts costs a fraction of a
+    second, not the whole stack's imports. The heavy parts are imported by the commands that
+    use them."""
+    import subprocess
+    import sys
+
+    heavy = ["numpy", "rjieba", "qdrant_edge", "qdrant_client", "bs4", "rag.index.note_index", "rag.memory.store",
+             "sync.daemon.root", "sync.state", "rag.answer.service"]
+    code = ("import sys\nfrom sync.daemon.cli import cli\n"
+            "cli.main(['--help'], standalone_mode=False)\n"
+            "from sync.daemon.door import DaemonDoor\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

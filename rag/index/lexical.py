@@ -28,7 +28,6 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-import rjieba
 
 from rag.config import Bm25Config
 
@@ -67,7 +66,22 @@ class SparseVector:
 
 
 def _cjk_terms(run: str) -> list[str]:
-    return [t for t in rjieba.cut_for_search(run) if t.strip()]
+    return [t for t in _jieba().cut_for_search(run) if t.strip()]
+
+
+@lru_cache(maxsize=1)
+def _jieba():
+    """rjieba, imported when the first CJK text is cut (loading its dictionary takes ~0.15 s:
+    a process that never tokenizes, such as the command line talking to a daemon, skips it)."""
+    import rjieba
+
+    return rjieba
+
+
+def warm() -> None:
+    """Load the CJK tokenizer now (``serve`` does, before it says it is ready): the first
+    question does not pay for it."""
+    _jieba()
 
 
 def _word_terms(word: str) -> list[str]:

@@ -69,12 +69,11 @@ from rag.errors import UserError
 from rag.index.excerpt import CJK_RUN, question_terms
 from rag.index.note_index import NoteIndex
 from rag.index.lexical import WORD_RUNS, norm, query_vector, tokenize
-from rag.model import HEADING_SEP, Hit
+from rag.model import HEADING_SEP, RETRIEVERS, Hit
 from rag.index.store import Ranked
 
 log = logging.getLogger(__name__)
 
-RETRIEVERS = ("hybrid", "dense", "sparse")
 
 
 @dataclass

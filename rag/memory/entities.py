@@ -42,13 +42,10 @@ import rjieba
 from markdown_it import MarkdownIt
 
 from rag.index.lexical import STOPWORDS, norm  # an entity's key is the index's normal form of a name
-from rag.model import Chunk
+from rag.model import ENTITY_KINDS, LLM_KINDS, Chunk
 
 VERSION = 1  # bump when extraction changes what a note yields: notes are processed again
-NO_LLM_KINDS = ("term", "code", "tag", "heading", "link")
-# the LLM tier's typed entities (``rag.memory.extract``), stored with their type as kind
-LLM_KINDS = ("person", "project", "tool", "place", "organization", "concept", "other")
-KINDS = NO_LLM_KINDS + LLM_KINDS
+KINDS = ENTITY_KINDS  # (the kinds are named in rag.model, for those that must not load this module)
 MAX_TERMS = 12
 MAX_CODE = 20
 MAX_MENTIONS = 20  # per entity and note: the first ones

@@ -9,17 +9,17 @@ daemon (``sync.daemon.client.find_daemon``), else the index is opened here.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from rag.answer.types import Answer, Citation
 from rag.config import Settings
 from rag.errors import Unavailable
-from rag.index.note_index import NoteIndex
 from rag.model import Hit
-from rag.index.retrieve import search as search_index
 
 from sync.daemon.client import DaemonClient, find_daemon, say_door
-from sync.daemon.root import Parts
+
+if TYPE_CHECKING:  # the index is imported by the door that opens it: through a daemon, never
+    from rag.index.note_index import NoteIndex
 
 
 class Door(Protocol):
@@ -64,12 +64,14 @@ class LocalDoor(_Closing):
     through_daemon = False
 
     def __init__(self, settings: Settings):
+        from sync.daemon.root import Parts
+
         self.settings = settings
         self.parts = Parts(settings, one_shot=True)  # each loaded once (a reranker is slow to load) ...
         self._loop: asyncio.AbstractEventLoop | None = None  # ... and asked on one event loop
 
     @property
-    def index(self) -> NoteIndex:
+    def index(self) -> "NoteIndex":
         return self.parts.index
 
     def users(self) -> dict[str, int]:
@@ -84,7 +86,9 @@ class LocalDoor(_Closing):
         return store.holding(user_id, note_ids)
 
     def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
-        return search_index(self.index, query, user_id, k, retriever=retriever)
+        from rag.index.retrieve import search
+
+        return search(self.index, query, user_id, k, retriever=retriever)
 
     def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
             on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:

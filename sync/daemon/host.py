@@ -44,6 +44,7 @@ from rag.errors import DiskFull, LeanoteRagError, StoreLocked, UserError
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.index.note_index import NoteIndex
 from rag.index import embed as embed_mod
+from rag.index import lexical
 from rag.redact import safe_url
 
 from sync.daemon import api
@@ -108,6 +109,7 @@ class Daemon:
             self._reader = parts.reader  # for reads in worker threads
             self.index = parts.index
             embed_mod.warm(self.index.embedder)  # the model loaded before ready, even behind a vector cache
+            lexical.warm()  # and the CJK tokenizer
             self.sync = parts.sync
             self.answers = parts.answers
             self.capture = parts.capture(on_written=self._written)

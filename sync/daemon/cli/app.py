@@ -19,17 +19,18 @@ import sys
 import traceback
 import unicodedata
 from contextlib import closing
+from typing import TYPE_CHECKING
 
 import click
 
 from rag import config as config_mod
 from rag.errors import LeanoteRagError, UserError
 from rag.redact import redact_in_logs, safe_url
-from rag.index.note_index import NoteIndex
-from rag.index.retrieve import resolve_user
 
-from sync.daemon.door import Door, open_door
-from sync.state import State
+if TYPE_CHECKING:  # the index and the doors are imported when a command uses them: `--help` and the
+    # commands that go through a running daemon start without loading the search stack
+    from rag.index.note_index import NoteIndex
+    from sync.daemon.door import Door
 
 log = logging.getLogger("leanote_rag")
 
@@ -41,6 +42,8 @@ def account_user_id(settings, name: str) -> str | None:
     if settings.source.kind != "leanote_api" or key not in {a.email.strip().lower() for a in settings.source.accounts}:
         return None
     if (settings.state_dir / "state.db").exists():
+        from sync.state import State
+
         with closing(State(settings.state_dir)) as state:
             found = next((a.user_id for a in state.accounts() if a.account == key and a.user_id), None)
         if found:
@@ -77,13 +80,19 @@ class App:
 
     def pick_user(self, users: dict[str, int], name: str | None) -> str:
         """Whose notes: ``--user`` (an id or another name of one), or the only user there is."""
+        from rag.index.retrieve import resolve_user
+
         return resolve_user(users, self.user_id(name))
 
-    def open_index(self, **kwargs) -> NoteIndex:
+    def open_index(self, **kwargs) -> "NoteIndex":
+        from rag.index.note_index import NoteIndex
+
         return NoteIndex.open(self.settings, **kwargs)
 
-    def door(self) -> Door:
+    def door(self) -> "Door":
         """The notes, through the running daemon if there is one, else opened here."""
+        from sync.daemon.door import open_door
+
         return open_door(self.settings)
 
 

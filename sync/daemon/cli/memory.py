@@ -6,24 +6,26 @@ import json
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import click
 
 from rag import limits
 from rag.errors import UserError
-from rag.memory import explore
-from rag.memory.entities import KINDS
-from rag.memory.store import MemoryStore
+from rag.model import ENTITY_KINDS
 
 from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
-from sync.daemon.root import Parts
+
+if TYPE_CHECKING:  # the memory is imported when a command reads it (`--help` loads none of it)
+    from rag.memory.store import MemoryStore
 
 
 def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> list:
     """Each of ``rows`` (the memory's notes, facts, related notes) less those of notes the
     index no longer holds (``explore.indexed_only``: a note the sync could not remove from the
     memory yet is never named); a row list is None when a note of ``also`` is not held."""
+    from rag.memory import explore
+
     ids = sorted(explore.note_ids_in(list(rows)) | set(also))
     if not ids:
         return list(rows)
@@ -35,8 +37,10 @@ def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> li
 
 
 @contextmanager
-def _open_memory(app: App) -> Iterator[MemoryStore]:
+def _open_memory(app: App) -> Iterator["MemoryStore"]:
     """The memory, read directly (it works while the service runs)."""
+    from sync.daemon.root import Parts
+
     settings = app.settings
     if not settings.memory.enabled:
         raise UserError("the memory is off (memory.enabled: false in the config): set it to true and run "
@@ -51,7 +55,7 @@ def _open_memory(app: App) -> Iterator[MemoryStore]:
 @click.command()
 @click.option("--user", "user_id", metavar="USER_ID", help="whose notes (needed when the memory holds several users)")
 @click.option("--top", type=click.IntRange(1), default=50, show_default=True, help="how many entities")
-@click.option("--kind", type=click.Choice(KINDS), help="only entities of this kind")
+@click.option("--kind", type=click.Choice(ENTITY_KINDS), help="only entities of this kind")
 @click.option("--json", "as_json", is_flag=True, help="JSON output")
 @pass_app
 def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json: bool) -> None:

@@ -14,16 +14,15 @@ from pathlib import Path
 import click
 
 from rag import limits
-from rag.index.excerpt import excerpt
 from rag.errors import UserError
 from rag.redact import safe_url
-from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, evaluate, load_questions, report_json
-from rag.index.retrieve import RETRIEVERS
+from rag.model import RETRIEVERS
 
 from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
-from sync.daemon.root import Parts
 
 def _print_hits(hits, query: str) -> None:
+    from rag.index.excerpt import excerpt
+
     if not hits:
         click.echo("no matching notes")
     for i, h in enumerate(hits, start=1):
@@ -45,6 +44,8 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     """Find the chunks of your notes that best match QUERY."""
     if (query is None) == (queries_file is None):
         raise click.UsageError("give either QUERY or --queries FILE")
+    from rag.eval import load_questions
+
     batch = load_questions(queries_file, required=("question",)) if queries_file else None
     most = app.settings.limits.question_chars
     if batch is None:
@@ -201,6 +202,8 @@ def eval_command(app: App, questions_file: Path | None, answers_file: Path | Non
             raise click.UsageError("--retriever is for the retrieval eval; the answer eval uses the configured retrieval")
         _answer_eval(app, answers_file, as_json, with_changes)
         return
+    from rag.eval import evaluate, load_questions, report_json
+
     questions = load_questions(questions_file)
     with app.door() as door:
         reports, skipped = evaluate(door.search, questions, tuple(retrievers) or RETRIEVERS, with_changes)
@@ -220,6 +223,8 @@ def eval_command(app: App, questions_file: Path | None, answers_file: Path | Non
 
 def _answer_eval(app: App, path: Path, as_json: bool, with_changes: bool) -> None:
     """``eval --answers``: every question through ``ask``, by the same door as ``ask``."""
+    from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, load_questions
+
     questions = load_questions(path, required=ANSWER_REQUIRED, check=check_answer_question)
     settings = app.settings
     def show(i: int, n: int, q: dict, answer) -> None:
@@ -315,6 +320,8 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     Read from the feedback file directly: it works while the service runs."""
     since = time.time() - days * 86400 if days is not None else None
     records, made = [], False
+    from sync.daemon.root import Parts
+
     with Parts(app.settings) as parts:
         store = parts.feedback_if_made()
         if store is not None:

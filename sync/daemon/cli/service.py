@@ -11,16 +11,15 @@ import json
 import sys
 
 import click
-from tqdm import tqdm
 
 from rag.errors import Unavailable
 
-from sync.faults import check_disk, reading_state
 from sync.daemon.cli.app import App, pass_app
 from sync.daemon.client import find_daemon, say_door
-from sync.daemon.report import print_pass, print_status, status_report
-from sync.daemon.root import Parts
 from sync.progress import Every, Step
+
+# The index, the stores and the report are imported by the commands that use them: `--help`
+# loads none of them.
 
 
 class _Shown:
@@ -29,6 +28,8 @@ class _Shown:
     minute, on stderr (``sync.progress``)."""
 
     def __init__(self):
+        from tqdm import tqdm
+
         self.tty = sys.stderr.isatty()
         self.bar = tqdm(total=None, bar_format="{desc}", leave=False) if self.tty else None
         self.every = Every(lambda text: click.echo(f"indexing {text}", err=True))
@@ -58,6 +59,9 @@ class _Shown:
 
 
 def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
+    from sync.daemon.root import Parts
+    from sync.faults import check_disk
+
     settings = app.settings
     with Parts(settings, create=True, rebuild=rebuild) as parts:
         parts.state  # the state first: a broken one is said (or, rebuilding, replaced) before anything else
@@ -96,6 +100,8 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
             summary, failures = _index_through(client, rebuild, reconcile)
     else:
         summary, failures = _index_here(app, rebuild, reconcile)
+    from sync.daemon.report import print_pass
+
     print_pass(summary, failures, as_json)
     if failures:
         raise click.exceptions.Exit(1)
@@ -112,6 +118,10 @@ def serve(app: App) -> None:
 
 
 def _status_here(settings) -> dict:
+    from sync.daemon.report import status_report
+    from sync.daemon.root import Parts
+    from sync.faults import reading_state
+
     with Parts(settings) as parts:
         state = parts.state
         state.verify()  # a damaged page anywhere is named, with the fix
@@ -134,6 +144,8 @@ def status(app: App, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
     else:
+        from sync.daemon.report import print_status
+
         print_status(report)
 
 
