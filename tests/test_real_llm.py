@@ -1,12 +1,16 @@
-"""One dev question answered by a real model: Qwen2.5-Coder 1.5B on this CPU, behind the
+"""One dev question answered by a real model: Qwen2.5-Coder on this CPU, behind the
 Ollama-compatible server of ``../shared/real-llm`` (its README sets it up). Skips, saying
 why, when the server, the models or the dev set are not on the machine.
 
 The install is looked for in ``$LEANOTE_RAG_REAL_LLM`` (the folder ``setup.sh`` was given),
-else ``~/real-llm``. The answer must cite the question's gold note, however it gets there
-(its own ``[n]`` or an inferred citation), and the trace must say which. Timeouts are
-generous: this measures whether the answer step works with a real model, not its speed
-(that is ``bench/answers_eval.py``'s).
+else ``~/real-llm``. The model is the 0.5B when it is installed (``setup.sh`` installs both),
+else the 1.5B; ``LEANOTE_RAG_REAL_LLM_MODEL=1.5b`` asks for the 1.5B. Either is a real model
+reading real notes; the 0.5B answers this question in a third of the time (it cited its gold note
+in both of its dev-set runs, ``bench/answers_eval_results.json``); how well each model
+answers is ``bench/answers_eval.py``'s to measure. The answer must cite the question's gold
+note, however it gets there (its own ``[n]`` or an inferred citation), and the trace must say
+which. Timeouts are generous: this measures whether the answer step works with a real model,
+not its speed (that too is ``bench/answers_eval.py``'s).
 """
 
 from __future__ import annotations
@@ -31,13 +35,20 @@ from conftest import SHARED, index_samples
 
 REAL_LLM = SHARED / "real-llm"
 INSTALL = Path(os.environ.get("LEANOTE_RAG_REAL_LLM", Path.home() / "real-llm"))
-MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-MODEL = "qwen2.5-coder:1.5b-instruct"
+MODELS = {  # size: (the weights' file, the name the server answers to)
+    "0.5b": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder:0.5b-instruct"),
+    "1.5b": ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder:1.5b-instruct"),
+}
+_ASKED = os.environ.get("LEANOTE_RAG_REAL_LLM_MODEL", "")
+_SIZE = _ASKED or ("0.5b" if (INSTALL / "models" / MODELS["0.5b"][0]).exists() else "1.5b")
+MODEL_FILE, MODEL = MODELS.get(_SIZE, MODELS["1.5b"])
 QUESTION_ID = "A048"  # mysqldump --single-transaction: a keyword question with one gold note
 OTHERS = 4  # notes of the same user beside the gold one
 
 
 def _missing() -> str | None:
+    if _SIZE not in MODELS:
+        return f"LEANOTE_RAG_REAL_LLM_MODEL={_ASKED}: choose one of {', '.join(MODELS)}"
     if not (REAL_LLM / "real_ollama.py").exists():
         return f"no real-LLM server at {REAL_LLM} (../shared/real-llm)"
     if not (INSTALL / "venv" / "bin" / "python").exists() or not (INSTALL / "models" / MODEL_FILE).exists():
