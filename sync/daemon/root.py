@@ -2,8 +2,10 @@
 
 ``Parts`` builds each part of the program once, from the settings, when it is first
 asked for, and closes what it built, in the reverse order: the state, the index, the
-memory, the feedback store, the answer service (with its reranker and LLM client) and
-the sync service (with its source). ``serve`` (``sync.daemon.host.Daemon``), the commands
+memory, the feedback store, the outbox, the answer service (with its reranker and LLM
+client), what is derived from the notes (``sync.derived``), the sync service (with its
+source), the capture writer and the memory's LLM tier. ``apply`` hands every part that
+holds settings the new ones on a reload. ``serve`` (``sync.daemon.host.Daemon``), the commands
 that work without a daemon (``sync.daemon.door.LocalDoor``, ``index``, ``status``) and the
 tests build through it; no other module opens a store by its path or loads a model.
 
