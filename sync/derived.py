@@ -94,18 +94,19 @@ class Derived:
 
     # --- the policy -----------------------------------------------------------------------
 
-    def _call(self, fn: Callable[[], object], what: str, note: str = "", default=None):
+    def _call(self, fn: Callable[[], object], what: str, note: str = "", default=None, memory: bool = True):
         """One call into a derived store that must not fail the sync: a failure is logged
         (with the note it was for; an unexpected kind's traceback once per pass) and
-        ``default`` returned. ``sqlite3.OperationalError`` marks the memory as not writable
-        for the rest of the pass (``_steps``)."""
+        ``default`` returned. In a call into the memory (``memory``), a
+        ``sqlite3.OperationalError`` marks it as not writable for the rest of the pass
+        (``_steps``)."""
         try:
             return fn()
         except Exception as err:
             key = f"{type(err).__name__}: {err}"
             trace = not isinstance(err, _EXPECTED) and key not in self._traced
             self._traced.add(key)
-            if isinstance(err, sqlite3.OperationalError) and self.memory is not None:
+            if memory and isinstance(err, sqlite3.OperationalError) and self.memory is not None:
                 self._down = f"{err} ({self.memory.path})"
             log.warning("%s%s failed: %s; the next pass tries again", what, f" (note {note})" if note else "", key,
                         exc_info=trace)
@@ -250,7 +251,7 @@ class Derived:
                 log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
                          answers, len(gone), some(gone))
 
-        return self._call(forget, "feedback: comparing it with the index", default=_FAILED) is not _FAILED
+        return self._call(forget, "feedback: comparing it with the index", default=_FAILED, memory=False) is not _FAILED
 
     def refresh_related(self, should_stop: Callable[[], bool] = lambda: False) -> int:
         """After a pass: the related notes of the notes it changed and of those whose pairs
