@@ -82,15 +82,22 @@ class Derived:
         # align is due: at the first pass (what a crash left), after a pass that changed notes,
         # failed or stopped, and after an alignment that failed; an idle pass skips it
         self.memory_due = self.feedback_due = True
-        self.begin_pass()
-
-    def begin_pass(self) -> None:
-        """A new pass: the stores are tried again, and unexpected errors traced again."""
         self._down: str | None = None  # why the memory cannot be written in this pass
         self._traced: set[str] = set()  # kinds of error whose traceback was logged
 
-    def close(self) -> None:
-        """Nothing to close: the stores are the composition root's."""
+    def begin_pass(self) -> None:
+        """A new pass: the stores are tried again, unexpected errors traced again, and what a
+        crash or a failed write left behind is aligned before anything is read."""
+        self._down, self._traced = None, set()
+        if self.memory_due:
+            self.align(memory=True)
+
+    def end_pass(self, unsettled: bool, complete: bool) -> None:
+        """After the pass: ``unsettled`` (it changed notes, failed or stopped) aligns the
+        memory with what it did; the feedback store only after a ``complete`` pass (a rebuild
+        cut short holds fewer notes than there are)."""
+        self.feedback_due |= unsettled
+        self.align(memory=self.memory_due or unsettled, feedback=self.feedback_due and complete)
 
     # --- the policy -----------------------------------------------------------------------
 

@@ -181,17 +181,11 @@ class SyncService:
         try:
             if derived is not None:
                 derived.begin_pass()
-                if derived.memory_due:  # what a crash or a failed write left behind, before anything is read
-                    derived.align(memory=True)
             result = self._run_pass(reconcile, force, progress or in_the_log(), counted=progress is not None)
-            summary = result.summary
-            unsettled = bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped
             if derived is not None:
-                derived.feedback_due |= unsettled
-                # this pass's failed memory writes; the feedback store only after a complete
-                # pass (a rebuild cut short holds fewer notes than there are)
-                derived.align(memory=derived.memory_due or unsettled,
-                              feedback=derived.feedback_due and result.ok and not result.stopped)
+                summary = result.summary
+                derived.end_pass(unsettled=bool(summary.changed or summary.not_indexed) or not result.ok or result.stopped,
+                                 complete=result.ok and not result.stopped)
         except BaseException as err:
             if state_fault(err, self.state.path) is not None:  # the run's row cannot be written either
                 with contextlib.suppress(sqlite3.Error, OSError):

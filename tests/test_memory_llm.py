@@ -403,7 +403,8 @@ def llm_stats(store, note_id: str) -> dict:
 
 
 def test_names_are_found_whitespace_and_case_aside_and_kinds_are_normalised():
-    from rag.memory.entities import KINDS, LLM_KINDS, llm_kind
+    from rag.memory.entities import llm_kind
+    from rag.model import ENTITY_KINDS as KINDS, LLM_KINDS
     from rag.memory.extract import name_spans
 
     text = "Project  Atlas\nuses PostgreSQL, not MySQL; atlas again. ATLAS"

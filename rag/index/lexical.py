@@ -28,7 +28,6 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-
 from rag.config import Bm25Config
 
 # CJK ideographs (+ kana/hangul) vs Latin/digit identifier runs. Anything else separates.

@@ -25,7 +25,7 @@ chunks are cut from, so every span ``(start, end)`` is an offset into it and
 
 The LLM tier (``rag.memory.extract``) adds typed entities of ``LLM_KINDS`` (``llm_kind``
 turns the type the model wrote into one of them), each located in the same cleaned
-text (``MemoryStore.store_llm``). ``KINDS`` is both.
+text (``MemoryStore.store_llm``). ``rag.model.ENTITY_KINDS`` names both.
 
 Pure functions: text in, entities out.
 """
@@ -42,10 +42,9 @@ import rjieba
 from markdown_it import MarkdownIt
 
 from rag.index.lexical import STOPWORDS, norm  # an entity's key is the index's normal form of a name
-from rag.model import ENTITY_KINDS, LLM_KINDS, Chunk
+from rag.model import LLM_KINDS, Chunk
 
 VERSION = 1  # bump when extraction changes what a note yields: notes are processed again
-KINDS = ENTITY_KINDS  # (the kinds are named in rag.model, for those that must not load this module)
 MAX_TERMS = 12
 MAX_CODE = 20
 MAX_MENTIONS = 20  # per entity and note: the first ones

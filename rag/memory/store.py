@@ -12,7 +12,7 @@ no call made for one user reaches another's rows.
   title/notebook/url/updated time to show it (from the ``Note``), its candidate terms
   (for ``df``), a summary and what its LLM extraction cost (the LLM tier).
 - ``entities``: (user, kind, norm) -> id and the name as first written; kinds are
-  ``rag.memory.entities.KINDS``: the no-LLM tier's and the LLM tier's typed entities
+  ``rag.model.ENTITY_KINDS``: the no-LLM tier's and the LLM tier's typed entities
   (``LLM_KINDS``, stored by ``store_llm`` at their places in the text). An entity no note
   mentions any more is deleted.
 - ``mentions``: an entity in a note: the chunk (point id) it falls in, its span as

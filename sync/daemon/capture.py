@@ -112,10 +112,11 @@ class Capture:
 
     def __init__(self, settings: Settings, on_written: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.time, outbox: Outbox | None = None):
-        """``settings``: read at each use (a reload sets new ones: ``sync.daemon.root.Parts.apply``); ``on_written``: called
-        after each write (the daemon schedules a sync pass); ``outbox``: where the captures
-        wait, the caller's (the composition root builds and closes it); without one, this
-        capture opens the outbox of the settings' state directory, and closes it."""
+        """``settings``: read at each use (a reload sets new ones, ``sync.daemon.root.Parts.apply``);
+        ``on_written``: called after each write (the daemon schedules a sync pass); ``outbox``:
+        where the captures wait, the caller's (the composition root builds and closes it);
+        without one, this capture opens the outbox of the settings' state directory, and
+        closes it."""
         self.settings = settings
         self.on_written = on_written
         self.clock = clock

@@ -27,9 +27,8 @@ from rag import config as config_mod
 from rag.errors import LeanoteRagError, UserError
 from rag.redact import redact_in_logs, safe_url
 
-if TYPE_CHECKING:  # the index and the doors are imported when a command uses them: `--help` and the
-    # commands that go through a running daemon start without loading the search stack
-    from rag.index.note_index import NoteIndex
+if TYPE_CHECKING:  # the doors are imported when a command uses them: `--help` and the commands
+    # that go through a running daemon start without loading the search stack
     from sync.daemon.door import Door
 
 log = logging.getLogger("leanote_rag")
@@ -83,11 +82,6 @@ class App:
         from rag.index.retrieve import resolve_user
 
         return resolve_user(users, self.user_id(name))
-
-    def open_index(self, **kwargs) -> "NoteIndex":
-        from rag.index.note_index import NoteIndex
-
-        return NoteIndex.open(self.settings, **kwargs)
 
     def door(self) -> "Door":
         """The notes, through the running daemon if there is one, else opened here."""
