@@ -68,13 +68,27 @@ def fake_tokens(text: str) -> int:
 
 
 def fake_embedding(text: str, dim: int = DIM) -> list[float]:
-    v = np.zeros(dim, dtype=np.float64)
-    text = text.lower()
-    for i in range(len(text) - 1):
-        h = int.from_bytes(hashlib.blake2b(text[i : i + 2].encode(), digest_size=4).digest(), "little")
-        v[h % dim] += 1.0
+    """A vector of the text's character pairs, each counted in its hashed bucket: texts that share
+    pairs point the same way."""
+    points = np.frombuffer(text.lower().encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    pairs, where = np.unique((points[:-1] << 21) | points[1:], return_inverse=True)
+    buckets = np.array([_pair_hash(int(pair)) % dim for pair in pairs], dtype=np.int64)
+    v = np.bincount(buckets[where], minlength=dim).astype(np.float64)
     n = np.linalg.norm(v)
     return (v / n if n else v).tolist()
+
+
+_PAIR_HASHES: dict[int, int] = {}
+
+
+def _pair_hash(pair: int) -> int:
+    """The hash of a pair of characters (``first << 21 | second``), the same in every process; a
+    corpus repeats its pairs, so each is hashed once."""
+    found = _PAIR_HASHES.get(pair)
+    if found is None:
+        text = chr(pair >> 21) + chr(pair & 0x1FFFFF)
+        found = _PAIR_HASHES[pair] = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "little")
+    return found
 
 
 def _content(messages: list[dict], role: str, last: bool = False) -> str:
