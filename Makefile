@@ -41,10 +41,13 @@ demo: $(VENV)/.demo-installed
 	@echo; echo '$$ leanote-rag ask "How do I follow one service'"'"'s logs live?"'
 	$(BIN)/leanote-rag --config config.yaml ask "How do I follow one service's logs live?"
 
-# A worker per core, each given the next test when it is free (the slow ones are collected first);
-# the tests that share a fixture of their module (an index, a daemon, a model) go to one worker
-# together (xdist_group, set in tests/conftest.py), in the order conftest gives them.
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder
+# Two workers per core (at most 8), each given the next test when it is free (the slow ones are
+# collected first): a third of a test's time is spent waiting on a fake, a timer or a process it
+# started, and the second worker of a core runs meanwhile. The tests that share a fixture of their
+# module (an index, a daemon, a model) go to one worker together (xdist_group, set in
+# tests/conftest.py), in the order conftest gives them. `make test WORKERS=2` sets the count.
+WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * len(os.sched_getaffinity(0))))")
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: $(VENV)/.test-installed
 	$(PYTEST) --durations=15
