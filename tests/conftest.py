@@ -121,7 +121,7 @@ def shared() -> Path:
     return SHARED
 
 
-# The USE model's BLAS threads in a test process: one. The tests run a process per core
+# The USE model's BLAS threads in a test process: one. The tests run two processes per core
 # (``make test``), and a second thread on a core already busy made the model take twice the CPU
 # time (OpenBLAS spins while it waits) and longer, not shorter. The vectors are the same.
 THREADS = 1

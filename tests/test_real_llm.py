@@ -75,7 +75,7 @@ def real_ollama():
     proc = subprocess.Popen(
         [str(INSTALL / "venv" / "bin" / "python"), str(REAL_LLM / "real_ollama.py"), "--model-path",
          str(INSTALL / "models" / MODEL_FILE), "--port", str(port), "--name", MODEL,
-         # one thread: the tests run a process per core, and a second thread waiting for a core that
+         # one thread: the tests run two processes per core, and a second thread waiting for a core that
          # another test holds slows every step of the model down (it keeps to its slowest thread)
          "--threads", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
