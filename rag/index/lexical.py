@@ -31,10 +31,12 @@ from functools import lru_cache
 from rag.config import Bm25Config
 
 # CJK ideographs (+ kana/hangul) vs Latin/digit identifier runs. Anything else separates.
+_LATIN_WORD = r"[A-Za-z0-9_]+(?:[.\-'][A-Za-z0-9_]+)*"
 WORD_RUNS = re.compile(
     r"(?P<cjk>[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)"
-    r"|(?P<word>[A-Za-z0-9_]+(?:[.\-'][A-Za-z0-9_]+)*)"
+    rf"|(?P<word>{_LATIN_WORD})"
 )
+LATIN_WORDS = re.compile(_LATIN_WORD)  # WORD_RUNS's words alone
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _URL = re.compile(r"https?://\S+")

@@ -68,7 +68,7 @@ from rag.config import RetrievalConfig
 from rag.errors import UserError
 from rag.index.excerpt import CJK_RUN, question_terms
 from rag.index.note_index import NoteIndex
-from rag.index.lexical import WORD_RUNS, norm, query_vector, tokenize
+from rag.index.lexical import LATIN_WORDS, norm, query_vector, tokenize
 from rag.model import HEADING_SEP, RETRIEVERS, Hit
 from rag.index.store import Ranked
 
@@ -240,8 +240,7 @@ def _word_terms(word: str) -> frozenset[str]:
 
 def _words(text: str) -> set[str]:
     """The terms of a text's Latin words and identifiers, as BM25 cuts them (no jieba needed)."""
-    words = {word for _, word in WORD_RUNS.findall(text) if word}
-    return set().union(*(_word_terms(w) for w in words))
+    return set().union(*map(_word_terms, set(LATIN_WORDS.findall(text))))
 
 
 def coverage(texts: list[str], query: str, terms: dict[str, float] | None = None) -> list[float]:
