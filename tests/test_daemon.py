@@ -171,6 +171,18 @@ def test_serve_stops_cleanly_on_sigterm(leanote, tmp_path):
 
 
 def test_a_pass_outrunning_the_interval_is_said_once_not_warned_every_interval(leanote, tmp_path, caplog):
+    """Also after another daemon came and went in this process (as `serve` after a test's, or
+    the tests' daemons one after another): its filter on APScheduler's logger, one per process,
+    once said the next daemon's long pass with its own interval (1 h) and held the rest back."""
+    caplog.set_level("INFO")
+
+    async def before():
+        daemon = Daemon(settings_for(tmp_path / "before", leanote), services())
+        task = await started(daemon)
+        daemon.stop()
+        await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(within(before(), "the daemon before"))
     settings = settings_for(tmp_path, leanote, interval="0.2s", http_timeout=60)
 
     async def scenario():
@@ -188,8 +200,8 @@ def test_a_pass_outrunning_the_interval_is_said_once_not_warned_every_interval(l
         daemon.stop()
         await asyncio.wait_for(task, timeout=30)
 
-    caplog.set_level("INFO")
     asyncio.run(within(scenario(), "the scenario", SCENARIO))
     said = [r for r in caplog.records if "taking longer than sync.interval" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "INFO"
+    assert "(0.2 s)" in said[0].getMessage()  # this daemon's interval
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("apscheduler")]

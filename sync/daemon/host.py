@@ -79,6 +79,7 @@ class Daemon:
         self.state: State | None = None
         self.sync: SyncService | None = None
         self.scheduler: AsyncIOScheduler | None = None
+        self._scheduler_filter: tuple[logging.Logger, logging.Filter] | None = None
         self.stopping = asyncio.Event()
         self.passes = 0
         self.last_pass: PassResult | None = None
@@ -213,7 +214,7 @@ class Daemon:
                 name="forget old answers", max_instances=1, coalesce=True,
             )
             self.scheduler.start()
-            log.info("serving: sync every %.0f s, reconcile daily at %s, index in %s",
+            log.info("serving: sync every %g s, reconcile daily at %s, index in %s",
                      cfg.interval, cfg.reconcile_at, self.index.store.location)
             tasks += [asyncio.create_task(self._supervise(service)) for service in self.services]
             tasks.append(asyncio.create_task(self._watchdog()))
@@ -232,6 +233,9 @@ class Daemon:
                 self._sync_after_write.cancel()
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
+            if self._scheduler_filter is not None:
+                self._scheduler_filter[0].removeFilter(self._scheduler_filter[1])
+                self._scheduler_filter = None
             # a pass in its worker thread stops at its next safe point; meanwhile the services see
             # `stopping` and end on their own (the API answers what it is answering), and whatever
             # is still running after a moment is cancelled. Then the pass is waited for, and closed.
@@ -255,7 +259,10 @@ class Daemon:
 
     def _scheduler_log(self) -> logging.Logger:
         """APScheduler's logger, less its WARNING at every interval a pass outruns: said once
-        per pass that does, at INFO (the next pass starts when it ends; nothing is wrong)."""
+        per pass that does, at INFO (the next pass starts when it ends; nothing is wrong). The
+        filter is this daemon's: it comes off the logger (one per process) when the daemon stops
+        (a filter left by a daemon before, in the same process, said a later one's long passes
+        with its own interval, once, and then held them back)."""
         daemon = self
         said: set[int] = set()
 
@@ -265,12 +272,13 @@ class Daemon:
                     return True
                 if daemon.passes not in said:
                     said.add(daemon.passes)
-                    log.info("a sync pass is taking longer than sync.interval (%.0f s): the next starts when it ends",
+                    log.info("a sync pass is taking longer than sync.interval (%g s): the next starts when it ends",
                              daemon.settings.sync.interval)
                 return False
 
-        logger = logging.getLogger("apscheduler.scheduler.serve")
-        logger.addFilter(LongPass())
+        logger, long_pass = logging.getLogger("apscheduler.scheduler.serve"), LongPass()
+        logger.addFilter(long_pass)
+        self._scheduler_filter = (logger, long_pass)
         return logger
 
     async def _watchdog(self) -> None:
