@@ -46,7 +46,7 @@ demo: $(VENV)/.demo-installed
 # started, and the second worker of a core runs meanwhile. The tests that share a fixture of their
 # module (an index, a daemon, a model) go to one worker together (xdist_group, set in
 # tests/conftest.py), in the order conftest gives them. `make test WORKERS=2` sets the count.
-WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * len(os.sched_getaffinity(0))))")
+WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1)))")
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: $(VENV)/.test-installed

@@ -122,7 +122,7 @@ def test_a_real_qwen_answers_a_dev_question_citing_its_gold_note(tmp_path, use_e
         tmp_path, use_embedder, source={"kind": "files", "path": str(tmp_path / "notes")},
         rerank={"kind": "none"}, retrieval={"expand": "off"},
         # temperature 0: the model's likeliest answer, the same on every run (at the product's 0.1
-        # the server seeds its sampling from the clock, and one run in a few wrote a worse answer)
+        # the server seeds its sampling from the clock: one busy run got an answer the check rejected)
         ollama={"host": real_ollama, "model": MODEL, "timeout": 900, "stall_timeout": 120, "temperature": 0},
         # a small prompt, and no cut to a speed: the test is about the answer, not the clock
         answer={"top_k": 3, "total_chars": 1500, "first_token_budget": 600},
