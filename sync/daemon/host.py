@@ -60,6 +60,7 @@ from sync.service import PassResult, SyncService
 from sync.state import State
 
 log = logging.getLogger(__name__)
+SCHEDULER_LOG = "apscheduler.scheduler.serve"  # one per process, as every logger
 
 # The long-running parts beside the sync (the chat bots, the file watcher): called with
 # the daemon, they run until it stops. ``sync.daemon.root.services()`` names them.
@@ -79,7 +80,7 @@ class Daemon:
         self.state: State | None = None
         self.sync: SyncService | None = None
         self.scheduler: AsyncIOScheduler | None = None
-        self._scheduler_filter: tuple[logging.Logger, logging.Filter] | None = None
+        self._long_pass: logging.Filter | None = None  # on APScheduler's logger while serving
         self.stopping = asyncio.Event()
         self.passes = 0
         self.last_pass: PassResult | None = None
@@ -233,9 +234,9 @@ class Daemon:
                 self._sync_after_write.cancel()
             if self.scheduler and self.scheduler.running:
                 self.scheduler.shutdown(wait=False)
-            if self._scheduler_filter is not None:
-                self._scheduler_filter[0].removeFilter(self._scheduler_filter[1])
-                self._scheduler_filter = None
+            if self._long_pass is not None:
+                logging.getLogger(SCHEDULER_LOG).removeFilter(self._long_pass)
+                self._long_pass = None
             # a pass in its worker thread stops at its next safe point; meanwhile the services see
             # `stopping` and end on their own (the API answers what it is answering), and whatever
             # is still running after a moment is cancelled. Then the pass is waited for, and closed.
@@ -276,9 +277,8 @@ class Daemon:
                              daemon.settings.sync.interval)
                 return False
 
-        logger, long_pass = logging.getLogger("apscheduler.scheduler.serve"), LongPass()
-        logger.addFilter(long_pass)
-        self._scheduler_filter = (logger, long_pass)
+        logger, self._long_pass = logging.getLogger(SCHEDULER_LOG), LongPass()
+        logger.addFilter(self._long_pass)
         return logger
 
     async def _watchdog(self) -> None:
