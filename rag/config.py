@@ -457,10 +457,15 @@ class RetrievalConfig(Section):
     rrf_k: int = Field(default=60, ge=1)
     dense_weight: float = Field(default=0.35, ge=0)
     sparse_weight: float = Field(default=0.65, ge=0)
-    latin_dense_share: float = Field(
-        default=0.5, ge=0, le=1,
-        description="a question with no Chinese, Japanese or Korean characters (English about Chinese notes: "
-        "BM25 finds few of its words): the dense side's share of the two weights",
+    translate_english: bool = Field(
+        default=True,
+        description="a question in English also looks for the Chinese words its words translate to "
+        "(CC-CEDICT), in BM25 and in the passage step",
+    )
+    latin_dense_share: float | None = Field(
+        default=None, ge=0, le=1,
+        description="a question with no Chinese, Japanese or Korean characters: the dense side's share of the "
+        "two weights; unset: the weights above (0.5 measured best with translate_english off)",
     )
     max_chunks_per_note: int = Field(default=3, ge=1)
     expand: Switch = Field(

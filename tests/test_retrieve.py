@@ -80,21 +80,22 @@ def test_dbsf_single_candidate_counts_as_best():
     assert fused[0].score == pytest.approx(0.7)
 
 
-def test_an_english_question_leans_on_the_embedding_a_chinese_one_on_bm25():
-    """Asked in English about Chinese notes, BM25 matches a chance word or two: the note the
-    embedding places first must not lose to a weak BM25 match. A question with CJK characters
-    keeps the configured weights, and so its order."""
+def test_latin_dense_share_leans_an_english_question_on_the_embedding():
+    """Without the translation (``translate_english: false``), asked in English about Chinese
+    notes, BM25 matches a chance word or two: with ``latin_dense_share`` set, the note the
+    embedding places first does not lose to a weak BM25 match. A question with CJK characters
+    keeps the configured weights, and so its order; unset, every question keeps them."""
     filler_d = [Ranked(f"d{i}", 0.45 - i * 0.02, f"D{i}") for i in range(20)]
     filler_s = [Ranked(f"s{i}", 2.0 - i * 0.09, f"S{i}") for i in range(20)]
     dense = [Ranked("congee", 0.62, "congee"), Ranked("water", 0.30, "water")] + filler_d
     sparse = [Ranked("water", 3.0, "water"), Ranked("congee", 1.5, "congee")] + filler_s
     rankings = {"dense": dense, "sparse": sparse}
-    cfg = RetrievalConfig()
-    assert fuse(rankings, cfg, "How much rice and water for century egg congee?")[0].id == "congee"
-    assert fuse(rankings, cfg, "皮蛋瘦肉粥要放多少大米和水？")[0].id == "water"  # the configured weights
-    assert fuse(rankings, cfg)[0].id == "water"
-    off = RetrievalConfig(latin_dense_share=0.35)  # the configured share: the same order for both
-    assert fuse(rankings, off, "How much rice and water for century egg congee?")[0].id == "water"
+    leaning = RetrievalConfig(translate_english=False, latin_dense_share=0.5)
+    assert fuse(rankings, leaning, "How much rice and water for century egg congee?")[0].id == "congee"
+    assert fuse(rankings, leaning, "皮蛋瘦肉粥要放多少大米和水？")[0].id == "water"  # the configured weights
+    assert fuse(rankings, leaning)[0].id == "water"
+    default = RetrievalConfig()  # the share unset: the configured weights for both
+    assert fuse(rankings, default, "How much rice and water for century egg congee?")[0].id == "water"
 
 
 def test_fuse_picks_the_configured_method():

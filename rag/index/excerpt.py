@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from rag.index.lexical import tokenize
+from rag.index.translate import chinese_terms
 
 EXCERPT_CHARS = 500
 
@@ -13,11 +14,14 @@ CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
 
 
-def question_terms(query: str) -> dict[str, float]:
+def question_terms(query: str, translate: bool = True) -> dict[str, float]:
     """Terms to look for, with weights: Latin words, CJK character pairs, and (weakly)
     single CJK characters, since jieba may glue a verb to a particle ("要炖") that the
-    note never writes together."""
+    note never writes together. A question in English also looks for the Chinese words its
+    words translate to (``rag.index.translate``), unless ``translate`` is off."""
     terms = {t: 1.0 for t in tokenize(query) if not CJK_RUN.search(t)}
+    if translate:
+        terms.update(dict.fromkeys(chinese_terms(query), 1.0))
     for run in CJK_RUN.findall(query):
         for ch in run:
             if ch not in _FILLER:

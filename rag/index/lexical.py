@@ -25,6 +25,7 @@ import hashlib
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -85,6 +86,12 @@ def warm() -> None:
     _jieba()
 
 
+def frequency(word: str) -> int:
+    """How common a Chinese word is: its count in jieba's dictionary (1 and up; a word the
+    dictionary lacks gets the count its pieces suggest)."""
+    return _jieba().suggest_freq(word)
+
+
 def _word_terms(word: str) -> list[str]:
     lower = word.lower()
     terms = [lower]
@@ -136,9 +143,10 @@ def document_vector(text: str, cfg: Bm25Config | None = None) -> SparseVector:
     return _vector(weights)
 
 
-def query_vector(text: str) -> SparseVector:
-    """BM25 query side: each distinct term once; IDF comes from the store."""
-    return _vector({term_id(t): 1.0 for t in set(tokenize(text))})
+def query_vector(text: str, also: Iterable[str] = ()) -> SparseVector:
+    """BM25 query side: each distinct term once; IDF comes from the store. ``also``: more terms
+    to look for as the text's own (an English question's Chinese words, ``rag.index.translate``)."""
+    return _vector({term_id(t): 1.0 for t in set(tokenize(text)).union(also)})
 
 
 def norm(name: str) -> str:

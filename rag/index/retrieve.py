@@ -69,6 +69,7 @@ from rag.errors import UserError
 from rag.index.excerpt import CJK_RUN, question_terms
 from rag.index.note_index import NoteIndex
 from rag.index.lexical import LATIN_WORDS, norm, query_vector, tokenize
+from rag.index.translate import chinese_terms
 from rag.model import HEADING_SEP, RETRIEVERS, Hit
 from rag.index.store import Ranked
 
@@ -195,11 +196,12 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-
 
 def side_weights(cfg: RetrievalConfig, query: str | None = None) -> tuple[float, float]:
     """The dense and sparse weights for ``query``: the configured ones; for a question with no
-    CJK character, the same total split by ``latin_dense_share``. Asked in English about
-    Chinese notes, BM25 matches only the question's Latin words (names, code) and is mostly
-    silent, while the multilingual embedding still places the question near its note: at
-    the usual weights BM25's few chance matches bury it (docs/performance.md)."""
-    if query is None or _CJK.search(query):
+    CJK character, when ``latin_dense_share`` is set, the same total split by it. Asked in
+    English about Chinese notes without ``translate_english``, BM25 matches only the question's
+    Latin words (names, code) and is mostly silent, while the multilingual embedding still
+    places the question near its note: at the usual weights BM25's few chance matches bury it
+    (docs/performance.md); with the translation BM25 finds the notes' words again."""
+    if query is None or cfg.latin_dense_share is None or _CJK.search(query):
         return cfg.dense_weight, cfg.sparse_weight
     total = cfg.dense_weight + cfg.sparse_weight
     return total * cfg.latin_dense_share, total * (1 - cfg.latin_dense_share)
@@ -314,7 +316,7 @@ def passage_step(
     pool = [c for c in fuse(merged, cfg, query) if c.note_id in tops]
     payloads = index.store.payloads(list({c.id for c in pool} | {c.id for c in chosen}))
     passages: dict[str, list[Fused]] = {}
-    terms = question_terms(query)
+    terms = question_terms(query, cfg.translate_english)
     for note in top:
         chunks = [c for c in pool if c.note_id == note and c.id in payloads]  # not deleted meanwhile
         cover = coverage([payloads[c.id].get("text", "") for c in chunks], query, terms)
@@ -389,7 +391,8 @@ def search(
         dense = index.embed_query([query])[0]
         if hypothesis:  # a hypothetical answer is written like the notes: embedded as they are
             hypothesis_vector = index.embed([hypothesis])[0]
-    sparse = query_vector(query) if retriever in ("hybrid", "sparse") else None
+    translated = chinese_terms(query) if cfg.translate_english else ()
+    sparse = query_vector(query, translated) if retriever in ("hybrid", "sparse") else None
     limit = max(cfg.candidates, k)
     dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef)
     rankings = {}

