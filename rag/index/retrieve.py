@@ -335,6 +335,11 @@ def passage_step(
     return out, payloads
 
 
+def _sparse(text: str, cfg: RetrievalConfig):
+    """BM25's query of a text: its terms, and an English text's Chinese words (``rag.index.translate``)."""
+    return query_vector(text, chinese_terms(text) if cfg.translate_english else ())
+
+
 def normalise_query(query: str, cfg: RetrievalConfig) -> str:
     """The query with its whitespace collapsed, cut to ``retrieval.max_query_chars`` (reading
     no more of it than that needs, however long it is)."""
@@ -391,8 +396,7 @@ def search(
         dense = index.embed_query([query])[0]
         if hypothesis:  # a hypothetical answer is written like the notes: embedded as they are
             hypothesis_vector = index.embed([hypothesis])[0]
-    translated = chinese_terms(query) if cfg.translate_english else ()
-    sparse = query_vector(query, translated) if retriever in ("hybrid", "sparse") else None
+    sparse = _sparse(query, cfg) if retriever in ("hybrid", "sparse") else None
     limit = max(cfg.candidates, k)
     dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef)
     rankings = {}
@@ -400,7 +404,7 @@ def search(
         rankings["dense"] = dense_hits
     if sparse is not None:
         rankings["sparse"] = sparse_hits
-    extra = (hypothesis_vector, query_vector(" ".join(terms)) if terms else None)
+    extra = (hypothesis_vector, _sparse(" ".join(terms), cfg) if terms else None)
     if terms or hypothesis:
         more_dense, more_sparse = index.store.search(*extra, user_id, limit, cfg.hnsw_ef)
         if hypothesis:
