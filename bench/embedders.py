@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from statistics import median
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -122,12 +124,12 @@ def cmd_eval(args) -> None:
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
                "machine": "x86_64, 2 cores, shared (another evaluation running)", "embedders": {}}
     dev = load_questions(DEV)
-    english = load_questions(DEV_EN) if DEV_EN.exists() else []
+    english = load_questions(Path(args.english)) if Path(args.english).exists() else []
     weights = [float(w) for w in args.weights.split(",")] if args.weights else []
     for spec in args.state:
         name, path = spec.split("=", 1)
         kind = "e5" if name.startswith("e5") else "use"
-        settings = settings_for(kind, Path(path), args.threads)
+        settings = settings_for(kind, Path(path), args.threads, **dict(_setting(kv) for kv in args.retrieval))
         entry: dict = {}
         built = Path(path, "bench_index.json")
         if built.exists():
@@ -168,6 +170,12 @@ def cmd_eval(args) -> None:
         print(name, json.dumps({k: v for k, v in entry.items() if k != "hybrid_by_dense_weight"}, ensure_ascii=False)[:3000])
     results["load_avg_end"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(results, indent=1, ensure_ascii=False))
+
+
+def _setting(kv: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of the retrieval section (``--retrieval``): YAML's reading of VALUE."""
+    key, _, value = kv.partition("=")
+    return key, yaml.safe_load(value)
 
 
 def _slim(reports, skipped: int) -> dict:
@@ -247,6 +255,9 @@ def main() -> None:
     ev.add_argument("--state", action="append", required=True, help="NAME=DIR (a NAME starting with e5 is e5)")
     ev.add_argument("--weights", default="0.2,0.35,0.5,0.65", help="hybrid dense weights to try")
     ev.add_argument("--threads", type=int, default=2)
+    ev.add_argument("--english", default=str(DEV_EN), help="the English questions (default tests/data/dev_en.jsonl)")
+    ev.add_argument("--retrieval", action="append", default=[], metavar="KEY=VALUE",
+                    help="a retrieval setting, e.g. translate_english=false (repeatable)")
     ev.add_argument("--out", default=str(OUT))
     tb = sub.add_parser("table")
     tb.add_argument("--results", default=str(OUT))
