@@ -114,3 +114,27 @@ def test_bm25_finds_the_chinese_note_of_an_english_question(samples, use_embedde
 
 def _user(index) -> str:
     return next(iter(index.store.count_by_user()))
+
+
+def _hit(n: int, title: str, text: str, dense: float) -> "Hit":
+    from rag.model import Hit
+
+    return Hit(f"p{n}", f"n{n}", "u", title, "生活", "", "", text, 0, 0, len(text), 1.0 / (n + 1), n + 1, dense)
+
+
+def test_the_gates_count_an_english_questions_chinese_words():
+    """Before the LLM, an English question whose notes are Chinese is not refused for sharing
+    no word with them; after it, a Chinese passage holding its Chinese words may stand in."""
+    from rag.answer.gate import plausible, too_weak
+    from rag.config import AnswerConfig
+
+    congee = _hit(0, "皮蛋瘦肉粥", "皮蛋两颗，猪肉 100 克，大米 150ml，水 1 升，熬粥一小时。", 0.41)
+    spread = [0.45, 0.30, 0.38, 0.42, 0.33, 0.47, 0.36]  # no dense score stands out: only the words can tell
+    others = [_hit(i, f"笔记{i}", "周末去香山徒步，带够干粮。", d) for i, d in enumerate(spread, start=1)]
+    hits = [congee, *others]
+    words = chinese_terms(CONGEE)
+    assert "no top-5 chunk shares a word" in too_weak(AnswerConfig(), CONGEE, hits, {})
+    assert too_weak(AnswerConfig(), CONGEE, hits, {}, words) == ""
+    assert plausible(CONGEE, hits)[0] is False
+    about, how = plausible(CONGEE, hits, words)
+    assert about, how

@@ -14,12 +14,13 @@ from rag.index.lexical import search_text, tokenize
 from rag.model import Hit
 
 
-def relevance(question: str, hits: list[Hit]) -> tuple[float, float]:
+def relevance(question: str, hits: list[Hit], translated: frozenset[str] = frozenset()) -> tuple[float, float]:
     """Two signals that the notes may hold an answer, both comparable across corpora
     of any size: the best dense similarity among the candidates, and the largest share
-    of the question's terms found in one of the top five chunks."""
+    of the question's terms found in one of the top five chunks. ``translated``: an English
+    question's Chinese words (``rag.index.translate``), counted as its own."""
     dense = max((h.dense_score for h in hits if h.dense_score is not None), default=0.0)
-    terms = set(tokenize(question))
+    terms = set(tokenize(question)) | translated
     cover = 0.0
     if terms:
         for h in hits[:5]:
@@ -39,7 +40,8 @@ def dense_outlier(hits: list[Hit]) -> float:
     return (scores[-1] - statistics.fmean(rest)) / spread
 
 
-def too_weak(cfg: AnswerConfig, question: str, hits: list[Hit], rerank_scores: dict[str, float]) -> str:
+def too_weak(cfg: AnswerConfig, question: str, hits: list[Hit], rerank_scores: dict[str, float],
+             translated: frozenset[str] = frozenset()) -> str:
     """Why the evidence is too weak to ask the LLM, or "" when it is worth a try.
 
     Refused here: nothing retrieved; with a reranker, a best score below
@@ -57,7 +59,7 @@ def too_weak(cfg: AnswerConfig, question: str, hits: list[Hit], rerank_scores: d
         if best < cfg.min_rerank:
             return f"best rerank score {best:.3f} < answer.min_rerank {cfg.min_rerank}"
         return ""
-    dense, cover = relevance(question, hits)
+    dense, cover = relevance(question, hits, translated)
     z = dense_outlier(hits)
     if cover == 0 and z < cfg.outlier_z:
         return (f"no top-5 chunk shares a word with the question, and the best dense match stands out by "
@@ -76,18 +78,22 @@ PLAUSIBLE_COVER = 0.35
 PLAUSIBLE_NOTES = 3
 
 
-def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
-    """Whether the best passages are about the question, and why (for the trace)."""
+def plausible(question: str, hits: list[Hit], translated: frozenset[str] = frozenset()) -> tuple[bool, str]:
+    """Whether the best passages are about the question, and why (for the trace). An English
+    question's words are counted in English and, apart, as the Chinese words they translate to
+    (``rag.index.translate``): a Chinese passage holds the second, an English one the first."""
     asked = support.terms(question) - _ASKING
     if not asked:
         return bool(hits), "the question has no words of its own to look for"
+    chinese = {t for t in translated if len(t) > 1}  # as support.terms: no single characters
+    ways = [asked, chinese] if chinese else [asked]
     best, seen = 0.0, set()
     for h in hits:
         if h.note_id in seen:
             continue
         seen.add(h.note_id)
         body = support.Body(f"{h.title}\n{h.heading}\n{h.text}")
-        best = max(best, body.share(asked))
+        best = max(best, *(body.share(words) for words in ways))
         if len(seen) >= PLAUSIBLE_NOTES:
             break
     return best >= PLAUSIBLE_COVER, f"the best passage holds {best:.0%} of the question's words"

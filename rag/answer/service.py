@@ -58,6 +58,7 @@ from rag.memory.entities import norm
 from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.index.retrieve import entity_ranking, named_entities, search
+from rag.index.translate import chinese_terms
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import SpeedBook, Usage
 from rag.answer.conversation import Conversations
@@ -383,7 +384,7 @@ class AnswerService:
                 answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
                 return self._end(turn, answer)
-        weak = too_weak(self.settings.answer, standalone, hits, scores)
+        weak = too_weak(self.settings.answer, standalone, hits, scores, self._translated(standalone))
         if weak:
             trace.decision, trace.outcome = weak, "refused"
             return self._end(turn, self._refusal(question, top))
@@ -650,6 +651,13 @@ class AnswerService:
             log.info("the LLM answers again")
         self._llm_failing = False
 
+    def _translated(self, question: str) -> frozenset[str]:
+        """An English question's Chinese words (``rag.index.translate``), as its search used them
+        (made there, in the search thread: here only looked up)."""
+        if not self.settings.retrieval.translate_english:
+            return frozenset()
+        return chinese_terms(question, self.settings.state_dir)
+
     def _refusal(self, question: str, top: list[Hit]) -> Answer:
         closest, seen = [], set()
         for hit in top:
@@ -688,7 +696,7 @@ class AnswerService:
                "headers back)", "uncited": "no sentence of the LLM's answer stands on the evidence",
                "partly": f"too little of the LLM's answer stands on the evidence ({check.summary().split(';')[0]}; "
                          f"at least {support.MIN_SHARE:.0%} must)"}[trace.citing]
-        about, how = plausible(standalone, top)
+        about, how = plausible(standalone, top, self._translated(standalone))
         unsupported = trace.citing in ("uncited", "partly")
         if about:
             trace.decision = f"{why}: its best passages instead ({how})"
