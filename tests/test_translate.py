@@ -10,6 +10,7 @@ from rag.index.excerpt import question_terms
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import coverage, search
 from rag.index.translate import chinese_terms, is_english
+from rag.model import Hit
 
 from conftest import index_samples
 
@@ -116,15 +117,14 @@ def _user(index) -> str:
     return next(iter(index.store.count_by_user()))
 
 
-def _hit(n: int, title: str, text: str, dense: float) -> "Hit":
-    from rag.model import Hit
-
+def _hit(n: int, title: str, text: str, dense: float) -> Hit:
     return Hit(f"p{n}", f"n{n}", "u", title, "生活", "", "", text, 0, 0, len(text), 1.0 / (n + 1), n + 1, dense)
 
 
-def test_the_gates_count_an_english_questions_chinese_words():
-    """Before the LLM, an English question whose notes are Chinese is not refused for sharing
-    no word with them; after it, a Chinese passage holding its Chinese words may stand in."""
+def test_the_gate_before_the_llm_counts_an_english_questions_chinese_words():
+    """An English question whose notes are Chinese is not refused before the LLM for sharing
+    no word with them (its Chinese words are counted); whether passages may stand in for a failed
+    reply is still judged by its own words (``rag.answer.gate.plausible`` says why)."""
     from rag.answer.gate import plausible, too_weak
     from rag.config import AnswerConfig
 
@@ -136,5 +136,3 @@ def test_the_gates_count_an_english_questions_chinese_words():
     assert "no top-5 chunk shares a word" in too_weak(AnswerConfig(), CONGEE, hits, {})
     assert too_weak(AnswerConfig(), CONGEE, hits, {}, words) == ""
     assert plausible(CONGEE, hits)[0] is False
-    about, how = plausible(CONGEE, hits, words)
-    assert about, how

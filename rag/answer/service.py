@@ -696,7 +696,7 @@ class AnswerService:
                "headers back)", "uncited": "no sentence of the LLM's answer stands on the evidence",
                "partly": f"too little of the LLM's answer stands on the evidence ({check.summary().split(';')[0]}; "
                          f"at least {support.MIN_SHARE:.0%} must)"}[trace.citing]
-        about, how = plausible(standalone, top, self._translated(standalone))
+        about, how = plausible(standalone, top)
         unsupported = trace.citing in ("uncited", "partly")
         if about:
             trace.decision = f"{why}: its best passages instead ({how})"
