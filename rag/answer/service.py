@@ -384,7 +384,8 @@ class AnswerService:
                 answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
                 return self._end(turn, answer)
-        weak = too_weak(self.settings.answer, standalone, hits, scores, self._translated(standalone))
+        translated = await self.in_search_thread(self._translated, standalone)  # may read the glossary's file
+        weak = too_weak(self.settings.answer, standalone, hits, scores, translated)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
             return self._end(turn, self._refusal(question, top))
@@ -653,7 +654,8 @@ class AnswerService:
 
     def _translated(self, question: str) -> frozenset[str]:
         """An English question's Chinese words (``rag.index.translate``), as its search used them
-        (made there, in the search thread: here only looked up)."""
+        (usually made there already: looked up). Run in the search thread: the first may read
+        the kept glossary."""
         if not self.settings.retrieval.translate_english:
             return frozenset()
         return chinese_terms(question, self.settings.state_dir)
