@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from rag.index.lexical import tokenize
 from rag.index.translate import chinese_terms
@@ -14,14 +15,15 @@ CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _FILLER = set("的了是在要吗呢么吧啊和与及或就都也很还有没不把被让给对从这那哪什怎么样如何为个")
 
 
-def question_terms(query: str, translate: bool = True) -> dict[str, float]:
+def question_terms(query: str, translate: bool = True, glossary_dir: Path | None = None) -> dict[str, float]:
     """Terms to look for, with weights: Latin words, CJK character pairs, and (weakly)
     single CJK characters, since jieba may glue a verb to a particle ("要炖") that the
     note never writes together. A question in English also looks for the Chinese words its
-    words translate to (``rag.index.translate``), unless ``translate`` is off."""
+    words translate to (``rag.index.translate``, its glossary kept in ``glossary_dir``), unless
+    ``translate`` is off."""
     terms = {t: 1.0 for t in tokenize(query) if not CJK_RUN.search(t)}
     if translate:
-        terms.update(dict.fromkeys(chinese_terms(query), 1.0))
+        terms.update(dict.fromkeys(chinese_terms(query, glossary_dir), 1.0))
     for run in CJK_RUN.findall(query):
         for ch in run:
             if ch not in _FILLER:
@@ -31,12 +33,13 @@ def question_terms(query: str, translate: bool = True) -> dict[str, float]:
     return terms
 
 
-def _window(text: str, query: str, width: int) -> tuple[float, int]:
+def _window(text: str, query: str, width: int, terms: dict[str, float] | None = None) -> tuple[float, int]:
     """(score, start) of the sentence that best matches the query. A term's weight falls
     with how often the text repeats it, so a question's rare words choose the sentence,
-    not the topic word that is everywhere."""
+    not the topic word that is everywhere. ``terms``: ``question_terms(query)``, when the
+    caller has them already."""
     lowered = text.lower()
-    weights = question_terms(query)
+    weights = question_terms(query) if terms is None else terms
     counts = {t: lowered.count(t) for t in weights}
     best, best_score = 0, 0.0
     pos = 0
@@ -49,12 +52,13 @@ def _window(text: str, query: str, width: int) -> tuple[float, int]:
     return best_score, best
 
 
-def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:
-    """The window of ``text`` (about ``width`` chars) that best matches the query."""
+def excerpt(text: str, query: str, width: int = EXCERPT_CHARS, terms: dict[str, float] | None = None) -> str:
+    """The window of ``text`` (about ``width`` chars) that best matches the query (``terms``:
+    as for ``_window``)."""
     text = text.strip()
     if len(text) <= width:
         return text
-    _, best = _window(text, query, width)
+    _, best = _window(text, query, width, terms)
     start = max(0, min(best - width // 5, len(text) - width))
     # begin on a line or sentence boundary where one is near
     for sep in ("\n", "。", ". "):

@@ -38,6 +38,7 @@ WORD_RUNS = re.compile(
     rf"|(?P<word>{_LATIN_WORD})"
 )
 LATIN_WORDS = re.compile(_LATIN_WORD)  # WORD_RUNS's words alone
+CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")  # WORD_RUNS's cjk
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _URL = re.compile(r"https?://\S+")

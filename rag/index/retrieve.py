@@ -68,7 +68,7 @@ from rag.config import RetrievalConfig
 from rag.errors import UserError
 from rag.index.excerpt import CJK_RUN, question_terms
 from rag.index.note_index import NoteIndex
-from rag.index.lexical import LATIN_WORDS, norm, query_vector, tokenize
+from rag.index.lexical import CJK_CHAR, LATIN_WORDS, norm, query_vector, tokenize
 from rag.index.translate import chinese_terms
 from rag.model import HEADING_SEP, RETRIEVERS, Hit
 from rag.index.store import Ranked
@@ -191,7 +191,6 @@ def entity_ranking(memory, user_id: str, entities: list[dict], limit: int) -> li
     return [Ranked(point_id, score, note_id) for (point_id, note_id), score in ranked]
 
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
 def side_weights(cfg: RetrievalConfig, query: str | None = None) -> tuple[float, float]:
@@ -201,7 +200,7 @@ def side_weights(cfg: RetrievalConfig, query: str | None = None) -> tuple[float,
     Latin words (names, code) and is mostly silent, while the multilingual embedding still
     places the question near its note: at the usual weights BM25's few chance matches bury it
     (docs/performance.md); with the translation BM25 finds the notes' words again."""
-    if query is None or cfg.latin_dense_share is None or _CJK.search(query):
+    if query is None or cfg.latin_dense_share is None or CJK_CHAR.search(query):
         return cfg.dense_weight, cfg.sparse_weight
     total = cfg.dense_weight + cfg.sparse_weight
     return total * cfg.latin_dense_share, total * (1 - cfg.latin_dense_share)
@@ -316,7 +315,7 @@ def passage_step(
     pool = [c for c in fuse(merged, cfg, query) if c.note_id in tops]
     payloads = index.store.payloads(list({c.id for c in pool} | {c.id for c in chosen}))
     passages: dict[str, list[Fused]] = {}
-    terms = question_terms(query, cfg.translate_english)
+    terms = question_terms(query, cfg.translate_english, index.settings.state_dir)
     for note in top:
         chunks = [c for c in pool if c.note_id == note and c.id in payloads]  # not deleted meanwhile
         cover = coverage([payloads[c.id].get("text", "") for c in chunks], query, terms)

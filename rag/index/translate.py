@@ -15,7 +15,7 @@ searched beside the question's own words.
 
 Only a question with no CJK character is translated: one that has them is asked in the
 notes' language, and its Latin words are names and code. The dictionary (122k entries) is
-made on the first English question, ~1.6 s, and kept in the state dir (~3 MB) for the next
+made on the first English question, ~1.8 s, and kept in the state dir (~3 MB) for the next
 processes, which read it in ~0.1 s; it takes ~40 MB in memory. Without it (a broken install)
 English questions are searched as they are, and the log says why once.
 Measured in docs/performance.md ("English questions").
@@ -35,7 +35,7 @@ from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
 
-from rag.index.lexical import LATIN_WORDS, STOPWORDS, frequency, tokenize
+from rag.index.lexical import CJK_CHAR, LATIN_WORDS, STOPWORDS, frequency, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ _NOT_A_SENSE = re.compile(
 _BRACKETS = re.compile(r"\([^)]*\)|\[[^\]]*\]|\{[^}]*\}")
 _LEADING = re.compile(r"^(?:to|a|an|the|one's|sb's|sth|sb)\s+")
 _PLAIN = re.compile(r"[A-Z]?[a-z]+(?:['-][a-z]+)*")  # a word, not code or an acronym
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 # Words of a question that say how it is asked, not what about: their translations would
 # only add noise (besides BM25's stopwords).
 _ASKING = frozenset(
@@ -206,7 +205,7 @@ def _phrases(text: str, known: dict[str, str]) -> list[str]:
 def is_english(text: str) -> bool:
     """Whether a question is to be translated: no CJK character, and an English word that says
     what it is about (not code, an acronym or a word of asking)."""
-    return not _CJK.search(text) and any(w and w not in STOPWORDS and w not in _ASKING for w in _words(text))
+    return not CJK_CHAR.search(text) and any(w and w not in STOPWORDS and w not in _ASKING for w in _words(text))
 
 
 @lru_cache(maxsize=512)

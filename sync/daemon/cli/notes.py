@@ -20,16 +20,19 @@ from rag.model import RETRIEVERS
 
 from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
 
-def _print_hits(hits, query: str) -> None:
-    from rag.index.excerpt import excerpt
+def _print_hits(hits, query: str, settings) -> None:
+    from rag.index.excerpt import excerpt, question_terms
 
     if not hits:
         click.echo("no matching notes")
+        return
+    # made once for the hits, as the search made them (the glossary read from the state dir)
+    terms = question_terms(query, settings.retrieval.translate_english, settings.state_dir)
     for i, h in enumerate(hits, start=1):
         where = " › ".join(p for p in (h.notebook, h.heading) if p)
         click.echo(click.style(f"{i}. {h.title}", bold=True) + (f"  ({where})" if where else "") + f"  score {h.score:.4f}")
         click.echo(f"   {h.url}")
-        click.echo(f"   {' '.join(excerpt(h.text, query, 200).split())}")
+        click.echo(f"   {' '.join(excerpt(h.text, query, 200, terms).split())}")
 
 
 @click.command()
@@ -58,7 +61,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
             if as_json:
                 _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
             else:
-                _print_hits(hits, query)
+                _print_hits(hits, query, app.settings)
             return
         failed = 0
         for q in batch:
@@ -74,7 +77,7 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
                 _print_json(out)
             else:
                 click.echo(click.style(f"# {q.get('id')}: {q['question']}", bold=True))
-                _print_hits(hits, q["question"]) if "hits" in out else click.echo(f"error: {out['error']}")
+                _print_hits(hits, q["question"], app.settings) if "hits" in out else click.echo(f"error: {out['error']}")
         if failed:
             raise click.exceptions.Exit(1)
 
