@@ -32,7 +32,8 @@ are counted by the fake's own rule (``fake_tokens``: a CJK character is one toke
 other text one per three characters), which is not the product's estimate, so its
 calibration has something to learn. ``speed=(read, write)`` in tokens per second makes
 the fake as slow as a machine: it reads the prompt for ``tokens / read`` seconds
-before the first piece and writes each piece at ``write`` tokens a second.
+before the first piece and writes each piece at ``write`` tokens a second, and reports
+those durations (the model's time), not the wall time a busy machine stretched them to.
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ class FakeOllama(LocalServer):
                 if fake.speed:  # reading the prompt
                     time.sleep(prompt_tokens / fake.speed[0])
                 read = time.monotonic() - began
-                written = 0
+                written, delays = 0, 0.0
                 for i, piece in enumerate(reply.pieces):
                     if reply.stall_after is not None and i >= reply.stall_after:
                         fake.release.wait(timeout=60)
@@ -249,6 +250,7 @@ class FakeOllama(LocalServer):
                         break
                     if reply.delay:
                         time.sleep(reply.delay)
+                        delays += reply.delay
                     if fake.speed:
                         time.sleep(fake_tokens(piece) / fake.speed[1])
                     written += fake_tokens(piece)
@@ -256,6 +258,9 @@ class FakeOllama(LocalServer):
                                 "message": {"role": "assistant", "content": piece}, "done": False})
                 else:
                     total = time.monotonic() - began
+                    if fake.speed:  # the model's own time, as Ollama reports it: not this busy machine's
+                        read = prompt_tokens / fake.speed[0]  # scheduling delays around the sleeps
+                        total = read + written / fake.speed[1] + delays
                     self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
                                 "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
                                 "total_duration": int(total * 1e9), "load_duration": 0,
