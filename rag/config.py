@@ -169,10 +169,11 @@ class AnswerConfig(Section):
         default=True, description="refuse at once, naming it, when the question names a tool, library, command "
         "or other Latin-script name that none of the person's notes mention",
     )
-    prompt: Literal["plain", "strict", "quote"] = Field(
+    prompt: Literal["plain", "strict", "quote", "complete"] = Field(
         default="plain", description="the answer prompt: plain (answer citing [n]); strict (the same, numbers, steps "
         "and reasons only as the notes write them); quote (first copy the note sentences that answer, then answer "
-        "from them). Measured in docs/answers.md",
+        "from them); complete (the same as plain, told to give every item the question asks for). Measured in "
+        "docs/answers.md",
     )
     closest_notes: int = Field(default=3, ge=0, le=10)
     history_chars: int = Field(default=6000, ge=0, description="conversation turns kept, in characters")

@@ -223,6 +223,15 @@ SYSTEM_EN_STRICT = SYSTEM_EN.replace(
     "1. Use only what the excerpts say; do not make things up.",
     "1. Use only what the excerpts say, in their own words where you can. Numbers, units, steps, reasons and "
     "commands only as the excerpts write them; add nothing they do not say, and do not guess.")
+# ``answer.prompt: complete``: the same, told to give every item the question asks for
+# (the small model's "简洁" answers stated one of a note's several points).
+SYSTEM_ZH_COMPLETE = SYSTEM_ZH.replace(
+    "3. 用中文简洁直接地回答，可以用 Markdown。",
+    "3. 用中文直接回答：问题问到的每一项（用量、时间、步骤、原因、名称、命令）都写出来，照片段原文的说法写。可以用 Markdown。")
+SYSTEM_EN_COMPLETE = SYSTEM_EN.replace(
+    "3. Answer in English, briefly and directly; Markdown is fine.",
+    "3. Answer in English, directly: give every item the question asks for (amounts, times, steps, reasons, names, "
+    "commands) as the excerpts write them. Markdown is fine.")
 # ``answer.prompt: quote``: the note's own sentences first, copied (each can be checked
 # exactly against its block), then the answer from them.
 SYSTEM_ZH_QUOTE = """你根据用户自己的笔记回答问题。笔记片段在用户消息里：每段以 [编号] 和标题开头，正文在一对标记之间。
@@ -250,6 +259,8 @@ def system_prompt(question: str, refusal: str, style: str = "plain") -> str:
     zh = chinese(question)
     if style == "quote":
         return (SYSTEM_ZH_QUOTE if zh else SYSTEM_EN_QUOTE).format(refusal=refusal)
+    if style == "complete":
+        return (SYSTEM_ZH_COMPLETE if zh else SYSTEM_EN_COMPLETE).format(refusal=refusal)
     if style == "strict":
         return (SYSTEM_ZH_STRICT if zh else SYSTEM_EN_STRICT).format(refusal=refusal)
     return (SYSTEM_ZH if zh else SYSTEM_EN).format(refusal=refusal)
