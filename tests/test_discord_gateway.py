@@ -134,7 +134,7 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         it = await answer(fake, ONE, "番茄炒蛋怎么做才不酸？")
         t0, first, callback = it.events[0]
         assert first == "callback" and callback["type"] == 5  # deferred …
-        assert t0 - it.created < 1.0  # … at once (Discord allows three seconds)
+        assert t0 - it.created < 3.0  # … within the three seconds Discord allows
         edits = [(t, body) for t, kind, body in it.events if kind == "edit"]
         streamed = [(t, b["content"]) for t, b in edits if b.get("content")]
         # the sources first (before any of the answer's text), then the answer streamed under them
