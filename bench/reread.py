@@ -17,9 +17,12 @@ something and those standing on the evidence, invented specifics, and the answer
 by what would be shown. Then the counts. With ``--labels`` (a JSON line per question, read by
 hand: ``{"id", "reply_sha1", "points": [true, false, ...], "wrong": bool, "wrong_text": [...]}`` about
 the reply as the model wrote it, whose sha1 (hex, first 12) it names), how often the answer-points judge (``rag.eval.point_stated``) and the wrong-claim flags
-agree with that reading, and how many replies read as wrong by hand would still be shown. With
-``--show``, each reply and what would be shown of it, for reading. ``--own``/``--min`` read them
-with other thresholds (``support.OWN_SHARE``, ``support.MIN_SHARE``), to see what a change costs.
+agree with that reading, and how many replies read as wrong by hand would still be shown. With ``--quote-labels`` (a
+reading by hand of the answers shown with the note's words quoted under them, ``bench/quote_labels.jsonl``),
+the answer points stated by hand and by the judge, without and with the quote, and how the quotes read. With
+``--show``, each reply and what would be shown of it, for reading. ``--quote`` reads them with another ``answer.quote_chars``
+(the note's words quoted under an answer: the answer points are counted without and with them);
+``--own``/``--min`` read them with other thresholds (``support.OWN_SHARE``, ``support.MIN_SHARE``), to see what a change costs.
 """
 
 from __future__ import annotations
@@ -60,16 +63,35 @@ def records(path: Path) -> list[dict]:
     return list(out.values())
 
 
+def quote_of(check, blocks: dict[int, tuple[str, str]], question: str, width: int) -> str:
+    """The note's words the service quotes under an answer (``AnswerService._quote``), from the
+    prompt's blocks (their header line standing in for the citation's title)."""
+    from rag.answer import support
+    from rag.answer.types import Citation, quoted
+    from rag.index.excerpt import excerpt
+
+    where = support.behind(check)
+    if not width or where is None:
+        return ""
+    n, said = where
+    head = blocks[n][0].split("] ", 1)[-1]
+    return quoted(Citation(n, "", head, "", "", "", "", 0.0), excerpt(blocks[n][1], said, width), "笔记原文 ")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("recording", type=Path)
     ap.add_argument("--run", default="ollama qwen2.5-coder:1.5b-instruct",
                     help="the run in bench/answers_eval_results.json whose rows map blocks to notes")
     ap.add_argument("--labels", type=Path, help="a reading by hand: JSON lines {id, points, wrong}")
+    ap.add_argument("--quote-labels", type=Path,
+                    help="a reading by hand of answers with their quote: JSON lines {id, reply_sha1, quote_sha1, "
+                         "answer_points, shown_points, quote_relevant, quote_contradicts_answer}")
     ap.add_argument("--show", action="store_true", help="print each reply and what would be shown of it")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the counts and rows as JSON")
     ap.add_argument("--own", type=float, help="support.OWN_SHARE for this reading (a unit's own words a block must hold)")
     ap.add_argument("--min", type=float, help="support.MIN_SHARE for this reading (the supported units a reply needs)")
+    ap.add_argument("--quote", type=int, metavar="CHARS", help="answer.quote_chars for this reading (0: no quote)")
     args = ap.parse_args()
 
     from rag.answer import support
@@ -81,6 +103,7 @@ def main() -> int:
     from rag.eval import contradicted, point_stated
 
     refusal = AnswerConfig().refusal
+    quote_chars = AnswerConfig().quote_chars if args.quote is None else args.quote
     runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
     rows = {r["id"]: r for r in runs[args.run]["report"]["rows"]} if args.run in runs else {}
     dev = {q["question"]: q for q in map(json.loads, DEV.read_text(encoding="utf-8").splitlines()) if q}
@@ -90,10 +113,18 @@ def main() -> int:
                   for x in map(json.loads, args.labels.read_text(encoding="utf-8").splitlines()) if x}
     counts = {"answerable": 0, "gold_by_llm": 0, "shown_llm": 0, "refused": 0, "passages_or_refusal": 0,
               "no_answer": 0, "no_answer_answered": 0, "traps_cited": 0, "reply_units": 0, "reply_supported": 0,
-              "shown_units": 0, "replies_invented": 0, "points": 0, "points_stated": 0, "wrong_flagged": 0}
+              "shown_units": 0, "replies_invented": 0, "points": 0, "points_stated": 0, "points_shown": 0,
+              "wrong_flagged": 0}
     agree = {"points": 0, "points_judged": 0, "judge_yes_me_no": 0, "judge_no_me_yes": 0,
              "wrong_by_hand": 0, "wrong_by_hand_shown": 0, "wrong_by_hand_flagged": 0, "flagged_not_wrong": 0,
              "labelled": 0}
+    quote_labels: dict[tuple[str, str], dict] = {}
+    if args.quote_labels:
+        quote_labels = {(x["id"], x["reply_sha1"]): x
+                        for x in map(json.loads, args.quote_labels.read_text(encoding="utf-8").splitlines()) if x}
+    by_hand = {"answers": 0, "points": 0, "answer_by_hand": 0, "answer_judge": 0, "answer_agree": 0,
+               "shown_by_hand": 0, "shown_judge": 0, "shown_agree": 0, "quote_relevant": {},
+               "quote_shows_the_answer_wrong": 0, "quote_changed": 0}
     out_rows = []
     for rec in records(args.recording):
         q = dev.get(rec["question"])
@@ -108,6 +139,8 @@ def main() -> int:
         points = q.get("answer_points") or []
         text = check.text if shown else ""
         stated = [point_stated(p, text, rec["question"]) for p in points] if shown else []
+        quote = quote_of(check, rec["blocks"], rec["question"], quote_chars) if shown else ""
+        with_quote = [point_stated(p, f"{text}\n\n{quote}", rec["question"]) for p in points] if shown else []
         wrong = bool(contradicted(points, text) or check.invented_specifics and shown and
                      support.check(text, rec["question"], rec["blocks"]).invented_specifics)
         counts["reply_units"] += len(check.saying)
@@ -127,8 +160,23 @@ def main() -> int:
             counts["shown_units"] += len([v for v in check.supported])
             counts["points"] += len(points)
             counts["points_stated"] += sum(stated)
+            counts["points_shown"] += sum(with_quote)
             counts["wrong_flagged"] += wrong
-        label = labels.get((q["id"], hashlib.sha1(rec["reply"].encode()).hexdigest()[:12]))
+        sha = hashlib.sha1(rec["reply"].encode()).hexdigest()[:12]
+        qlabel = quote_labels.get((q["id"], sha)) if shown else None
+        if qlabel is not None and qlabel["quote_sha1"] != hashlib.sha1(quote.encode()).hexdigest()[:12]:
+            by_hand["quote_changed"] += 1  # read by hand with another quote: not compared
+        elif qlabel is not None:
+            by_hand["answers"] += 1
+            by_hand["points"] += len(points)
+            for hand, judge, key in ((qlabel["answer_points"], stated, "answer"), (qlabel["shown_points"], with_quote, "shown")):
+                by_hand[f"{key}_by_hand"] += sum(hand)
+                by_hand[f"{key}_judge"] += sum(judge)
+                by_hand[f"{key}_agree"] += sum(a == b for a, b in zip(hand, judge))
+            rel = by_hand["quote_relevant"]
+            rel[qlabel["quote_relevant"]] = rel.get(qlabel["quote_relevant"], 0) + 1
+            by_hand["quote_shows_the_answer_wrong"] += bool(qlabel.get("quote_contradicts_answer"))
+        label = labels.get((q["id"], sha))
         if label is not None:
             agree["labelled"] += 1
             judged = [point_stated(p, rec["reply"], rec["question"]) for p in points]
@@ -153,14 +201,19 @@ def main() -> int:
         if args.show:
             print("   reply: " + rec["reply"].replace("\n", "\n          "))
             print("   shown: " + (text.replace("\n", "\n          ") if shown else "(not shown)"))
+            if quote:
+                print("          " + quote.replace("\n", "\n          "))
             for p, ok in zip(points, stated):
                 print(f"   point {'+' if ok else '-'} {p}")
         out_rows.append({"id": q["id"], "verdict": how, "hit": hit, "units": len(check.saying),
                          "supported": len(check.supported), "invented": check.invented_specifics,
-                         "points": len(points), "stated": sum(stated), "wrong_flagged": wrong})
+                         "points": len(points), "stated": sum(stated), "with_quote": sum(with_quote),
+                         "wrong_flagged": wrong})
     print(json.dumps(counts))
     if labels:
         print(json.dumps(agree))
+    if quote_labels:
+        print(json.dumps({"quote_labels": by_hand}))
     if args.json:
         args.json.write_text(json.dumps({"counts": counts, "agreement": agree if labels else None, "rows": out_rows},
                                         ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -353,7 +353,7 @@ class DiscordBot:
             sources = discord_sources(answer.citations, "来源 Sources")
         else:
             sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
-        body = discord_plain_links(answer.answer, NoteLinks(answer.citations)) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
+        body = discord_plain_links(answer.shown, NoteLinks(answer.citations)) + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
         embeds = embeds_for(body, sources)
         first, rest = embeds[0], embeds[1:]
         # the buttons go under the last part of the answer

@@ -674,7 +674,7 @@ class TelegramBot:
         if answer is None:
             await self._final(placeholder, [SORRY], html=False)
             return
-        body = answer.answer + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
+        body = answer.shown + "".join(f"\n\n*{n}*" for n in (answer.notice, notice) if n)
         if answer.citations:
             sources = telegram_sources(answer.citations, "来源 Sources")
         else:

@@ -175,6 +175,10 @@ class AnswerConfig(Section):
         "from them); complete (the same as plain, told to give every item the question asks for). Measured in "
         "docs/answers.md",
     )
+    quote_chars: int = Field(
+        default=200, ge=0, le=2000,
+        description="under an answer the LLM wrote, about this many characters of the note's own words it stands on "
+                    "(0: none)")
     closest_notes: int = Field(default=3, ge=0, le=10)
     history_chars: int = Field(default=6000, ge=0, description="conversation turns kept, in characters")
     idle_reset: Duration = Field(default=1800.0, description="a conversation is forgotten after this idle time")

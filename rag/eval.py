@@ -339,6 +339,7 @@ def said(q: dict, answer: "Answer") -> dict:
     blocks = evidence_blocks(answer)
     out = {"reply_saying": None, "reply_supported": None, "reply_invented": [], "shown_saying": None,
            "shown_unsupported": None, "shown_invented": [], "points": None, "points_stated": None,
+           "points_shown": None,
            "contradicted": [], "wrong_cited": None}
     if trace is None or not trace.reply or not blocks:
         return out
@@ -352,10 +353,13 @@ def said(q: dict, answer: "Answer") -> dict:
     shown = checker.check(answer.answer)
     points = q.get("answer_points") or []
     stated = [p for p in points if point_stated(p, answer.answer, q["question"])]
+    # what the person reads: the answer and, under it, the note's own words it stands on
+    with_quote = [p for p in points if point_stated(p, answer.shown, q["question"])]
     wrong = contradicted(points, answer.answer)
     out.update(shown_saying=len(shown.saying), shown_unsupported=len(shown.dropped),
                shown_invented=shown.invented_specifics, contradicted=wrong,
                points=len(points) if points else None, points_stated=len(stated) if points else None,
+               points_shown=len(with_quote) if points else None,
                wrong_cited=bool(wrong or shown.invented_specifics or shown.dropped))
     return out
 
@@ -453,7 +457,8 @@ def _says(rows: list[dict]) -> dict:
     """What the answers say, summed (``said``): the LLM's replies' units that say something
     and those standing on the evidence; the units shown as the LLM's answer and those standing
     on none; the specifics no evidence holds, in replies and shown as cited; answer points
-    stated by the answers shown; answers shown cited with a wrong claim."""
+    stated by the answers shown (by the LLM's text, and with the note's words quoted under it);
+    answers shown cited with a wrong claim."""
     replied = [r for r in rows if r["reply_saying"] is not None]
     shown = [r for r in rows if r["shown_saying"] is not None]
     with_points = [r for r in shown if r["points"]]
@@ -463,6 +468,7 @@ def _says(rows: list[dict]) -> dict:
     shown_unsupported = sum(r["shown_unsupported"] for r in shown)
     points = sum(r["points"] for r in with_points)
     stated = sum(r["points_stated"] for r in with_points)
+    with_quote = sum(r.get("points_shown") or 0 for r in with_points)
     return {
         "replies": len(replied),
         "reply_units": reply_saying, "reply_units_supported": reply_supported,
@@ -474,6 +480,7 @@ def _says(rows: list[dict]) -> dict:
         "shown_invented": sum(len(r["shown_invented"]) for r in shown),
         "answers_with_points": len(with_points), "points": points, "points_stated": stated,
         "points_stated_rate": _rate(stated, points),
+        "points_shown": with_quote, "points_shown_rate": _rate(with_quote, points),
         "wrong_cited": sum(1 for r in shown if r["wrong_cited"]),
     }
 

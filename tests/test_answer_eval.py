@@ -171,6 +171,7 @@ def test_what_an_answer_says_is_read_against_the_evidence_it_was_given():
     good.trace.reply = "放 2 颗皮蛋[1]。皮蛋要放 3 颗。"
     good.trace.standalone = "皮蛋要放几颗？"
     good.trace.evidence = {"1": "[1] 皮蛋瘦肉粥\n大米 150ml，饮用水 1 升，皮蛋 2 颗。"}
+    good.quote = "> 笔记原文 [1] 皮蛋瘦肉粥\n> 大米 150ml，饮用水 1 升，皮蛋 2 颗。"  # the note's words under it
     bad = answer("llm", text="皮蛋要放 3 颗[1]。", cited=["g"], citing="cited")
     bad.trace.reply, bad.trace.standalone, bad.trace.evidence = bad.answer, "皮蛋要放几颗？", good.trace.evidence
     r = answer_report([(q, good), (q, bad)], REFUSAL)
@@ -184,6 +185,9 @@ def test_what_an_answer_says_is_read_against_the_evidence_it_was_given():
     assert (says["reply_units"], says["reply_units_supported"], says["shown_units"], says["shown_units_unsupported"]) \
         == (3, 1, 2, 1)
     assert (says["points"], says["points_stated"], says["wrong_cited"]) == (4, 1, 1)
+    # with the note's words quoted under the good answer, its second point is shown too
+    assert rows[0]["points_shown"] == 2 and rows[1]["points_shown"] == rows[1]["points_stated"] == 0
+    assert (says["points_shown"], says["points_shown_rate"]) == (2, 0.5)
 
 
 def test_percentile():

@@ -430,6 +430,9 @@ def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
     assert main(["--config", str(cfg), "ask", "番茄炒蛋怎么做才不酸？", "--trace"]) == 0
     text = capsys.readouterr().out
     assert "先炒蛋[1]。" in text and "来源 / Sources:" in text and "candidates:" in text
+    # the note's own words under the answer, before the sources; in the JSON too
+    assert text.index("先炒蛋[1]。") < text.index("> 笔记原文 [1] 番茄炒蛋") < text.index("来源 / Sources:")
+    assert out["quote"].startswith("> 笔记原文 [1] 番茄炒蛋")
 
 
 @pytest.mark.slow
@@ -494,6 +497,39 @@ def test_a_fully_supported_answer_is_shown_as_the_model_wrote_it(answering, olla
     answer, streamed = ask(answering, "番茄炒蛋的番茄怎么处理？")
     assert answer.answer == streamed == reply and answer.notice is None
     assert answer.trace.citing == "cited" and [c.n for c in answer.citations] == [1]
+
+
+def test_under_an_answer_the_note_s_own_words_it_stands_on_are_quoted(answering, ollama):
+    """The model says one of the note's points; under its answer the person reads the note's own
+    lines around what it said (the other ingredients), without opening the note."""
+    ollama.reply("番茄要 2 个，要熟透的[1]。")
+    answer, streamed = ask(answering, "番茄炒蛋要准备什么用料？")
+    assert answer.answer == streamed == "番茄要 2 个，要熟透的[1]。"
+    lines = answer.quote.split("\n")
+    assert lines[0] == "> 笔记原文 [1] 番茄炒蛋" and all(line.startswith(">") for line in lines)
+    quoted = "\n".join(line[2:] for line in lines[1:])
+    assert "番茄 2 个（要熟透的" in quoted and "鸡蛋 3 个" in quoted and "葱 1 根" in quoted  # the note's words
+    assert 150 <= len(quoted) <= 260  # about answer.quote_chars (200) of them
+    assert answer.shown == f"{answer.answer}\n\n{answer.quote}"
+    # in English, the same lines under an English lead; and none when quote_chars is 0
+    ollama.reply("番茄顶上划个十字，开水烫 30 秒后去皮[1]。")
+    answer, _ = ask(answering, "How do I peel the tomatoes for tomato and egg stir-fry?")
+    assert answer.trace.outcome == "llm", answer.trace.decision
+    assert answer.quote.startswith("> In your note: [1] 番茄炒蛋") and "开水烫 30 秒后去皮" in answer.quote
+    answering.settings = answering.settings.model_copy(update={"answer": answering.settings.answer.model_copy(
+        update={"quote_chars": 0})})
+    ollama.reply("番茄要 2 个，要熟透的[1]。")
+    answer, _ = ask(answering, "番茄炒蛋要准备什么用料？")
+    assert answer.quote == "" and answer.shown == answer.answer == "番茄要 2 个，要熟透的[1]。"
+
+
+def test_passages_and_refusals_carry_no_quote(answering, ollama):
+    ollama.reply("番茄炒蛋用 5 个鸡蛋[1]。")
+    answer, _ = ask(answering, "番茄炒蛋要几个鸡蛋？")
+    assert answer.trace.outcome == "llm_passages" and answer.quote == "" and answer.shown == answer.answer
+    ollama.reply("我笔记里没有相关内容。")
+    answer, _ = ask(answering, "我家猫下一次打疫苗是什么时候？")
+    assert answer.answer == REFUSAL and answer.quote == ""
 
 
 @pytest.mark.parametrize("question", ["我家猫下一次打疫苗是什么时候？", "hello", "When is my cat's next vaccination?"])

@@ -106,6 +106,8 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))
         final = it.events[-1][1]["embed"]
         assert final.description.startswith("先把鸡蛋炒好盛出[1]。再下番茄中火炒出汁[1]。加一小勺糖[1]。")
+        # under it, the note's own words it stands on, as a Discord quote
+        assert "\n\n> 笔记原文 [1] 番茄炒蛋" in final.description and "\n> " in final.description.split("笔记原文", 1)[1]
         # a link in the LLM's words that no note holds is never shown
         ollama.reply("先把鸡蛋炒好盛出[1]。先登录 [Leanote](https://phish.example/login) 再炒蛋[1]。")
         it2 = FakeInteraction(FRIEND)  # another person: no history, no follow-up rewrite

@@ -75,6 +75,9 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         assert message["text"].startswith("先把鸡蛋炒好盛出[1]。再下番茄中火炒出汁[1]。最后加一小勺糖压酸味[1]。")
         assert "[1] 番茄炒蛋" in message["text"]
         assert html_error(message["text"]) is None
+        # under the answer, the note's own words it stands on, as a quote
+        quote = message["text"].split("<blockquote>", 1)[1].split("</blockquote>", 1)[0]
+        assert quote.startswith("笔记原文 [1] 番茄炒蛋") and "炒出汁" in quote, quote
         streamed = [text for _, text in message["edits"][:-1]]
         # first the sources the answer reads, before any of its text: titles and links
         assert streamed[0].startswith("📚 读的笔记 Reading:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0]

@@ -62,7 +62,8 @@ from rag.index.translate import chinese_terms
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import SpeedBook, Usage
 from rag.answer.conversation import Conversations
-from rag.answer.types import Answer, Candidate, Citation, Trace, citation, extractive
+from rag.answer.types import Answer, Candidate, Citation, Trace, citation, extractive, quoted
+from rag.index.excerpt import excerpt
 from rag.answer.gate import plausible, too_weak
 from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 
@@ -90,6 +91,9 @@ LLM_UNSUPPORTED_REFUSED_EN = "(The model wrote an answer your notes do not back;
 # Units of an answer that stand on no block were left out of it (``rag.answer.support``).
 LEFT_OUT_ZH = "（另有 {n} 句在你的笔记里找不到依据，已略去。）"
 LEFT_OUT_EN = "({n} sentence(s) the model wrote are not backed by your notes and were left out.)"
+# Under an LLM's answer, the note's own words it stands on (``answer.quote_chars``).
+QUOTE_LEAD_ZH = "笔记原文 "
+QUOTE_LEAD_EN = "In your note: "
 _CJK = re.compile(r"[\u3400-\u9fff]")
 MAX_LISTED = 20
 # "Which notes did I write about X": the forms answered by listing the notes that mention X.
@@ -691,6 +695,7 @@ class AnswerService:
                 trace.decision += f"; {len(check.dropped)} of {len(check.saying)} sentences left out (no block holds them)"
             trace.outcome = "llm"
             answer = Answer(question, check.text.strip(), used_llm=True, grounded=True, citations=citations)
+            answer.quote = self._quote(question, check, by_n, citations)
             if check.dropped:
                 answer.notice = _language_notice(question, LEFT_OUT_ZH, LEFT_OUT_EN).format(n=len(check.dropped))
             return answer
@@ -716,6 +721,19 @@ class AnswerService:
         if unsupported:
             answer.notice = _language_notice(question, LLM_UNSUPPORTED_REFUSED_ZH, LLM_UNSUPPORTED_REFUSED_EN)
         return answer
+
+    def _quote(self, question: str, check: support.Check, by_n: dict[int, Evidence], citations: list[Citation]) -> str:
+        """The note's own words the answer stands on, to show under it: the sentences of the block
+        most of its sentences stand on that match what they say, about ``answer.quote_chars``
+        characters of them ("" when that is 0), so what the answer says can be read beside what
+        the note says without opening it."""
+        width = self.settings.answer.quote_chars
+        where = support.behind(check)
+        if not width or where is None:
+            return ""
+        n, said = where
+        cited = next(c for c in citations if c.n == n)
+        return quoted(cited, excerpt(by_n[n].text, said, width), _language_notice(question, QUOTE_LEAD_ZH, QUOTE_LEAD_EN))
 
     @staticmethod
     def _sources(question: str, blocks: list[Evidence]) -> list[Citation]:

@@ -571,6 +571,20 @@ def check(reply: str, question: str, blocks: dict[int, tuple[str, str]]) -> Chec
     return Checker(question, blocks).check(reply)
 
 
+def behind(check: Check) -> tuple[int, str] | None:
+    """Where the note's own words behind an answer are: the block most of its supported units
+    stand on (the first cited, on a tie) and those units' text, to find the block's matching
+    sentences with (``rag.index.excerpt``); None when nothing stands on a block."""
+    counts: dict[int, int] = {}
+    for v in check.supported:
+        for n in v.blocks:
+            counts[n] = counts.get(n, 0) + 1
+    if not counts:
+        return None
+    n = max(check.cited, key=lambda b: counts.get(b, 0))
+    return n, " ".join(v.text for v in check.supported if n in v.blocks)
+
+
 class Gate:
     """A streaming reply, passed on one checked unit at a time: ``feed`` returns the text of
     the units completed by this piece that may be shown (``shown``), ``flush`` the rest.

@@ -8,7 +8,7 @@ render them.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from rag.answer import links
 from rag.config import AnswerConfig
@@ -147,11 +147,18 @@ class Answer:
     citations: list[Citation] = field(default_factory=list)
     closest: list[Citation] = field(default_factory=list)  # with a refusal: the nearest notes
     notice: str | None = None
+    # Under an LLM's answer: the note's own words it stands on, a Markdown quote (``quoted``).
+    quote: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
     # What the LLM reported for the answer: prompt and output tokens and seconds; and the
     # prompt's size as estimated beforehand (for the answer eval and the trace).
     usage: dict[str, float] = field(default_factory=dict)
     trace: Trace | None = None
+
+    @property
+    def shown(self) -> str:
+        """The answer as every door shows it: the text, then the quote of the note under it."""
+        return f"{self.answer}\n\n{self.quote}" if self.quote else self.answer
 
     def as_json(self, with_trace: bool = False) -> dict:
         out = asdict(self)
@@ -204,6 +211,13 @@ def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES,
         return Answer(question, refusal, used_llm=False, grounded=False)
     body = "\n\n".join(passage_text(c) for c in citations)
     return Answer(question, body, used_llm=False, grounded=True, citations=citations)
+
+
+def quoted(c: Citation, words: str, lead: str) -> str:
+    """The note's own words (``words``, from the passage ``c`` cites) as a Markdown quote: a
+    line with ``lead``, ``[n]`` and where they are from, then the words as in the note."""
+    lines = (lead + passage_text(replace(c, excerpt=words))).split("\n")
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in lines)
 
 
 _HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")

@@ -527,7 +527,7 @@ async def _answer_events(daemon: Host, question: str, user_id: str, conversation
         task.cancel()  # the client went away: stop writing its answer
     # the answer as HTML for a page: every link-like token inert, but the cited passages' own links
     yield _event(event="answer", answer=answer.as_json(with_trace=True),
-                 html=web_html(answer.answer, NoteLinks(answer.citations)))
+                 html=web_html(answer.shown, NoteLinks(answer.citations)))
 
 
 async def _sync_events(daemon: Host, body: SyncIn) -> AsyncIterator[bytes]:

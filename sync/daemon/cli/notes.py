@@ -120,6 +120,8 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
         if offline:  # first: what the passages below are
             click.echo(click.style(offline, dim=True))
         click.echo(answer.answer)
+    if answer.quote:  # the note's own words the answer stands on
+        click.echo("\n" + answer.quote)
     if answered and answer.notice:  # sentences left out of the answer: said after it
         click.echo(click.style(answer.notice, dim=True))
     if answer.citations:
@@ -292,7 +294,9 @@ def answer_table(r: dict) -> list[str]:
                      f"({share(s['shown_supported_share'])}), invented specifics {s['shown_invented']}")
         if s["points"]:
             lines.append(f"  answer points stated: {s['points_stated']}/{s['points']} "
-                         f"({share(s['points_stated_rate'])}) in {s['answers_with_points']} answers; "
+                         f"({share(s['points_stated_rate'])}) in {s['answers_with_points']} answers, "
+                         f"{s.get('points_shown', 0)}/{s['points']} ({share(s.get('points_shown_rate'))}) with the "
+                         f"note's words quoted under them; "
                          f"shown cited with a wrong claim: {s['wrong_cited']}")
     lines += ["", f"{'':<14} {'p50':>7} {'p95':>7} {'n':>4}"]
     lat = r["latency_ms"]
