@@ -215,9 +215,10 @@ def extractive(question: str, hits: list[Hit], max_passages: int = MAX_PASSAGES,
 
 def quoted(c: Citation, words: str, lead: str) -> str:
     """The note's own words (``words``, from the passage ``c`` cites) as a Markdown quote: a
-    line with ``lead``, ``[n]`` and where they are from, then the words as in the note."""
-    lines = (lead + passage_text(replace(c, excerpt=words))).split("\n")
-    return "\n".join(f"> {line}" if line.strip() else ">" for line in lines)
+    line with ``lead``, ``[n]`` and where they are from, then the words as in the note (blank
+    lines in a row as one)."""
+    text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", lead + passage_text(replace(c, excerpt=words)))
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in text.split("\n"))
 
 
 _HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
