@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 PIPELINE_VERSION = 1  # bump when cleaning/chunking/term code changes what an index holds
 BATCH_CHUNKS = 256
+# A snapshot pass (``Indexer.run``) makes every note searchable first and derives from them
+# (the memory's entities and facts) at its end; past this many chunks of prepared notes held
+# for that, it derives at the next commit instead (a first index of a large source).
+DEFER_CHUNKS = 20_000
 OPTIMIZE_PENDING = "optimize_pending"  # meta: a stop came before the search index was optimized
 
 
@@ -63,6 +67,8 @@ class Summary:
     chunks_cached: int = 0
     chunks_written: int = 0
     optimize_seconds: float = 0.0
+    embed_seconds: float = 0.0  # of them in the embedder
+    searchable_seconds: float = 0.0  # from the start until every note was in the index, before the memory's part
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -80,9 +86,11 @@ class Summary:
             parts.append(f"{len(self.skipped)} skipped")
         if self.truncated:
             parts.append(f"{len(self.truncated)} truncated")
+        searchable = (f" (searchable after {self.searchable_seconds:.2f} s)"
+                      if 0 < self.searchable_seconds < self.seconds - 1 else "")
         return (
             f"notes: {', '.join(parts)}; chunks: {self.chunks_embedded} embedded, "
-            f"{self.chunks_cached} from cache; {self.seconds:.2f} s"
+            f"{self.chunks_cached} from cache; {self.seconds:.2f} s{searchable}"
         )
 
     def as_json(self) -> dict:
@@ -150,12 +158,26 @@ class Indexer:
         self._pending: dict[str, NoteRecord | None] = {}  # note id -> row to write, or None to delete
         self._remember: dict[str, PreparedNote] = {}  # derived: notes to process after the commit
         self._retagged: dict[str, Note] = {}  # derived: notes whose metadata alone changed
+        # committed, not yet followed by the derived stores (a snapshot pass: ``run``)
+        self._later: tuple[dict[str, NoteRecord | None], dict[str, PreparedNote], dict[str, Note]] = ({}, {}, {})
+        self._later_chunks = 0
+        self._defer = False
+        self._uncommitted = 0  # chunks written to the store since the last commit of their rows
+        self._started = time.monotonic()
         self._skips: list[tuple[str, str, str]] = []  # (note id, origin, reason) to record
         self._skips_seen: list[tuple[str, str, str]] = []  # every skip of this run
         self._rows: dict[str, tuple[str, str, str]] | None = None  # snapshot: this source's rows before the run
         self.progress: Progress = lambda seen, embedded: None
         if self.state.bind_index(self.index.index_id):
             log.info("the state described another index; every note will be indexed anew")
+
+    def _follow(self) -> None:
+        """The derived stores follow what was committed and not yet followed."""
+        pending, remember, retagged = self._later
+        if self.derived is None or not (pending or remember or retagged):
+            return
+        self._later, self._later_chunks = ({}, {}, {}), 0
+        self.derived.follow(pending, remember, retagged, should_stop=self._stop_asked)
 
     # --- a snapshot -----------------------------------------------------------------------
 
@@ -194,8 +216,21 @@ class Indexer:
         return f"{self.pipeline}|{self.base_url}"
 
     def run(self, items: Iterable[SnapshotItem], *, remove_missing: bool = True) -> Summary:
-        """Index a full snapshot. With remove_missing, notes it lacks leave the index."""
-        started = time.monotonic()
+        """Index a full snapshot. With remove_missing, notes it lacks leave the index. Every
+        note is made searchable first; what derives from the notes follows at the end of the
+        pass (``_follow``), also when it stops or fails: what it leaves, the next pass repairs
+        (``Derived.behind``, ``Derived.align``)."""
+        started = self._started = time.monotonic()
+        self._defer = self.derived is not None
+        try:
+            self._run(items, remove_missing)
+        finally:
+            self._defer = False
+            self._follow()
+        self.summary.seconds = round(time.monotonic() - started, 3)
+        return self.summary
+
+    def _run(self, items: Iterable[SnapshotItem], remove_missing: bool) -> None:
         seen: set[str] = set()
         checkpoint: str | None = None
         keep_skips = False  # a snapshot not read again still has the notes it could not read
@@ -215,7 +250,7 @@ class Indexer:
             else:
                 seen.add(item.id)
                 self.apply(item)
-            if self._batch_chunks >= BATCH_CHUNKS:
+            if self._uncommitted >= BATCH_CHUNKS:  # what was written so far stays, whatever comes next
                 self.commit()
             self.progress(n, self.summary.chunks_embedded)
         if remove_missing:
@@ -242,8 +277,6 @@ class Indexer:
             with self.state.transaction():
                 self.state.set_meta(self._checkpoint_key(), json.dumps(mark, ensure_ascii=False))
         self.finish()
-        self.summary.seconds = round(time.monotonic() - started, 3)
-        return self.summary
 
     def _unchanged(self, item: Unchanged, seen: set[str]) -> None:
         """Notes the source did not read again: seen, and as the last pass left them."""
@@ -273,6 +306,7 @@ class Indexer:
                 self.index.store.optimize()
                 self.summary.optimize_seconds = round(time.monotonic() - t, 3)
         self.state.prune_cache()
+        self.summary.searchable_seconds = round(time.monotonic() - self._started, 3)
 
     def _stop_asked(self) -> bool:
         try:
@@ -410,7 +444,9 @@ class Indexer:
         step = max(1, self.index.embedder.batch_size)
         for i in range(0, len(texts), step):  # a stop request is heard between batches
             self.check_stop()
+            t = time.monotonic()
             new = dict(zip(keys_todo[i : i + step], self.index.embed(texts[i : i + step])))
+            self.summary.embed_seconds = round(self.summary.embed_seconds + time.monotonic() - t, 3)
             with self.state.transaction():
                 self.state.cache_vectors(new)  # kept even if the run stops before the batch is written
             vectors.update(new)
@@ -421,6 +457,7 @@ class Indexer:
             stale = rec.point_ids if rec is not None and rec.status == INDEXED else []
             self.index.write(prepared, matrix, stale_ids=stale)
             self.summary.chunks_written += len(prepared.chunks)
+            self._uncommitted += len(prepared.chunks)
             if not prepared.chunks:
                 self.summary.empty += 1
             elif rec is None or rec.status != INDEXED:
@@ -441,6 +478,7 @@ class Indexer:
         """Write everything applied so far: points first, then the rows (and the
         account's cursors) in one transaction."""
         self._flush()
+        self._uncommitted = 0
         if not self._pending and not self._skips and account is None and not self._remember:
             return
         pending, self._pending = self._pending, {}
@@ -458,7 +496,13 @@ class Indexer:
             if account is not None:
                 self.state.put_account(account)
         if self.derived is not None:
-            self.derived.follow(pending, remember, retagged, should_stop=self._stop_asked)
+            later_pending, later_remember, later_retagged = self._later
+            later_pending.update(pending)
+            later_remember.update(remember)
+            later_retagged.update(retagged)
+            self._later_chunks += sum(len(p.chunks) for p in remember.values())
+            if not self._defer or self._later_chunks >= DEFER_CHUNKS:
+                self._follow()
         for note_id, origin, reason in skips:
             if (note_id, origin, reason) in news:
                 log.warning("skipped %s: %s", origin, reason)

@@ -352,3 +352,49 @@ def test_a_rebuild_forgets_what_the_memory_derived_and_builds_it_again(tmp_path,
         after = memory.counts("local")["notes"]
         assert memory.known("stale") is None
     assert sum(after.values()) == sum(before.values()) - 1
+
+
+def test_a_snapshot_pass_makes_the_notes_searchable_first_and_one_that_fails_still_remembers_what_it_committed(
+        tmp_path, notes_dir, use_embedder, monkeypatch):
+    """The memory's part of a snapshot pass comes after every note is in the index (the summary
+    says when that was); when the source fails halfway, the notes already committed get their
+    entities in that same pass, not only in the next one."""
+    from contextlib import closing
+
+    from sync import indexer as indexer_mod
+    from sync.daemon.root import Parts
+    from sync.sources import Known
+    from sync.state import State
+
+    settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes_dir)}, memory={"llm": "off"})
+    result = run_pass(settings, use_embedder)
+    summary = result.summary
+    assert 0 < summary.searchable_seconds <= summary.seconds
+    with memory_of(settings) as store:
+        assert {"journalctl", "retry_count", "pool_size"} <= {e["name"] for e in store.entities("local")}
+
+    # a source that breaks after its first notes, each committed on its own (a small batch)
+    monkeypatch.setattr(indexer_mod, "BATCH_CHUNKS", 1)
+    other = make_settings(tmp_path / "again", source={"kind": "files", "path": str(notes_dir)}, memory={"llm": "off"})
+    state = State(other.state_dir)
+    try:
+        with NoteIndex.open(other, create=True, embedder=use_embedder) as index:
+            parts = Parts(other, index=index, state=state)
+            indexer = indexer_mod.Indexer(index, state, parts.sync.source.name, derived=parts.derived, settings=other)
+            read: list[str] = []
+
+            def breaking(items):
+                for item in items:
+                    if len(read) == 3:
+                        raise OSError("the share went away")
+                    read.append(item.id)
+                    yield item
+
+            with closing(parts.sync.source.notes(Known())) as items, pytest.raises(OSError, match="went away"):
+                indexer.run(breaking(items))
+            assert set(state.indexed_notes()) == set(read)  # searchable: their rows committed as they went
+            parts.sync.close()
+    finally:
+        state.close()
+    with memory_of(other) as store:
+        assert set(note_ids(store)) == set(read)  # the three committed notes, remembered in the failing pass
