@@ -35,6 +35,7 @@ import numpy as np
 from rag.config import prepare_state_dir
 from rag.errors import BrokenState, UserError
 from rag.model import Notebook
+from rag.sqlite import wal
 
 from sync.faults import broken_state
 
@@ -233,7 +234,7 @@ class State:
             # 2 KiB row, and 4 KiB pages hold one such row each, half the page empty (the cache
             # of the corpus's 5,856 chunks took 24 MB for 12 MB of vectors)
             self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            self.db.execute("PRAGMA journal_mode=WAL")
+            wal(self.db, 30)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except BaseException:
@@ -262,9 +263,13 @@ class State:
             raise broken_state(self.path, problem)
 
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        for i in range(version, len(MIGRATIONS)):
+        while self.db.execute("PRAGMA user_version").fetchone()[0] < len(MIGRATIONS):
             with self.transaction():
+                # read again under the write lock: another process opening the same new file may
+                # have taken it through this step while this one waited
+                i = self.db.execute("PRAGMA user_version").fetchone()[0]
+                if i >= len(MIGRATIONS):
+                    break
                 for statement in MIGRATIONS[i].split(";"):
                     if statement.strip():
                         self.db.execute(statement)

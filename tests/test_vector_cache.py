@@ -137,3 +137,39 @@ def test_serve_loads_the_model_before_it_is_ready_even_behind_a_cache(tmp_path):
         assert isinstance(daemon.index.embedder, embed.CachedEmbedder) and daemon.index.embedder.loaded
     finally:
         daemon.close()
+
+
+@pytest.mark.parametrize("store", ["vector cache", "state", "outbox"])
+def test_openers_of_a_new_store_at_the_same_moment_all_get_it(tmp_path, store):
+    """Switching a new SQLite file to WAL answered "database is locked" at once, without waiting,
+    to a second process doing the same (the test run's workers opening its shared vector cache:
+    a worker failed every test it ran). Six openers at once, a hundred times: none fails."""
+    import threading
+
+    from sync.daemon.outbox import Outbox
+    from sync.state import State
+
+    open_one = {"vector cache": lambda d: embed.VectorCache(d / "vectors.db"), "state": State,
+                "outbox": lambda d: Outbox(d / "capture.sqlite")}[store]
+    failures = []
+    for round_ in range(100):
+        folder = tmp_path / str(round_)
+        folder.mkdir()
+        together = threading.Barrier(6)
+
+        def opener():
+            together.wait()
+            try:
+                opened = open_one(folder)
+            except Exception as err:
+                failures.append(repr(err))
+            else:
+                close = getattr(opened, "close", None) or opened._db.close
+                close()
+
+        threads = [threading.Thread(target=opener) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rag.capture import Attachment
 from rag.config import Settings, prepare_state_dir
+from rag.sqlite import migrate, wal
 
 FILE = "capture.sqlite"
 KEEP_DAYS = 30  # a written or refused capture's row is kept this long, then forgotten
@@ -129,10 +130,12 @@ class Outbox:
         self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         self.lock = threading.RLock()
         with self.lock:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
-            for i, step in enumerate(MIGRATIONS[version:], start=version):
-                self.db.executescript(f"BEGIN; {step}; PRAGMA user_version = {i + 1}; COMMIT;")
+            try:
+                wal(self.db, 30)
+                migrate(self.db, MIGRATIONS)  # each step under the write lock, also with another opener
+            except BaseException:
+                self.db.close()
+                raise
 
     def close(self) -> None:
         with self.lock:
