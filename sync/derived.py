@@ -5,8 +5,9 @@ and LLM jobs (``rag.memory.store``), its related-note pairs (``rag.memory.relate
 the feedback store's copies of the notes an answer cited (``rag.answer.feedback``).
 ``Derived`` is the one stage that keeps them in line; the sync calls it at four points:
 
-- ``follow``, right after each commit of the index (``sync.indexer``), for exactly the notes
-  of that transaction: a note (re)indexed with new text gets its entities extracted anew
+- ``follow``, right after each commit of the index (``sync.indexer``; a snapshot pass's commits
+  together once every note is searchable, at the pass's end), for exactly the notes of those
+  transactions: a note (re)indexed with new text gets its entities extracted anew
   (and its LLM job queued), a note moved or retagged gets its tags and notebook updated, a
   note that left the index (gone, trashed, deleted, made private) loses everything derived
   from it, and the notes whose related pairs must be recomputed are queued;
