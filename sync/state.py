@@ -35,7 +35,7 @@ import numpy as np
 from rag.config import prepare_state_dir
 from rag.errors import BrokenState, UserError
 from rag.model import Notebook
-from rag.sqlite import wal
+from rag.sqlite import migrate, wal
 
 from sync.faults import broken_state
 
@@ -236,7 +236,7 @@ class State:
             self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             wal(self.db, 30)
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            migrate(self.db, MIGRATIONS)  # each step under the write lock, also with another opener
         except BaseException:
             self.db.close()
             raise
@@ -261,19 +261,6 @@ class State:
         problem = self.problem()
         if problem is not None:
             raise broken_state(self.path, problem)
-
-    def _migrate(self) -> None:
-        while self.db.execute("PRAGMA user_version").fetchone()[0] < len(MIGRATIONS):
-            with self.transaction():
-                # read again under the write lock: another process opening the same new file may
-                # have taken it through this step while this one waited
-                i = self.db.execute("PRAGMA user_version").fetchone()[0]
-                if i >= len(MIGRATIONS):
-                    break
-                for statement in MIGRATIONS[i].split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version = {i + 1}")
 
     def close(self) -> None:
         self.db.close()
