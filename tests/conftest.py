@@ -321,7 +321,21 @@ async def until(check, timeout=15.0, what="the condition"):
         if value:
             return value
         await asyncio.sleep(0.05)
+    where_things_are()
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def where_things_are() -> None:
+    """Where every task of the running loop and every thread is, to stderr (shown with the
+    failing test): a wait that timed out says what it waited behind."""
+    import faulthandler
+    import sys
+
+    print("--- the loop's tasks ---", file=sys.stderr)
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=8, file=sys.stderr)
+    print("--- the threads ---", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
 
 DEADLINE = 120.0  # the longest a test waits for the daemon or a bot, on a machine kept busy by other work
