@@ -6,6 +6,7 @@
     .venv/bin/python bench/answers_eval.py --ollama-host http://gpu-box:11434 [--model qwen2.5:7b-instruct]
     .venv/bin/python bench/answers_eval.py --extractive           # no LLM (ollama.enabled: false): cited passages
     ... --ollama-host URL --record bench/replies.jsonl [--questions A008,B015]   # keep what the model read and wrote
+    ... --ollama-host URL --file tests/data/dev_en.jsonl          # other questions in the dev set's form (English ones)
 
 1. The shared corpus through the mongodump source, as ``bench/corpus.yaml`` has it, in
    ``bench/data/`` (the same index: a sync that finds the backup already read does nothing).
@@ -194,6 +195,9 @@ def main() -> int:
     ap.add_argument("--record", type=Path, metavar="JSONL",
                     help="with --ollama-host: keep every chat the model read and wrote (for bench/reread.py)")
     ap.add_argument("--questions", metavar="ID,ID", help="only these dev questions (the run is filed under its own key)")
+    ap.add_argument("--file", type=Path, metavar="JSONL",
+                    help="questions of another file in the dev set's form instead of the dev set, e.g. "
+                         "tests/data/dev_en.jsonl (the run is filed under its own key)")
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="a config setting for this run, e.g. answer.prompt=quote (the run is filed under its own key)")
     ap.add_argument("--fresh-speed", action="store_true",
@@ -209,6 +213,10 @@ def main() -> int:
         ap.error("--extractive uses no LLM: no --ollama-host, --speed or --budget")
     if args.record and not args.ollama_host:
         ap.error("--record is for a real Ollama (--ollama-host)")
+    if args.file and args.questions:
+        ap.error("--questions picks dev questions; --file gives other questions: not both")
+    if args.file and not args.file.is_file():
+        ap.error(f"--file: no such file: {args.file}")
     if args.budget is not None and args.budget <= 0:
         ap.error("--budget takes a positive number of seconds")
     if (args.timeout or OllamaConfig().timeout) <= (args.budget or AnswerConfig().first_token_budget):
@@ -229,7 +237,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         leanote_rag("--config", str(write_config(tmp, "http://127.0.0.1:9", STAND_IN)), "index")
-        questions = subset(args.questions, tmp) if args.questions else DEV
+        questions = subset(args.questions, tmp) if args.questions else (args.file or DEV)
         started = time.monotonic()
         if args.extractive:
             key = "extractive (no LLM)"
@@ -266,6 +274,8 @@ def main() -> int:
         key += ", " + ", ".join(args.settings)
     if args.questions:
         key += f", questions {args.questions}"
+    if args.file:
+        key += f", file {args.file.name}"
 
     try:
         results = json.loads(RESULTS.read_text(encoding="utf-8"))
