@@ -181,6 +181,17 @@ def test_coverage_matches_latin_words_as_words():
     assert scores[0] == 0 and scores[1] > 0
 
 
+@pytest.mark.parametrize("text, held", [
+    ("spooling first, then setCorePoolSize(10)", True),  # looked for past a word it is only inside
+    ("a spooling daemon", False),
+    ("pool.size=4 in app.properties", True),  # a part of a dotted name
+    ("İstanbul: a pool of 4", True),  # a letter whose lower case is longer: positions differ, still found
+    ("İstanbul: no spooling", False),
+])
+def test_coverage_finds_a_latin_word_wherever_it_is_in_the_text(text, held):
+    assert (coverage([text, "nothing here"], "pool")[0] > 0) is held
+
+
 def test_cap_per_note_can_allow_some_notes_more():
     fused = fuse(
         {"dense": [Ranked(i, 1.0 / (n + 1), note) for n, (i, note) in enumerate(
