@@ -92,6 +92,9 @@ def main() -> int:
     ap.add_argument("--own", type=float, help="support.OWN_SHARE for this reading (a unit's own words a block must hold)")
     ap.add_argument("--min", type=float, help="support.MIN_SHARE for this reading (the supported units a reply needs)")
     ap.add_argument("--quote", type=int, metavar="CHARS", help="answer.quote_chars for this reading (0: no quote)")
+    ap.add_argument("--file", type=Path, action="append", metavar="JSONL",
+                    help="the questions the recording asked, when not the dev set's (e.g. tests/data/dev_en.jsonl; "
+                         "may be given more than once)")
     args = ap.parse_args()
 
     from rag.answer import support
@@ -106,7 +109,8 @@ def main() -> int:
     quote_chars = AnswerConfig().quote_chars if args.quote is None else args.quote
     runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
     rows = {r["id"]: r for r in runs[args.run]["report"]["rows"]} if args.run in runs else {}
-    dev = {q["question"]: q for q in map(json.loads, DEV.read_text(encoding="utf-8").splitlines()) if q}
+    dev = {q["question"]: q for path in (args.file or [DEV])
+           for q in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if q}
     labels: dict[tuple[str, str], dict] = {}  # (question id, the reply's sha1, first 12) -> the reading
     if args.labels:
         labels = {(x["id"], x["reply_sha1"]): x

@@ -143,5 +143,8 @@ def test_names_and_numbers_a_text_states():
     assert names("用 Hippo4j 或 setCorePoolSize()，配置在 /etc/app.conf，加 --force") == [
         "/etc/app.conf", "--force", "hippo4j", "setcorepoolsize", "etc/app.conf", "force"]
     assert names("The Redis author said skip lists are simpler.") == ["redis"]
+    # a list line's first word is capitalised as a sentence's is: no name (the 1.5B's English lists)
+    assert names("- Two threads put at once.\n- Different threads then lose a write in Redis.") == ["redis"]
     # list ordinals are no numbers; 一 and idioms are no count; 两 before a unit is
     assert numbers("1. 第一步\n十分重要，两颗，三分钟") == [("2", "颗", "两颗"), ("3", "min", "三分钟")]
+

@@ -103,7 +103,7 @@ _ZH_NUMBER = re.compile(r"(?<![一二两三四五六七八九十百千第])([二
 _LIST_ORDINAL = re.compile(r"(?m)^\s*\d{1,3}[.、)）]\s")
 _LATIN_WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_]*(?:[.\-+:/][A-Za-z0-9_]+)*")
 _FLAG_OR_PATH = re.compile(r"(?<![A-Za-z0-9_/])(?:--?[A-Za-z][\w\-:+=]*|(?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-*]+)+)")
-_SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*[\"'“‘(*_`#>\-]*$")
+_SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)[\s\"'“‘(*_`#>\-]*$")  # "- Two threads": a list line's first word
 
 
 def _zh_value(numeral: str) -> int | None:
