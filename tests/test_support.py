@@ -78,6 +78,10 @@ def test_the_question_echoed_back_says_nothing():
     reply = "根据 [1] 段落，溏心蛋关火后要静置几分钟。"
     c = check(reply, "溏心蛋关火后要静置几分钟？", {1: ("[1] 溏心蛋", "水开后关火，盖盖静置 6 分钟是溏心，10 分钟全熟。")})
     assert c.saying == [] and verdict(reply, c, REFUSAL) == "nothing"
+    # the prompt's own words back: the 1.5B's whole reply to A032 in one dev run
+    reply = "依据的片段编号：[1]"
+    c = check(reply, "鸭蛋黄为什么一定要挖掉？", {1: ("[1] 麻婆豆腐", "去除蛋黄（一定要去除，不然会腥）")})
+    assert c.saying == [] and verdict(reply, c, REFUSAL) == "nothing"
 
 
 def test_an_answer_mostly_the_models_own_is_partly_supported_and_its_invented_step_dropped():

@@ -60,7 +60,7 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 # Talk about the excerpts, not about the question's subject: set aside before a unit's own
 # words are counted (a sentence made only of it, and the question, says nothing).
 _META = re.compile(
-    r"根据|依据|按照|参考|结合|段落|片段|笔记|资料|原文|上述|以上|以下|如下|下面|上面|提到的?|提及|所述|记载|描述|"
+    r"(?:依据|引用)的?(?:片段|段落)?编号|根据|依据|按照|参考|结合|段落|片段|笔记|资料|原文|上述|以上|以下|如下|下面|上面|提到的?|提及|所述|记载|描述|"
     r"中的?内容|内容(?:中|里)?|可以看到|可以看出|可知|得知|总结(?:一下)?|总之|综上所述?|具体(?:来说|如下|步骤)?|"
     r"步骤|方法如下|答案|回答|信息|"
     r"\b(?:according to|based on|as (?:mentioned|stated|described) in|the (?:notes?|excerpts?|passages?|evidence)|"
