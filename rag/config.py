@@ -175,6 +175,11 @@ class AnswerConfig(Section):
         "from them); complete (the same as plain, told to give every item the question asks for). Measured in "
         "docs/answers.md",
     )
+    prompt_english: Literal["plain", "strict", "quote", "complete"] = Field(
+        default="quote", description="the answer prompt for a question asked in English (the same choices): quote "
+        "by default, since an English answer about Chinese notes can be checked only where it copies them. "
+        "Measured in docs/answers.md",
+    )
     quote_chars: int = Field(
         default=200, ge=0, le=2000,
         description="under an answer the LLM wrote, about this many characters of the note's own words it stands on "

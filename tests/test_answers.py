@@ -386,6 +386,24 @@ def test_the_prompt_starts_with_the_same_instructions_for_every_question():
     assert zh[0][1]["content"].endswith("问题：番茄炒蛋怎么做？") and en[1][1]["content"].endswith("Question: How much sugar?")
 
 
+def test_an_english_question_gets_the_copy_first_instructions_and_its_copied_lines_are_shown_cited(answering, ollama):
+    """Asked in English about a Chinese note, the model is told to copy the note's sentences
+    that answer first (``answer.prompt_english: quote``): those can be checked against the
+    note, its English sentences about it cannot (docs/answers.md, English questions)."""
+    ollama.reply("> 一定要先把鸡蛋炒好盛出，不要和番茄一起下锅 [1]\n> 加一小勺糖（大概 5 克），能压住番茄的酸味 [1]\n\n",
+                 "First fry the eggs and take them out, then add about 5 g of sugar to the tomatoes [1].")
+    answer, streamed = ask(answering, "How do I make tomato and egg stir-fry that is not sour?")
+    system = ollama.chats()[-1]["messages"][0]["content"]
+    assert "Quote first" in system and "Answer in English" not in system
+    assert answer.used_llm and answer.grounded and answer.citations[0].title == "番茄炒蛋"
+    assert "一定要先把鸡蛋炒好盛出" in answer.answer and "5 克" in answer.answer
+    assert "First fry the eggs" not in answer.answer  # an English sentence no block bears out: left out
+    # a Chinese question keeps ``answer.prompt`` (plain)
+    ollama.reply("一定要先把鸡蛋炒好盛出[1]。")
+    ask(answering, "番茄炒蛋怎么做才不酸？")
+    assert "用中文简洁直接地回答" in ollama.chats()[-1]["messages"][0]["content"]
+
+
 def test_note_text_cannot_forge_an_evidence_block():
     """A note holding a Python session (>>>) and a forged block, and a title with a
     line break: the prompt still has exactly the real blocks, the forgery inside one."""

@@ -261,6 +261,14 @@ def chinese(question: str) -> bool:
     return bool(_CJK.search(question))
 
 
+def prompt_style(cfg, question: str) -> str:
+    """Which fixed instructions a question gets: ``answer.prompt`` in Chinese,
+    ``answer.prompt_english`` in English (``quote``: the model copies the note's sentences
+    that answer, which the check can read against a Chinese note; its English sentences
+    about a Chinese note it cannot)."""
+    return cfg.prompt if chinese(question) else cfg.prompt_english
+
+
 def system_prompt(question: str, refusal: str, style: str = "plain") -> str:
     """The fixed instructions for a question in this language (the same for every question)."""
     zh_text, en_text = PROMPTS.get(style, PROMPTS["plain"])

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from rag import llm as llm_mod
-from rag.answer.evidence import Evidence, add_facts, build_evidence, messages
+from rag.answer.evidence import Evidence, add_facts, build_evidence, messages, prompt_style
 from rag.config import Settings
 from rag.errors import Unavailable
 from rag.model import Hit
@@ -72,7 +72,7 @@ def plan_for(settings: Settings, model: str | None, speed: Speed, question: str,
         return plan
     left = cfg.first_token_budget - elapsed
     plan.max_prompt_tokens = max(0, int(left * speed.read_tps * SPEED_MARGIN))
-    fixed = speed.tokens(prompt_text(messages(question, [], cfg.refusal, cfg.prompt)))
+    fixed = speed.tokens(prompt_text(messages(question, [], cfg.refusal, prompt_style(cfg, question))))
     sample = "".join(h.text for h in top[: cfg.top_k]) or question
     per_char = speed.tokens(sample) / max(1, len(sample))
     fits = int(max(0, plan.max_prompt_tokens - fixed) / per_char)  # a first guess: _fit checks the prompt
@@ -93,7 +93,7 @@ def fit(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: li
         blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
                                 question=question if cut else None)
         used = add_facts(blocks, facts or [])
-        prompt = messages(question, blocks, cfg.refusal, cfg.prompt)
+        prompt = messages(question, blocks, cfg.refusal, prompt_style(cfg, question))
         if plan.max_prompt_tokens is None or plan.evidence_chars <= plan.floor_chars:
             break
         tokens = plan.prompt_tokens(prompt)
@@ -135,7 +135,7 @@ async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Se
     ``ollama.timeout``. The instructions are the same for every answer, so Ollama keeps them in
     its prompt cache for the next one. A reply cut short by the timeout still teaches a bound.
     A line saying what was learned; Unavailable or ModelMissing when the LLM cannot be reached."""
-    prompt = messages(question, [], settings.answer.refusal, settings.answer.prompt)
+    prompt = messages(question, [], settings.answer.refusal, prompt_style(settings.answer, question))
     usage = Usage()
     started = time.perf_counter()
     try:
