@@ -67,6 +67,7 @@ def quote_of(check, blocks: dict[int, tuple[str, str]], question: str, width: in
     """The note's words the service quotes under an answer (``AnswerService._quote``), from the
     prompt's blocks (their header line standing in for the citation's title)."""
     from rag.answer import support
+    from rag.answer.service import _copied
     from rag.answer.types import Citation, quoted
     from rag.index.excerpt import excerpt
 
@@ -74,8 +75,11 @@ def quote_of(check, blocks: dict[int, tuple[str, str]], question: str, width: in
     if not width or where is None:
         return ""
     n, said = where
+    words = excerpt(blocks[n][1], said, width)
+    if _copied(words, check.text):
+        return ""
     head = blocks[n][0].split("] ", 1)[-1]
-    return quoted(Citation(n, "", head, "", "", "", "", 0.0), excerpt(blocks[n][1], said, width), "笔记原文 ")
+    return quoted(Citation(n, "", head, "", "", "", "", 0.0), words, "笔记原文 ")
 
 
 def main() -> int:

@@ -390,7 +390,10 @@ def test_an_english_question_gets_the_copy_first_instructions_and_its_copied_lin
     """Asked in English about a Chinese note, the model is told to copy the note's sentences
     that answer first (``answer.prompt_english: quote``): those can be checked against the
     note, its English sentences about it cannot (docs/answers.md, English questions)."""
-    ollama.reply("> 一定要先把鸡蛋炒好盛出，不要和番茄一起下锅 [1]\n> 加一小勺糖（大概 5 克），能压住番茄的酸味 [1]\n\n",
+    ollama.reply("> 锅里油稍微多放一点，油热到微微冒烟再下蛋液，等边缘鼓起来就用铲子推几下，七八成熟就盛出来。",
+                 "一定要先把鸡蛋炒好盛出，不要和番茄一起下锅，不然鸡蛋会碎成渣，口感也发柴。 [1]\n",
+                 "> 锅里留底油，葱白爆香，下番茄中火炒出汁。这时候加一小勺糖（大概 5 克），能压住番茄的酸味，"
+                 "味道更圆润，然后再加盐。 [1]\n\n",
                  "First fry the eggs and take them out, then add about 5 g of sugar to the tomatoes [1].")
     answer, streamed = ask(answering, "How do I make tomato and egg stir-fry that is not sour?")
     system = ollama.chats()[-1]["messages"][0]["content"]
@@ -398,6 +401,7 @@ def test_an_english_question_gets_the_copy_first_instructions_and_its_copied_lin
     assert answer.used_llm and answer.grounded and answer.citations[0].title == "番茄炒蛋"
     assert "一定要先把鸡蛋炒好盛出" in answer.answer and "5 克" in answer.answer
     assert "First fry the eggs" not in answer.answer  # an English sentence no block bears out: left out
+    assert answer.quote == ""  # the answer is the note's words already: no quote of them under it
     # a Chinese question keeps ``answer.prompt`` (plain)
     ollama.reply("一定要先把鸡蛋炒好盛出[1]。")
     ask(answering, "番茄炒蛋怎么做才不酸？")

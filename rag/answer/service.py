@@ -129,6 +129,21 @@ TOO_SLOW_EN = ("(The language model is too slow here to read the most relevant p
                "here are the most relevant passages of your notes.)")
 
 
+_QUOTE_SENTENCE = re.compile(r"[。！？!?；;\n]")
+_SPACE = re.compile(r"\s+")
+_CITE = re.compile(r"\[\d{1,3}\]|[*`_#>]")  # markers, and Markdown's marks around the words
+
+
+def _copied(words: str, answer: str) -> bool:
+    """Does ``answer`` hold most of ``words`` (the note's words a quote would show) as they are:
+    sentences of 8 characters or more, by length, markers, Markdown's marks and spacing aside?"""
+    shown = _SPACE.sub("", _CITE.sub("", answer))
+    parts = [p for p in (_SPACE.sub("", _CITE.sub("", x)).strip("…-") for x in _QUOTE_SENTENCE.split(words))
+             if len(p) >= 8]
+    total = sum(map(len, parts))
+    return bool(total) and 2 * sum(len(p) for p in parts if p in shown) >= total
+
+
 def _language_notice(question: str, zh: str, en: str) -> str:
     return zh if _CJK.search(question) else en
 
@@ -732,8 +747,11 @@ class AnswerService:
         if not width or where is None:
             return ""
         n, said = where
+        words = excerpt(by_n[n].text, said, width)
+        if _copied(words, check.text):  # the answer is the note's words already (copied, as asked in English)
+            return ""
         cited = next(c for c in citations if c.n == n)
-        return quoted(cited, excerpt(by_n[n].text, said, width), _language_notice(question, QUOTE_LEAD_ZH, QUOTE_LEAD_EN))
+        return quoted(cited, words, _language_notice(question, QUOTE_LEAD_ZH, QUOTE_LEAD_EN))
 
     @staticmethod
     def _sources(question: str, blocks: list[Evidence]) -> list[Citation]:
