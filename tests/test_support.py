@@ -151,4 +151,3 @@ def test_names_and_numbers_a_text_states():
     assert names("- Two threads put at once.\n- Different threads then lose a write in Redis.") == ["redis"]
     # list ordinals are no numbers; 一 and idioms are no count; 两 before a unit is
     assert numbers("1. 第一步\n十分重要，两颗，三分钟") == [("2", "颗", "两颗"), ("3", "min", "三分钟")]
-

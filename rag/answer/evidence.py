@@ -261,7 +261,7 @@ def chinese(question: str) -> bool:
     return bool(_CJK.search(question))
 
 
-def prompt_style(cfg, question: str) -> str:
+def prompt_style(cfg: AnswerConfig, question: str) -> str:
     """Which fixed instructions a question gets: ``answer.prompt`` in Chinese,
     ``answer.prompt_english`` in English (``quote``: the model copies the note's sentences
     that answer, which the check can read against a Chinese note; its English sentences

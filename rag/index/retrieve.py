@@ -59,6 +59,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import string
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -244,7 +245,7 @@ def _words(text: str) -> set[str]:
     return set().union(*map(_word_terms, set(LATIN_WORDS.findall(text))))
 
 
-_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-'")
+_WORD_CHARS = frozenset(string.ascii_letters + string.digits + "_.-'")  # what LATIN_WORDS' words are made of
 
 
 def _latin_held(text: str, lowered: str, maybe: list[str]) -> set[str]:
