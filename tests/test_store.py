@@ -13,7 +13,7 @@ import pytest
 from rag.config import QdrantConfig
 from rag.errors import StoreLocked
 from rag.index.lexical import document_vector, query_vector, term_id
-from rag.index.store import EdgeStore, PointData, ServerStore, point_id
+from rag.index.store import EdgeStore, PointData, ServerStore, _Payloads, point_id
 
 DIM = 8
 
@@ -135,6 +135,38 @@ def test_set_payload_changes_metadata_only(store):
     payloads = store.payloads(ids)
     assert {p["notebook"] for p in payloads.values()} == {"新 / 路径"}
     assert payloads[ids[0]]["text"] == "redis 持久化 RDB 快照"
+
+
+def test_payloads_read_before_a_write_are_not_shown_after_it(store):
+    """A running daemon showed a note's chunks, then the note changed: the next read shows it
+    as it is now (the embedded store keeps the payloads it read last)."""
+    fill(store)
+    ids = [point_id("n1", 0), point_id("n1", 1), point_id("n2", 0)]
+    assert store.payloads(ids)[ids[2]]["text"] == "番茄炒蛋 加糖"
+    store.upsert([point("n2", 0, "u1", "番茄炒蛋 先炒蛋", unit(0, 1))])
+    assert store.payloads(ids)[ids[2]]["text"] == "番茄炒蛋 先炒蛋"
+    store.set_payload(ids[:2], {"notebook": "新 / 路径"})
+    assert [store.payloads(ids)[i]["notebook"] for i in ids] == ["新 / 路径", "新 / 路径", "A / B"]
+    store.delete([ids[1]])
+    assert set(store.payloads(ids)) == {ids[0], ids[2]}
+    store.delete_note("n1")
+    assert set(store.payloads(ids)) == {ids[2]}
+    store.drop(DIM)
+    assert store.payloads(ids) == {}
+
+
+def test_kept_payloads_drop_what_a_write_may_have_changed_and_the_oldest():
+    kept = _Payloads(2)
+    found, missing, writes = kept.get(["a"])
+    assert (found, missing) == ({}, ["a"])
+    kept.clear()  # a write while "a" was being read: what was read may be older than the write
+    kept.keep({"a": {"text": "old"}}, writes)
+    assert kept.get(["a"])[1] == ["a"]
+    writes = kept.get([])[2]
+    kept.keep({"a": {"text": "A"}, "b": {"text": "B"}}, writes)
+    assert kept.get(["a"])[0] == {"a": {"text": "A"}}  # read last: "b" is now the oldest
+    kept.keep({"c": {"text": "C"}}, writes)
+    assert kept.get(["a", "b", "c"])[1] == ["b"]
 
 
 def test_manifest_round_trip_and_drop(store):

@@ -58,7 +58,9 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -107,6 +109,55 @@ MAX_FETCH = 4096  # candidates one query may grow to while a group of equal scor
 
 
 EXACT_DENSE_UP_TO = 20_000  # a user's chunks the dense side searches exactly; HNSW above
+# Qdrant Edge searches a query's segments on this many threads of its own. One: handing the work
+# to a pool cost more than it saved (the corpus's dense + BM25 batch 0.65 against 0.91 ms), and two
+# callers' searches still run side by side as fast as with two (docs/performance.md).
+SEARCH_THREADS = 1
+
+
+PAYLOADS_KEPT = 4096  # points whose payloads the embedded store keeps in memory (~3 KB each)
+
+
+class _Payloads:
+    """The payloads a store read last, up to ``size`` points, the least recently used dropped
+    first: a search's passage step reads ~50 (~1 ms through the binding), and a person's next
+    question often lands on the same notes. Only for a store no other process writes (the
+    embedded one holds its lock): each write here empties it, after the write, and what a read
+    that began before a write brings back is not kept. The rows are shared: callers read them."""
+
+    def __init__(self, size: int):
+        self._rows: OrderedDict[str, dict] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+        self._writes = 0
+
+    def get(self, ids: list[str]) -> tuple[dict[str, dict], list[str], int]:
+        """(the rows kept of ``ids``, the ids not kept, the count of writes to pass to ``keep``)."""
+        found: dict[str, dict] = {}
+        missing: list[str] = []
+        with self._lock:
+            rows = self._rows
+            for pid in ids:
+                row = rows.get(pid)
+                if row is None:
+                    missing.append(pid)
+                else:
+                    rows.move_to_end(pid)
+                    found[pid] = row
+            return found, missing, self._writes
+
+    def keep(self, rows: dict[str, dict], writes: int) -> None:
+        with self._lock:
+            if writes != self._writes:  # a write came in between: these may be older than it
+                return
+            self._rows.update(rows)
+            while len(self._rows) > self._size:
+                self._rows.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._writes += 1
+            self._rows.clear()
 
 
 class _Counts:
@@ -136,22 +187,23 @@ def rounded(score: float) -> float:
     return float(f"{score:.{SCORE_DIGITS}g}")
 
 
-def settle(run: Callable[[dict[str, int]], dict[str, list[Ranked]]], kinds: list[str],
+def settle(run: Callable[[dict[str, int]], dict[str, list[tuple[str, str, float]]]], kinds: list[str],
            limit: int) -> dict[str, list[Ranked]]:
     """The best ``limit`` candidates of each kind of query, scores rounded, equal scores by
     id, whole groups of equal scores at the cut. ``run({kind: n})`` asks the store for the
-    best ``n`` of each kind."""
+    best ``n`` of each kind, as ``(point id, note id, score)`` tuples."""
     out: dict[str, list[Ranked]] = {}
     fetch = dict.fromkeys(kinds, limit + 1)
     while fetch:
         more: dict[str, int] = {}
         for kind, found in run(fetch).items():
-            found = sorted((Ranked(c.id, rounded(c.score), c.note_id) for c in found), key=lambda c: (-c.score, c.id))
+            # (-score, id, note id) tuples sort as the candidates should, with no key to call
+            found = sorted([(-rounded(score), pid, note) for pid, note, score in found])
             n = fetch[kind]
-            if len(found) == n > limit and found[-1].score == found[limit - 1].score and n < MAX_FETCH:
+            if len(found) == n > limit and found[-1][0] == found[limit - 1][0] and n < MAX_FETCH:
                 more[kind] = min(2 * n, MAX_FETCH)  # the group at the cut goes on past what came back
             else:
-                out[kind] = found[:limit]
+                out[kind] = [Ranked(pid, -score, note) for score, pid, note in found[:limit]]
         fetch = more
     return out
 
@@ -181,7 +233,9 @@ class Store(Protocol):
                 note_ids: list[str] | None = None) -> list[list[Ranked]]:
         """Each vector's dense candidates as ``search`` gives them, asked in one batch."""
         ...
-    def payloads(self, ids: list[str]) -> dict[str, dict]: ...
+    def payloads(self, ids: list[str]) -> dict[str, dict]:
+        """The payloads of those of ``ids`` that exist, by id (rows to read, not to change)."""
+        ...
     def count_by_user(self) -> dict[str, int]: ...
     def note_ids(self, user_id: str | None = None) -> set[str]: ...
     def holding(self, user_id: str, note_ids: list[str]) -> set[str]: ...
@@ -243,7 +297,8 @@ class EdgeStore(_Counts):
             raise NotIndexed(f"no index at {self.path} yet: run `leanote-rag index` first")
         else:
             not_as_root(self.path.parent)
-        self._notes: dict[str, str] = {}  # point id -> note id (``_settled``)
+        self._known: dict[int, tuple[str, str]] = {}  # a point id's int -> (point id, note id) (``_settled``)
+        self._kept = _Payloads(PAYLOADS_KEPT)
         self._lock = ProcessLock(self.path.parent / (self.path.name + ".lock"), f"the index in {self.path}")
         self._lock.acquire()
         try:
@@ -257,14 +312,17 @@ class EdgeStore(_Counts):
     def _open(self, dim: int, create: bool):
         qe = self._qe
         exists = (self.path / "segments").exists()
+        sparse = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
         try:
-            if exists:
-                return qe.EdgeShard.load(str(self.path))
+            if exists:  # the dense vectors as they are: a new dimension is the manifest's to report
+                return qe.EdgeShard.load(str(self.path), qe.EdgeConfig(sparse_vectors=sparse,
+                                                                      max_search_threads=SEARCH_THREADS))
             if not create:
                 raise NotIndexed(f"no index at {self.path} yet: run `leanote-rag index` first")
             config = qe.EdgeConfig(
                 vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
-                sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+                sparse_vectors=sparse,
+                max_search_threads=SEARCH_THREADS,
             )
             shard = qe.EdgeShard.create(str(self.path), config)
             for name in KEYWORD_FIELDS:
@@ -326,8 +384,14 @@ class EdgeStore(_Counts):
                 ]
             )
         )
-        self._notes.update((p.id, p.payload["note_id"]) for p in points if "note_id" in p.payload)
+        for p in points:
+            if "note_id" in p.payload:
+                self._know(p.id, p.payload["note_id"])
         self._changed()  # after the write: a count taken meanwhile is not kept
+
+    def _changed(self) -> None:
+        super()._changed()
+        self._kept.clear()
 
     def delete(self, ids: list[str]) -> None:
         if ids:
@@ -341,6 +405,7 @@ class EdgeStore(_Counts):
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
             self._shard.update(self._qe.UpdateOperation.set_payload(list(ids), payload))
+            self._kept.clear()
 
     def search(self, dense, sparse, user_id, limit, hnsw_ef=128, note_ids=None):
         qe = self._qe
@@ -367,33 +432,47 @@ class EdgeStore(_Counts):
 
     def _settled(self, queries: dict, flt, limit: int) -> dict:
         """``settle`` over the store's queries (key -> (query, params)), asked in one batch.
-        A candidate's note comes from ``_notes`` (point id -> note id), read from the points
+        A candidate's note comes from ``_known`` (point id -> note id), read from the points
         only for ids it lacks: a point's id is made of its note's id and its chunk's place
         (``point_id``), so once known the pair never changes, and reading the note id of each
         candidate from the payloads took as long as the query itself (corpus ×18, HNSW)."""
         qe = self._qe
 
-        def run(fetch: dict) -> dict[str, list[Ranked]]:
+        def run(fetch: dict) -> dict[str, list[tuple[str, str, float]]]:
             requests = [qe.QueryRequest(limit=n, query=queries[key][0], filter=flt, with_payload=False,
                                         params=queries[key][1]) for key, n in fetch.items()]
-            results = [[(str(p.id), float(p.score)) for p in res]
+            # The binding returns ids as uuid.UUID: looked up by their int, not made into text
+            # again (``str`` of a UUID took a tenth of a search's Python).
+            results = [[(p.id, p.score) for p in res]
                        for res in self._shard.query_batch(qe.QueryBatchRequest(requests))]
-            notes = self._notes
-            missing = list({pid for res in results for pid, _ in res if pid not in notes})
+            known = self._known
+            missing = list({str(u) for res in results for u, _ in res if u.int not in known})
             if missing:
                 for r in self._shard.retrieve(missing, ["note_id"], False):
-                    notes[str(r.id)] = r.payload["note_id"]
+                    self._know(str(r.id), r.payload["note_id"], r.id.int)
             # (a point deleted between the two calls by another thread is left out)
-            return {key: [Ranked(pid, score, notes[pid]) for pid, score in res if pid in notes]
+            return {key: [(*known[u.int], score) for u, score in res if u.int in known]
                     for key, res in zip(fetch, results)}
 
         return settle(run, list(queries), limit) if queries else {}
 
+    def _know(self, point: str, note_id: str, key: int | None = None) -> None:
+        """Remember a point's note (``_settled``); ``key``: the point id's int, when known."""
+        self._known[uuid.UUID(point).int if key is None else key] = (point, note_id)
+
     def payloads(self, ids: list[str]) -> dict[str, dict]:
         if not ids:
             return {}
-        found = {str(r.id): r.payload for r in self._shard.retrieve(list(ids), True, False)}
-        self._notes.update((pid, p["note_id"]) for pid, p in found.items() if "note_id" in p)
+        found, missing, writes = self._kept.get(ids)
+        if missing:
+            read = {}
+            for r in self._shard.retrieve(missing, True, False):
+                pid, payload = str(r.id), r.payload
+                read[pid] = payload
+                if "note_id" in payload:
+                    self._know(pid, payload["note_id"], r.id.int)
+            self._kept.keep(read, writes)
+            found.update(read)
         return found
 
     def count_by_user(self) -> dict[str, int]:
@@ -426,7 +505,7 @@ class EdgeStore(_Counts):
         self._shard = None
         shutil.rmtree(self.path)
         self._shard = self._open(dim, create=True)
-        self._notes.clear()
+        self._known.clear()
         self._changed()
 
     def close(self) -> None:
@@ -581,7 +660,7 @@ class ServerStore(_Counts):
             requests = [qm.QueryRequest(query=queries[key][0], using=queries[key][2], filter=flt, limit=n,
                                         with_payload=["note_id"], params=queries[key][1]) for key, n in fetch.items()]
             results = self._call(self._client.query_batch_points, self.collection, requests)
-            return {key: [Ranked(str(p.id), float(p.score), p.payload["note_id"]) for p in res.points]
+            return {key: [(str(p.id), p.payload["note_id"], float(p.score)) for p in res.points]
                     for key, res in zip(fetch, results)}
 
         return settle(run, list(queries), limit) if queries else {}
