@@ -9,7 +9,8 @@ Phases, each in its own process so that peak RSS is that phase's own:
            notes) and the seconds spent in the embedder inside the pass;
 2. embed   the embedder alone on the very chunk texts the index embedded, same
            batch size: the floor the index run is compared with;
-3. search  in-process hybrid search over the dev questions: p50/p95 ms, RSS;
+3. search  in-process hybrid search over the dev questions, three rounds: p50/p95 ms, and the
+           first round's p50 (each question's first search in the process), RSS;
 4. 100k    the corpus's points replicated under the same users to >= 100k chunks in
            a second index: upsert, HNSW build, reopen time, search p50.
 
@@ -109,15 +110,20 @@ index = NoteIndex.open(s)
 opened = time.perf_counter() - t0
 for q in questions[:5]:  # warm up
     search(index, q["question"], q["user_id"])
-times = []
+rounds = []
 for _ in range(3):
+    times = []
     for q in questions:
         t = time.perf_counter()
         search(index, q["question"], q["user_id"])
         times.append((time.perf_counter() - t) * 1000)
-times.sort()
+    rounds.append(sorted(times))
+times = sorted(t for r in rounds for t in r)
+# The first round is each question's first search in this process (the store's point -> note map
+# and kept payloads hold only what the warm-up and the questions before it read); later rounds repeat them.
 print(json.dumps({"open_s": opened, "n": len(times), "p50_ms": times[len(times) // 2],
-                  "p95_ms": times[int(len(times) * 0.95)], "peak_rss_mb": _peak_mb()}))
+                  "p95_ms": times[int(len(times) * 0.95)], "first_round_p50_ms": rounds[0][len(rounds[0]) // 2],
+                  "peak_rss_mb": _peak_mb()}))
 """
 
 REPLICATE = """
@@ -179,8 +185,9 @@ questions = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8") if l.str
 cfg = RetrievalConfig()
 e = load(EmbedderConfig())
 store = EdgeStore(sys.argv[1], 512)
-times = []
+rounds = []
 for _ in range(2):
+    times = []
     for q in questions:
         t = time.perf_counter()
         dense = e.embed_query([q["question"]])[0]
@@ -188,8 +195,10 @@ for _ in range(2):
         chosen = cap_per_note(fuse({"dense": d, "sparse": s}, cfg), cfg.max_chunks_per_note, cfg.top_k)
         store.payloads([c.id for c in chosen])
         times.append((time.perf_counter() - t) * 1000)
-times.sort()
-print(json.dumps({"p50_ms": times[len(times) // 2], "p95_ms": times[int(len(times) * 0.95)], "peak_rss_mb": _peak_mb()}))
+    rounds.append(sorted(times))
+times = sorted(t for r in rounds for t in r)
+print(json.dumps({"p50_ms": times[len(times) // 2], "p95_ms": times[int(len(times) * 0.95)],
+                  "first_round_p50_ms": rounds[0][len(rounds[0]) // 2], "peak_rss_mb": _peak_mb()}))
 """
 
 
@@ -246,6 +255,7 @@ def main() -> None:
             "reopen_s": round(reopen["reopen_s"], 3),
             "search_p50_ms": round(s100["p50_ms"], 2),
             "search_p95_ms": round(s100["p95_ms"], 2),
+            "search_first_round_p50_ms": round(s100["first_round_p50_ms"], 2),
             "search_peak_rss_mb": s100["peak_rss_mb"],
             "build_peak_rss_mb": rep["peak_rss_mb"],
             "disk_mb": du_mb(big),
