@@ -13,7 +13,7 @@ import pytest
 from rag.config import QdrantConfig
 from rag.errors import StoreLocked
 from rag.index.lexical import document_vector, query_vector, term_id
-from rag.index.store import EdgeStore, PointData, ServerStore, _Payloads, point_id
+from rag.index.store import EdgeStore, PointData, ServerStore, _Payloads, _point_key, point_id
 
 DIM = 8
 
@@ -195,6 +195,32 @@ def test_edge_index_survives_reopen(tmp_path):
         assert dense[0].note_id == "n2"
     finally:
         s.close()
+
+
+def test_a_reopened_index_names_every_candidates_note(tmp_path):
+    """A reopened index learns its points' notes from the notes' chunk counts; a note whose
+    chunks are not 0..n-1 any more (its first one deleted) still comes back as itself."""
+    s = EdgeStore(tmp_path / "qdrant", DIM)
+    fill(s)
+    s.upsert([point("n4", i, "u1", f"第 {i} 段 redis", unit(1, 0.1 * i)) for i in range(3)])
+    s.delete([point_id("n1", 0), point_id("n4", 1)])
+    s.close()
+    s = EdgeStore(tmp_path / "qdrant", DIM)
+    try:
+        dense, sparse = s.search(unit(1, 0), query_vector("redis"), "u1", 10)
+        expected = {point_id("n1", 1): "n1", point_id("n2", 0): "n2", point_id("n4", 0): "n4", point_id("n4", 2): "n4"}
+        assert {c.id: c.note_id for c in dense} == expected
+        assert {c.id: c.note_id for c in sparse} == {k: v for k, v in expected.items() if k != point_id("n2", 0)}
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("note_id", ["5f1a2b3c4d5e6f7a8b9c0d1e", "notes/日记 2024.md", "", "a:b"])
+def test_point_ids_made_ahead_are_the_points_ids(note_id):
+    for i in (0, 1, 17, 4096):
+        key, text = _point_key(note_id, i)
+        assert text == point_id(note_id, i)
+        assert key == int(text.replace("-", ""), 16)
 
 
 def test_a_second_process_gets_a_clear_message(tmp_path):

@@ -53,6 +53,7 @@ dimensions, 24 of the 70 dev questions' dense top-10 lists from HNSW differ from
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -85,6 +86,16 @@ _ID_NAMESPACE = uuid.UUID("6f9c3f43-6a53-4f7e-9f5c-2f1d2a7f6c11")
 def point_id(note_id: str, chunk_index: int) -> str:
     """Deterministic point id of a note's n-th chunk."""
     return str(uuid.uuid5(_ID_NAMESPACE, f"{note_id}:{chunk_index}"))
+
+
+def _point_key(note_id: str, chunk_index: int) -> tuple[int, str]:
+    """``point_id``'s UUID as (its int, its text), made in a quarter of the time (what ``uuid5``
+    does: SHA-1 of the namespace and the name, version and variant bits set)."""
+    digest = bytearray(hashlib.sha1(_ID_NAMESPACE.bytes + f"{note_id}:{chunk_index}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return int(h, 16), f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass
@@ -299,15 +310,42 @@ class EdgeStore(_Counts):
             not_as_root(self.path.parent)
         self._known: dict[int, tuple[str, str]] = {}  # a point id's int -> (point id, note id) (``_settled``)
         self._kept = _Payloads(PAYLOADS_KEPT)
+        self._reading = threading.Lock()  # held by ``_learn_ids`` while it reads the shard: ``close`` waits
         self._lock = ProcessLock(self.path.parent / (self.path.name + ".lock"), f"the index in {self.path}")
         self._lock.acquire()
         try:
             if fresh and self.path.exists():
                 shutil.rmtree(self.path)
+            existed = (self.path / "segments").exists()
             self._shard = self._open(dim, create)
         except BaseException:
             self._lock.release()
             raise
+        if existed:
+            threading.Thread(target=self._learn_ids, name="leanote-rag-point-ids", daemon=True).start()
+
+    def _learn_ids(self) -> None:
+        """Fill ``_known`` with every point's note, in the background of an opened index: its
+        notes and their chunk counts come from one facet, and a note's points are ``point_id``s of
+        its chunks 0..n-1, so no point is read. Otherwise a fresh process's first searches ask the
+        store for each new candidate's note (18 ms a search over the corpus ×18, ~2 ms over the
+        corpus); this takes ~15 ms for the corpus, 0.5 s for the ×18 replica. A point it misses
+        (a note whose chunks are not 0..n-1) is looked up as before."""
+        with self._reading:
+            shard = self._shard
+            if shard is None:
+                return
+            try:
+                response = shard.facet(self._qe.FacetRequest(key="note_id", limit=10_000_000, exact=True))
+            except Exception as err:  # the binding raises plain Exception
+                log.debug("point ids not learnt ahead (%s): looked up as searches need them", err)
+                return
+        known = self._known
+        for hit in response.hits:
+            note = str(hit.value)
+            for i in range(hit.count):
+                key, point = _point_key(note, i)
+                known.setdefault(key, (point, note))
 
     def _open(self, dim: int, create: bool):
         qe = self._qe
@@ -501,18 +539,20 @@ class EdgeStore(_Counts):
         self._shard.optimize()
 
     def drop(self, dim: int) -> None:
-        self._shard.close()
-        self._shard = None
-        shutil.rmtree(self.path)
-        self._shard = self._open(dim, create=True)
+        with self._reading:
+            self._shard.close()
+            self._shard = None
+            shutil.rmtree(self.path)
+            self._shard = self._open(dim, create=True)
         self._known.clear()
         self._changed()
 
     def close(self) -> None:
-        if getattr(self, "_shard", None) is not None:
-            self._shard.flush()
-            self._shard.close()
-            self._shard = None
+        with self._reading:
+            if getattr(self, "_shard", None) is not None:
+                self._shard.flush()
+                self._shard.close()
+                self._shard = None
         self._lock.release()
 
 
