@@ -6,6 +6,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from rag.config import QdrantConfig
 from rag.errors import StoreLocked
 from rag.index.lexical import document_vector, query_vector, term_id
-from rag.index.store import EdgeStore, PointData, ServerStore, _Payloads, _point_key, point_id
+from rag.index.store import _ID_NAMESPACE, EdgeStore, PointData, ServerStore, _Payloads, _point_key, point_id
 
 DIM = 8
 
@@ -216,11 +217,12 @@ def test_a_reopened_index_names_every_candidates_note(tmp_path):
 
 
 @pytest.mark.parametrize("note_id", ["5f1a2b3c4d5e6f7a8b9c0d1e", "notes/日记 2024.md", "", "a:b"])
-def test_point_ids_made_ahead_are_the_points_ids(note_id):
+def test_point_ids_are_uuid5_of_note_and_chunk(note_id):
+    """Every index written before keeps its points' ids: uuid5 of "note:chunk" in the project's namespace."""
     for i in (0, 1, 17, 4096):
-        key, text = _point_key(note_id, i)
-        assert text == point_id(note_id, i)
-        assert key == int(text.replace("-", ""), 16)
+        expected = uuid.uuid5(_ID_NAMESPACE, f"{note_id}:{i}")
+        assert point_id(note_id, i) == str(expected)
+        assert _point_key(note_id, i) == (expected.int, str(expected))
 
 
 def test_a_second_process_gets_a_clear_message(tmp_path):

@@ -85,12 +85,13 @@ _ID_NAMESPACE = uuid.UUID("6f9c3f43-6a53-4f7e-9f5c-2f1d2a7f6c11")
 
 def point_id(note_id: str, chunk_index: int) -> str:
     """Deterministic point id of a note's n-th chunk."""
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{note_id}:{chunk_index}"))
+    return _point_key(note_id, chunk_index)[1]
 
 
 def _point_key(note_id: str, chunk_index: int) -> tuple[int, str]:
-    """``point_id``'s UUID as (its int, its text), made in a quarter of the time (what ``uuid5``
-    does: SHA-1 of the namespace and the name, version and variant bits set)."""
+    """``point_id``'s UUID, ``uuid5(_ID_NAMESPACE, "{note_id}:{chunk_index}")``, as (its int, its
+    text), made in a quarter of ``uuid5``'s time (what it does: SHA-1 of the namespace and the
+    name, version and variant bits set)."""
     digest = bytearray(hashlib.sha1(_ID_NAMESPACE.bytes + f"{note_id}:{chunk_index}".encode()).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50
     digest[8] = (digest[8] & 0x3F) | 0x80
