@@ -50,7 +50,7 @@ DEV = SHARED / "eval" / "dev.jsonl"
 
 def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("leanote-rag")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sync.daemon.main"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "bot.cli"]
     return subprocess.run(cmd + list(args), check=True, text=True, stdout=subprocess.PIPE if capture else None)
 
 
@@ -232,7 +232,7 @@ def main() -> int:
 
     from fakes.ollama import FakeOllama
 
-    from sync.daemon.cli.notes import answer_table
+    from bot.cli.notes import answer_table
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

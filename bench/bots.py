@@ -31,7 +31,7 @@ from fakes.ollama import FakeOllama  # noqa: E402
 from fakes.telegram import FakeTelegram, html_error  # noqa: E402
 
 from bot.telegram import service  # noqa: E402
-from sync.daemon.host import Daemon  # noqa: E402
+from bot.serve import Daemon  # noqa: E402
 
 PEOPLE = [501, 502, 503, 504, 505]
 QUESTIONS = ["番茄炒蛋怎么做才不酸？", "红烧肉要炖多久？", "家里路由器的 DHCP 范围是多少？", "restic 备份保留几个快照？"]

@@ -45,7 +45,7 @@ RESULTS = REPO / "bench" / "bots_first_results.json"
 WAIT = 400.0  # seconds one answer may take before it counts as lost
 FOLLOW_UP = "还有别的办法吗？"  # "any other way?": a follow-up (rag.answer.followup), asked after a question
 SOURCES_HEAD = "📚"
-CURSOR = " ▌"  # bot.common.Pacer: streamed text ends with it until the final edit
+CURSOR = " ▌"  # bot.chat.common.Pacer: streamed text ends with it until the final edit
 
 
 def config(folder: Path, host: str, model: str, base_url: str, people: dict[str, int],
@@ -66,7 +66,7 @@ def child(config_path: str) -> None:
     """The daemon, stopped when the parent closes our stdin."""
     from bot.telegram import service
     from rag.config import load
-    from sync.daemon.host import Daemon
+    from bot.serve import Daemon
 
     async def run() -> None:
         daemon = Daemon(load(config_path), services=[service])

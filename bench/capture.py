@@ -49,7 +49,7 @@ async def run(captures: int, queued: int, tmp: Path) -> dict:
     from fakes.leanote import FakeLeanote
 
     from rag import config
-    from sync.daemon.host import Daemon
+    from bot.serve import Daemon
 
     os.environ["LR_BENCH_PW"] = "bench-secret"
     with FakeLeanote() as fake:

@@ -37,8 +37,8 @@ EXE = str(Path(sys.executable).with_name("leanote-rag"))
 from fakes.leanote import FakeLeanote  # noqa: E402
 
 from rag import config as config_mod  # noqa: E402
-from sync.daemon.client import find_daemon  # noqa: E402
-from sync.daemon.door import DaemonDoor, LocalDoor  # noqa: E402
+from bot.api.client import find_daemon  # noqa: E402
+from bot.cli.door import DaemonDoor, LocalDoor  # noqa: E402
 from rag.eval import load_questions  # noqa: E402
 
 

@@ -61,7 +61,7 @@ def du_mb(path: Path) -> float:
 
 INDEX = """
 import io, json, sys, contextlib
-from sync.daemon.main import main  # the composition root: every command, index included
+from bot.cli import main  # the composition root: every command, index included
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     code = main(["--config", sys.argv[1], "index", "--json"])

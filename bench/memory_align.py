@@ -33,7 +33,7 @@ from rag.answer.feedback import FeedbackStore  # noqa: E402
 from rag.memory.entities import VERSION  # noqa: E402
 from rag.memory.store import MemoryStore, path_for  # noqa: E402
 from sync.state import INDEXED, NoteRecord, State  # noqa: E402
-from sync.daemon.root import Parts  # noqa: E402
+from bot.root import Parts  # noqa: E402
 
 USER = "u1"
 

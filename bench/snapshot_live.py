@@ -40,7 +40,7 @@ from rag import config  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
 from sync.sources.files import stable_id  # noqa: E402
 from sync.state import State  # noqa: E402
-from sync.daemon.root import Parts  # noqa: E402
+from bot.root import Parts  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 

@@ -48,7 +48,7 @@ from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.index.retrieve import search  # noqa: E402
 from sync import derived as derived_mod  # noqa: E402
 from sync.state import State  # noqa: E402
-from sync.daemon.root import Parts  # noqa: E402
+from bot.root import Parts  # noqa: E402
 
 
 def chunk_keys(state: State) -> set[str]:

@@ -33,7 +33,7 @@ Each final answer is recorded (``host.feedback``) and gets four buttons: üëç, 
 works after a restart; only the person who asked may use them.
 
 Long: one platform's front end, each slash command, menu and button on one client, as discord.py
-keeps them; what both bots share is in ``bot.common``.
+keeps them; what both bots share is in ``bot.chat.common``.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from rag.errors import ConfigError
 from rag.answer.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
-from bot.access import Access, Person
-from bot.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, NO_CAPTURE, SORRY, VERDICT_BUTTONS, AnswerSaver, CheckResult, Host, MemoryReply,
+from bot.chat.access import Access, Person
+from bot.chat.common import (CHECK_TIMEOUT, EMPTY, HELP, MEMORY_ITEMS, NO_CAPTURE, SORRY, VERDICT_BUTTONS, AnswerSaver, CheckResult, Host, MemoryReply,
                      Pacer, Wait, about_reply, conversation_key, count_error, cut_message, hits_text, memory_problem,
                      nobody_mapped, outbox_text, person_key, REMAPPED_WHY, related_reply, sources_first, token_or_problem, trace_text,
                      verdict_reply, with_notice)

@@ -30,7 +30,7 @@ another's message) goes in as they wrote it (``rag.capture.Quote``). "Save as no
 writes only into the presser's current Leanote user: the one the answer came from.
 
 Long: one platform's front end, each command a handler on one Application, as python-telegram-bot's
-own examples keep them; what both bots share is in ``bot.common``.
+own examples keep them; what both bots share is in ``bot.chat.common``.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ from rag.errors import ConfigError
 from rag.answer.feedback import NotYours, UnknownAnswer
 from rag.redact import redact_in_logs, safe_url
 
-from bot.access import STRANGER, Access, Person
-from bot.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, NO_CAPTURE, RELATED_USAGE, SAVING, SORRY,
+from bot.chat.access import STRANGER, Access, Person
+from bot.chat.common import (ABOUT_USAGE, CHECK_TIMEOUT, COMMANDS, EMPTY, HELP, NO_CAPTURE, RELATED_USAGE, SAVING, SORRY,
                      VERDICT_BUTTONS, VERDICT_USAGE, AnswerSaver, CheckResult, Host, MemoryReply, Pacer, Wait, about_reply, conversation_key,
                      count_error, cut_message, hits_text, memory_problem, nobody_mapped, outbox_text, person_key, REMAPPED_WHY,
                      related_reply, sources_first, token_or_problem, trace_text, verdict_reply, with_notice)

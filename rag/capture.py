@@ -1,5 +1,5 @@
 """What a capture from chat is, and the note it becomes (no Leanote calls here: the
-writing, the outbox and the retries are ``sync.daemon.capture``).
+writing, the outbox and the retries are ``sync.writeback.capture``).
 
 A capture is kept per person (``telegram:111``, ``discord:222``) and per Leanote user.
 It becomes a Markdown note: the title from the first line (its ``#hashtags`` left out), ``#hashtags`` as tags

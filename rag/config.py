@@ -271,7 +271,7 @@ class ApiConfig(Section):
 
 
 class CaptureConfig(Section):
-    """Writing from chat into Leanote (``sync.daemon.capture``)."""
+    """Writing from chat into Leanote (``sync.writeback.capture``)."""
 
     enabled: bool = Field(default=True, description="/note, forwards, /save, /append, /remember, Save as note")
     notebook: str = Field(default="Inbox", description="the notebook captures go into, created if missing")

@@ -83,7 +83,7 @@ class SyncService:
                  derived: Derived | None = None, clock=time.time, rng=random.random, scheduled: bool = False):
         """The passes from ``source`` into ``index`` and ``state`` (the service closes the
         source), keeping ``derived`` in line (None: the index alone). The stores are the
-        caller's: built and closed by the composition root (``sync.daemon.root.Parts``).
+        caller's: built and closed by the composition root (``bot.root.Parts``).
         ``scheduled``: passes repeat (the daemon), so a failure says when it is retried; a
         one-shot ``index`` just reports it."""
         self.scheduled = scheduled

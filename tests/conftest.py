@@ -15,7 +15,7 @@ import pytest
 
 from rag import config as config_mod
 from rag.index import embed as embed_mod
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "notes"

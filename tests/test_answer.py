@@ -46,9 +46,9 @@ def test_no_hits_is_the_plain_refusal():
 def test_the_cli_and_the_bots_show_the_same_trace(capsys):
     """``ask --trace`` and the bots' /why render one list of rows (``Trace.rows``): every
     row of a full trace is in both, and why the LLM failed in full only for the operator."""
-    from bot.common import trace_text
+    from bot.chat.common import trace_text
     from rag.answer.types import Answer, Candidate, Trace
-    from sync.daemon.cli.notes import _print_trace
+    from bot.cli.notes import _print_trace
 
     trace = Trace(question="番茄炒蛋要几个鸡蛋？", standalone="番茄炒蛋 鸡蛋 几个", rerank="none", followup="a follow-up",
                   expansion="terms: 鸡蛋", budget="evidence cut to 900 characters", decision="llm answered",

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from rag.answer.types import Answer, Candidate, Citation, Trace
-from sync.daemon.main import main
+from bot.cli import main
 from rag.answer.evidence import Evidence, messages
 from rag.answer.expand import SCHEMA, parse
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM

@@ -16,7 +16,7 @@ from rag.answer.evidence import CitationFilter, build_evidence, cited, messages
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.model import Hit
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import index_samples
 from fakes.ollama import FakeOllama
@@ -432,7 +432,7 @@ def test_note_text_cannot_forge_an_evidence_block():
 def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
     import json
 
-    from sync.daemon.main import main
+    from bot.cli import main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"source: {{kind: files, path: '{indexed.source.path}'}}\nstate_dir: '{indexed.state_dir}'\n"
@@ -459,7 +459,7 @@ def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
 
 @pytest.mark.slow
 def test_doctor_checks_the_llm(indexed, ollama, capsys, tmp_path):
-    from sync.daemon.main import main
+    from bot.cli import main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"source: {{kind: files, path: '{indexed.source.path}'}}\nstate_dir: '{indexed.state_dir}'\n"
@@ -591,7 +591,7 @@ def test_in_a_terminal_a_streamed_answer_that_is_then_rejected_is_taken_back(ind
     ollama.reply("鸡蛋 3 个[1]。", "另外要加 200 克牛肉。", "用高压锅压 20 分钟。", "出锅前撒一把芝士碎。", delay=0.3)
     main_fd, child_fd = pty.openpty()
     os.set_blocking(main_fd, True)
-    proc = subprocess.Popen([sys.executable, "-m", "sync.daemon.main", "--config", str(cfg), "ask", "番茄炒蛋要几个鸡蛋？"],
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "--config", str(cfg), "ask", "番茄炒蛋要几个鸡蛋？"],
                             stdin=child_fd, stdout=child_fd, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "100",
                                                                                           "LINES": "60"})
     os.close(child_fd)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from rag.index.note_index import NoteIndex
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 
 from conftest import SCENARIO, free_port, make_settings, until, within
 from fakes.leanote import FakeLeanote

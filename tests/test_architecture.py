@@ -3,10 +3,10 @@
 - ``rag/`` is the core and imports neither ``sync/`` nor ``bot/``. Inside it, the index
   imports neither the answer nor the memory, the memory not the answer, and the shared
   plumbing none of the three rooms.
-- ``bot/`` never imports ``sync/``; ``sync/`` imports ``bot/`` only in ``sync/daemon/``,
-  which hosts the bots, and nothing else in ``sync/`` imports ``sync/daemon/``.
+- ``sync/`` (notes in and out) never imports ``bot/`` (the doors, the use cases they call, the
+  composition root): the doors stand on the sync and the core, never the other way round.
 - No import cycles anywhere, lazy imports inside functions included.
-- One command: ``leanote-rag`` runs ``sync.daemon.main``, and no entry points
+- One command: ``leanote-rag`` runs ``bot.cli``, and no entry points
   stand in for an import of our own code.
 - Protocol libraries stay at the edges.
 - Only the composition root opens stores and loads models; only the derived stage keeps the
@@ -29,9 +29,9 @@ PROTOCOL_LIBS = {
     "pymongo": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
-    "httpx": {"rag/index/embed.py", "rag/llm.py", "sync/daemon/client.py"},
-    "fastapi": {"sync/daemon/api.py"},
-    "uvicorn": {"sync/daemon/api.py", "sync/daemon/guard.py"},
+    "httpx": {"rag/index/embed.py", "rag/llm.py", "bot/api/client.py"},
+    "fastapi": {"bot/api/app.py"},
+    "uvicorn": {"bot/api/app.py", "bot/api/guard.py"},
     "watchfiles": {"sync/watch.py"},
     "telegram": {"bot/telegram.py"},
     "discord": {"bot/discord.py"},
@@ -39,10 +39,10 @@ PROTOCOL_LIBS = {
     "qdrant_edge": {"rag/index/store.py"},
     "sentence_transformers": {"rag/index/embed.py", "rag/answer/rerank.py"},
     "FlagEmbedding": {"rag/answer/rerank.py"},
-    "prometheus_client": {"sync/daemon/metrics.py"},
+    "prometheus_client": {"bot/api/metrics.py"},
     # the command line is a door: the core holds none
-    "click": {"sync/daemon/cli/app.py", "sync/daemon/cli/notes.py", "sync/daemon/cli/memory.py",
-              "sync/daemon/cli/service.py", "sync/daemon/report.py"},
+    "click": {"bot/cli/app.py", "bot/cli/notes.py", "bot/cli/memory.py",
+              "bot/cli/service.py", "bot/cli/report.py"},
 }
 # rag/'s plumbing that every room may use: it imports none of them
 PLUMBING = {"rag.config", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
@@ -147,19 +147,10 @@ def within(name: str, *prefixes: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-@pytest.mark.parametrize("package, forbidden", [("rag", {"sync", "bot"}), ("bot", {"sync"})])
+@pytest.mark.parametrize("package, forbidden", [("rag", {"sync", "bot"}), ("sync", {"bot"})])
 def test_imports_flow_one_way(package, forbidden):
     offenders = [(p.relative_to(REPO).as_posix(), sorted(imports(p) & forbidden)) for p in sources(package)]
     assert [o for o in offenders if o[1]] == []
-
-
-def test_only_the_daemon_imports_the_bots_and_nothing_imports_the_daemon():
-    offenders = []
-    for module, deps in graph().items():
-        if not within(module, "sync") or within(module, "sync.daemon"):
-            continue  # bot/ is checked above
-        offenders += [(module, d) for d in sorted(deps) if within(d, "bot", "sync.daemon")]
-    assert offenders == []
 
 
 @pytest.mark.parametrize("room, forbidden", [
@@ -190,7 +181,7 @@ def test_the_cycle_check_finds_a_cycle():
 
 def test_one_composition_root_and_no_entry_points_of_our_own():
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["scripts"] == {"leanote-rag": "sync.daemon.main:main"}
+    assert project["scripts"] == {"leanote-rag": "bot.cli:main"}
     ours = [(group, name, target) for group, points in project.get("entry-points", {}).items()
             for name, target in points.items() if target.split(".")[0].split(":")[0] in PACKAGES]
     assert ours == []
@@ -219,24 +210,24 @@ def test_protocol_libraries_stay_at_the_edges():
 
 def test_the_scan_sees_imports():
     # guard against a scan that silently finds nothing
-    assert {"click", "rag"} <= imports(REPO / "sync" / "daemon" / "cli" / "app.py")
+    assert {"click", "rag"} <= imports(REPO / "bot" / "cli" / "app.py")
     deps = graph()
-    assert {"rag.answer.service", "rag.index.note_index", "sync.service"} <= deps["sync.daemon.host"]
-    assert "bot.telegram" in deps["sync.daemon.root"]  # a lazy import inside a function counts
-    assert "sync.daemon.report" in deps["sync.daemon.api"]
+    assert {"rag.answer.service", "rag.index.note_index", "sync.service"} <= deps["bot.serve"]
+    assert "bot.telegram" in deps["bot.root"]  # a lazy import inside a function counts
+    assert "bot.cli.report" in deps["bot.api.app"]
 
 
 # What opens a store or loads a model: only the composition root does, and these, each for
 # the reason given.
 STORE_OPENERS = {"State", "MemoryStore", "FeedbackStore", "Outbox", "open_store"}
 STORE_OPENED_ELSEWHERE = {
-    "sync/daemon/root.py": "the composition root",
+    "bot/root.py": "the composition root",
     "rag/index/note_index.py": "the index opens its own store (NoteIndex.open, called by the root)",
-    "sync/daemon/doctor.py": "doctor opens each file and loads each model to check it, apart from a running daemon",
-    "sync/daemon/metrics_wiring.py": "a scrape reads the state on a connection of its own, in the server's thread",
-    "sync/daemon/cli/app.py": "--user EMAIL reads which Leanote user an account is, before any part is built",
-    "sync/daemon/capture.py": "a capture built alone (a test, a bench) opens its outbox; the root gives the daemon's",
-    "sync/daemon/report.py": "the status counts the outbox's captures, with or without a daemon",
+    "bot/cli/doctor.py": "doctor opens each file and loads each model to check it, apart from a running daemon",
+    "bot/api/metrics_wiring.py": "a scrape reads the state on a connection of its own, in the server's thread",
+    "bot/cli/app.py": "--user EMAIL reads which Leanote user an account is, before any part is built",
+    "sync/writeback/capture.py": "a capture built alone (a test, a bench) opens its outbox; the root gives the daemon's",
+    "bot/cli/report.py": "the status counts the outbox's captures, with or without a daemon",
 }
 
 
@@ -265,7 +256,7 @@ def test_only_the_root_opens_stores_and_loads_models():
     for package in PACKAGES:
         for path in sources(package):
             rel = path.relative_to(REPO).as_posix()
-            if rel in STORE_OPENED_ELSEWHERE or rel in {"sync/state.py", "rag/memory/store.py", "rag/answer/feedback.py",
+            if rel in STORE_OPENED_ELSEWHERE or rel in {"sync/state.py", "rag/memory/store.py", "rag/answer/feedback.py", "sync/writeback/outbox.py",
                                                          "rag/index/store.py"}:  # a store's own module
                 continue
             found = store_openings(path)
@@ -273,8 +264,8 @@ def test_only_the_root_opens_stores_and_loads_models():
                 offenders[rel] = found
     assert offenders == {}
     # the scan sees an opening (a check that cannot fail is no check)
-    assert "State" in store_openings(REPO / "sync" / "daemon" / "root.py")
-    assert {"NoteIndex.open", "rerank_mod.load"} <= set(store_openings(REPO / "sync" / "daemon" / "root.py"))
+    assert "State" in store_openings(REPO / "bot" / "root.py")
+    assert {"NoteIndex.open", "rerank_mod.load"} <= set(store_openings(REPO / "bot" / "root.py"))
 
 
 MAX_LINES = 600
@@ -315,12 +306,11 @@ def derived_imports(path: Path) -> set[str]:
 
 
 def test_the_sync_keeps_what_is_derived_from_notes_in_one_place():
-    """Outside the daemon (which builds the stores and serves their reads), no module of
-    ``sync/`` but the derived stage touches the memory or the feedback store."""
+    """No module of ``sync/`` but the derived stage touches the memory or the feedback store."""
     offenders = {}
     for path in sources("sync"):
         rel = path.relative_to(REPO).as_posix()
-        if rel.startswith("sync/daemon/") or rel in DERIVED_KEEPERS:
+        if rel in DERIVED_KEEPERS:
             continue
         found = derived_imports(path)
         if found:
@@ -339,10 +329,10 @@ def test_the_command_line_starts_without_the_search_stack():
     import sys
 
     heavy = ["numpy", "rjieba", "qdrant_edge", "qdrant_client", "bs4", "rag.index.note_index", "rag.memory.store",
-             "sync.daemon.root", "sync.state", "rag.answer.service"]
-    code = ("import sys\nfrom sync.daemon.cli import cli\n"
+             "bot.root", "sync.state", "rag.answer.service"]
+    code = ("import sys\nfrom bot.cli import cli\n"
             "cli.main(['--help'], standalone_mode=False)\n"
-            "from sync.daemon.door import DaemonDoor\n"
+            "from bot.cli.door import DaemonDoor\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"

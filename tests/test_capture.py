@@ -1,4 +1,4 @@
-"""Capture into Leanote (sync.daemon.capture): the real Capture and outbox (SQLite) against a
+"""Capture into Leanote (sync.writeback.capture): the real Capture and outbox (SQLite) against a
 fake Leanote speaking the real write API, and end to end through the daemon: a
 capture is written once, in order, never over someone's edit, waits while Leanote
 is down, and is answered from after the pass it triggers."""
@@ -17,8 +17,8 @@ import time
 import pytest
 
 from rag.capture import Attachment, Origin, compose, hashtags, title_of
-from sync.daemon.capture import Capture
-from sync.daemon.outbox import FILE, Outbox
+from sync.writeback.capture import Capture
+from sync.writeback.outbox import FILE, Outbox
 
 from conftest import REPO, SCENARIO, make_settings, within
 from fakes.leanote import FakeLeanote
@@ -61,7 +61,7 @@ def books_titled(fake, title, user_id=ME) -> list[dict]:
 
 
 def status_of(tmp_path) -> dict:
-    from sync.daemon.report import status_report
+    from bot.cli.report import status_report
     from sync.state import State
 
     settings = make_settings(tmp_path)
@@ -279,7 +279,7 @@ CHILD = """
 import asyncio, sys
 sys.path.insert(0, {tests!r})
 from conftest import make_settings
-from sync.daemon.capture import Capture
+from sync.writeback.capture import Capture
 from pathlib import Path
 settings = make_settings(Path({tmp!r}), leanote={{"base_url": {url!r}}},
     capture={{"accounts": [{{"email": "me@example.com", "password_env": "LR_PW_ME"}}]}})
@@ -329,7 +329,7 @@ def test_exactly_once_across_a_kill_between_write_and_acknowledgement(tmp_path, 
 # --- searchable at once ----------------------------------------------------------------------
 
 def test_a_capture_is_answered_after_the_pass_it_triggers(tmp_path, leanote):
-    from sync.daemon.host import Daemon
+    from bot.serve import Daemon
 
     leanote.put_notebook({"NotebookId": "a" * 24, "UserId": ME, "Title": "工作"})
     settings = make_settings(

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from sync.daemon.capture import Capture
+from sync.writeback.capture import Capture
 from sync.sources.leanote_api import ApiSource
 
 from conftest import SCENARIO, make_settings, within
@@ -72,7 +72,7 @@ def test_a_refused_login_names_the_config_key_and_variable_holding_its_password(
 
 
 def noted(caplog, level=logging.INFO) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "sync.daemon.capture" and r.levelno >= level]
+    return [r for r in caplog.records if r.name == "sync.writeback.capture" and r.levelno >= level]
 
 
 def test_the_log_says_once_when_captures_start_failing_and_once_when_they_go_again(tmp_path, leanote, caplog):
@@ -121,7 +121,7 @@ def test_the_log_says_once_when_captures_start_failing_and_once_when_they_go_aga
 
 
 def status_for(settings, users=None) -> dict:
-    from sync.daemon.report import status_report
+    from bot.cli.report import status_report
     from sync.state import State
 
     state = State(settings.state_dir)
@@ -135,8 +135,8 @@ def test_status_shows_captures_waiting_for_a_failing_login_to_whom_it_concerns(t
     """ME's Leanote password changed: ME's captures wait. The admin sees the account, since when
     and the error (CLI ``status``, the bots' /status); ME sees that their login fails, without the
     error; OTHER sees nothing of it, not even ME's count."""
-    from sync.daemon.host import Daemon
-    from sync.daemon.report import print_status
+    from bot.serve import Daemon
+    from bot.cli.report import print_status
 
     settings = make_settings(
         tmp_path, leanote={"base_url": leanote.url}, rerank={"kind": "none"}, ollama={"enabled": False},

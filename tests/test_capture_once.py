@@ -1,4 +1,4 @@
-"""Capture under a slow or failing Leanote (sync.daemon.capture against the fake Leanote over real
+"""Capture under a slow or failing Leanote (sync.writeback.capture against the fake Leanote over real
 HTTP): a write Leanote applies after the client gave up is found, not sent again (also across
 a kill -9); a duplicate that lands anyway is moved to the trash; retries back off from
 ``retry_min`` doubling to ``retry_max``; one account's failure neither delays another
@@ -20,9 +20,9 @@ import time
 import pytest
 from markdown_it import MarkdownIt
 
-from bot.common import outbox_text
+from bot.chat.common import outbox_text
 from rag.capture import Attachment, Origin, Quote, answer_note, compose, md_escape
-from sync.daemon.capture import Capture
+from sync.writeback.capture import Capture
 
 from conftest import REPO, make_settings, until, within
 from fakes.leanote import FakeLeanote
@@ -154,7 +154,7 @@ import asyncio, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from conftest import make_settings
-from sync.daemon.capture import Capture
+from sync.writeback.capture import Capture
 settings = make_settings(Path({tmp!r}), leanote={{"base_url": {url!r}}}, sync={{"http_timeout": "30s"}},
     capture={{"accounts": [{{"email": "one@example.com", "password_env": "LR_PW_ONE"}}], "resend_after": "10m"}})
 cap = Capture(settings)
@@ -302,7 +302,7 @@ def test_a_capture_queued_before_the_person_was_remapped_is_not_written_into_the
     try:
         leanote.down()
         assert asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "映射改之前记的"))).status == "queued"
-        cap.settings = mapped_to(TWO_ID)  # as a reload sets them (sync.daemon.root.Parts.apply)
+        cap.settings = mapped_to(TWO_ID)  # as a reload sets them (bot.root.Parts.apply)
         leanote.up()
 
         async def retried():

@@ -1,4 +1,4 @@
-"""A capture made from a message is made once (sync.daemon.capture's ``once``): the same message
+"""A capture made from a message is made once (sync.writeback.capture's ``once``): the same message
 again, from the same person into the same Leanote user, writes nothing new and answers with
 the first one's receipt; at the same moment, after a restart, without counting against the
 rate limit. A capture Leanote refused wrote nothing: the same message again is a new try.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from rag.capture import Attachment
-from sync.daemon.capture import Capture
+from sync.writeback.capture import Capture
 
 from conftest import make_settings
 from test_capture import ME, PERSON, drive, leanote, notes_of  # noqa: F401 (leanote: the fixture)

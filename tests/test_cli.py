@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sync.daemon.main import main
+from bot.cli import main
 
 from conftest import EXAMPLES, THREADS
 
@@ -258,7 +258,7 @@ def test_one_shot_commands_print_results_and_log_only_with_v(cli_config):
         assert quiet.stdout and " INFO " not in quiet.stderr and " DEBUG " not in quiet.stderr, (args, quiet.stderr)
         told = cli("-v", *args)
         assert told.stdout == quiet.stdout or args == ("index",)
-        assert "INFO sync.daemon.client: no daemon runs for" in told.stderr and " DEBUG " not in told.stderr, told.stderr
+        assert "INFO bot.api.client: no daemon runs for" in told.stderr and " DEBUG " not in told.stderr, told.stderr
     assert " DEBUG " in cli("-vv", "search", "retry_count").stderr
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from rag.index.retrieve import search
 from rag.index.store import EdgeStore
-from sync.daemon.host import Daemon
-from sync.daemon.root import services
+from bot.serve import Daemon
+from bot.root import services
 
 from conftest import SCENARIO, THREADS, make_settings, until, within
 from fakes.leanote import FakeLeanote

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import THREADS
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "notes"
@@ -223,7 +223,7 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
                                                                                      use_embedder, caplog, capsys):
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
-    from sync.daemon.report import print_status, status_report
+    from bot.cli.report import print_status, status_report
     from sync.state import State
 
     from conftest import make_settings
@@ -299,7 +299,7 @@ def test_a_restore_is_noticed_when_the_usn_climbed_back_past_the_cursor(tmp_path
     sync: X1 and X2 leave the index, Y1-Y4 come in, at once, and the log and status say why."""
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
-    from sync.daemon.report import print_status, status_report
+    from bot.cli.report import print_status, status_report
     from sync.state import State
 
     from conftest import make_settings

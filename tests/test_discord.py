@@ -13,7 +13,7 @@ import pytest
 
 from bot.discord import DiscordBot, embeds_for
 from bot.render import discord_plain_links
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 
 from conftest import SCENARIO, make_settings, within
 from fakes.ollama import FakeOllama

@@ -19,7 +19,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 
 from bot.discord import SAVE_MENU, service
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 
 from conftest import SCENARIO, long_reply, make_settings, until, within
 from fakes.discord import FakeDiscord

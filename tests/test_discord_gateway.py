@@ -20,7 +20,7 @@ from discord.gateway import DiscordWebSocket
 
 from bot.discord import service
 from rag.errors import ConfigError
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 
 from conftest import SCENARIO, long_reply, make_settings, until, within
 from fakes.discord import EPHEMERAL, FakeDiscord, embed_text

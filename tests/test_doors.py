@@ -24,8 +24,8 @@ from rag.index.note_index import NoteIndex
 from rag.limits import cut
 from rag.memory.schema import MATCH_CHARS
 from rag.memory.store import MemoryStore
-from sync.daemon.host import Daemon
-from sync.daemon.root import Parts
+from bot.serve import Daemon
+from bot.root import Parts
 
 from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, until, within
 from fakes.ollama import FakeOllama
@@ -362,7 +362,7 @@ def test_the_fallback_without_the_llm_shows_passages_readably(world):
 
 
 def test_related_to_a_question_scores_on_the_pairs_scale_and_leaves_out_the_weak(tmp_path, capsys, use_embedder):
-    from sync.daemon.main import main
+    from bot.cli import main
     from rag.memory.related import ENTITY_WEIGHT
 
     settings = make_settings(tmp_path)

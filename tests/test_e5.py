@@ -17,7 +17,7 @@ from rag.errors import ConfigError, IndexMismatch
 from rag.index import embed
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.daemon.main import main
+from bot.cli import main
 
 from conftest import EXAMPLES, REPO, THREADS
 

@@ -14,7 +14,7 @@ from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from rag.index.retrieve import search
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import index_samples
 from fakes.ollama import FakeOllama

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rag.answer.types import Answer, Candidate, Citation, Trace
-from sync.daemon.main import main
+from bot.cli import main
 from rag.errors import BrokenState, UserError
 from rag.answer.feedback import FILE, MIGRATIONS, FeedbackStore, NotYours, UnknownAnswer
 

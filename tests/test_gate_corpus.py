@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from rag.index.note_index import NoteIndex
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 pytestmark = pytest.mark.slow  # the shared corpus's slice
 

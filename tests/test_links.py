@@ -23,7 +23,7 @@ from bot.render import NoteLinks, discord_plain_links, telegram_html, telegram_p
 from bot.telegram import service as telegram
 from rag.answer.links import held
 from rag.answer.types import Citation
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 
 from conftest import SCENARIO, make_settings, until, within
 from fakes.ollama import FakeOllama

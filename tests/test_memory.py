@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from rag.memory import entities as ex
-from sync.daemon.main import main
+from bot.cli import main
 from rag.index.note_index import NoteIndex
 from rag.memory.rows import Mention, NoteInfo
 from rag.memory.schema import MIGRATIONS
@@ -362,7 +362,7 @@ def test_a_snapshot_pass_makes_the_notes_searchable_first_and_one_that_fails_sti
     from contextlib import closing
 
     from sync import indexer as indexer_mod
-    from sync.daemon.root import Parts
+    from bot.root import Parts
     from sync.sources import Known
     from sync.state import State
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from bot.common import trace_text
+from bot.chat.common import trace_text
 from rag.answer.service import AnswerService, notes_about
 from rag.answer.evidence import Evidence, add_facts
 from rag.index.note_index import NoteIndex
@@ -16,7 +16,7 @@ from rag.llm import OllamaChat
 from rag.memory.store import MemoryStore
 from rag.index.retrieve import entity_ranking, named_entities, search
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama

@@ -14,7 +14,7 @@ from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
 from sync.memory_jobs import MemoryJobs
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote

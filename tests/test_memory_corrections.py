@@ -14,7 +14,7 @@ from rag import config as config_mod
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.model import Note
-from sync.daemon.main import main
+from bot.cli import main
 from rag.llm import OllamaChat
 from rag.errors import UserError
 from rag.memory.rows import NoteInfo, correction_id, correction_target

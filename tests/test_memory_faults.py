@@ -30,16 +30,16 @@ import httpx
 import pytest
 import yaml
 
-from bot.common import about_reply, about_text, related_reply, trace_text
+from bot.chat.common import about_reply, about_text, related_reply, trace_text
 from bot.telegram import _trace
 from rag import config as config_mod
 from rag.memory import explore
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore, path_for
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import SCENARIO, make_settings, run_pass, within
 from fakes.leanote import FakeLeanote

@@ -20,7 +20,7 @@ from rag.memory.store import MemoryStore
 from rag.model import Note
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
-from sync.daemon.report import memory_counts
+from bot.cli.report import memory_counts
 from sync.state import INDEXED
 
 from conftest import until, within
@@ -420,7 +420,7 @@ def test_names_are_found_whitespace_and_case_aside_and_kinds_are_normalised():
 
 
 def test_the_cli_kind_choice_takes_the_llm_kinds():
-    from sync.daemon.cli import memory
+    from bot.cli import memory
 
     kind = next(p for p in memory.entities.params if p.name == "kind")
     assert {"project", "tool", "person", "organization", "term"} <= set(kind.type.choices)

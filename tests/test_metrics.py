@@ -17,11 +17,11 @@ from bot.telegram import service as telegram_service
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from sync.daemon.metrics import Metrics, StateSnapshot, UserCounts
-from sync.daemon.host import Daemon
-from sync.daemon.metrics_wiring import attach_metrics
+from bot.api.metrics import Metrics, StateSnapshot, UserCounts
+from bot.serve import Daemon
+from bot.api.metrics_wiring import attach_metrics
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import SCENARIO, free_port, make_settings, within
 from fakes.leanote import FakeLeanote

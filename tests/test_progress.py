@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from sync.daemon.main import main
+from bot.cli import main
 from sync.progress import Every, Step, in_the_log
 
 from fakes.leanote import FakeLeanote

@@ -12,7 +12,7 @@ import pytest
 
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.daemon.root import Parts
+from bot.root import Parts
 from sync.state import State
 
 from conftest import make_settings

@@ -4,7 +4,7 @@ memory with their reasons, recomputed after a sync pass only around the notes th
 import json
 
 from rag.memory import related
-from sync.daemon.main import main
+from bot.cli import main
 from rag.index.note_index import NoteIndex
 from rag.memory.store import MemoryStore
 from sync.derived import chunk_vectors

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from rag.index.note_index import NoteIndex
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama
@@ -167,7 +167,7 @@ def test_a_reload_that_changes_the_privacy_rules_during_a_pass_applies_them_righ
     import asyncio
 
     from rag import config as config_mod
-    from sync.daemon.host import Daemon
+    from bot.serve import Daemon
     from sync.state import State
 
     from conftest import until as wait_until, within

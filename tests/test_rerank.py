@@ -14,7 +14,7 @@ from rag.config import RerankConfig
 from rag.errors import ModelMissing
 from rag.index.note_index import NoteIndex
 from rag.model import Hit
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 # Whether torch is installed, without importing it: importing it here took every test process
 # ~2 s of CPU at collection; the fixture imports it in the one worker that runs these tests.

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from sync.daemon.main import main
+from bot.cli import main
 from rag.redact import Redact, redact_in_logs, safe_url
 
 from conftest import EXAMPLES, THREADS, free_port

@@ -27,12 +27,12 @@ from bson import ObjectId
 from rag.errors import UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 from sync.sources.files import stable_id
 from sync.sources.mongodump import MongodumpSource
 from sync.state import State
 from sync.watch import watch
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import SCENARIO, THREADS, make_settings, within
 from fakes.ollama import FakeOllama

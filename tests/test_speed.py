@@ -161,7 +161,7 @@ def test_a_fast_machine_gets_all_the_evidence(sample_index, use_embedder):
 
 @pytest.mark.slow
 def test_the_speed_is_kept_for_the_next_start_and_shown_by_status(sample_index, use_embedder, capsys):
-    from sync.daemon.main import main
+    from bot.cli import main
 
     with FakeOllama(speed=(500.0, 60.0)) as ollama:
         svc, index = service(sample_index, ollama.url, use_embedder)

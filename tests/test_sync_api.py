@@ -12,7 +12,7 @@ from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
 from sync.sources.leanote_api import LeanoteApi, usn_pages
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote

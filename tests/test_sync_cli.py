@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from sync.daemon.main import main
+from bot.cli import main
 
 from fakes.leanote import FakeLeanote
 

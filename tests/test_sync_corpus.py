@@ -22,7 +22,7 @@ import pytest
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import SHARED, make_settings
 from fakes.leanote import FakeLeanote

@@ -20,7 +20,7 @@ from rag.index.retrieve import search
 from sync.sources.leanote_api import LeanoteApi
 from sync.sources.mongodb import MongoSource
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote

@@ -16,7 +16,7 @@ from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
 from sync.sources.mongodb import MongoSource
 from sync.state import State
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 

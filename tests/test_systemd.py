@@ -54,7 +54,7 @@ def test_units_run_the_installed_command_hardened(unit, command):
 
 
 def test_the_daemon_may_open_more_files_than_systemds_default():
-    """A stranger's connections are capped at a quarter of the file limit (sync.daemon.guard):
+    """A stranger's connections are capped at a quarter of the file limit (bot.api.guard):
     at systemd's default 1,024 that is few; the unit raises it."""
     assert int(directives("leanote-rag.service")["LimitNOFILE"][0]) >= 16384
 

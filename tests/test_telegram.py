@@ -13,7 +13,7 @@ import pytest
 from bot.render import telegram_html, telegram_messages, telegram_sources
 from bot.telegram import service
 from rag.answer.types import Citation
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 
 from conftest import SCENARIO, free_port, make_settings, within, until as wait_until
 from fakes.ollama import FakeOllama
@@ -365,7 +365,7 @@ def test_sources_link_only_web_urls():
 
 
 def test_pacer_edits_at_most_once_per_interval_under_a_fake_clock():
-    from bot.common import Pacer, Wait
+    from bot.chat.common import Pacer, Wait
 
     class Clock:
         t = 0.0

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bot.common import MEMORY_NOT_YET, MEMORY_OFF, memory_problem
+from bot.chat.common import MEMORY_NOT_YET, MEMORY_OFF, memory_problem
 from rag.memory.store import MemoryStore, path_for
-from sync.daemon.root import Parts
+from bot.root import Parts
 
 from conftest import make_settings
 from fakes.leanote import FakeLeanote

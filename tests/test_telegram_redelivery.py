@@ -47,7 +47,7 @@ import asyncio, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from bot.telegram import service
-from sync.daemon.host import Daemon
+from bot.serve import Daemon
 from test_telegram_redelivery import settings_for
 asyncio.run(Daemon(settings_for(Path({tmp!r}), {tg!r}, {ollama!r}, {leanote!r}), services=[service]).run())
 """

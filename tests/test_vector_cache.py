@@ -126,7 +126,7 @@ def test_a_file_that_is_no_cache_is_named_with_the_fix(tmp_path):
 def test_serve_loads_the_model_before_it_is_ready_even_behind_a_cache(tmp_path):
     """A daemon answers its first question as quickly as the next: it loads the model when it
     opens the index, whatever the cache holds; a one-shot embedder waits for a missing text."""
-    from sync.daemon.host import Daemon
+    from bot.serve import Daemon
 
     settings = make_settings(tmp_path, embedder={"threads": THREADS, "cache": str(tmp_path / "vectors.db")},
                              rerank={"kind": "none"}, ollama={"enabled": False})
@@ -146,7 +146,7 @@ def test_openers_of_a_new_store_at_the_same_moment_all_get_it(tmp_path, store):
     a worker failed every test it ran). Six openers at once, a hundred times: none fails."""
     import threading
 
-    from sync.daemon.outbox import Outbox
+    from sync.writeback.outbox import Outbox
     from sync.state import State
 
     open_one = {"vector cache": lambda d: embed.VectorCache(d / "vectors.db"), "state": State,

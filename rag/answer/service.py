@@ -206,7 +206,7 @@ class AnswerService:
         """``one_shot``: one command's question (the CLI shows why the LLM failed itself),
         not a service whose log is the operator's window. ``memory``: the memory of the
         notes to answer with (None: answers as without one). The parts are the caller's
-        (``sync.daemon.root.Parts`` builds them); ``close`` closes the reranker it wraps."""
+        (``bot.root.Parts`` builds them); ``close`` closes the reranker it wraps."""
         self.one_shot = one_shot
         self.memory = memory
         self._settings = settings
@@ -235,7 +235,7 @@ class AnswerService:
 
     @settings.setter
     def settings(self, settings: Settings) -> None:
-        """New settings (a reload, ``sync.daemon.root.Parts.apply``): every answer from now on
+        """New settings (a reload, ``bot.root.Parts.apply``): every answer from now on
         reads them, and the conversations keep their new limits."""
         self._settings = settings
         self.conversations.max_chars = settings.answer.history_chars

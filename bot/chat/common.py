@@ -29,7 +29,7 @@ from rag.memory.store import MemoryStore
 
 
 class Capturer(Protocol):
-    """Writing from chat into the person's own Leanote (``sync.daemon.capture.Capture``). Every
+    """Writing from chat into the person's own Leanote (``sync.writeback.capture.Capture``). Every
     call answers with a ``Receipt`` whose ``message`` is ready to show: written (with
     the note's link), queued (Leanote is down; retried), or refused (and why). ``text`` is
     the person's own (kept as their Markdown), ``quote`` someone else's (shown as written).
@@ -263,7 +263,7 @@ def sources_first(citations, title: str = "读的笔记 Reading") -> str:
 
 
 # --- doctor ----------------------------------------------------------------------------------
-# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (``sync.daemon.root.checks``),
+# ``leanote-rag doctor`` runs each bot's ``check(settings)`` (``bot.root.checks``),
 # which yields (name, ok, detail, fix). Tokens never appear.
 CheckResult = tuple[str, bool, str, str]
 CHECK_TIMEOUT = 15.0
@@ -315,7 +315,7 @@ def conversation_key(platform: str, place: int | str, person: int | str) -> str:
 # A question, a search or a name is cut to limits.question_chars (Telegram messages reach 4,096
 # characters, Discord's options 6,000) and the person is told; the answer reads only that much.
 # Captures are meant to be long: they keep their own cap (capture.max_chars) and are refused
-# past it with a message saying so (sync.daemon.capture).
+# past it with a message saying so (sync.writeback.capture).
 
 EMPTY = "请写下问题。 / Please write a question."
 

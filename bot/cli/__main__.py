@@ -1,14 +1,14 @@
 """``leanote-rag``: what the installed command runs.
 
-The command line is ``sync.daemon.cli``; the parts it and ``serve`` use are put together
-in ``sync.daemon.root``.
+The command line is ``bot.cli``; the parts it and ``serve`` use are put together
+in ``bot.root``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from sync.daemon.cli import main
+from bot.cli import main
 
 __all__ = ["main"]
 

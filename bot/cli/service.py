@@ -14,8 +14,8 @@ import click
 
 from rag.errors import Unavailable
 
-from sync.daemon.cli.app import App, pass_app
-from sync.daemon.client import find_daemon, say_door
+from bot.cli.app import App, pass_app
+from bot.api.client import find_daemon, say_door
 from sync.progress import Every, Step
 
 # The index, the stores and the report are imported by the commands that use them: `--help`
@@ -59,7 +59,7 @@ class _Shown:
 
 
 def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
-    from sync.daemon.root import Parts
+    from bot.root import Parts
     from sync.faults import check_disk
 
     settings = app.settings
@@ -100,7 +100,7 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
             summary, failures = _index_through(client, rebuild, reconcile)
     else:
         summary, failures = _index_here(app, rebuild, reconcile)
-    from sync.daemon.report import print_pass
+    from bot.cli.report import print_pass
 
     print_pass(summary, failures, as_json)
     if failures:
@@ -111,15 +111,15 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
 @pass_app
 def serve(app: App) -> None:
     """Run the sync daemon: incremental sync on a schedule, daily reconcile."""
-    from sync.daemon.host import Daemon
-    from sync.daemon.root import services
+    from bot.serve import Daemon
+    from bot.root import services
 
     asyncio.run(Daemon(app.settings, services()).run())
 
 
 def _status_here(settings) -> dict:
-    from sync.daemon.report import status_report
-    from sync.daemon.root import Parts
+    from bot.cli.report import status_report
+    from bot.root import Parts
     from sync.faults import reading_state
 
     with Parts(settings) as parts:
@@ -144,7 +144,7 @@ def status(app: App, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
     else:
-        from sync.daemon.report import print_status
+        from bot.cli.report import print_status
 
         print_status(report)
 
@@ -153,8 +153,8 @@ def status(app: App, as_json: bool) -> None:
 @pass_app
 def doctor(app: App) -> None:
     """Check config, the source (reachability, login), the index and the embedder; say how to fix what fails."""
-    from sync.daemon.doctor import run_checks
-    from sync.daemon.root import checks
+    from bot.cli.doctor import run_checks
+    from bot.root import checks
 
     failed = 0
     for check in run_checks(app, checks()):

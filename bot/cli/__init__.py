@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-from sync.daemon.cli import memory, notes, service
-from sync.daemon.cli.app import cli, main
+from bot.cli import memory, notes, service
+from bot.cli.app import cli, main
 
 for _command in (notes.search, notes.ask, notes.eval_command, notes.feedback, memory.entities, memory.memory,
                  memory.related, service.index, service.status, service.serve, service.doctor):

@@ -7,7 +7,7 @@ daemons, or tests, in one process do not collide. It is fed three ways:
   (an ``AnswerService`` observer), ``bot_error`` (the bots' error paths);
 - the sync state, read at scrape time by a collector (``add_state_collector``): always
   current, no hooks. The state is sync's, so the collector takes a callable returning
-  plain data (``StateSnapshot``); ``sync.daemon.metrics_wiring`` builds it from a ``State``;
+  plain data (``StateSnapshot``); ``bot.api.metrics_wiring`` builds it from a ``State``;
 - the process collector (CPU, memory, open files), the GC and platform collectors.
 
 ``exposition()`` renders the registry for ``GET /metrics``. This module is core and

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Iterator
 
 from rag.index import embed as embed_mod
 from rag.config import Settings, make_private
-from sync.daemon.client import find_daemon
+from bot.api.client import find_daemon
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, NotIndexed, StoreLocked, UserError
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
@@ -42,7 +42,7 @@ PartCheck = Callable[[Settings], Iterable[tuple[str, bool, str, str]]]
 
 def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
     """Every check, in order; ``parts``: the checks of the parts ``serve`` runs (the
-    composition root, ``sync.daemon.root``, passes the bots')."""
+    composition root, ``bot.root``, passes the bots')."""
     try:
         settings: Settings = app.settings
     except LeanoteRagError as err:

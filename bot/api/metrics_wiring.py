@@ -1,4 +1,4 @@
-"""Feed a ``sync.daemon.metrics.Metrics`` from the sync side: the state read at scrape time, and
+"""Feed a ``bot.api.metrics.Metrics`` from the sync side: the state read at scrape time, and
 the sync passes and answers as they finish.
 
 ``state_snapshot(state_dir, source)`` gives the collector a callable that reads the
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from rag.answer.service import AnswerService
-from sync.daemon.metrics import AccountState, Metrics, StateSnapshot, UserCounts
+from bot.api.metrics import AccountState, Metrics, StateSnapshot, UserCounts
 
 from sync.service import SyncService
 from sync.state import INDEXED, State

@@ -1,6 +1,6 @@
 """The commands that ask the notes: ``search``, ``ask``, ``eval`` and ``feedback``.
 
-Each reaches the notes through a door (``sync.daemon.door``): the running daemon's API,
+Each reaches the notes through a door (``bot.cli.door``): the running daemon's API,
 or the index opened here, with the same output either way.
 """
 
@@ -18,7 +18,7 @@ from rag.errors import UserError
 from rag.redact import safe_url
 from rag.model import RETRIEVERS
 
-from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
+from bot.cli.app import App, cell as _cell, pass_app, print_json as _print_json
 
 def _print_hits(hits, query: str, settings) -> None:
     from rag.index.excerpt import excerpt, question_terms
@@ -327,7 +327,7 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     Read from the feedback file directly: it works while the service runs."""
     since = time.time() - days * 86400 if days is not None else None
     records, made = [], False
-    from sync.daemon.root import Parts
+    from bot.root import Parts
 
     with Parts(app.settings) as parts:
         store = parts.feedback_if_made()

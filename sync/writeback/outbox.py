@@ -2,7 +2,7 @@
 until it is written into Leanote (and, briefly, after), with what the writer needs to write
 it exactly once: its state and when it is due, the USN before a send, the person it came
 from and what it came from (``once``), which login is whose, and the notes ``/append`` and
-``/remember`` write to. ``sync.daemon.capture`` writes through it.
+``/remember`` write to. ``sync.writeback.capture`` writes through it.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ Exit codes: 0 ok; 2 bad config or usage (the message names the fix); 1 a runtime
 failure (a message; the traceback only with ``--debug``); 130 interrupted.
 
 ``App`` is what a command gets: the settings (loaded on first use), the person it acts
-for (``--user``), and the program's parts, built once by ``sync.daemon.root``. The
+for (``--user``), and the program's parts, built once by ``bot.root``. The
 commands themselves are in ``notes`` (search, ask, eval, feedback), ``memory``
 (entities, memory, related) and ``service`` (index, status, serve, doctor);
-``sync.daemon.cli`` puts them in the group.
+``bot.cli`` puts them in the group.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from rag.redact import redact_in_logs, safe_url
 
 if TYPE_CHECKING:  # the doors are imported when a command uses them: `--help` and the commands
     # that go through a running daemon start without loading the search stack
-    from sync.daemon.door import Door
+    from bot.cli.door import Door
 
 log = logging.getLogger("leanote_rag")
 
@@ -85,7 +85,7 @@ class App:
 
     def door(self) -> "Door":
         """The notes, through the running daemon if there is one, else opened here."""
-        from sync.daemon.door import open_door
+        from bot.cli.door import open_door
 
         return open_door(self.settings)
 

@@ -3,7 +3,7 @@ daemon that holds it. Both doors offer the same calls and return the same data, 
 each command is written once and prints the same either way.
 
 ``open_door(settings)`` chooses: a daemon answering on ``api.socket`` means the
-daemon (``sync.daemon.client.find_daemon``), else the index is opened here.
+daemon (``bot.api.client.find_daemon``), else the index is opened here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rag.config import Settings
 from rag.errors import Unavailable
 from rag.model import Hit
 
-from sync.daemon.client import DaemonClient, find_daemon, say_door
+from bot.api.client import DaemonClient, find_daemon, say_door
 
 if TYPE_CHECKING:  # the index is imported by the door that opens it: through a daemon, never
     from rag.index.note_index import NoteIndex
@@ -64,7 +64,7 @@ class LocalDoor(_Closing):
     through_daemon = False
 
     def __init__(self, settings: Settings):
-        from sync.daemon.root import Parts
+        from bot.root import Parts
 
         self.settings = settings
         self.parts = Parts(settings, one_shot=True)  # each loaded once (a reranker is slow to load) ...

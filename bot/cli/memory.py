@@ -14,7 +14,7 @@ from rag import limits
 from rag.errors import UserError
 from rag.model import ENTITY_KINDS
 
-from sync.daemon.cli.app import App, cell as _cell, pass_app, print_json as _print_json
+from bot.cli.app import App, cell as _cell, pass_app, print_json as _print_json
 
 if TYPE_CHECKING:  # the memory is imported when a command reads it (`--help` loads none of it)
     from rag.memory.store import MemoryStore
@@ -39,7 +39,7 @@ def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> li
 @contextmanager
 def _open_memory(app: App) -> Iterator["MemoryStore"]:
     """The memory, read directly (it works while the service runs)."""
-    from sync.daemon.root import Parts
+    from bot.root import Parts
 
     settings = app.settings
     if not settings.memory.enabled:

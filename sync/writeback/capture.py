@@ -43,7 +43,7 @@ pass, which runs ``capture.sync_after`` after a write.
 
 Long: the capture writer, whose parts (logins and whose they are, the workers per Leanote user,
 exactly-once checks, receipts) share its connections and locks; the outbox it writes through is
-``sync.daemon.outbox``.
+``sync.writeback.outbox``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from rag.capture import (Attachment, Origin, Quote, Receipt, answer_note, compos
 from rag.config import Account, Settings, secret
 from rag.errors import AuthFailed, LeanoteRagError, Refused, Unavailable
 
-from sync.daemon.outbox import KEEP_DAYS, OPEN_STATES, Item, Outbox
+from sync.writeback.outbox import KEEP_DAYS, OPEN_STATES, Item, Outbox
 from sync.sources.leanote_api import LeanoteApi, LeanoteWriter
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Capture:
 
     def __init__(self, settings: Settings, on_written: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.time, outbox: Outbox | None = None):
-        """``settings``: read at each use (a reload sets new ones, ``sync.daemon.root.Parts.apply``);
+        """``settings``: read at each use (a reload sets new ones, ``bot.root.Parts.apply``);
         ``on_written``: called after each write (the daemon schedules a sync pass); ``outbox``:
         where the captures wait, the caller's (the composition root builds and closes it);
         without one, this capture opens the outbox of the settings' state directory, and

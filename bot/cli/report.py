@@ -22,8 +22,8 @@ from rag.index.store import Store
 
 from rag.errors import DiskFull
 
-from sync.daemon.capture import account_emails
-from sync.daemon.outbox import Outbox
+from sync.writeback.capture import account_emails
+from sync.writeback.outbox import Outbox
 from sync.faults import check_disk
 from sync.incremental import USN_BACK
 from sync.indexer import Summary

@@ -5,8 +5,8 @@ asked for, and closes what it built, in the reverse order: the state, the index,
 memory, the feedback store, the outbox, the answer service (with its reranker and LLM
 client), what is derived from the notes (``sync.derived``), the sync service (with its
 source), the capture writer and the memory's LLM tier. ``apply`` hands every part that
-holds settings the new ones on a reload. ``serve`` (``sync.daemon.host.Daemon``), the commands
-that work without a daemon (``sync.daemon.door.LocalDoor``, ``index``, ``status``) and the
+holds settings the new ones on a reload. ``serve`` (``bot.serve.Daemon``), the commands
+that work without a daemon (``bot.cli.door.LocalDoor``, ``index``, ``status``) and the
 tests build through it; no other module opens a store by its path or loads a model.
 
 ``services()`` names what ``serve`` runs beside the sync (the chat bots and the file
@@ -34,8 +34,8 @@ from rag.index.store import Store, open_store
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
 
-from sync.daemon.capture import Capture
-from sync.daemon.outbox import Outbox
+from sync.writeback.capture import Capture
+from sync.writeback.outbox import Outbox
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
 from sync.service import SyncService
@@ -155,13 +155,13 @@ class Parts:
 
     @property
     def outbox(self) -> Outbox:
-        """The captures from chat waiting to be written into Leanote (``sync.daemon.outbox``)."""
+        """The captures from chat waiting to be written into Leanote (``sync.writeback.outbox``)."""
         return self._once("outbox", lambda: Outbox.open_for(self.settings))
 
     # --- the services ---------------------------------------------------------------------
 
     def capture(self, on_written: Callable[[], None] = lambda: None) -> Capture:
-        """Writing from chat into Leanote through the outbox (``sync.daemon.capture``);
+        """Writing from chat into Leanote through the outbox (``sync.writeback.capture``);
         ``on_written`` is called after each write (the daemon schedules a sync pass)."""
         return self._once("capture", lambda: Capture(self.settings, on_written=on_written, outbox=self.outbox))
 

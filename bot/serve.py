@@ -8,7 +8,7 @@ existing index while Leanote is down. An account that fails is retried on its
 backoff schedule, sooner than the interval when that is shorter.
 
 One process, because the embedded index allows one opener: the CLI, scripts and
-monitoring reach it through its API (``sync.daemon.api``); ``trigger()`` (the bots' ``/sync``)
+monitoring reach it through its API (``bot.api.app``); ``trigger()`` (the bots' ``/sync``)
 runs a sync now, debounced. SIGHUP (``systemctl reload``) re-reads the config: what
 can change while running changes at once, the rest is named in the log as needing a
 restart. Under systemd (``Type=notify``) it reports READY, RELOADING, STOPPING and
@@ -47,15 +47,15 @@ from rag.index import embed as embed_mod
 from rag.index import lexical
 from rag.redact import safe_url
 
-from sync.daemon import api
-from sync.daemon.capture import Capture
-from sync.daemon.client import find_daemon
-from sync.daemon.metrics import Metrics
+from bot.api import app as api
+from sync.writeback.capture import Capture
+from bot.api.client import find_daemon
+from bot.api.metrics import Metrics
 from sync.faults import ServeLock, check_disk, state_fault
 from sync.memory_jobs import MemoryJobs
-from sync.daemon.metrics_wiring import attach_metrics
-from sync.daemon.notify import Notifier
-from sync.daemon.root import Parts
+from bot.api.metrics_wiring import attach_metrics
+from bot.notify import Notifier
+from bot.root import Parts
 from sync.service import PassResult, SyncService
 from sync.state import State
 
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 SCHEDULER_LOG = "apscheduler.scheduler.serve"  # one per process, as every logger
 
 # The long-running parts beside the sync (the chat bots, the file watcher): called with
-# the daemon, they run until it stops. ``sync.daemon.root.services()`` names them.
+# the daemon, they run until it stops. ``bot.root.services()`` names them.
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
@@ -73,7 +73,7 @@ CHAT_SYNC_WAIT = 600.0  # seconds /sync waits for its pass before it says "still
 class Daemon:
     def __init__(self, settings: Settings, services: list[Service], clock=time.time):
         self.settings = settings
-        self.services = list(services)  # what runs beside the sync (``sync.daemon.root.services``)
+        self.services = list(services)  # what runs beside the sync (``bot.root.services``)
         self.clock = clock
         self.index: NoteIndex | None = None
         self.answers: AnswerService | None = None
@@ -94,8 +94,8 @@ class Daemon:
         self._reader: State | None = None  # for reads in worker threads, behind _reader_lock
         self._reader_lock = threading.Lock()
         self._user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
-        self.parts: Parts | None = None  # what open() builds (sync.daemon.root), closed together
-        self.capture: Capture | None = None  # writing from chat into Leanote (sync.daemon.capture)
+        self.parts: Parts | None = None  # what open() builds (bot.root), closed together
+        self.capture: Capture | None = None  # writing from chat into Leanote (sync.writeback.capture)
         self.feedback: FeedbackStore | None = None  # the bots' answers, and each asker's 👍/👎
         self._sync_after_write: asyncio.TimerHandle | None = None
         self.memory_jobs: MemoryJobs | None = None  # the memory's LLM tier (sync.memory_jobs)
@@ -540,7 +540,7 @@ class Daemon:
 
         self._sync_after_write = asyncio.get_running_loop().call_later(self.settings.capture.sync_after, go)
 
-    # --- for the bots (bot.common.Host) ------------------------------------------------------
+    # --- for the bots (bot.chat.common.Host) ------------------------------------------------------
 
     def problems(self) -> list[dict]:
         """What keeps the sync from working, for ``status``: ``{"kind", "problem"}``, the

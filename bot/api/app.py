@@ -21,7 +21,7 @@ The memory (``rag.memory.explore``): ``GET /memory/find``, ``/memory/graph``, ``
 ``GET /explorer`` is a page over them (its graph library, vis-network, is served from the
 ``pyvis`` package; the page asks for a token when it is opened over TCP).
 
-Over TCP the door is kept by ``sync.daemon.guard`` (a deadline on each request's head and body, a cap on
+Over TCP the door is kept by ``bot.api.guard`` (a deadline on each request's head and body, a cap on
 connections, the excess put out or refused at once); a request without a valid token is answered 401 from its
 head (``TokenFirst``); ``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). Answers are
 shared out fairly between callers (``rag.answer.fair``); the ``answer`` event carries the answer as HTML with
@@ -62,20 +62,20 @@ from bot.render import NoteLinks, web_html
 from rag.memory import explore
 
 from rag import limits
-from sync.daemon.client import check_socket_path
+from bot.api.client import check_socket_path
 from rag.config import Settings, secret
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.memory.store import MemoryStore
 from rag.index.retrieve import RETRIEVERS, resolve_user
 
 from sync.faults import reading_state
-from sync.daemon.guard import AcceptErrors, Episode, Guard, GuardedH11, connection_cap
-from sync.daemon.report import status_report
+from bot.api.guard import AcceptErrors, Episode, Guard, GuardedH11, connection_cap
+from bot.cli.report import status_report
 
 if TYPE_CHECKING:
     from rag.answer.service import AnswerService
     from rag.index.note_index import NoteIndex
-    from sync.daemon.metrics import Metrics
+    from bot.api.metrics import Metrics
     from sync.service import PassResult, SyncService
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ ACCEPT_BATCH = 16  # connections accepted in one go before the next are looked a
 
 
 class Host(Protocol):
-    """What the API reads of the daemon that runs it (``sync.daemon.host.Daemon``)."""
+    """What the API reads of the daemon that runs it (``bot.serve.Daemon``)."""
 
     settings: Settings
     index: "NoteIndex | None"
@@ -459,7 +459,7 @@ class TokenFirst:
     """ASGI middleware for the TCP listener: a request for anything but the public paths
     (``/health``, ``/openapi.json``, the explorer page, which asks for a token itself) without
     a valid token is answered 401 from its head, before its body is read: a stranger's
-    request holds no connection longer than that answer takes (``sync.daemon.guard``)."""
+    request holds no connection longer than that answer takes (``bot.api.guard``)."""
 
     PUBLIC = ("/health", "/openapi.json", "/explorer")
 
