@@ -1,17 +1,14 @@
 """The composition root: the one place where leanote-rag's parts are put together.
 
-``Parts`` builds each part of the program once, from the settings, when it is first
-asked for, and closes what it built, in the reverse order: the state, the index, the
-memory, the feedback store, the outbox, the answer service (with its reranker and LLM
-client), what is derived from the notes (``sync.derived``), the sync service (with its
-source), the capture writer and the memory's LLM tier. ``apply`` hands every part that
-holds settings the new ones on a reload. ``serve`` (``bot.serve.Daemon``), the commands
-that work without a daemon (``bot.cli.door.LocalDoor``, ``index``, ``status``) and the
-tests build through it; no other module opens a store by its path or loads a model.
-
-``services()`` names what ``serve`` runs beside the sync (the chat bots and the file
-watcher), ``checks()`` what ``doctor`` asks the bots to check. The bots are imported when
-``serve`` or ``doctor`` starts, so a one-shot command does not load the chat libraries.
+``Parts`` builds each part of the program once, from the settings, when it is first asked
+for, and closes what it built, in the reverse order: the state, the index, the memory, the
+feedback store, the outbox, the answer service (with its reranker and LLM client), what is
+derived from the notes (``sync.derived``), the sync service (with its source), the daemon's
+schedule, the capture writer and the memory's LLM tier. ``apply`` hands every part that holds
+settings the new ones on a reload. ``serve`` (``bot.serve.Daemon``), the command line (its
+door without a daemon, ``doctor``) and the tests build through it; no other module opens a
+store by its path or loads a model: ``doctor`` and the metrics read through it too. The use
+cases (``bot.usecases``) take it and ask it for what they need.
 """
 
 from __future__ import annotations
@@ -24,23 +21,27 @@ from typing import Any, Callable
 
 from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
-from rag.answer.feedback import FeedbackStore
+from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.answer.feedback import path_for as feedback_path
 from rag.answer.service import AnswerService
 from rag.config import Settings
 from rag.errors import LeanoteRagError, UserError
+from rag.index import embed as embed_mod
 from rag.index.note_index import NoteIndex
 from rag.index.store import Store, open_store
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
 
-from sync.writeback.capture import Capture
-from sync.writeback.outbox import Outbox
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
+from sync.schedule import Schedule
 from sync.service import SyncService
 from sync.sources import open_source
 from sync.state import State
+from sync.writeback.capture import Capture
+from sync.writeback.outbox import FILE as OUTBOX_FILE
+from sync.writeback.outbox import Outbox
+
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ class Parts:
     ``create``/``rebuild``: the index may be made (``serve``, ``index``) or built anew
     (``index --rebuild``: the state's broken file is replaced, the index emptied).
     ``one_shot``: a command's answers (the CLI says why the LLM failed itself).
-    ``scheduled``: passes repeat (the daemon), so a failure says when it is retried.
+    ``scheduled``: the daemon: passes repeat on its schedule (a failure says when it is
+    retried), and it writes captures into Leanote.
     ``given``: parts built elsewhere (a test's index or state), used as they are and left to
     their owner to close."""
 
@@ -100,8 +102,17 @@ class Parts:
 
     @property
     def index(self) -> NoteIndex:
-        """The index, with its embedder loaded."""
-        return self._once("index", lambda: NoteIndex.open(self.settings, create=self.create, rebuild=self.rebuild))
+        """The index, with its embedder loaded. A store opened alone before (``store()``) is
+        closed first: the embedded index has one opener."""
+
+        def build() -> NoteIndex:
+            alone = self._parts.pop("store", None)
+            if alone is not None:
+                self._order.remove("store")
+                alone.close()
+            return NoteIndex.open(self.settings, create=self.create, rebuild=self.rebuild)
+
+        return self._once("index", build)
 
     def store(self) -> Store | None:
         """The index's store without loading the embedder (counts, which notes it holds): the
@@ -158,12 +169,70 @@ class Parts:
         """The captures from chat waiting to be written into Leanote (``sync.writeback.outbox``)."""
         return self._once("outbox", lambda: Outbox.open_for(self.settings))
 
+    def outbox_if_made(self) -> Outbox | None:
+        """The outbox when anything was ever captured, else None (for the status)."""
+        if self.built("outbox") or (self.settings.state_dir / OUTBOX_FILE).exists():
+            return self.outbox
+        return None
+
+    def account_users(self) -> dict[str, str]:
+        """The Leanote user id of each ``leanote_api`` account that has synced, by its email
+        (read from the state; {} before the first pass)."""
+        if not self.built("state") and not (self.settings.state_dir / "state.db").exists():
+            return {}
+        state = self._parts.get("reader") or self.state
+        return {a.account: a.user_id for a in state.accounts() if a.user_id}
+
+    def read_state(self, work: Callable[[State], Any]) -> Any:
+        """``work(state)`` on a connection of its own, opened for it and closed after (a
+        metrics scrape, in the HTTP server's thread, while a pass writes and the loop reads)."""
+        state = State(self.settings.state_dir)
+        try:
+            return work(state)
+        finally:
+            state.close()
+
     # --- the services ---------------------------------------------------------------------
 
-    def capture(self, on_written: Callable[[], None] = lambda: None) -> Capture:
+    @property
+    def schedule(self) -> Schedule:
+        """When the passes run (``sync.schedule``): the daemon's (``scheduled``) only."""
+        if not self.scheduled:
+            raise RuntimeError("only the daemon (Parts(scheduled=True)) has a schedule")
+        return self._once("schedule", lambda: Schedule(self.settings, self.sync, self.state, self.reader,
+                                                      chores=[self.forget_old_answers], clock=self.clock))
+
+    def forget_old_answers(self) -> None:
+        """The answers sent longer than ``KEEP_DAYS`` ago go from the feedback store (daily)."""
+        store = self.feedback_if_made()
+        if store is not None:
+            gone = store.forget(time.time() - KEEP_DAYS * 86400)
+            if gone:
+                log.info("forgot %d answers older than %d days (feedback)", gone, KEEP_DAYS)
+
+    @property
+    def can_capture(self) -> bool:
+        """Whether this process writes captures into Leanote: the daemon does."""
+        return self.scheduled
+
+    def capture(self) -> Capture:
         """Writing from chat into Leanote through the outbox (``sync.writeback.capture``);
-        ``on_written`` is called after each write (the daemon schedules a sync pass)."""
-        return self._once("capture", lambda: Capture(self.settings, on_written=on_written, outbox=self.outbox))
+        each write asks the schedule for a pass soon, so the note is searchable within seconds."""
+        def written() -> None:
+            if self.built("schedule"):
+                self.schedule.soon()
+
+        return self._once("capture", lambda: Capture(self.settings, self.outbox, on_written=written))
+
+    @property
+    def saving(self) -> dict[str, str]:
+        """The answers "Save as note" is saving (``bot.usecases.answers``): answer id -> "" while
+        its write runs, or the key of the capture that waits for Leanote."""
+        return self._once("saving", dict)
+
+    def note_url(self, note_id: str) -> str:
+        """Where a note opens in Leanote."""
+        return f"{self.settings.leanote.base_url.rstrip('/')}/note/{note_id}"
 
     @property
     def memory_jobs(self) -> MemoryJobs:
@@ -204,6 +273,25 @@ class Parts:
             self.settings, self.index, self.state, source=self._parts.get("source") or open_source(self.settings),
             derived=self.derived, clock=self.clock, rng=self.rng, scheduled=self.scheduled))
 
+    # --- each part alone, for ``doctor`` to check it: opened or loaded, and closed by the caller ---
+
+    def open_store(self) -> Store:
+        """The index's store as it is on disk (``StoreLocked``, ``NotIndexed`` ... say why not)."""
+        return open_store(self.settings.qdrant, self.settings.state_dir, dim=0, create=False)
+
+    def load_embedder(self):
+        """The configured embedder's model itself, not what a vector cache kept."""
+        return embed_mod.load(self.settings.embedder, cache=False)
+
+    def load_reranker(self) -> rerank_mod.Reranker:
+        return rerank_mod.load(self.settings.rerank)
+
+    def load_chat(self) -> llm_mod.ChatModel | None:
+        return llm_mod.load(self.settings.ollama)
+
+    def open_source(self):
+        return open_source(self.settings)
+
     def apply(self, settings: Settings) -> None:
         """New settings for every part built (a reload): the one way a running part learns
         them. The parts read them at each use; what cannot change while running stays as it
@@ -233,20 +321,3 @@ class Parts:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def services() -> list:
-    """What ``serve`` runs beside the sync: the chat bots and the file watcher."""
-    from bot.discord import service as discord
-    from bot.telegram import service as telegram
-    from sync.watch import watch
-
-    return [telegram, discord, watch]
-
-
-def checks() -> list:
-    """What ``doctor`` asks the bots to check (their tokens, chats, channels)."""
-    from bot.discord import check as discord
-    from bot.telegram import check as telegram
-
-    return [telegram, discord]

@@ -9,11 +9,11 @@ them; a folder created, moved in, deleted or moved away counts (its notes come o
 Changes are grouped: the sync starts once they have been quiet for
 ``sync.watch_debounce`` (a burst, e.g. a sync tool writing many files, is one pass),
 at the latest ten times that after the first one. Then the watcher makes sure that a
-pass which *started after* the last change has finished: it asks the daemon for a pass
-(``host.trigger(debounce=False)``: the watcher groups changes itself), asks again if the
+pass which *started after* the last change has finished: it asks the schedule for a pass
+(``Schedule.trigger(debounce=False)``: the watcher groups changes itself), asks again if the
 pass does not come, and looks at the run history in the state. So a change made while a pass was running,
 or just after a trigger, is never left for the next interval. While the sync is paused (the disk full, the
-state file damaged: ``host.paused()``) it asks for nothing and waits for the pass that ends the pause: a
+state file damaged: ``Schedule.paused()``) it asks for nothing and waits for the pass that ends the pause: a
 file changing all the time makes no pass of its own then. The interval passes still
 run: they catch anything the operating system does not report (a network share
 changed by another machine).
@@ -35,7 +35,7 @@ from rag.errors import UserError
 
 from sync.sources.files import SUFFIXES
 from sync.sources.mongodump import BACKUP
-from sync.state import State
+from sync.schedule import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,8 @@ class _Pending:
 
 
 async def watch(host) -> None:
-    """A ``serve`` service: sync soon after the source's files change (``sync.watch``)."""
+    """A ``serve`` service: sync soon after the source's files change (``sync.watch``).
+    ``host``: the daemon, whose ``schedule`` runs the passes."""
     settings = host.settings
     if not settings.sync.watch:
         return
@@ -149,33 +150,30 @@ async def watch(host) -> None:
     if not await asyncio.to_thread(path.is_dir):
         raise UserError(f"cannot watch {path}: it is not a folder (set sync.watch: false to turn the watcher off)")
     pending = _Pending()
-    reader = await asyncio.to_thread(State, settings.state_dir)  # the watcher's own connection, for the run history
+    schedule = host.schedule  # (the passes, and a reading connection to the state for the run history)
+    tasks = [
+        asyncio.create_task(_listen(schedule, path, recursive, relevant, pending)),
+        asyncio.create_task(_sync_changes(schedule, pending, settings.sync.watch_debounce)),
+    ]
     try:
-        tasks = [
-            asyncio.create_task(_listen(host, path, recursive, relevant, pending)),
-            asyncio.create_task(_sync_changes(host, reader, pending, settings.sync.watch_debounce)),
-        ]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for task in done:
-            task.result()  # an error of either is the service's
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        reader.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()  # an error of either is the service's
 
 
 watch.label = "file watcher"
 
 
-async def _listen(host, path: Path, recursive: bool, relevant: Filter, pending: _Pending) -> None:
+async def _listen(schedule: Schedule, path: Path, recursive: bool, relevant: Filter, pending: _Pending) -> None:
     """Note every relevant change until the daemon stops."""
     log.info("watching %s for changes", path)
     # awatch sets its stop event when it is cancelled: its own, or the watcher's end would stop the daemon
     stop = asyncio.Event()
-    relay = asyncio.create_task(_relay(host.stopping, stop))
+    relay = asyncio.create_task(_relay(schedule.stopping, stop))
     try:
         async for changes in awatch(path, watch_filter=relevant, recursive=recursive, stop_event=stop,
                                     step=50, ignore_permission_denied=True):
@@ -194,7 +192,7 @@ async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
     target.set()
 
 
-async def _sync_changes(host, reader: State, pending: _Pending, debounce: float) -> None:
+async def _sync_changes(schedule: Schedule, pending: _Pending, debounce: float) -> None:
     """After each quiet burst of changes, see a pass through that started after them."""
     while True:
         await pending.event.wait()
@@ -205,32 +203,34 @@ async def _sync_changes(host, reader: State, pending: _Pending, debounce: float)
                 break
             await asyncio.sleep(due - now)
         pending.event.clear()
-        await synced_after(host, reader, pending.wall)
+        await synced_after(schedule, pending.wall)
 
 
-async def synced_after(host, reader: State, since: float) -> None:
+async def synced_after(schedule: Schedule, since: float) -> None:
     """Return once a pass that started after ``since`` (time.time()) has finished. Until one
-    has started, ask the daemon for it: again while its trigger is debounced, and again when
-    one asked for has not come (the daemon's scheduler may drop a run asked for while the
-    previous one is winding up)."""
-    while not host.stopping.is_set():
-        if host.paused():  # the disk full, the state damaged: the pass after the pause is the one
-            await host.wait_for_pass(host.passes)
+    has started, ask the schedule for it: again while its trigger is debounced, and again when
+    one asked for has not come (the scheduler may drop a run asked for while the previous one
+    is winding up)."""
+    while not schedule.stopping.is_set():
+        if schedule.paused():  # the disk full, the state damaged: the pass after the pause is the one
+            await schedule.wait_for_pass(schedule.passes)
             continue
         try:
-            runs = await asyncio.to_thread(reader.runs_since, since)
+            runs = await asyncio.to_thread(schedule.reading, lambda state: state.runs_since(since))
         except sqlite3.DatabaseError:  # the state cannot be read: a pass finds out what is wrong, and pauses
-            passes = host.passes
-            host.trigger(debounce=False)
-            await host.wait_for_pass(passes)
+            passes = schedule.passes
+            schedule.trigger(debounce=False)
+            await schedule.wait_for_pass(passes)
             continue
+        if runs is None:  # the daemon closes
+            return
         if any(run["finished"] is not None for run in runs):
             return
-        passes = host.passes
-        if not runs and not host.trigger(debounce=False):
+        passes = schedule.passes
+        if not runs and not schedule.trigger(debounce=False):
             await asyncio.sleep(RETRY)
             continue
         try:  # for the pass asked for, or the one under way that started after the change
-            await asyncio.wait_for(host.wait_for_pass(passes), timeout=RECHECK)
+            await asyncio.wait_for(schedule.wait_for_pass(passes), timeout=RECHECK)
         except asyncio.TimeoutError:
             pass

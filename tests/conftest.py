@@ -127,6 +127,15 @@ def shared() -> Path:
 THREADS = 1
 
 
+def capture_alone(settings: config_mod.Settings, **options):
+    """The capture writer apart from a daemon, with an outbox of its own in the settings' state
+    directory (the composition root gives the daemon's its outbox)."""
+    from sync.writeback.capture import Capture
+    from sync.writeback.outbox import Outbox
+
+    return Capture(settings, Outbox.open_for(settings), **options)
+
+
 def make_settings(tmp_path: Path, **sections) -> config_mod.Settings:
     raw = {"source": {"kind": "files", "path": str(EXAMPLES)}, "state_dir": str(tmp_path / "data"),
            "embedder": {"threads": THREADS}}

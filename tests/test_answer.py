@@ -46,9 +46,10 @@ def test_no_hits_is_the_plain_refusal():
 def test_the_cli_and_the_bots_show_the_same_trace(capsys):
     """``ask --trace`` and the bots' /why render one list of rows (``Trace.rows``): every
     row of a full trace is in both, and why the LLM failed in full only for the operator."""
-    from bot.chat.common import trace_text
-    from rag.answer.types import Answer, Candidate, Trace
+    from bot.chat.texts import trace_text
     from bot.cli.notes import _print_trace
+    from bot.usecases.results import Why
+    from rag.answer.types import Answer, Candidate, Trace
 
     trace = Trace(question="番茄炒蛋要几个鸡蛋？", standalone="番茄炒蛋 鸡蛋 几个", rerank="none", followup="a follow-up",
                   expansion="terms: 鸡蛋", budget="evidence cut to 900 characters", decision="llm answered",
@@ -58,7 +59,7 @@ def test_the_cli_and_the_bots_show_the_same_trace(capsys):
                   candidates=[Candidate("p1", "n1", "番茄炒蛋", "做法", 1, 0.8, 2, 3.1, 0.03, None, 1)])
     _print_trace(Answer(question=trace.question, answer="", used_llm=True, grounded=False, trace=trace))
     cli = capsys.readouterr().out
-    why = trace_text(trace)
+    why = trace_text(Why.of(trace))
     rows = trace.rows()
     assert len(rows) == 13  # every field set above has its row
     for what, text in rows:

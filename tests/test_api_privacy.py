@@ -88,7 +88,7 @@ def test_a_scoped_token_sees_only_its_own_account_in_status(world):
         # ONE's password changed on the server: ONE's next login is refused
         leanote.users[ONE]["password"] = "changed"
         leanote.expire_tokens()
-        result = await within(daemon.sync_now(), "a sync pass")
+        result = await within(daemon.schedule.sync_now(), "a sync pass")
         assert "refused the login of one@example.com" in result.failures["one@example.com"]
 
         two = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_TWO}"})).json()
@@ -107,7 +107,7 @@ def test_a_scoped_token_sees_only_its_own_account_in_status(world):
 
         # TWO's own failure is TWO's to see (and still nothing of ONE's)
         leanote.fail("user/getSyncState", times=2)
-        await within(daemon.sync_now(), "a sync pass")
+        await within(daemon.schedule.sync_now(), "a sync pass")
         two = (await tcp.get("/status", headers={"Authorization": f"Bearer {TOKEN_TWO}"})).json()
         assert two["last_sync"]["ok"] is False
         assert two["last_sync"]["error"].startswith("two@example.com: ") and "HTTP 500" in two["last_sync"]["error"]

@@ -17,10 +17,9 @@ import time
 import pytest
 
 from rag.capture import Attachment, Origin, compose, hashtags, title_of
-from sync.writeback.capture import Capture
 from sync.writeback.outbox import FILE, Outbox
 
-from conftest import REPO, SCENARIO, make_settings, within
+from conftest import capture_alone, REPO, SCENARIO, make_settings, within
 from fakes.leanote import FakeLeanote
 
 ME = "5dbed2987db161bc2a85b919"
@@ -47,7 +46,7 @@ def settings_for(tmp_path, fake, **capture):
 
 def capture_for(settings) -> Capture:
     written = []
-    cap = Capture(settings, on_written=lambda: written.append(time.time()))
+    cap = capture_alone(settings, on_written=lambda: written.append(time.time()))
     cap.written = written
     return cap
 
@@ -61,15 +60,12 @@ def books_titled(fake, title, user_id=ME) -> list[dict]:
 
 
 def status_of(tmp_path) -> dict:
-    from bot.cli.report import status_report
-    from sync.state import State
+    from bot.root import Parts
+    from bot.usecases.status import status_report
 
     settings = make_settings(tmp_path)
-    state = State(settings.state_dir)
-    try:
-        return status_report(settings, state, None)
-    finally:
-        state.close()
+    with Parts(settings) as parts:
+        return status_report(settings, parts.state, None, outbox=parts.outbox_if_made())
 
 
 def drive(cap: Capture, coro):
@@ -278,12 +274,11 @@ def test_a_write_whose_answer_was_lost_is_not_written_twice(tmp_path, leanote):
 CHILD = """
 import asyncio, sys
 sys.path.insert(0, {tests!r})
-from conftest import make_settings
-from sync.writeback.capture import Capture
+from conftest import capture_alone, make_settings
 from pathlib import Path
 settings = make_settings(Path({tmp!r}), leanote={{"base_url": {url!r}}},
     capture={{"accounts": [{{"email": "me@example.com", "password_env": "LR_PW_ME"}}]}})
-cap = Capture(settings)
+cap = capture_alone(settings)
 async def main():
     stop = asyncio.Event()
     asyncio.create_task(cap.run(stop))
@@ -351,7 +346,7 @@ def test_a_capture_is_answered_after_the_pass_it_triggers(tmp_path, leanote):
             assert receipt.note_id in {c.note_id for c in answer.citations}
             summary = daemon.last_pass.summary
             assert summary.added == 1 and summary.chunks_embedded >= 1
-            again = await within(daemon.sync_now(), "a sync pass")  # the note we wrote is known now: nothing to do
+            again = await within(daemon.schedule.sync_now(), "a sync pass")  # the note we wrote is known now: nothing to do
             assert (again.summary.added, again.summary.updated, again.summary.chunks_embedded) == (0, 0, 0)
         finally:
             daemon.stop()

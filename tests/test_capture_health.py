@@ -11,10 +11,13 @@ import logging
 
 import pytest
 
-from sync.writeback.capture import Capture
 from sync.sources.leanote_api import ApiSource
 
-from conftest import SCENARIO, make_settings, within
+from bot.chat.texts import status_text
+from bot.usecases import status
+from bot.usecases.people import Person
+from bot.root import Parts
+from conftest import capture_alone, SCENARIO, make_settings, within
 from test_capture import ME, OTHER, PERSON, drive, leanote  # noqa: F401 (leanote: the fixture)
 from test_capture_once import Clock, submit
 
@@ -44,7 +47,7 @@ def login_refusals(caplog) -> list[str]:
 
 def test_a_refused_login_names_the_config_key_and_variable_holding_its_password(tmp_path, leanote, caplog):
     caplog.set_level(logging.DEBUG)
-    cap = Capture(capture_settings(tmp_path, leanote, "LR_PW_WRONG"))
+    cap = capture_alone(capture_settings(tmp_path, leanote, "LR_PW_WRONG"))
     try:
         assert drive(cap, cap.note(PERSON, ME, "密码错了")).status == "queued"
     finally:
@@ -53,7 +56,7 @@ def test_a_refused_login_names_the_config_key_and_variable_holding_its_password(
     assert "capture.accounts[1].password_env (LR_PW_WRONG)" in message and "source.accounts" not in message
 
     # capture borrowing the source's account: the source's key
-    cap = Capture(source_settings(tmp_path / "b", leanote, "LR_PW_WRONG"))
+    cap = capture_alone(source_settings(tmp_path / "b", leanote, "LR_PW_WRONG"))
     caplog.clear()
     try:
         assert drive(cap, cap.note(PERSON, ME, "密码错了")).status == "queued"
@@ -80,7 +83,7 @@ def test_the_log_says_once_when_captures_start_failing_and_once_when_they_go_aga
     settings = make_settings(tmp_path, leanote={"base_url": leanote.url}, capture={
         "accounts": [{"email": "me@example.com", "password_env": "LR_PW_WRONG"}]})
     clock = Clock(1_000_000.0)
-    cap = Capture(settings, clock=clock)
+    cap = capture_alone(settings, clock=clock)
 
     def tries(n):
         for _ in range(n):
@@ -121,14 +124,10 @@ def test_the_log_says_once_when_captures_start_failing_and_once_when_they_go_aga
 
 
 def status_for(settings, users=None) -> dict:
-    from bot.cli.report import status_report
-    from sync.state import State
+    from bot.usecases.status import status_report
 
-    state = State(settings.state_dir)
-    try:
-        return status_report(settings, state, None, users)
-    finally:
-        state.close()
+    with Parts(settings) as parts:
+        return status_report(settings, parts.state, None, users, outbox=parts.outbox_if_made())
 
 
 def test_status_shows_captures_waiting_for_a_failing_login_to_whom_it_concerns(tmp_path, leanote, capsys):
@@ -154,7 +153,10 @@ def test_status_shows_captures_waiting_for_a_failing_login_to_whom_it_concerns(t
             leanote.users[ME]["password"] = "changed-in-leanote"
             leanote.expire_tokens()
             assert (await daemon.capture.note(PERSON, ME, "密码改之后")).status == "queued"
-            return daemon.status_text(None), daemon.status_text(ME), daemon.status_text(OTHER)
+            said = []
+            for person in (Person("telegram:1", "", admin=True), Person("telegram:2", ME), Person("telegram:3", OTHER)):
+                said.append(status_text(await status.status(daemon.parts, person), person))
+            return said
         finally:
             daemon.stop()
             await within(task, "the daemon to stop", 30)

@@ -20,11 +20,10 @@ import time
 import pytest
 from markdown_it import MarkdownIt
 
-from bot.chat.common import outbox_text
+from bot.chat.texts import outbox_text
 from rag.capture import Attachment, Origin, Quote, answer_note, compose, md_escape
-from sync.writeback.capture import Capture
 
-from conftest import REPO, make_settings, until, within
+from conftest import capture_alone, REPO, make_settings, until, within
 from fakes.leanote import FakeLeanote
 
 ONE_ID = "5dbed2987db161bc2a85b919"
@@ -92,7 +91,7 @@ def test_a_write_leanote_applies_after_the_client_gave_up_is_found_not_sent_agai
     for it and waits until it can have landed; one note, and the person gets its link."""
     settings = slow_settings(tmp_path, leanote)
     clock = Clock()
-    cap = Capture(settings, clock=clock)
+    cap = capture_alone(settings, clock=clock)
     held = leanote.hold("note/addNote")
     try:
         receipt = asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "慢慢写的一条")))
@@ -123,7 +122,7 @@ def test_a_duplicate_that_lands_anyway_is_moved_to_the_trash(tmp_path, leanote):
     person was not given is found by its marker and moved to the trash: one note remains."""
     settings = slow_settings(tmp_path, leanote)
     clock = Clock()
-    cap = Capture(settings, clock=clock)
+    cap = capture_alone(settings, clock=clock)
     held = leanote.hold("note/addNote")
     try:
         receipt = asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "很晚才到的一条")))
@@ -153,11 +152,10 @@ CHILD = """
 import asyncio, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from conftest import make_settings
-from sync.writeback.capture import Capture
+from conftest import capture_alone, make_settings
 settings = make_settings(Path({tmp!r}), leanote={{"base_url": {url!r}}}, sync={{"http_timeout": "30s"}},
     capture={{"accounts": [{{"email": "one@example.com", "password_env": "LR_PW_ONE"}}], "resend_after": "10m"}})
-cap = Capture(settings)
+cap = capture_alone(settings)
 async def main():
     stop = asyncio.Event()
     asyncio.create_task(cap.run(stop))
@@ -184,7 +182,7 @@ def test_a_write_in_flight_when_the_process_is_killed_is_not_sent_again_after_a_
             child.kill()
     settings = slow_settings(tmp_path, leanote, resend_after="10m")  # (the fake clock jumps there)
     clock = Clock()
-    cap = Capture(settings, clock=clock)
+    cap = capture_alone(settings, clock=clock)
     try:
         [item] = cap.pending(ONE)
         assert item.state == "sending"
@@ -212,7 +210,7 @@ def test_retries_back_off_from_retry_min_doubling_to_retry_max(tmp_path, leanote
     if how != "login refused":
         leanote.fail("auth/login", times=1000, status=503)
     clock = Clock(1_000_000.0)
-    cap = Capture(settings, clock=clock)
+    cap = capture_alone(settings, clock=clock)
     try:
         receipt = asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "等 Leanote")))
         assert receipt.status == "queued"
@@ -236,7 +234,7 @@ def test_retries_back_off_from_retry_min_doubling_to_retry_max(tmp_path, leanote
 
 def test_one_accounts_refused_login_neither_holds_nor_shows_in_anothers_captures(tmp_path, leanote):
     settings = slow_settings(tmp_path, leanote, one_pw="LR_PW_WRONG")
-    cap = Capture(settings)
+    cap = capture_alone(settings)
 
     async def scenario():
         stop = asyncio.Event()
@@ -265,7 +263,7 @@ def test_one_accounts_refused_login_neither_holds_nor_shows_in_anothers_captures
 def test_one_account_stuck_in_a_slow_call_does_not_delay_another(tmp_path, leanote, held_call):
     """ONE's login (or write) hangs in Leanote; TWO's capture is written meanwhile, at once."""
     settings = slow_settings(tmp_path, leanote, timeout="60s")
-    cap = Capture(settings)
+    cap = capture_alone(settings)
     held = leanote.hold(held_call, ONE_ID)
 
     async def scenario():
@@ -298,7 +296,7 @@ def test_a_capture_queued_before_the_person_was_remapped_is_not_written_into_the
         users = make_settings(tmp_path, users=[{"leanote_user_id": user_id, "telegram_ids": [111]}]).users
         return slow_settings(tmp_path, leanote).model_copy(update={"users": users})
 
-    cap = Capture(mapped_to(ONE_ID))
+    cap = capture_alone(mapped_to(ONE_ID))
     try:
         leanote.down()
         assert asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "映射改之前记的"))).status == "queued"
@@ -358,7 +356,7 @@ def test_names_titles_and_quoted_text_are_shown_as_written_never_as_links():
 
 def test_a_file_named_like_a_link_is_attached_under_its_name(tmp_path, leanote):
     settings = slow_settings(tmp_path, leanote)
-    cap = Capture(settings)
+    cap = capture_alone(settings)
     try:
         receipt = asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "附件", files=[
             Attachment(EVIL + ".pdf", b"%PDF-1.4", "application/pdf"), Attachment(EVIL + ".png", b"\x89PNG", "image/png")])))
@@ -374,7 +372,7 @@ def test_a_file_named_like_a_link_is_attached_under_its_name(tmp_path, leanote):
 
 def test_a_file_sent_alone_is_titled_by_its_name_and_not_put_into_the_text(tmp_path, leanote):
     settings = slow_settings(tmp_path, leanote)
-    cap = Capture(settings)
+    cap = capture_alone(settings)
     try:
         receipt = asyncio.run(submit(cap, cap.note(ONE, ONE_ID, "", files=[
             Attachment("[点我](javascript:alert(1)).pdf", b"%PDF-1.4", "application/pdf")])))

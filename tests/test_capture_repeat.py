@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 
 from rag.capture import Attachment
-from sync.writeback.capture import Capture
 
-from conftest import make_settings
+from conftest import capture_alone, make_settings
 from test_capture import ME, PERSON, drive, leanote, notes_of  # noqa: F401 (leanote: the fixture)
 
 MESSAGE = "telegram:111:4242"
@@ -32,7 +31,7 @@ def titled(fake, title) -> list[dict]:
 
 def test_the_same_message_again_answers_with_the_first_note_also_after_a_restart(tmp_path, leanote):
     settings = settings_for(tmp_path, leanote, rate_limit=1)
-    cap = Capture(settings)
+    cap = capture_alone(settings)
     try:
         first = drive(cap, cap.note(PERSON, ME, "只记一次的想法", once=MESSAGE))
         again = drive(cap, cap.note(PERSON, ME, "只记一次的想法", once=MESSAGE))  # over the rate limit: not counted
@@ -43,7 +42,7 @@ def test_the_same_message_again_answers_with_the_first_note_also_after_a_restart
     assert again.status == "written" and again.again and again.note_id == first.note_id
     assert "Already saved" in again.message and first.url in again.message and "已记下" not in again.message
     assert other.status == "refused" and "Easy there" in other.message  # a new message does count
-    cap = Capture(settings)  # a new process: the outbox remembers
+    cap = capture_alone(settings)  # a new process: the outbox remembers
     try:
         later = drive(cap, cap.append(PERSON, ME, "只记一次的想法", once=MESSAGE))
     finally:
@@ -53,7 +52,7 @@ def test_the_same_message_again_answers_with_the_first_note_also_after_a_restart
 
 
 def test_the_same_message_twice_at_once_is_one_note_and_each_press_hears_of_it(tmp_path, leanote):
-    cap = Capture(settings_for(tmp_path, leanote))
+    cap = capture_alone(settings_for(tmp_path, leanote))
 
     async def both():
         return await asyncio.gather(*(cap.note(PERSON, ME, "按了两次", once=MESSAGE) for _ in range(2)))
@@ -68,7 +67,7 @@ def test_the_same_message_twice_at_once_is_one_note_and_each_press_hears_of_it(t
 
 
 def test_another_persons_capture_of_the_same_message_is_their_own(tmp_path, leanote):
-    cap = Capture(settings_for(tmp_path, leanote))
+    cap = capture_alone(settings_for(tmp_path, leanote))
     try:
         mine = drive(cap, cap.note(PERSON, ME, "群里的一条", once="telegram:-100:7"))
         theirs = drive(cap, cap.note("telegram:222", ME, "群里的一条", once="telegram:-100:7"))
@@ -80,7 +79,7 @@ def test_another_persons_capture_of_the_same_message_is_their_own(tmp_path, lean
 
 def test_a_message_leanote_refused_is_tried_anew_when_it_comes_again(tmp_path, leanote):
     leanote.max_upload_mb = 0.001  # Leanote refuses the file
-    cap = Capture(settings_for(tmp_path, leanote))
+    cap = capture_alone(settings_for(tmp_path, leanote))
     photo = [Attachment("photo.jpg", b"\xff\xd8" + b"x" * 4000, "image/jpeg")]
     try:
         refused = drive(cap, cap.note(PERSON, ME, "带图的一条", files=photo, once=MESSAGE))

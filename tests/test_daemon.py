@@ -19,7 +19,7 @@ import pytest
 from rag.index.retrieve import search
 from rag.index.store import EdgeStore
 from bot.serve import Daemon
-from bot.root import services
+from bot.serve import services
 
 from conftest import SCENARIO, THREADS, make_settings, until, within
 from fakes.leanote import FakeLeanote
@@ -61,18 +61,18 @@ def test_schedule_trigger_and_stop(leanote, tmp_path):
     async def scenario():
         daemon = Daemon(settings, services())
         task = await started(daemon)
-        sync_job = daemon.scheduler.get_job("sync")
+        sync_job = daemon.schedule.scheduler.get_job("sync")
         assert sync_job.trigger.interval.total_seconds() == 3600
         assert sync_job.max_instances == 1 and sync_job.coalesce is True
-        reconcile = daemon.scheduler.get_job("reconcile")
+        reconcile = daemon.schedule.scheduler.get_job("reconcile")
         assert str(reconcile.trigger.fields[5]) == "3" and str(reconcile.trigger.fields[6]) == "30"  # hour, minute
         assert search(daemon.index, "FIRST-SYNC-1", ALICE)[0].title == "第一条"
 
         leanote.put_note({"NoteId": "6" + "0" * 22 + "2", "UserId": ALICE, "NotebookId": BOOK, "Title": "第二条",
                           "Content": "手动触发的同步 TRIGGERED-2"})
         passes = daemon.passes
-        assert daemon.trigger() is True
-        assert daemon.trigger() is False  # debounced
+        assert daemon.schedule.trigger() is True
+        assert daemon.schedule.trigger() is False  # debounced
         await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=60)
         assert search(daemon.index, "TRIGGERED-2", ALICE)[0].title == "第二条"
         daemon.stop()
@@ -94,13 +94,13 @@ def test_questions_are_answered_while_leanote_is_down_and_retries_come_sooner(le
         leanote.put_note({"NoteId": "6" + "0" * 22 + "3", "UserId": ALICE, "NotebookId": BOOK, "Title": "x", "Content": "y"})
         leanote.fail("user/getSyncState", times=1000)
         passes = daemon.passes
-        daemon.trigger()
+        daemon.schedule.trigger()
         result = await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=60)
         assert "alice@example.com" in result.failures
         # the index still answers
         assert search(daemon.index, "FIRST-SYNC-1", ALICE)[0].title == "第一条"
         # the failing account is retried on its backoff (24..36 s), not after the 1 h interval
-        wait = (daemon.scheduler.get_job("sync").next_run_time - datetime.now().astimezone()).total_seconds()
+        wait = (daemon.schedule.scheduler.get_job("sync").next_run_time - datetime.now().astimezone()).total_seconds()
         assert 20 < wait < 40
         daemon.stop()
         await asyncio.wait_for(task, timeout=30)
@@ -191,7 +191,7 @@ def test_a_pass_outrunning_the_interval_is_said_once_not_warned_every_interval(l
         caplog.clear()
         held = leanote.hold("user/getSyncState")  # the next pass waits for Leanote
         passes = daemon.passes
-        daemon.trigger(debounce=False)
+        daemon.schedule.trigger(debounce=False)
         await until(lambda: any("taking longer than sync.interval" in r.getMessage() for r in caplog.records),
                     what="the long pass to be said", timeout=60)
         await asyncio.sleep(1.0)  # five more intervals the pass outruns

@@ -223,7 +223,8 @@ def test_a_usn_below_the_synced_one_compares_every_note_at_once_and_status_says_
                                                                                      use_embedder, caplog, capsys):
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
-    from bot.cli.report import print_status, status_report
+    from bot.cli.report import print_status
+    from bot.usecases.status import status_report
     from sync.state import State
 
     from conftest import make_settings
@@ -299,7 +300,8 @@ def test_a_restore_is_noticed_when_the_usn_climbed_back_past_the_cursor(tmp_path
     sync: X1 and X2 leave the index, Y1-Y4 come in, at once, and the log and status say why."""
     from rag.index.note_index import NoteIndex
     from rag.index.retrieve import search
-    from bot.cli.report import print_status, status_report
+    from bot.cli.report import print_status
+    from bot.usecases.status import status_report
     from sync.state import State
 
     from conftest import make_settings

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import discord
 import pytest
 
-from bot.discord import DiscordBot, embeds_for
+from bot.discord import build, embeds_for
 from bot.render import discord_plain_links
 from bot.serve import Daemon
 
@@ -77,7 +77,7 @@ def run(settings, scenario):
         task = asyncio.create_task(daemon.run())
         try:
             await within(daemon.wait_for_pass(0), "the daemon's first pass")
-            bot = DiscordBot(daemon)
+            bot = build(daemon)
             await within(scenario(daemon, bot, lambda name: bot.tree.get_command(name).callback), "the scenario",
                          SCENARIO)
         finally:
@@ -197,8 +197,8 @@ def test_errors_are_ephemeral_and_commands_work(world):
 def test_commands_are_registered_for_the_tree():
     names = {"ask", "search", "reset", "status", "sync", "why", "help", "about", "related", "reject", "confirm"}
     settings = make_settings(__import__("pathlib").Path("/tmp"))
-    host = SimpleNamespace(settings=settings, user_for_email=lambda e: None)
-    bot = DiscordBot(host)
+    host = SimpleNamespace(settings=settings, parts=None)
+    bot = build(host)
     assert {c.name for c in bot.tree.get_commands()} == names
     ask = bot.tree.get_command("ask")
     assert [p.name for p in ask.parameters] == ["question", "private"]

@@ -11,7 +11,7 @@ import pytest
 import yarl
 from discord.gateway import DiscordWebSocket
 
-from bot.chat.common import MEMORY_OFF
+from bot.chat.texts import MEMORY_OFF
 from rag.memory.store import MemoryStore
 
 from conftest import until

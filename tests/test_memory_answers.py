@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from bot.chat.common import trace_text
+from bot.chat.texts import trace_text
+from bot.usecases.results import Why
 from rag.answer.service import AnswerService, notes_about
 from rag.answer.evidence import Evidence, add_facts
 from rag.index.note_index import NoteIndex
@@ -109,7 +110,7 @@ def test_facts_are_evidence_cited_to_their_source_note_and_the_trace_shows_them(
             assert block_note == pg_id
             assert answer.grounded and answer.citations[0].note_id == pg_id
             assert answer.citations[0].url == store.note_info("local", pg_id)["url"]  # the note's own link
-            why = trace_text(svc.conversations.trace("local", "t:1"))
+            why = trace_text(Why.of(svc.conversations.trace("local", "t:1")))
             assert "实体 entities: pool_size" in why and "事实 fact: " in why
         finally:
             close(svc, index, store)

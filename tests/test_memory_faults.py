@@ -30,8 +30,11 @@ import httpx
 import pytest
 import yaml
 
-from bot.chat.common import about_reply, about_text, related_reply, trace_text
-from bot.telegram import _trace
+from bot.chat.texts import about_text, related_text, trace_text
+from bot.usecases import memory as memory_case
+from bot.usecases.people import Person
+from bot.usecases.results import About, Why
+from rag.answer.types import Trace
 from rag import config as config_mod
 from rag.memory import explore
 from rag.answer.service import AnswerService
@@ -67,9 +70,10 @@ async def memory_api(sock: str, *paths: str) -> list[tuple[int, str]]:
 
 async def doors(daemon, sock: str) -> dict[str, str]:
     """What each door shows Alice about Atlas, the pool note and the trashed note's id."""
-    out = {"about": (await about_reply(daemon, ALICE, "Atlas")).text,
-           "related note": (await related_reply(daemon, ALICE, A_POOL)).text,
-           "related question": (await related_reply(daemon, ALICE, "Atlas 数据库 连接池")).text}
+    alice = Person("telegram:111", ALICE)
+    out = {"about": about_text(await memory_case.about(daemon.parts, alice, "Atlas")).text,
+           "related note": related_text(await memory_case.related(daemon.parts, alice, A_POOL)).text,
+           "related question": related_text(await memory_case.related(daemon.parts, alice, "Atlas 数据库 连接池")).text}
     for path, (status, body) in zip(
             ("find", "entity", "graph entity", "graph note", "note"),
             await memory_api(sock, f"/memory/find?q=Atlas&user={ALICE}", f"/memory/entity?name=Atlas&user={ALICE}",
@@ -101,7 +105,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
             assert A_ATLAS in [c.note_id for c in asked.citations]
             answer_id = daemon.feedback.record("telegram:111", ALICE, asked, "telegram:111:111")
             kept = daemon.feedback.get(answer_id, "telegram:111")
-            assert "Atlas 数据库迁移" in trace_text(_trace(kept.trace)) and "migrate_atlas" in kept.answer
+            assert "Atlas 数据库迁移" in trace_text(Why.of(Trace.from_json(kept.trace))) and "migrate_atlas" in kept.answer
             before = await doors(daemon, sock)
             for door in ("about", "related note", "api find", "api entity", "api graph entity", "api note",
                          "answer facts", "listing"):
@@ -115,7 +119,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
                 for n in (1, 2):
                     caplog.clear()
                     with caplog.at_level(logging.WARNING):
-                        result = await within(daemon.sync_now(), "a sync pass")
+                        result = await within(daemon.schedule.sync_now(), "a sync pass")
                     assert result.ok and result.summary.deleted == (1 if n == 1 else 0)
                     assert A_ATLAS not in daemon.index.store.note_ids(ALICE)
                     logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -142,7 +146,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
 
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="sync"):
-                result = await within(daemon.sync_now(), "a sync pass")
+                result = await within(daemon.schedule.sync_now(), "a sync pass")
             assert result.ok
             assert holdings_of(settings, A_ATLAS) == {"notes": 0, "mentions": 0, "facts": 0, "related": 0, "jobs": 0}
             assert any(A_ATLAS in r.getMessage() and "removed" in r.getMessage() for r in caplog.records)
@@ -153,7 +157,7 @@ def test_a_locked_memory_during_a_trash_is_logged_every_pass_and_repaired_by_the
             assert "PostgreSQL 连接池配置" in after["listing"] and "PostgreSQL 备份" in after["about"]
             # the feedback store: the question and verdict stay; nothing of the note does
             record = daemon.feedback.get(answer_id, "telegram:111")
-            shown = json.dumps(record.as_json(), ensure_ascii=False) + trace_text(_trace(record.trace))
+            shown = json.dumps(record.as_json(), ensure_ascii=False) + trace_text(Why.of(Trace.from_json(record.trace)))
             for word in ATLAS_WORDS[1:]:
                 assert word not in shown, word
             assert record.question == asked.question
@@ -377,7 +381,8 @@ def nothing_of_the_diary(cfg: Path, when: str) -> None:
         finally:
             answers.close()
         shown = {
-            "about": about_text("ArrayList", memory.facts_about(ALICE, "ArrayList"), memory.entity(ALICE, "ArrayList")).text,
+            "about": about_text(About("ArrayList", ALICE, memory.facts_about(ALICE, "ArrayList"),
+                                      memory.entity(ALICE, "ArrayList"))).text,
             "related": json.dumps([memory.related_of(ALICE, n) for n in PUBLIC], ensure_ascii=False),
             "api find": json.dumps(memory.find(ALICE, "ArrayList"), ensure_ascii=False),
             "api entity": json.dumps(explore.entity_card(memory, ALICE, "ArrayList"), ensure_ascii=False),

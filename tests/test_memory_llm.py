@@ -20,7 +20,7 @@ from rag.memory.store import MemoryStore
 from rag.model import Note
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
-from bot.cli.report import memory_counts
+from bot.usecases.status import memory_counts
 from sync.state import INDEXED
 
 from conftest import until, within

@@ -12,14 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from discord import app_commands
 
-from bot.discord import DiscordBot
+from bot.discord import build as discord_bot
 from bot.telegram import service as telegram_service
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
-from bot.api.metrics import Metrics, StateSnapshot, UserCounts
+from bot.api.metrics import attach_metrics, Metrics, StateSnapshot, UserCounts
 from bot.serve import Daemon
-from bot.api.metrics_wiring import attach_metrics
 from sync.state import State
 from bot.root import Parts
 
@@ -66,12 +65,12 @@ def served(tmp_path, use_embedder, ollama):
                              answer={"first_token_budget": 5.0}, rerank={"kind": "none"})
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-    sync = Parts(settings, index=index, state=state, clock=lambda: NOW).sync
-    answers = AnswerService(settings, index, chat=OllamaChat(settings.ollama))
+    parts = Parts(settings, index=index, state=state, clock=lambda: NOW)
+    sync, answers = parts.sync, parts.answers
     metrics = Metrics()
-    attach_metrics(metrics, sync, answers, settings.state_dir)
+    attach_metrics(metrics, parts)
     yield settings, sync, answers, metrics
-    answers.close()
+    parts.close()
     index.close()
     state.close()
 
@@ -233,9 +232,10 @@ def test_a_failing_account_reports_its_lag_and_failure_until_it_recovers(tmp_pat
         )
         state = State(settings.state_dir)
         index = NoteIndex.open(settings, create=True, embedder=use_embedder)
-        sync = Parts(settings, index=index, state=state, clock=lambda: clock[0], rng=lambda: 0.5).sync
+        parts = Parts(settings, index=index, state=state, clock=lambda: clock[0], rng=lambda: 0.5)
+        sync = parts.sync
         metrics = Metrics(process=False)
-        attach_metrics(metrics, sync, None, settings.state_dir)
+        attach_metrics(metrics, parts)
         account = {"source": sync.source.name, "account": "alice@example.com"}
         try:
             assert sync.run_pass().ok
@@ -286,9 +286,10 @@ def test_an_account_that_was_never_reached_is_failing_without_a_lag(tmp_path, mo
     state = State(settings.state_dir)
     index = NoteIndex.open(settings, create=True, embedder=use_embedder)
     try:
-        sync = Parts(settings, index=index, state=state, clock=lambda: NOW).sync
+        parts = Parts(settings, index=index, state=state, clock=lambda: NOW)
+        sync = parts.sync
         metrics = Metrics(process=False)
-        attach_metrics(metrics, sync, None, settings.state_dir)
+        attach_metrics(metrics, parts)
         assert not sync.run_pass().ok
         s = scrape(metrics)
         account = {"source": sync.source.name, "account": "alice@example.com"}
@@ -324,7 +325,7 @@ def test_discord_counts_errors_while_answering_and_searching(tmp_path):
             task = asyncio.create_task(daemon.run())
             try:
                 await within(daemon.wait_for_pass(0), "the daemon's first pass")
-                bot = DiscordBot(daemon)
+                bot = discord_bot(daemon)
                 daemon.metrics = None  # a host without metrics: the error path still answers
                 break_search(daemon)
                 command = {name: bot.tree.get_command(name).callback for name in ("ask", "search")}

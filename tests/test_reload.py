@@ -199,7 +199,7 @@ def test_a_reload_that_changes_the_privacy_rules_during_a_pass_applies_them_righ
                 await within(daemon.wait_for_pass(0), "the first pass")
                 assert recipes() == {"indexed"}
                 (notes_dir / "巡检.md").write_text("# 巡检\n\n设备巡检 HELD-IN-THE-PASS-9。\n", encoding="utf-8")
-                assert daemon.trigger(debounce=False)
+                assert daemon.schedule.trigger(debounce=False)
                 await wait_until(lambda: "HELD-IN-THE-PASS-9" in ollama.held, 60, "a pass to embed the new note")
                 write("exclude: {notebooks: [菜谱]}\n")
                 daemon.reload()  # what SIGHUP runs

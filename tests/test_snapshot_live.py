@@ -256,7 +256,7 @@ def test_watcher_syncs_changes_within_seconds_and_ignores_other_files(notes_dir,
                     "a folder moved in is indexed")
 
         assert search(daemon.index, "WATCH-CHANGED-2", "local")[0].title == "监视新笔记"
-        assert daemon.scheduler.get_job("sync").trigger.interval.total_seconds() == 3600
+        assert daemon.schedule.scheduler.get_job("sync").trigger.interval.total_seconds() == 3600
         daemon.stop()
         await asyncio.wait_for(task, timeout=60)
 

@@ -304,7 +304,7 @@ def test_an_error_while_answering_never_leaves_the_chat_hanging(world, caplog):
         await until(lambda: len(final(tg, OWNER, "Sorry, something went wrong")) == 2)
         # each failure logged once, with where it happened: the question's by the answer (which ends its
         # streaming message), the search's by the bot's error handler
-        failed = [r for r in caplog.records if r.name == "bot.telegram" and r.levelno == logging.ERROR]
+        failed = [r for r in caplog.records if r.name.startswith("bot.telegram") and r.levelno == logging.ERROR]
         assert [r.getMessage() for r in failed] == ["answering a Telegram question failed",
                                                     "telegram: handling an update failed"]
         assert all("segment file vanished" in str(r.exc_info[1]) for r in failed)
@@ -365,7 +365,7 @@ def test_sources_link_only_web_urls():
 
 
 def test_pacer_edits_at_most_once_per_interval_under_a_fake_clock():
-    from bot.chat.common import Pacer, Wait
+    from bot.chat.pacing import Pacer, Wait
 
     class Clock:
         t = 0.0

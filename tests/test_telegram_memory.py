@@ -5,11 +5,11 @@ fake Leanote (tests/memory_world.py). Every reply and press reads the person's o
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 
-from bot.chat.common import MEMORY_NOT_YET, MEMORY_OFF, memory_problem
+from bot.chat.texts import MEMORY_OFF
+from bot.usecases.memory import MemoryUnavailable, memory_of
 from rag.memory.store import MemoryStore, path_for
 from bot.root import Parts
 
@@ -189,8 +189,9 @@ def test_reject_from_a_group_button_and_a_press_by_another_leanote_user_changes_
 def test_memory_off_or_not_built_says_so(memory, tmp_path):
     fresh = make_settings(tmp_path)
     with Parts(fresh) as parts:  # what a daemon gives its bots before its first pass
-        host = SimpleNamespace(settings=fresh, memory=parts.memory_to_read)
-        assert memory_problem(host) == MEMORY_NOT_YET and not path_for(fresh).exists()  # and nothing was created
+        with pytest.raises(MemoryUnavailable) as why:
+            memory_of(parts)
+        assert why.value.reason == "not_yet" and not path_for(fresh).exists()  # and nothing was created
 
     async def scenario(tg, settings):
         for text in ("/about Atlas", f"/related {A_ATLAS}", "/reject f0123456789ab"):

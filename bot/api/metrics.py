@@ -6,12 +6,13 @@ daemons, or tests, in one process do not collide. It is fed three ways:
 - events, as they finish: ``observe_pass`` (a ``SyncService`` observer), ``observe_answer``
   (an ``AnswerService`` observer), ``bot_error`` (the bots' error paths);
 - the sync state, read at scrape time by a collector (``add_state_collector``): always
-  current, no hooks. The state is sync's, so the collector takes a callable returning
-  plain data (``StateSnapshot``); ``bot.api.metrics_wiring`` builds it from a ``State``;
+  current, no hooks. The collector takes a callable returning plain data
+  (``StateSnapshot``); ``attach_metrics`` gives it one that reads the state through a
+  connection of its own, opened by the composition root for each scrape (scrapes come from
+  the HTTP server's worker threads while a pass writes and the event loop reads);
 - the process collector (CPU, memory, open files), the GC and platform collectors.
 
-``exposition()`` renders the registry for ``GET /metrics``. This module is core and
-neutral: it imports neither sync/ nor bot/ (passes are read by duck typing).
+``exposition()`` renders the registry for ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from prometheus_client import (CollectorRegistry, Counter, GCCollector, Histogram, PlatformCollector, ProcessCollector,
                                disable_created_metrics)
@@ -28,6 +29,11 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from rag.answer.types import OUTCOMES, Answer
+
+from sync.state import INDEXED, State
+
+if TYPE_CHECKING:
+    from bot.root import Parts
 
 log = logging.getLogger(__name__)
 
@@ -255,3 +261,42 @@ class _StateCollector(Collector):
 
 def _readable() -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_state_readable", "1 when the sync state could be read for this scrape")
+
+
+def state_snapshot(state: State, source: str | None = None) -> StateSnapshot:
+    """What the state says of every account of ``source`` (all sources when None; an account of
+    a source no longer configured would only show a stale age), and of notes and chunks per user."""
+    db = state.db
+    skipped = dict(((s, a), n) for s, a, n in db.execute(
+        "SELECT source, account, COUNT(*) FROM skipped GROUP BY source, account"))
+    accounts = []
+    for a in state.accounts():
+        if source is not None and a.source != source:
+            continue
+        # a snapshot source has one account named after it; its notes carry account ""
+        key = "" if a.account == a.source else a.account
+        failing = a.last_error is not None
+        accounts.append(AccountState(
+            source=a.source, account=a.account, cursor_usn=a.cursor, server_usn=a.server_usn,
+            last_success=a.last_success, failing=failing,
+            failing_since=a.failing_since if failing else None,
+            last_error_at=a.last_attempt if failing else None,
+            notes_indexed=state.indexed_count(a.source, key),
+            notes_skipped=skipped.get((a.source, key), 0),
+        ))
+    chunks = dict(db.execute(
+        "SELECT user_id, SUM(json_array_length(point_ids)) FROM notes WHERE status = ? GROUP BY user_id",
+        (INDEXED,)))
+    users = [UserCounts(u, n, int(chunks.get(u) or 0)) for u, n in sorted(state.counts_by_user().items())]
+    return StateSnapshot(accounts, users)
+
+
+def attach_metrics(metrics: Metrics, parts: "Parts") -> None:
+    """Count the passes of ``parts``' sync and the answers of its answer service (when built),
+    and report the state at each scrape."""
+    sync = parts.sync
+    sync.observers.append(metrics.observe_pass)
+    if parts.built("answers"):
+        parts.answers.observers.append(metrics.observe_answer)
+    source = sync.source.name
+    metrics.add_state_collector(lambda: parts.read_state(lambda state: state_snapshot(state, source)))

@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
-
 
 from rag.config import Settings
 
-
-@dataclass(frozen=True)
-class Person:
-    leanote_user_id: str
-    admin: bool
+from bot.usecases.people import Person, conversation_key, person_key, user_for_email
 
 
 STRANGER = {
@@ -37,7 +31,8 @@ UNRESOLVED = "你的账号对应的 Leanote 用户还没同步过，请稍后再
 class Access:
     def __init__(self, host, clock=time.monotonic):
         """``host``: the daemon (its ``settings`` are read at each question, so a reload
-        of ``users`` or ``bots.rate_limit`` applies at once; ``user_for_email``)."""
+        of ``users`` or ``bots.rate_limit`` applies at once; its ``parts`` know which Leanote
+        user an account's email is)."""
         self.host = host
         self.clock = clock
         self._asked: dict[tuple[str, int], deque[float]] = {}
@@ -47,15 +42,23 @@ class Access:
     def settings(self) -> Settings:
         return self.host.settings
 
-    def person(self, platform: str, chat_user_id: int) -> Person | None | str:
-        """The mapped person, None for a stranger, or a message when the mapping cannot
-        be resolved yet (an email whose account has not synced)."""
+    def person(self, platform: str, chat_user_id: int, place: int | str | None = None) -> Person | None | str:
+        """The mapped person (their conversation in ``place``, a chat or channel, when given),
+        None for a stranger, or a message when the mapping cannot be resolved yet (an email
+        whose account has not synced)."""
         for entry in self.settings.users:
             ids = entry.telegram_ids if platform == "telegram" else entry.discord_ids
             if chat_user_id in ids:
-                user_id = entry.leanote_user_id or self.host.user_for_email(entry.leanote_email.strip().lower())
-                return Person(user_id, entry.admin) if user_id else UNRESOLVED
+                user_id = entry.leanote_user_id or self._user_for_email(entry.leanote_email)
+                if not user_id:
+                    return UNRESOLVED
+                conversation = conversation_key(platform, place, chat_user_id) if place is not None else None
+                return Person(person_key(platform, chat_user_id), user_id, entry.admin, conversation)
         return None
+
+    def _user_for_email(self, email: str) -> str | None:
+        parts = getattr(self.host, "parts", None)
+        return user_for_email(parts, email) if parts is not None else None
 
     def stranger(self, platform: str, chat_user_id: int) -> str | None:
         """The refusal for a stranger, or None when they were refused a short while ago."""

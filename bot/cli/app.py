@@ -3,11 +3,12 @@
 Exit codes: 0 ok; 2 bad config or usage (the message names the fix); 1 a runtime
 failure (a message; the traceback only with ``--debug``); 130 interrupted.
 
-``App`` is what a command gets: the settings (loaded on first use), the person it acts
-for (``--user``), and the program's parts, built once by ``bot.root``. The
-commands themselves are in ``notes`` (search, ask, eval, feedback), ``memory``
-(entities, memory, related) and ``service`` (index, status, serve, doctor);
-``bot.cli`` puts them in the group.
+``App`` is what a command gets: the settings (loaded on first use), its door to the notes
+(``bot.cli.door``: the running daemon's API, or the parts built here) and the person it acts
+for (the machine's operator, asking of ``--user``'s notes). Each command parses its options,
+calls a use case through the door and prints what comes back. The commands are in ``notes``
+(search, ask, eval, feedback), ``memory`` (entities, memory, related) and ``service`` (index,
+status, serve, doctor); ``bot.cli`` puts them in the group.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import sys
 import traceback
 import unicodedata
-from contextlib import closing
 from typing import TYPE_CHECKING
 
 import click
@@ -30,26 +30,9 @@ from rag.redact import redact_in_logs, safe_url
 if TYPE_CHECKING:  # the doors are imported when a command uses them: `--help` and the commands
     # that go through a running daemon start without loading the search stack
     from bot.cli.door import Door
+    from bot.usecases.people import Person
 
 log = logging.getLogger("leanote_rag")
-
-def account_user_id(settings, name: str) -> str | None:
-    """The Leanote user id of a ``source.accounts`` account, named by its email (or login
-    name) as ``users:`` takes it: what ``--user`` resolves it to. None when ``name`` is no
-    account; an error when it is one that has not synced yet."""
-    key = name.strip().lower()
-    if settings.source.kind != "leanote_api" or key not in {a.email.strip().lower() for a in settings.source.accounts}:
-        return None
-    if (settings.state_dir / "state.db").exists():
-        from sync.state import State
-
-        with closing(State(settings.state_dir)) as state:
-            found = next((a.user_id for a in state.accounts() if a.account == key and a.user_id), None)
-        if found:
-            return found
-    raise UserError(f"account {name} has not synced yet, so its Leanote user is not known: run `leanote-rag index` "
-                    f"(`leanote-rag status` says why it failed, if it did), or pass its Leanote user id")
-
 
 class App:
     """What every command gets: the config (loaded on first use) and output helpers."""
@@ -70,24 +53,30 @@ class App:
                 logging.getLogger().setLevel(level if self.serving else max(level, logging.WARNING))
         return self._settings
 
-    def user_id(self, name: str | None) -> str | None:
-        """``--user`` as given: a Leanote user id, or another name of one that ``users:``
-        takes too (the email of a ``source.accounts`` account, once it has synced)."""
-        if not name:
-            return name
-        return account_user_id(self.settings, name) or name
-
-    def pick_user(self, users: dict[str, int], name: str | None) -> str:
-        """Whose notes: ``--user`` (an id or another name of one), or the only user there is."""
-        from rag.index.retrieve import resolve_user
-
-        return resolve_user(users, self.user_id(name))
-
-    def door(self) -> "Door":
-        """The notes, through the running daemon if there is one, else opened here."""
+    def door(self, create: bool = False, rebuild: bool = False) -> "Door":
+        """The notes, through the running daemon if there is one, else opened here (``create``,
+        ``rebuild``: for ``index``)."""
         from bot.cli.door import open_door
 
-        return open_door(self.settings)
+        return open_door(self.settings, create=create, rebuild=rebuild)
+
+    def person(self, door: "Door", name: str | None, users: dict[str, int] | None = None) -> "Person":
+        """The command line's person: the machine's operator (an admin), asking of ``--user``'s
+        notes (a Leanote user id, or an account's email once it has synced), or of the only user
+        there is. ``users``: the index's users, when the caller has them already."""
+        from bot.usecases.people import Person, named_user
+        from rag.index.retrieve import resolve_user
+
+        users = door.users() if users is None else users
+        user_id = resolve_user(users, named_user(self.settings, door.accounts(), name) if name else None)
+        return Person("cli", user_id, admin=True)
+
+    def user_id(self, parts, name: str | None) -> str | None:
+        """``--user`` of the commands that read a store through the root's ``parts`` (feedback,
+        the memory's corrections): a Leanote user id, or an account's email once it has synced."""
+        from bot.usecases.people import accounts, named_user
+
+        return named_user(self.settings, accounts(parts), name) if name else name
 
 
 pass_app = click.make_pass_decorator(App)

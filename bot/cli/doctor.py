@@ -1,4 +1,7 @@
-"""``leanote-rag doctor``: each part checked the way it is used, each failure with its fix."""
+"""``leanote-rag doctor``: each part checked the way it is used, each failure with its fix.
+
+Each part is opened or loaded through the composition root (``bot.root.Parts``), alone, apart
+from a running daemon (which holds the index: its health is asked instead)."""
 
 from __future__ import annotations
 
@@ -9,20 +12,20 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from rag.index import embed as embed_mod
 from rag.config import Settings, make_private
-from bot.api.client import find_daemon
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, NotIndexed, StoreLocked, UserError
+from rag.index import embed as embed_mod
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
 from rag.speed import meaning
-from rag.index.store import open_store
 
 from sync.faults import MIN_FREE, free_bytes
-from sync.sources import open_source
 from sync.state import State
+
+from bot.api.client import find_daemon
+from bot.root import Parts
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +43,31 @@ class Check:
 PartCheck = Callable[[Settings], Iterable[tuple[str, bool, str, str]]]
 
 
+def checks() -> list[PartCheck]:
+    """What ``doctor`` asks the bots to check (their tokens, chats, channels). The bots are
+    imported when ``doctor`` runs, so the other commands do not load the chat libraries."""
+    from bot.discord import check as discord
+    from bot.telegram import check as telegram
+
+    return [telegram, discord]
+
+
 def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
-    """Every check, in order; ``parts``: the checks of the parts ``serve`` runs (the
-    composition root, ``bot.root``, passes the bots')."""
+    """Every check, in order; ``parts``: the checks of the parts ``serve`` runs (``checks()``:
+    the bots')."""
     try:
         settings: Settings = app.settings
     except LeanoteRagError as err:
         yield Check("config", False, str(err), "correct the file; every option is listed in the repository's config.yaml")
         return
     yield Check("config", True, f"{settings.config_path or 'defaults'} is valid")
-    yield from _source(settings)
-    yield from _state(settings)
-    yield from _index(settings)
-    yield from _embedder(settings)
-    yield from _reranker(settings)
-    yield from _ollama(settings)
+    with Parts(settings) as root:
+        yield from _source(root)
+        yield from _state(root)
+        yield from _index(root)
+        yield from _embedder(root)
+        yield from _reranker(root)
+        yield from _ollama(root)
     yield from _api(settings)
     yield from _parts(settings, parts)
 
@@ -90,8 +103,9 @@ def _parts(settings: Settings, parts: Iterable[PartCheck]) -> Iterator[Check]:
             yield Check(name, False, f"the check itself failed: {type(err).__name__}: {err}", "run with --debug")
 
 
-def _state(settings: Settings) -> Iterator[Check]:
+def _state(root: Parts) -> Iterator[Check]:
     """The state directory (private? writable?), state.db (readable?), privacy rules (match?)."""
+    settings = root.settings
     folder = settings.state_dir
     if folder.exists():
         mode = stat.S_IMODE(folder.stat().st_mode)
@@ -118,28 +132,25 @@ def _state(settings: Settings) -> Iterator[Check]:
         yield Check("sync state", True, f"none yet in {folder}: the first `leanote-rag index` or `serve` makes it")
         return
     try:
-        state = State(folder)
+        state = root.state
     except BrokenState as err:
         yield Check("sync state", False, str(err), "leanote-rag index --rebuild")
         return
     except LeanoteRagError as err:
         yield Check("sync state", False, str(err), f"make {folder} readable and writable by this user")
         return
-    try:
-        verdict = state.problem()  # SQLite's check, also when it cannot read a page at all
-        if verdict is not None:
-            yield Check("sync state", False, f"{state.path} is damaged: {verdict}", "leanote-rag index --rebuild, "
-                        "or restore state.db from a backup")
-            return
-        skipped = state.skipped()
-        detail = f"{state.path} is consistent"
-        if skipped:
-            latest = skipped[0]
-            detail += f"; {len(skipped)} note(s) could not be indexed, e.g. {latest['origin']}: {latest['reason']}"
-        yield Check("sync state", True, detail)
-        yield from _privacy(settings, state)
-    finally:
-        state.close()
+    verdict = state.problem()  # SQLite's check, also when it cannot read a page at all
+    if verdict is not None:
+        yield Check("sync state", False, f"{state.path} is damaged: {verdict}", "leanote-rag index --rebuild, "
+                    "or restore state.db from a backup")
+        return
+    skipped = state.skipped()
+    detail = f"{state.path} is consistent"
+    if skipped:
+        latest = skipped[0]
+        detail += f"; {len(skipped)} note(s) could not be indexed, e.g. {latest['origin']}: {latest['reason']}"
+    yield Check("sync state", True, detail)
+    yield from _privacy(settings, state)
 
 
 def _privacy(settings: Settings, state: State) -> Iterator[Check]:
@@ -180,10 +191,11 @@ def json_list(text: str) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _source(settings: Settings) -> Iterator[Check]:
+def _source(root: Parts) -> Iterator[Check]:
+    settings = root.settings
     kind = settings.source.kind
     try:
-        source = open_source(settings)
+        source = root.open_source()
     except UserError as err:
         yield Check(f"source ({kind})", False, str(err), "fix source.* in the config")
         return
@@ -225,7 +237,8 @@ def _reach_fix(settings: Settings) -> str:
     return "check the mongodb:// URL in the variable named by source.url_env and that MongoDB is running"
 
 
-def _index(settings: Settings) -> Iterator[Check]:
+def _index(root: Parts) -> Iterator[Check]:
+    settings = root.settings
     name = f"index ({settings.qdrant.kind})"
     try:
         client = find_daemon(settings)
@@ -249,7 +262,7 @@ def _index(settings: Settings) -> Iterator[Check]:
             yield Check(name, False, "the running daemon's last sync failed", "leanote-rag status shows why")
         return
     try:
-        store = open_store(settings.qdrant, settings.state_dir, dim=0, create=False)
+        store = root.open_store()
     except StoreLocked as err:
         yield Check(name, True, f"in use by another process: {err}")
         return
@@ -276,10 +289,11 @@ def _index(settings: Settings) -> Iterator[Check]:
         store.close()
 
 
-def _embedder(settings: Settings) -> Iterator[Check]:
+def _embedder(root: Parts) -> Iterator[Check]:
+    settings = root.settings
     name = f"embedder ({settings.embedder.kind})"
     try:
-        embedder = embed_mod.load(settings.embedder, cache=False)  # the model itself, not what a cache kept
+        embedder = root.load_embedder()  # the model itself, not what a cache kept
         embedder.embed(["健康检查 health check"])
         detail = f"{embedder.model_id}, {embedder.dim} dimensions"
         cache = embed_mod.cache_path(settings.embedder)
@@ -294,16 +308,17 @@ def _embedder(settings: Settings) -> Iterator[Check]:
         yield Check(name, False, str(err), fix)
 
 
-def _reranker(settings: Settings) -> Iterator[Check]:
+def _reranker(root: Parts) -> Iterator[Check]:
     from rag.answer import rerank
 
+    settings = root.settings
     kind, why = rerank.resolve(settings.rerank)
     name = f"reranker ({settings.rerank.kind})"
     if kind == "none":
         yield Check(name, True, why or "off: answers use the fused order")
         return
     try:
-        model = rerank.load(settings.rerank)
+        model = root.load_reranker()
         model.score("健康检查", ["health check"])
         yield Check(name, True, model.model_id)
     except LeanoteRagError as err:
@@ -311,19 +326,20 @@ def _reranker(settings: Settings) -> Iterator[Check]:
                     "install the [models] extra and the weights (docs/install.md), or set rerank.kind: none")
 
 
-def _ollama(settings: Settings) -> Iterator[Check]:
+def _ollama(root: Parts) -> Iterator[Check]:
     import asyncio
 
     from rag.errors import ModelMissing
-    from rag.llm import NotOllama, OllamaChat
+    from rag.llm import NotOllama
 
+    settings = root.settings
     cfg = settings.ollama
     name = f"ollama ({safe_url(cfg.host)}, {cfg.model})"
     if not cfg.enabled:
         yield Check(name, True, "off (ollama.enabled: false): answers are extractive")
         return
     try:
-        chat = OllamaChat(cfg)
+        chat = root.load_chat()
         detail = asyncio.run(chat.check())
         speed = load_speeds(settings.state_dir / SPEED_FILE).get(cfg.model)
         if (speed is None or not speed.read_tps) and settings.state_dir.exists():

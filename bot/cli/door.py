@@ -1,25 +1,32 @@
-"""How the CLI reaches the notes: by opening the index itself, or through the running
-daemon that holds it. Both doors offer the same calls and return the same data, so
-each command is written once and prints the same either way.
+"""How the command line reaches the notes: by opening them here, or through the running daemon
+that holds the index. Both doors offer the same use cases (``bot.usecases``) and return the
+same data, so each command is written once and prints the same either way.
 
-``open_door(settings)`` chooses: a daemon answering on ``api.socket`` means the
-daemon (``bot.api.client.find_daemon``), else the index is opened here.
+``open_door(settings)`` chooses: a daemon answering on ``api.socket`` means the daemon
+(``bot.api.client.find_daemon``), else the parts are built here (``bot.root.Parts``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 from rag.answer.types import Answer, Citation
 from rag.config import Settings
 from rag.errors import Unavailable
-from rag.model import Hit
 
 from bot.api.client import DaemonClient, find_daemon, say_door
+from bot.usecases.people import Person
+from bot.usecases.results import About, Found, RelatedNotes, Synced, Verdict
 
-if TYPE_CHECKING:  # the index is imported by the door that opens it: through a daemon, never
-    from rag.index.note_index import NoteIndex
+
+class Progress(Protocol):
+    """Where a pass's progress is shown: a step of this process's pass (``sync.progress.Step``)
+    or an event of the daemon's (``POST /sync``'s ``progress``)."""
+
+    def __call__(self, step) -> None: ...
+
+    def event(self, event: dict) -> None: ...
 
 
 class Door(Protocol):
@@ -29,17 +36,27 @@ class Door(Protocol):
         """Indexed chunks per Leanote user."""
         ...
 
-    def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]: ...
+    def accounts(self) -> dict[str, str]:
+        """The Leanote user of each API account that has synced, by its email."""
+        ...
 
-    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
+    def search(self, person: Person, query: str, k: int | None, retriever: str = "hybrid") -> Found: ...
+
+    def ask(self, person: Person, question: str, on_token: Callable[[str], None] | None = None,
             on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
         """The answer; ``on_token`` hears its text as the LLM writes it, ``on_sources`` the
         notes its evidence comes from, once, before the LLM reads."""
         ...
 
-    def held(self, user_id: str, note_ids: list[str]) -> set[str]:
-        """Those of ``note_ids`` the index holds for the user."""
-        ...
+    def about(self, person: Person, name: str) -> About: ...
+
+    def related(self, person: Person, target: str, k: int) -> RelatedNotes: ...
+
+    def verdict(self, person: Person, item_id: str, verdict: str) -> Verdict: ...
+
+    def status(self, person: Person) -> dict: ...
+
+    def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced: ...
 
     def close(self) -> None: ...
 
@@ -59,44 +76,69 @@ class _Closing:
 
 
 class LocalDoor(_Closing):
-    """This process opens the index (and, to answer, loads the reranker and the LLM client)."""
+    """This process builds the parts it needs (the index, and to answer the reranker and the
+    LLM client), each once, and runs the use cases on one event loop of its own.
+    ``create``/``rebuild``: the index may be made, or built anew (``index``)."""
 
     through_daemon = False
 
-    def __init__(self, settings: Settings):
-        from bot.root import Parts
+    def __init__(self, settings: Settings, create: bool = False, rebuild: bool = False):
+        from bot.root import Parts  # (here: through a daemon the command line loads none of the parts)
 
         self.settings = settings
-        self.parts = Parts(settings, one_shot=True)  # each loaded once (a reranker is slow to load) ...
-        self._loop: asyncio.AbstractEventLoop | None = None  # ... and asked on one event loop
+        self.parts = Parts(settings, one_shot=True, create=create, rebuild=rebuild)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    @property
-    def index(self) -> "NoteIndex":
-        return self.parts.index
-
-    def users(self) -> dict[str, int]:
-        return self.index.store.count_by_user()
-
-    def held(self, user_id: str, note_ids: list[str]) -> set[str]:
-        if not note_ids:
-            return set()
-        store = self.parts.store()  # no model loaded for it
-        if store is None:  # nothing indexed yet
-            return set()
-        return store.holding(user_id, note_ids)
-
-    def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
-        from rag.index.retrieve import search
-
-        return search(self.index, query, user_id, k, retriever=retriever)
-
-    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
-            on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
-        answers = self.parts.answers
+    def _run(self, work):
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(answers.ask(question, user_id, on_token=on_token,
-                                                               on_sources=on_sources))
+        return self._loop.run_until_complete(work)
+
+    def users(self) -> dict[str, int]:
+        from bot.usecases.people import users
+
+        return self._run(users(self.parts))
+
+    def accounts(self) -> dict[str, str]:
+        from bot.usecases.people import accounts
+
+        return accounts(self.parts)
+
+    def search(self, person: Person, query: str, k: int | None, retriever: str = "hybrid") -> Found:
+        from bot.usecases import asking
+
+        return self._run(asking.search(self.parts, person, query, k, retriever))
+
+    def ask(self, person: Person, question: str, on_token: Callable[[str], None] | None = None,
+            on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
+        from bot.usecases import asking
+
+        return self._run(asking.ask(self.parts, person, question, on_token=on_token, on_sources=on_sources)).answer
+
+    def about(self, person: Person, name: str) -> About:
+        from bot.usecases import memory
+
+        return self._run(memory.about(self.parts, person, name))
+
+    def related(self, person: Person, target: str, k: int) -> RelatedNotes:
+        from bot.usecases import memory
+
+        return self._run(memory.related(self.parts, person, target, k))
+
+    def verdict(self, person: Person, item_id: str, verdict: str) -> Verdict:
+        from bot.usecases import memory
+
+        return self._run(memory.verdict(self.parts, person, item_id, verdict))
+
+    def status(self, person: Person) -> dict:
+        from bot.usecases import status
+
+        return self._run(status.status(self.parts, person))
+
+    def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced:
+        from bot.usecases import syncing
+
+        return self._run(syncing.sync_now(self.parts, person, reconcile, rebuild, progress=shown))
 
     def close(self) -> None:
         if self._loop is not None:
@@ -106,7 +148,7 @@ class LocalDoor(_Closing):
 
 
 class DaemonDoor(_Closing):
-    """The running daemon answers (``GET /users``, ``GET /search``, ``POST /ask``)."""
+    """The running daemon runs the use cases, reached through its API (``bot.api.app``)."""
 
     through_daemon = True
 
@@ -116,18 +158,15 @@ class DaemonDoor(_Closing):
     def users(self) -> dict[str, int]:
         return self.client.get("/users")["users"]
 
-    def held(self, user_id: str, note_ids: list[str]) -> set[str]:
-        if not note_ids:
-            return set()
-        return set(self.client.post("/notes/held", {"user": user_id, "note_ids": sorted(set(note_ids))})["held"])
+    def accounts(self) -> dict[str, str]:
+        return self.client.get("/users").get("accounts") or {}
 
-    def search(self, query: str, user_id: str, k: int | None, retriever: str = "hybrid") -> list[Hit]:
-        body = self.client.get("/search", q=query, user=user_id, k=k, retriever=retriever)
-        return [Hit(**h) for h in body["hits"]]
+    def search(self, person: Person, query: str, k: int | None, retriever: str = "hybrid") -> Found:
+        return Found.from_json(self.client.get("/search", q=query, user=person.user_id, k=k, retriever=retriever))
 
-    def ask(self, question: str, user_id: str, on_token: Callable[[str], None] | None = None,
+    def ask(self, person: Person, question: str, on_token: Callable[[str], None] | None = None,
             on_sources: Callable[[list[Citation]], None] | None = None) -> Answer:
-        for event in self.client.stream("/ask", {"question": question, "user": user_id}):
+        for event in self.client.stream("/ask", {"question": question, "user": person.user_id}):
             if event["event"] == "token" and on_token is not None:
                 on_token(event["text"])
             elif event["event"] == "sources" and on_sources is not None:
@@ -136,11 +175,35 @@ class DaemonDoor(_Closing):
                 return Answer.from_json(event["answer"])
         raise Unavailable("the daemon ended the answer before it was complete")
 
+    def about(self, person: Person, name: str) -> About:
+        return About.from_json(self.client.get("/memory/about", name=name, user=person.user_id))
+
+    def related(self, person: Person, target: str, k: int) -> RelatedNotes:
+        return RelatedNotes.from_json(self.client.get("/memory/related", target=target, user=person.user_id, k=k))
+
+    def verdict(self, person: Person, item_id: str, verdict: str) -> Verdict:
+        return Verdict.from_json(self.client.post("/memory/verdict", {"id": item_id, "verdict": verdict,
+                                                                      "user": person.user_id}))
+
+    def status(self, person: Person) -> dict:
+        return self.client.get("/status")
+
+    def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced:
+        """The daemon makes the pass; its progress and summary come back here."""
+        for event in self.client.stream("/sync", {"reconcile": reconcile, "rebuild": rebuild, "wait": True}):
+            if event["event"] == "progress":
+                shown.event(event)
+            elif event["event"] == "result":
+                return Synced(event["summary"], event["failures"])
+        raise Unavailable("the daemon ended the sync before it reported its result")
+
     def close(self) -> None:
         self.client.close()
 
 
-def open_door(settings: Settings) -> Door:
+def open_door(settings: Settings, create: bool = False, rebuild: bool = False) -> Door:
+    """The daemon's door when one runs for these settings, else one opened here (``create``,
+    ``rebuild``: for ``index``, which may make the index or build it anew)."""
     client = find_daemon(settings)
     say_door(settings, client)
-    return DaemonDoor(client) if client is not None else LocalDoor(settings)
+    return DaemonDoor(client) if client is not None else LocalDoor(settings, create=create, rebuild=rebuild)

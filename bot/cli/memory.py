@@ -19,37 +19,25 @@ from bot.cli.app import App, cell as _cell, pass_app, print_json as _print_json
 if TYPE_CHECKING:  # the memory is imported when a command reads it (`--help` loads none of it)
     from rag.memory.store import MemoryStore
 
-
-def _indexed(app: App, user: str, *rows: list[dict], also: list[str] = ()) -> list:
-    """Each of ``rows`` (the memory's notes, facts, related notes) less those of notes the
-    index no longer holds (``explore.indexed_only``: a note the sync could not remove from the
-    memory yet is never named); a row list is None when a note of ``also`` is not held."""
-    from rag.memory import explore
-
-    ids = sorted(explore.note_ids_in(list(rows)) | set(also))
-    if not ids:
-        return list(rows)
-    with app.door() as door:
-        held = door.held(user, ids)
-    if any(a not in held for a in also):
-        return [None for _ in rows]
-    return [explore.indexed_only(r, held) for r in rows]
+    from bot.root import Parts
 
 
 @contextmanager
-def _open_memory(app: App) -> Iterator["MemoryStore"]:
-    """The memory, read directly (it works while the service runs)."""
+def _memory_here(app: App) -> Iterator[tuple["Parts", "MemoryStore"]]:
+    """The memory, read through the root's parts here (SQLite: it works while the service
+    runs), for the commands that only an operator has: entities, a correction's history,
+    export and import."""
     from bot.root import Parts
+    from bot.usecases.memory import memory_of
 
-    settings = app.settings
-    if not settings.memory.enabled:
-        raise UserError("the memory is off (memory.enabled: false in the config): set it to true and run "
-                        "`leanote-rag index`")
-    with Parts(settings) as parts:
-        store = parts.memory_to_read
-        if store is None:
-            raise UserError(f"no memory yet in {settings.state_dir}: run `leanote-rag index` first")
-        yield store
+    with Parts(app.settings) as parts:
+        yield parts, memory_of(parts)
+
+
+def _user(app: App, parts: "Parts", store: "MemoryStore", name: str | None) -> str:
+    from rag.index.retrieve import resolve_user
+
+    return resolve_user(store.users(), app.user_id(parts, name))
 
 
 @click.command()
@@ -61,8 +49,8 @@ def _open_memory(app: App) -> Iterator["MemoryStore"]:
 def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json: bool) -> None:
     """What your notes are about: the entities most notes mention (terms, code, tags,
     headings, link labels)."""
-    with _open_memory(app) as memory:
-        user = app.pick_user(memory.users(), user_id)
+    with _memory_here(app) as (parts, memory):
+        user = _user(app, parts, memory, user_id)
         found = memory.entities(user, top, kind)
     if as_json:
         _print_json({"user_id": user, "entities": found})
@@ -108,15 +96,13 @@ def _date(when: float | None) -> str:
 def memory_show(app: App, entity: str, user_id: str | None, as_json: bool) -> None:
     """The facts about ENTITY (as subject or object) and the notes that mention it, and where."""
     limits.check(entity, app.settings.limits.question_chars, "the name")
-    with _open_memory(app) as store:
-        user = app.pick_user(store.users(), user_id)
-        notes = store.entity(user, entity)
-        facts = store.facts_about(user, entity)
-    notes, facts = _indexed(app, user, notes, facts)
+    with app.door() as door:
+        about = door.about(app.person(door, user_id), entity)
+    notes, facts = about.notes, about.facts
     for n in notes:
         n["score"] = len(n["mentions"])
     if as_json:
-        _print_json({"entity": entity, "user_id": user, "facts": facts, "notes": notes})
+        _print_json({"entity": entity, "user_id": about.user_id, "facts": facts, "notes": notes})
         return
     if not notes and not facts:
         click.echo(f"no note mentions {entity!r} (`leanote-rag entities` lists what the notes mention)")
@@ -151,9 +137,8 @@ def _verdict_command(verdict: str):
     @click.option("--json", "as_json", is_flag=True, help="JSON output")
     @pass_app
     def command(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
-        with _open_memory(app) as store:
-            user = app.pick_user(store.users(), user_id)
-            done = store.correct(user, item_id, verdict)
+        with app.door() as door:
+            done = door.verdict(app.person(door, user_id), item_id, verdict).done
         if as_json:
             _print_json(done)
             return
@@ -182,8 +167,8 @@ memory.command(name="confirm", help="Confirm a fact or related pair (ID from `me
 def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
     """A fact's or pair's verdicts (who, when, what) and, for a fact, its supersession history
     with sources."""
-    with _open_memory(app) as store:
-        user = app.pick_user(store.users(), user_id)
+    with _memory_here(app) as (parts, store):
+        user = _user(app, parts, store, user_id)
         h = store.correction_history(user, item_id)
     if as_json:
         _print_json(h)
@@ -210,8 +195,8 @@ def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -
 @pass_app
 def memory_export(app: App, user_id: str | None) -> None:
     """Every correction (verdicts and their log) as JSON on stdout: `memory export > corrections.json`."""
-    with _open_memory(app) as store:
-        _print_json(store.export_corrections(app.user_id(user_id)))
+    with _memory_here(app) as (parts, store):
+        _print_json(store.export_corrections(app.user_id(parts, user_id)))
 
 
 @memory.command(name="import")
@@ -228,8 +213,8 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
         raise UserError(f"cannot read {file}: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{file} is not JSON ({err}); give a file `leanote-rag memory export` wrote") from None
-    with _open_memory(app) as store:
-        result = store.import_corrections(data, app.user_id(user_id))
+    with _memory_here(app) as (parts, store):
+        result = store.import_corrections(data, app.user_id(parts, user_id))
     if as_json:
         _print_json(result)
         return
@@ -246,27 +231,13 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
 @pass_app
 def related(app: App, target: str, user_id: str | None, k: int, as_json: bool) -> None:
     """Notes related to a note (its id) or to a question (the notes found for it, then theirs)."""
-    from rag.memory import related as related_mod
-
     limits.check(target, app.settings.limits.question_chars, "the question")
-    with _open_memory(app) as store:
-        user = app.pick_user(store.users(), user_id)
-        named = related_mod.of_note(store, user, target, k)  # an id, or the words of one note's title
-        if named is not None:
-            info, notes = named
-            target = info["note_id"]
-            about = {"note_id": target}
-        else:
-            with app.door() as door:
-                hits = door.search(target, user, k, "hybrid")
-            notes = related_mod.for_text(store, user, target, hits, k, app.settings.memory.related_question_min_score)
-            about = {"query": target}
-    if "note_id" in about:
-        notes, = _indexed(app, user, notes, also=[target])
-        if notes is None:
-            raise UserError(f"no note {target} in the index (it left it: trashed, deleted or made private)")
-    else:
-        notes, = _indexed(app, user, notes)
+    with app.door() as door:
+        found = door.related(app.person(door, user_id), target, k)
+    if found.gone:
+        raise UserError(f"no note {found.note_id} in the index (it left it: trashed, deleted or made private)")
+    about = {"note_id": found.note_id} if found.note_id else {"query": found.query}
+    user, notes = found.user_id, found.notes
     if as_json:
         _print_json({**about, "user_id": user, "notes": notes})
         return

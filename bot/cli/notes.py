@@ -56,19 +56,18 @@ def search(app: App, query, queries_file, as_json, k, user_id, retriever) -> Non
     with app.door() as door:
         users = door.users()
         if batch is None:
-            user = app.pick_user(users, user_id)
-            hits = door.search(query, user, k, retriever)
+            found = door.search(app.person(door, user_id, users), query, k, retriever)
             if as_json:
-                _print_json({"query": query, "user_id": user, "hits": [h.as_json() for h in hits]})
+                _print_json({"query": query, "user_id": found.user_id, "hits": [h.as_json() for h in found.hits]})
             else:
-                _print_hits(hits, query, app.settings)
+                _print_hits(found.hits, query, app.settings)
             return
         failed = 0
         for q in batch:
             try:
                 limits.check(q["question"], most, f"query {q.get('id')}")
-                user = app.pick_user(users, q.get("user_id") or user_id)
-                hits = door.search(q["question"], user, k, retriever)
+                hits = door.search(app.person(door, q.get("user_id") or user_id, users), q["question"], k,
+                                   retriever).hits
                 out = {"id": q.get("id"), "hits": [h.as_json() for h in hits]}
             except UserError as err:
                 failed += 1
@@ -105,8 +104,8 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
         click.echo()
 
     with app.door() as door:
-        user = app.pick_user(door.users(), user_id)
-        answer = door.ask(question, user, on_token=printer if stream else None, on_sources=found if stream else None)
+        answer = door.ask(app.person(door, user_id), question, on_token=printer if stream else None,
+                          on_sources=found if stream else None)
     if as_json:
         _print_json(answer.as_json(with_trace=show_trace))
         return
@@ -177,15 +176,17 @@ def _without_llm(question: str, answer) -> str | None:
 
 
 def _print_trace(answer) -> None:
-    t = answer.trace
+    from bot.usecases.results import Why
+
+    why = Why.of(answer.trace, operator=True, timings_ms=answer.timings_ms)
     click.echo("\n" + click.style("trace", bold=True))
-    for what, text in t.rows(operator=True):
+    for what, text in why.rows:
         click.echo(f"  {what + ':':<11} {text}")
-    click.echo(f"  timings ms: {answer.timings_ms}")
+    click.echo(f"  timings ms: {why.timings_ms}")
     click.echo("  candidates: dense rank/score · sparse rank/score · fused · rerank · evidence block")
-    for c in t.candidates[:20]:
-        dense, sparse, fused, rr, ev = c.cells()
-        click.echo(f"    {dense:>11} {sparse:>10} {fused:>7} {rr:>6} {ev:>4}  {c.title} › {c.heading}")
+    for c in why.candidates[:20]:
+        click.echo(f"    {c['dense']:>11} {c['sparse']:>10} {c['fused']:>7} {c['rerank']:>6} {c['evidence']:>4}  "
+                   f"{c['title']} › {c['heading']}")
 
 
 @click.command(name="eval")
@@ -209,9 +210,14 @@ def eval_command(app: App, questions_file: Path | None, answers_file: Path | Non
         return
     from rag.eval import evaluate, load_questions, report_json
 
+    from bot.usecases.people import Person
+
     questions = load_questions(questions_file)
     with app.door() as door:
-        reports, skipped = evaluate(door.search, questions, tuple(retrievers) or RETRIEVERS, with_changes)
+        def search(question: str, user_id: str, k: int, retriever: str):
+            return door.search(Person("cli", user_id, admin=True), question, k, retriever).hits
+
+        reports, skipped = evaluate(search, questions, tuple(retrievers) or RETRIEVERS, with_changes)
     result = report_json(reports, skipped)
     if as_json:
         _print_json(result)
@@ -230,6 +236,8 @@ def _answer_eval(app: App, path: Path, as_json: bool, with_changes: bool) -> Non
     """``eval --answers``: every question through ``ask``, by the same door as ``ask``."""
     from rag.eval import ANSWER_REQUIRED, answer_report, ask_all, check_answer_question, load_questions
 
+    from bot.usecases.people import Person
+
     questions = load_questions(path, required=ANSWER_REQUIRED, check=check_answer_question)
     settings = app.settings
     def show(i: int, n: int, q: dict, answer) -> None:
@@ -239,7 +247,10 @@ def _answer_eval(app: App, path: Path, as_json: bool, with_changes: bool) -> Non
 
     progress = show if sys.stderr.isatty() else None
     with app.door() as door:
-        pairs, skipped = ask_all(door.ask, questions, with_changes, progress)
+        def ask(question: str, user_id: str):
+            return door.ask(Person("cli", user_id, admin=True), question)
+
+        pairs, skipped = ask_all(ask, questions, with_changes, progress)
         through_daemon = door.through_daemon
     llm = ({"model": settings.ollama.model, "host": safe_url(settings.ollama.host), "through_daemon": through_daemon}
            if settings.ollama.enabled else None)
@@ -333,7 +344,7 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
         store = parts.feedback_if_made()
         if store is not None:
             made = True
-            records = store.export(app.user_id(user_id), since)
+            records = store.export(app.user_id(parts, user_id), since)
     if as_json:
         _print_json(records)
         return

@@ -12,11 +12,9 @@ import sys
 
 import click
 
-from rag.errors import Unavailable
+from sync.progress import Every, Step
 
 from bot.cli.app import App, pass_app
-from bot.api.client import find_daemon, say_door
-from sync.progress import Every, Step
 
 # The index, the stores and the report are imported by the commands that use them: `--help`
 # loads none of them.
@@ -58,33 +56,6 @@ class _Shown:
             self.bar.close()
 
 
-def _index_here(app: App, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
-    from bot.root import Parts
-    from sync.faults import check_disk
-
-    settings = app.settings
-    with Parts(settings, create=True, rebuild=rebuild) as parts:
-        parts.state  # the state first: a broken one is said (or, rebuilding, replaced) before anything else
-        check_disk(settings.state_dir)  # before the index maps its files: no room there is a crash
-        service = parts.sync
-        if rebuild and service.derived is not None:
-            service.derived.reset()  # derived from the notes, like the index: built again
-        with _Shown() as shown:
-            result = service.run_pass(reconcile=reconcile, force=True, progress=shown)
-    return result.summary.as_json(), result.failures
-
-
-def _index_through(client, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
-    """The running daemon makes the pass; its progress and summary come back here."""
-    with _Shown() as shown:
-        for event in client.stream("/sync", {"reconcile": reconcile, "rebuild": rebuild, "wait": True}):
-            if event["event"] == "progress":
-                shown.event(event)
-            elif event["event"] == "result":
-                return event["summary"], event["failures"]
-    raise Unavailable("the daemon ended the sync before it reported its result")
-
-
 @click.command()
 @click.option("--rebuild", is_flag=True, help="delete the index and build it again from the source")
 @click.option("--reconcile", is_flag=True, help="live sources: compare everything with the source, not just changes")
@@ -93,17 +64,14 @@ def _index_through(client, rebuild: bool, reconcile: bool) -> tuple[dict, dict]:
 def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
     """One sync pass from the configured source: only what changed since the last one.
     While `serve` runs, the daemon makes the pass (now, waiting for it)."""
-    client = find_daemon(app.settings)
-    say_door(app.settings, client)
-    if client is not None:
-        with client:
-            summary, failures = _index_through(client, rebuild, reconcile)
-    else:
-        summary, failures = _index_here(app, rebuild, reconcile)
+    from bot.usecases.people import Person
+
+    with app.door(create=True, rebuild=rebuild) as door, _Shown() as shown:
+        done = door.sync(Person("cli", "", admin=True), reconcile, rebuild, shown)
     from bot.cli.report import print_pass
 
-    print_pass(summary, failures, as_json)
-    if failures:
+    print_pass(done.summary, done.failures, as_json)
+    if done.failures:
         raise click.exceptions.Exit(1)
 
 
@@ -112,21 +80,9 @@ def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
 def serve(app: App) -> None:
     """Run the sync daemon: incremental sync on a schedule, daily reconcile."""
     from bot.serve import Daemon
-    from bot.root import services
+    from bot.serve import services
 
     asyncio.run(Daemon(app.settings, services()).run())
-
-
-def _status_here(settings) -> dict:
-    from bot.cli.report import status_report
-    from bot.root import Parts
-    from sync.faults import reading_state
-
-    with Parts(settings) as parts:
-        state = parts.state
-        state.verify()  # a damaged page anywhere is named, with the fix
-        with reading_state(state):
-            return status_report(settings, state, parts.store(), memory=parts.memory_to_read)
 
 
 @click.command()
@@ -134,13 +90,10 @@ def _status_here(settings) -> dict:
 @pass_app
 def status(app: App, as_json: bool) -> None:
     """Per source and account: cursor vs server USN, notes indexed, last success and error, next run."""
-    client = find_daemon(app.settings)
-    say_door(app.settings, client)
-    if client is not None:
-        with client:
-            report = client.get("/status")
-    else:
-        report = _status_here(app.settings)
+    from bot.usecases.people import Person
+
+    with app.door() as door:
+        report = door.status(Person("cli", "", admin=True))
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
     else:
@@ -154,7 +107,7 @@ def status(app: App, as_json: bool) -> None:
 def doctor(app: App) -> None:
     """Check config, the source (reachability, login), the index and the embedder; say how to fix what fails."""
     from bot.cli.doctor import run_checks
-    from bot.root import checks
+    from bot.cli.doctor import checks
 
     failed = 0
     for check in run_checks(app, checks()):

@@ -8,7 +8,7 @@ render them.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from rag.answer import links
 from rag.config import AnswerConfig
@@ -137,6 +137,16 @@ class Trace:
             rows.append(("checked", self.support))
         return rows
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Trace":
+        """A trace as ``asdict`` wrote it (the API's answers, the feedback store's records);
+        keys this version does not know (a record kept by another version) are left out."""
+        known = {f.name for f in fields(cls)} - {"candidates"}
+        cells = {f.name for f in fields(Candidate)}
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   candidates=[Candidate(**{k: v for k, v in c.items() if k in cells})
+                               for c in data.get("candidates") or []])
+
 
 @dataclass
 class Answer:
@@ -171,7 +181,7 @@ class Answer:
         """The answer as ``as_json(with_trace=True)`` wrote it (the daemon's API sends it so)."""
         trace = data.get("trace")
         if trace is not None:
-            trace = Trace(**{**trace, "candidates": [Candidate(**c) for c in trace.get("candidates", [])]})
+            trace = Trace.from_json(trace)
         return cls(
             **{**data, "citations": [Citation(**c) for c in data.get("citations", [])],
                "closest": [Citation(**c) for c in data.get("closest", [])], "trace": trace}

@@ -122,8 +122,13 @@ def note_card(store: MemoryStore, user_id: str, note_id: str) -> dict | None:
 def entity_card(store: MemoryStore, user_id: str, name: str) -> dict:
     """What the page shows for an entity: its facts (with quotes, sources and ids) and the
     notes that mention it, with a snippet each."""
-    notes = store.entity(user_id, name)
-    return {"entity": name, "facts": store.facts_about(user_id, name),
+    return card_of(name, store.facts_about(user_id, name), store.entity(user_id, name))
+
+
+def card_of(name: str, facts: list[dict], notes: list[dict]) -> dict:
+    """An entity's card from its facts and the notes that mention it (``MemoryStore.entity``):
+    each note with how often it mentions it and its first snippet."""
+    return {"entity": name, "facts": facts,
             "notes": [{k: n[k] for k in ("note_id", "title", "notebook", "url", "updated_at", "kinds")}
                       | {"mentions": len(n["mentions"]),
                          "snippet": next((m["snippet"] for m in n["mentions"] if m["snippet"]), "")}

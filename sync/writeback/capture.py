@@ -110,18 +110,15 @@ REMAPPED = ("你现在对应的是另一个 Leanote 用户：这条是给之前�
 class Capture:
     """Captures from chat: checked, queued, written in the background (``run``)."""
 
-    def __init__(self, settings: Settings, on_written: Callable[[], None] = lambda: None,
-                 clock: Callable[[], float] = time.time, outbox: Outbox | None = None):
+    def __init__(self, settings: Settings, outbox: Outbox, on_written: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.time):
         """``settings``: read at each use (a reload sets new ones, ``bot.root.Parts.apply``);
-        ``on_written``: called after each write (the daemon schedules a sync pass); ``outbox``:
-        where the captures wait, the caller's (the composition root builds and closes it);
-        without one, this capture opens the outbox of the settings' state directory, and
-        closes it."""
+        ``outbox``: where the captures wait (the composition root builds and closes it);
+        ``on_written``: called after each write (the daemon schedules a sync pass)."""
         self.settings = settings
         self.on_written = on_written
         self.clock = clock
-        self._own_outbox = outbox is None
-        self.outbox = outbox if outbox is not None else Outbox.open_for(settings)
+        self.outbox = outbox
         self._apis: dict[str, LeanoteApi] = {}  # account email -> its connection
         self._users: dict[str, str] = {}  # account email -> the Leanote user it logs in as
         self._account_locks: dict[str, threading.Lock] = {}
@@ -148,8 +145,6 @@ class Capture:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for api in list(self._apis.values()):
             api.http.close()
-        if self._own_outbox:
-            self.outbox.close()
 
     # --- accounts -------------------------------------------------------------------------
 

@@ -1,0 +1,27 @@
+"""The Discord bot (discord.py 2, application commands).
+
+Slash commands ``/ask question [private]``, ``/search``, ``/reset``, ``/status``, ``/sync``
+(admins), ``/why``, the memory's ``/about``, ``/related``, ``/reject``, ``/confirm``, and,
+where the daemon can write to Leanote, ``/note``, ``/append``, ``/remember``, ``/outbox`` and
+the message menu "Save to Leanote". A channel is a shared room: answers are private unless
+``discord.public_answers`` is on or the asker passes ``private:false``; everything else is
+always ephemeral, each person's conversation is their own, and no message may mention anyone.
+Access: guild, channel, user and role ids.
+
+- ``bot``: the client and its command tree, who may use it where, its life;
+- ``service``: the commands, menu and buttons put on it (``build``), what ``serve`` runs and
+  ``doctor`` checks;
+- ``answering``: a question's flow: deferred, streamed into the original response, then embeds
+  within Discord's limits and the buttons under the last;
+- ``commands``: the commands that are not questions or captures;
+- ``capturing``: writing into the person's Leanote;
+- ``buttons``: what a press does, under an answer or under the memory's replies.
+
+Every handler parses the interaction, calls a use case (``bot.usecases``) and renders what
+comes back.
+"""
+
+from bot.discord.answering import embeds_for
+from bot.discord.service import SAVE_MENU, build, check, service
+
+__all__ = ["SAVE_MENU", "build", "check", "embeds_for", "service"]

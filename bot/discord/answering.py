@@ -1,0 +1,112 @@
+"""A question's flow in Discord: ``/ask`` defers at once (Discord's 3-second rule), streams
+into the original response (edits at least ``discord.edit_interval`` apart), then shows the
+answer as embed(s) within Discord's limits, sources as lines with ``<url>`` links; a longer
+answer continues in follow-ups, the buttons under its last part. A channel is a shared room:
+answers are private (ephemeral, only the asker sees them) unless ``discord.public_answers`` is
+on or the asker passes ``private:false``."""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+
+from bot.chat.pacing import Pacer, Wait
+from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
+from bot.discord.bot import DiscordBot
+from bot.discord.buttons import feedback_view
+from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, discord_pages, discord_plain_links,
+                        discord_sources)
+from bot.usecases import asking
+
+log = logging.getLogger(__name__)
+COLOR = 0x2E7D32
+
+
+async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None) -> None:
+    person = await bot.person(interaction)
+    if person is None:
+        return
+    if not (question or "").strip():
+        await interaction.response.send_message(EMPTY, ephemeral=True)
+        return
+    if not await bot.may_search(interaction):
+        return
+    question, notice = cut_message(bot.host.settings, question)
+    if private is None:
+        private = not bot.cfg.public_answers
+    await interaction.response.defer(thinking=True, ephemeral=private)
+
+    reading = {"links": NoteLinks()}  # the links of the passages read, once they are known
+
+    def sources(found) -> None:
+        reading["links"] = NoteLinks(found)
+        pacer.show_first(sources_first(found))
+
+    async def edit(text: str) -> None:
+        try:
+            await interaction.edit_original_response(
+                content=discord_plain_links(text, reading["links"])[-DISCORD_CONTENT:])
+        except discord.HTTPException as err:
+            if err.status == 429:
+                raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
+            raise
+
+    pacer = Pacer(edit, bot.cfg.edit_interval)
+    bot.pacers.append(pacer)
+    pacer.start()
+    try:
+        asked = await asking.ask(bot.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True)
+    except Exception:
+        log.exception("answering a Discord question failed")
+        bot.count_error()
+        asked = None
+    finally:  # whatever happened, the streaming edits end here
+        await pacer.stop()
+    if asked is None:
+        await _error(interaction)
+        return
+    await _deliver(interaction, asked, private, notice)
+
+
+async def _error(interaction: discord.Interaction) -> None:
+    """Errors are for the asker only: the "thinking…" goes, an ephemeral note comes."""
+    try:
+        await interaction.delete_original_response()
+    except discord.HTTPException:
+        pass
+    await interaction.followup.send(SORRY, ephemeral=True)
+
+
+async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None) -> None:
+    answer = asked.answer
+    if answer.citations:
+        sources = discord_sources(answer.citations, "来源 Sources")
+    else:
+        sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
+    body = discord_plain_links(answer.shown, NoteLinks(answer.citations)) + "".join(
+        f"\n\n*{n}*" for n in (answer.notice, notice) if n)
+    embeds = embeds_for(body, sources)
+    first, rest = embeds[0], embeds[1:]
+    # the buttons go under the last part of the answer
+    buttons = {"view": feedback_view(asked.answer_id)} if asked.answer_id else {}
+    await interaction.edit_original_response(content=None, embed=first, **({} if rest else buttons))
+    for i, embed in enumerate(rest):
+        await interaction.followup.send(embed=embed, ephemeral=private, **(buttons if i == len(rest) - 1 else {}))
+
+
+def embeds_for(body: str, sources: str) -> list[discord.Embed]:
+    """The answer as embeds: each description ≤ 4,096 characters and each message's
+    embeds ≤ 6,000 in total; the sources go into the last one (or one of their own)."""
+    pages = discord_pages(body, DISCORD_DESCRIPTION - 96)
+    if sources and len(pages[-1]) + 2 + len(sources) <= DISCORD_DESCRIPTION - 96:
+        pages[-1] = f"{pages[-1]}\n\n{sources}"
+    elif sources:
+        pages.append(sources[: DISCORD_DESCRIPTION - 96])
+    embeds = []
+    for i, page in enumerate(pages):
+        embed = discord.Embed(description=page, color=COLOR)
+        if len(pages) > 1:
+            embed.set_footer(text=f"{i + 1}/{len(pages)}")
+        embeds.append(embed)
+    return embeds

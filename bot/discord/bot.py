@@ -1,0 +1,143 @@
+"""The Discord bot itself: its client and command tree, who may use it where, and its life.
+
+``service.build`` puts the slash commands, the menu and the buttons on it; each calls a handler
+of ``answering``, ``commands``, ``capturing`` or ``buttons`` with this bot first. Every reply but a public answer is ephemeral,
+and no message may mention anyone (text from notes or the LLM can hold ``@everyone``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+import discord
+from discord import app_commands
+
+from bot.chat.access import Access
+from bot.chat.texts import SORRY
+from bot.usecases.people import Person
+
+log = logging.getLogger(__name__)
+
+
+class DiscordBot:
+    """One client for the daemon ``host`` (``settings``, ``parts``, ``stopping``, ``metrics``)."""
+
+    def __init__(self, host):
+        self.host = host
+        # discord.py keeps the REST base (login, command sync, interaction callbacks and
+        # follow-ups) in one class attribute; one client runs per process.
+        discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
+        self.access = Access(host)
+        # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
+        self.client = discord.Client(intents=discord.Intents.default(), allowed_mentions=discord.AllowedMentions.none())
+        self.tree = app_commands.CommandTree(self.client)
+        self.client.leanote_bot = self  # the buttons under answers find their bot here
+        self.pacers: list = []
+        self.dynamic: tuple = ()  # the buttons' classes, so a press is understood after a restart too
+        self.client.setup_hook = self._setup
+
+    @property
+    def cfg(self):
+        """The bot's settings as they are now (a reload changes channels, roles, public answers)."""
+        return self.host.settings.discord
+
+    @property
+    def parts(self):
+        return self.host.parts
+
+    @property
+    def can_capture(self) -> bool:
+        parts = getattr(self.host, "parts", None)
+        return parts is not None and parts.can_capture
+
+    def count_error(self) -> None:
+        metrics = getattr(self.host, "metrics", None)
+        if metrics is not None:
+            metrics.bot_error("discord")
+
+    async def failed(self, interaction: discord.Interaction, error: BaseException) -> None:
+        """Where every unexpected error of a command or a button ends (the tree's error handler,
+        the buttons' callbacks): logged once with its traceback, counted, and the person told in
+        one private line that names no detail."""
+        command = getattr(interaction, "command", None)
+        what = f"/{command.name}" if command else (getattr(interaction, "data", None) or {}).get("custom_id", "?")
+        log.error("discord: %s failed", what, exc_info=error)
+        self.count_error()
+        with suppress(discord.HTTPException):
+            if interaction.response.is_done():
+                await interaction.followup.send(SORRY, ephemeral=True)
+            else:
+                await interaction.response.send_message(SORRY, ephemeral=True)
+
+    async def _setup(self) -> None:
+        # Presses on buttons under answers sent before this start are handled too.
+        self.client.add_dynamic_items(*self.dynamic)
+        if self.cfg.guild_ids:
+            for gid in self.cfg.guild_ids:
+                guild = discord.Object(id=gid)
+                self.tree.copy_global_to(guild=guild)
+                await self.tree.sync(guild=guild)
+        else:
+            await self.tree.sync()
+
+    async def run(self, token: str) -> None:
+        """Connect until the host stops; a connection failure propagates to the host's
+        supervisor, which retries with backoff."""
+        runner = asyncio.create_task(self.client.start(token))
+        stop = asyncio.create_task(self.host.stopping.wait())
+        try:
+            done, _ = await asyncio.wait({runner, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if runner in done:
+                runner.result()  # raises what made it stop
+        finally:
+            stop.cancel()
+            await self.client.close()
+            if not runner.done():
+                runner.cancel()
+
+    # --- who may use it, where ---------------------------------------------------------------
+
+    def _denied(self, interaction: discord.Interaction) -> str | None:
+        """Why this interaction may not be answered, or None. Instant: no I/O."""
+        if interaction.guild_id is None:
+            if not self.cfg.allow_dms:
+                return "这里不接受私信提问。 / Questions in direct messages are off."
+        else:
+            if self.cfg.guild_ids and interaction.guild_id not in self.cfg.guild_ids:
+                return "这个服务器没有开通。 / Not enabled on this server."
+            if self.cfg.channel_ids and interaction.channel_id not in self.cfg.channel_ids:
+                return "请到指定的频道提问。 / Please ask in the bot's channel."
+            if self.cfg.role_ids:
+                roles = {r.id for r in getattr(interaction.user, "roles", [])}
+                if not roles.intersection(self.cfg.role_ids):
+                    return ("在这个服务器上，你需要有指定的角色才能使用这个机器人。 / On this server you need one of "
+                            "the roles allowed to use this bot.")
+        return None
+
+    async def person(self, interaction: discord.Interaction) -> Person | None:
+        """The asking person (with their conversation in this channel, or in DMs), or None
+        after an ephemeral refusal (before any work)."""
+        why = self._denied(interaction)
+        place = interaction.channel_id or "dm"
+        person = None if why else self.access.person("discord", interaction.user.id, place)
+        if why is None and person is None:
+            why = self.access.stranger("discord", interaction.user.id)
+            if why is None:  # refused a short while ago; an interaction still needs an answer
+                why = "你没有权限。 / Not allowed."
+        if why is None and isinstance(person, str):
+            why = person
+        if why is not None:
+            await interaction.response.send_message(why, ephemeral=True)
+            return None
+        return person
+
+    async def may_search(self, interaction: discord.Interaction) -> bool:
+        """Counts a question or a search against the person's ``bots.rate_limit``; when it
+        is over, says so (privately) and returns False."""
+        wait = self.access.rate("discord", interaction.user.id)
+        if wait:
+            await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
+            return False
+        return True

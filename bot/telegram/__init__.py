@@ -1,0 +1,26 @@
+"""The Telegram bot (python-telegram-bot v22, long polling).
+
+In a private chat any text is a question. Groups are shared rooms and opt-in: the bot answers
+only in groups listed in ``telegram.allowed_chats``, to ``/ask``, a mention or a reply to the
+bot, and everyone there sees the question and the answer with its sources. Each person's
+conversation (follow-ups, ``/why``, ``/reset``) is their own, also in a group; ``/why`` and
+``/status`` asked in a group are answered in the person's private chat with the bot. Updates
+are handled concurrently, so one person's question never waits for another's.
+
+- ``bot``: the bot on its Application: who is asking, replies in private, its life;
+- ``service``: the handlers put on it (``build``), what ``serve`` runs and ``doctor`` checks;
+- ``answering``: a question's flow: streamed into a placeholder, then the final messages and
+  the buttons under them;
+- ``commands``: the commands that are not questions or captures (``/search``, ``/status``,
+  ``/about`` ...);
+- ``capturing``: ``/note``, forwards, ``/save``, ``/append``, ``/remember``, ``/outbox``, and
+  a Telegram message read as Markdown;
+- ``buttons``: what a press on a button does.
+
+Every handler parses the update, calls a use case (``bot.usecases``) and renders what comes
+back; the texts are ``bot.chat.texts``', the HTML ``bot.render``'s.
+"""
+
+from bot.telegram.service import check, service
+
+__all__ = ["check", "service"]

@@ -1,0 +1,153 @@
+"""The Telegram commands that are neither a question nor a capture: ``/help``, ``/search``,
+``/reset``, ``/why``, ``/status``, ``/sync`` and the memory's ``/about``, ``/related``,
+``/reject``, ``/confirm``. ``/why`` and ``/status`` asked in a group are answered in the
+person's private chat; the memory's replies where asked (like ``/search``), each fact or pair
+with 👍 confirm / 👎 reject buttons (``mem:<verdict>:<id>``)."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram.constants import ChatType
+from telegram.error import TelegramError
+from telegram.ext import ContextTypes
+
+from rag.errors import Unavailable
+
+from bot.chat.access import STRANGER
+from bot.chat.texts import (ABOUT_USAGE, ADMINS_ONLY, FRESH_START, HELP, RELATED_USAGE, SYNCING, VERDICT_BUTTONS,
+                            VERDICT_USAGE, MemoryReply, about_text, cut_message, hits_text, memory_unavailable_text,
+                            related_text, status_text, sync_text, trace_text, verdict_reply, with_notice)
+from bot.render import TELEGRAM_LIMIT
+from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
+from bot.usecases import asking, memory, status, syncing
+
+
+async def on_help(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    text = HELP
+    user = update.effective_user
+    if user is not None and update.effective_chat.type == ChatType.PRIVATE \
+            and tg.access.person("telegram", user.id) is None:
+        text += "\n\n" + STRANGER["telegram"].format(id=user.id)  # /start: a newcomer learns their id
+    await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
+
+
+async def on_search(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    person = await tg.who(update)
+    query = " ".join(context.args or [])
+    if person is None:
+        return
+    if not query.strip():
+        await update.effective_message.reply_text("用法 usage: /search 关键词")
+        return
+    if not await tg.may_search(update):
+        return
+    query, notice = cut_message(tg.host.settings, query)
+    found = await asking.search(tg.parts, person, query, 8)
+    await update.effective_message.reply_text(with_notice(hits_text(found.hits), notice),
+                                              link_preview_options=NO_PREVIEW)
+
+
+async def on_reset(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    person = await tg.who(update)
+    if person is None:
+        return
+    asking.reset(tg.parts, person)
+    await update.effective_message.reply_text(FRESH_START)
+
+
+async def on_why(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    person = await tg.who(update)
+    if person is None:
+        return
+    await tg.privately(update, trace_text(asking.why(tg.parts, person)))
+
+
+async def on_status(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    person = await tg.who(update)
+    if person is None:
+        return
+    try:
+        text = status_text(await status.status(tg.parts, person), person)
+    except Unavailable as err:
+        text = str(err)
+    await tg.privately(update, text)
+
+
+async def on_sync(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    person = await tg.who(update)
+    if person is None:
+        return
+    if not person.admin:
+        await update.effective_message.reply_text(ADMINS_ONLY)
+        return
+    said = await update.effective_message.reply_text(SYNCING)
+    done = sync_text(await syncing.request_sync(tg.parts, person))  # what the pass did, when it is done
+    with suppress(TelegramError):
+        await tg.retrying(lambda: said.edit_text(done[:TELEGRAM_LIMIT], link_preview_options=NO_PREVIEW))
+
+
+# --- the memory of the notes ---------------------------------------------------------------
+
+async def on_about(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _memory(tg, update, "about", " ".join(context.args or []))
+
+
+async def on_related(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _memory(tg, update, "related", " ".join(context.args or []))
+
+
+async def _memory(tg: TelegramBot, update: Update, what: str, target: str) -> None:
+    """``/about`` or ``/related``: answered where asked (as ``/search``), with the buttons."""
+    person = await tg.who(update)
+    if person is None:
+        return
+    message = update.effective_message
+    if not target.strip():
+        await message.reply_text(ABOUT_USAGE if what == "about" else RELATED_USAGE)
+        return
+    try:
+        memory.memory_of(tg.parts)
+    except memory.MemoryUnavailable as err:
+        await message.reply_text(memory_unavailable_text(err))
+        return
+    if not await tg.may_search(update):
+        return
+    target, notice = cut_message(tg.host.settings, target)
+    if what == "about":
+        reply = about_text(await memory.about(tg.parts, person, target))
+    else:
+        reply = related_text(await memory.related(tg.parts, person, target))
+    parts = chunks(with_notice(reply.text, notice))
+    for i, part in enumerate(parts):
+        keys = memory_buttons(reply) if i == len(parts) - 1 else None
+        await message.reply_text(part, link_preview_options=NO_PREVIEW, reply_markup=keys)
+
+
+def memory_buttons(reply: MemoryReply) -> InlineKeyboardMarkup | None:
+    """👍 n confirm / 👎 n reject for each fact or pair with an id (a row each)."""
+    if not reply.items:
+        return None
+    return InlineKeyboardMarkup([[InlineKeyboardButton(f"{icon} {n} {word}", callback_data=f"mem:{verdict}:{item_id}")
+                                  for verdict, icon, word in VERDICT_BUTTONS] for n, item_id in reply.items])
+
+
+async def on_reject(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _verdict(tg, update, context, "rejected")
+
+
+async def on_confirm(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _verdict(tg, update, context, "confirmed")
+
+
+async def _verdict(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE, verdict: str) -> None:
+    person = await tg.who(update)
+    if person is None:
+        return
+    args = context.args or []
+    if len(args) != 1:
+        await update.effective_message.reply_text(VERDICT_USAGE)
+        return
+    _, text = await verdict_reply(tg.parts, person, args[0], verdict)
+    await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)

@@ -1,0 +1,84 @@
+"""Writing from chat into the person's own Leanote: a note, more text for the last one, a line
+to remember, and what still waits in the outbox. The writing itself, exactly once and in
+order through a durable outbox, is ``sync.writeback``'s.
+
+Every call answers with a ``rag.capture.Receipt`` whose ``message`` is ready to show:
+written (with the note's link), queued (Leanote is down; retried), or refused (and why).
+``once`` names what the capture comes from (``telegram:<chat>:<message>``, a Discord
+interaction or message): the same one again writes nothing new and answers with the first
+capture's receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from rag.capture import Attachment, Origin, Quote, Receipt
+from rag.errors import UserError
+
+from bot.usecases.people import Person
+
+if TYPE_CHECKING:
+    from bot.root import Parts
+    from sync.writeback.capture import Capture
+    from sync.writeback.outbox import Item
+
+
+class NoCapture(UserError):
+    """This process cannot write to Leanote (it is not the daemon)."""
+
+    def __init__(self):
+        super().__init__("writing to Leanote is not available here")
+
+
+def _writer(parts: "Parts") -> "Capture":
+    if not parts.can_capture:
+        raise NoCapture()
+    return parts.capture()
+
+
+def unavailable(parts: "Parts") -> str | None:
+    """Why nothing can be captured at all (turned off, no Leanote account to write with), or
+    None; a door asks before it downloads a file. ``NoCapture`` when this process cannot write."""
+    return _writer(parts).available()
+
+
+async def note(parts: "Parts", person: Person, text: str, *, origin: Origin | None = None,
+               files: list[Attachment] = (), quote: Quote | None = None, once: str = "") -> Receipt:
+    """A new note in the person's inbox notebook: ``text`` is their own (kept as their
+    Markdown), ``quote`` someone else's text (a forward, a saved message: shown as written),
+    ``origin`` where it came from, ``files`` attached."""
+    return await _writer(parts).note(person.key, person.user_id, text, origin=origin, files=list(files), quote=quote,
+                                     once=once)
+
+
+async def append(parts: "Parts", person: Person, text: str, once: str = "") -> Receipt:
+    """More text at the end of the last note the person captured."""
+    return await _writer(parts).append(person.key, person.user_id, text, once=once)
+
+
+async def remember(parts: "Parts", person: Person, text: str, once: str = "") -> Receipt:
+    """A dated line in the person's memory note."""
+    return await _writer(parts).remember(person.key, person.user_id, text, once=once)
+
+
+async def outbox(parts: "Parts", person: Person) -> list["Item"]:
+    """The person's captures not yet in Leanote, and those Leanote refused."""
+    return await asyncio.to_thread(_writer(parts).pending, person.key)
+
+
+Announce = Callable[[str, str, str], Awaitable[None]]
+
+
+def announce_with(parts: "Parts", platform: str, announce: Announce) -> None:
+    """``announce(person, once, text)`` tells a person of a capture whose receipt they never
+    got (the process ended between taking it and answering): a platform's bot registers it
+    while it runs, and the captures written meanwhile are told now."""
+    if parts.can_capture:
+        parts.capture().announce_with(platform, announce)
+
+
+def stop_announcing(parts: "Parts", platform: str, announce: Announce) -> None:
+    if parts.can_capture and parts.built("capture"):
+        parts.capture().stop_announcing(platform, announce)

@@ -1,0 +1,250 @@
+"""The status: the sync (each account's cursor against the server's, last success and error,
+when it runs next), the index, the LLM's speed here, the captures waiting, the memory, and
+what keeps the sync from working. Built in one place: with a running daemon from the parts it
+holds, else from the state and index opened here; every door shows the same report.
+
+JSON (``GET /status``, ``status --json``): ``{"index", "backend", "embedder", "dim",
+"source", "users": [{"user_id", "notes", "chunks"}], "accounts": [{"source", "account",
+"user_id", "cursor_usn", "server_usn", "lag", "notes_indexed", "last_success", "last_error",
+"failing_since", "next_run", "usn_went_back"}], "last_sync", "skipped", "llm", "capture",
+"memory", "problems"}``. An admin sees every account; anyone else only their own, without
+another account's email or error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Iterable
+
+from rag.redact import safe_url
+from rag.config import Settings
+from rag.memory.store import MemoryStore
+from rag.speed import FILE as SPEED_FILE
+from rag.speed import load as load_speeds
+from rag.speed import meaning
+from rag.index.store import Store
+
+from rag.errors import DiskFull, Unavailable
+
+from sync.writeback.capture import account_emails
+from sync.writeback.outbox import Outbox
+from sync.faults import check_disk, reading_state
+from sync.incremental import USN_BACK
+from sync.memory_jobs import outlook, wanted as llm_wanted
+from sync.state import State
+
+from bot.usecases.people import Person
+
+if TYPE_CHECKING:
+    from bot.root import Parts
+
+
+async def status(parts: "Parts", person: Person, users: Iterable[str] | None = None) -> dict:
+    """The status as ``person`` may see it: everything for an admin, else only their own
+    account and counts (those of ``users``, when they may see several: an API token's)."""
+    settings = parts.settings
+    users = None if person.admin else list(users if users is not None else [person.user_id])
+
+    def read(state: State) -> dict:
+        with reading_state(state):
+            return status_report(settings, state, parts.store(), users=users, memory=parts.memory_to_read,
+                                 outbox=parts.outbox_if_made())
+
+    if not parts.scheduled:  # the state and the index opened here
+        state = parts.state
+        state.verify()  # a damaged page anywhere is named, with the fix
+        return read(state)
+
+    def report() -> dict:  # off the event loop, on the daemon's reading connection
+        body = parts.schedule.reading(read)
+        if body is None:
+            raise Unavailable("the daemon is starting or stopping: try again in a moment")
+        if person.admin:  # the schedule's word on a kind wins (it says when it tries again)
+            own = parts.schedule.problems()
+            body["problems"] = own + [p for p in body["problems"] if p["kind"] not in {o["kind"] for o in own}]
+        return body
+
+    return await parts.answers.in_search_thread(report)
+
+
+def when(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts).isoformat(timespec="seconds") if ts else None
+
+
+def status_report(settings: Settings, state: State, store: Store | None, users: Iterable[str] | None = None,
+                  memory: MemoryStore | None = None, outbox: Outbox | None = None) -> dict:
+    """The sync and index status. ``store`` None: no index yet; ``memory`` None: no memory
+    (off, or not made yet); ``outbox`` None: nothing was ever captured. ``users``: only these
+    Leanote users' accounts and counts (a caller who may see only their own)."""
+    notes = state.counts_by_user()
+    accounts = [
+        {
+            "source": a.source,
+            "account": a.account,
+            "user_id": a.user_id,
+            "cursor_usn": a.cursor,
+            "server_usn": a.server_usn,
+            "lag": (a.server_usn - a.cursor) if a.server_usn is not None else None,
+            "notes_indexed": state.indexed_count(a.source, a.account) if settings.source.incremental else None,
+            "last_success": when(a.last_success),
+            "last_error": a.last_error,
+            "failing_since": when(a.failing_since),
+            "next_run": when(a.next_run),
+            "usn_went_back": usn_went_back(state, a.source, a.account),
+        }
+        for a in state.accounts()
+    ]
+    skipped = [{**s, "at": when(s["at"])} for s in state.skipped()]
+    last = state.last_run()
+    if store is None:
+        chunks, manifest, location = {}, {}, f"{settings.state_dir} (no index yet: run `leanote-rag index`)"
+    else:
+        chunks, manifest, location = store.count_by_user(), store.manifest() or {}, store.location
+    known = sorted(set(notes) | set(chunks))
+    last_sync = last and {**last, "ok": last["error"] is None}
+    if users is not None:
+        allowed = set(users)
+        known = [u for u in known if u in allowed]
+        # an account is the caller's by its user id, or by its email while it has none (never logged in)
+        accounts = [a for a in accounts if a["user_id"] in allowed or a["account"] in {u.lower() for u in allowed}]
+        skipped = [s for s in skipped if any(s["account"] == a["account"] for a in accounts)]
+        last_sync = _scoped_run(last, {a["account"] for a in accounts}, settings.source.incremental)
+    return {
+        "index": location,
+        "backend": settings.qdrant.kind,
+        "embedder": manifest.get("embedder"),
+        "dim": manifest.get("dim"),
+        "source": source_of(settings, everyone=users is None),
+        "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in known],
+        "accounts": accounts,
+        "last_sync": last_sync,
+        "skipped": skipped,
+        "llm": {model: _speed(model, speed, settings, everyone=users is None)
+                for model, speed in load_speeds(settings.state_dir / SPEED_FILE).items()},
+        "capture": capture_counts(settings, outbox, None if users is None else list(allowed)),
+        "memory": memory_counts(settings, memory, None if users is None else list(allowed)),
+        "problems": problems(settings) if users is None else [],
+    }
+
+
+def capture_counts(settings: Settings, outbox: Outbox | None, users: list[str] | None) -> dict | None:
+    """The captures waiting, written and refused, and the logins failing (of the configured
+    accounts): only these users' if given; None when nothing was ever captured."""
+    if outbox is None:
+        return None
+    return {**outbox.counts(users), "logins_failing": outbox.login_failures(account_emails(settings), users)}
+
+
+def source_of(settings: Settings, everyone: bool = True) -> dict:
+    """The configured source, and a line naming it whole: the folder or backup, Leanote's
+    address and (for who may see every account) its accounts, MongoDB's server (no
+    credentials) and database."""
+    src = settings.source
+    out = {"kind": src.kind, "path": str(src.path) if src.path else None}
+    if src.kind in ("files", "mongodump"):
+        out["text"] = f"{src.kind} {src.path}"
+    elif src.kind == "leanote_api":
+        out["url"] = safe_url(src.api_url or settings.leanote.base_url)
+        out["text"] = f"leanote_api {out['url']}"
+        if everyone:
+            out["accounts"] = [a.email for a in src.accounts]
+            out["text"] += f" ({len(src.accounts)} account{'s' if len(src.accounts) != 1 else ''}: " \
+                           f"{', '.join(out['accounts'])})"
+    else:
+        url = os.environ.get(src.url_env or "", "")
+        out["url"] = safe_url(url) if url else None
+        where = out["url"] or f"the URL in ${src.url_env} (not set here)"
+        out["text"] = f"mongodb {where}" + (f", database {src.database}" if src.database else "")
+    return out
+
+
+def _speed(model: str, speed, settings: Settings, everyone: bool) -> dict:
+    """The LLM's speed here; how many replies it was learnt from (everyone's questions) and
+    when only for a caller who may see every account."""
+    out = {"read_tps": speed.read_tps and round(speed.read_tps, 1),
+           "write_tps": speed.write_tps and round(speed.write_tps, 1),
+           "text": speed.describe(model), "means": meaning(model, speed, settings.answer.first_token_budget)}
+    if everyone:
+        out.update(replies=speed.samples, updated=when(speed.updated))
+    else:
+        out["text"] = re.sub(r" \(\d+ repl(?:y|ies)\)$", "", out["text"])
+    return out
+
+
+SHARED_FAILURE = "the last sync failed (the admin can see why)"
+
+
+def _scoped_run(last: dict | None, mine: set[str], incremental: bool) -> dict | None:
+    """The last pass as a caller who may see only the accounts ``mine`` sees it: ok unless
+    one of theirs failed, and only their accounts' errors; nothing of another account (its
+    email, its error, the pass's counts, which are everyone's). A failure that is no one
+    account's (a snapshot source's, the pass itself) shows without its details."""
+    if last is None:
+        return None
+    failures = (last["summary"] or {}).get("failures")
+    if failures is None:  # the pass failed as a whole (or was written before failures were kept)
+        error = SHARED_FAILURE if last["error"] else None
+    else:
+        own = [f"{account}: {err}" for account, err in failures.items() if account in mine]
+        shared = any(account == "*" or not incremental for account in failures if account not in mine)
+        error = "; ".join(own) or (SHARED_FAILURE if shared else None)
+    return {"source": last["source"], "started": last["started"], "finished": last["finished"], "summary": None,
+            "error": error, "ok": error is None}
+
+
+def usn_went_back(state: State, source: str, account: str) -> dict | None:
+    """When the server's history last changed under the cursor (Leanote restored from a backup):
+    its USN went below the one synced, or a note seen was gone; ``why`` says which."""
+    raw = state.get_meta(f"{USN_BACK}{source}:{account}")
+    if not raw:
+        return None
+    seen = json.loads(raw)
+    return {**seen, "at": when(seen.get("at"))}
+
+
+def problems(settings: Settings) -> list[dict]:
+    """What keeps every account from syncing, each with its fix: ``{"kind", "problem"}``."""
+    out = []
+    try:
+        check_disk(settings.state_dir)
+    except DiskFull as err:
+        out.append({"kind": "disk_full", "problem": str(err)})
+    return out
+
+
+def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[str] | None) -> dict | None:
+    """Notes processed by tier, entities and mentions (only these users' if given); None
+    without a memory."""
+    if not settings.memory.enabled or memory is None:
+        return None
+    if users is None:
+        llm = memory.llm_counts()
+        if llm_wanted(settings) and llm["jobs_pending"]:  # what the backlog means in time here
+            speed = load_speeds(settings.state_dir / SPEED_FILE).get(settings.ollama.model)
+            llm["outlook"] = outlook(settings, *memory.llm_backlog(), settings.ollama.model, speed)
+        return {**memory.counts(), "llm": llm}
+    totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
+    for user in users:
+        c = memory.counts(user)
+        for tier, n in c["notes"].items():
+            totals["notes"][tier] = totals["notes"].get(tier, 0) + n
+        totals["entities"] += c["entities"]
+        totals["mentions"] += c["mentions"]
+    totals["llm"] = _llm_totals([memory.llm_counts(user) for user in users])
+    return totals
+
+
+def _llm_totals(parts: list[dict]) -> dict:
+    """The LLM tier's counts (``MemoryStore.llm_counts``) of several users as one."""
+    out: dict = {"jobs_pending": 0, "jobs_parked": 0, "parked": [], "facts": 0, "facts_by_status": {}}
+    for c in parts:
+        for key in ("jobs_pending", "jobs_parked", "facts"):
+            out[key] += c[key]
+        out["parked"] += c["parked"]
+        for status, n in c["facts_by_status"].items():
+            out["facts_by_status"][status] = out["facts_by_status"].get(status, 0) + n
+    out["parked"] = out["parked"][:5]
+    return out

@@ -1,0 +1,77 @@
+"""A sync pass asked for by a person (admins only): now and waited for (the API's ``/sync``,
+``leanote-rag index``), or the schedule's next pass brought forward (a chat's ``/sync``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from rag.errors import UserError
+
+from sync.faults import check_disk
+from sync.progress import Progress
+
+from bot.usecases.people import Person
+from bot.usecases.results import Synced, SyncRequest
+
+if TYPE_CHECKING:
+    from bot.root import Parts
+
+CHAT_SYNC_WAIT = 600.0  # seconds a chat's /sync waits for its pass before it says "still syncing"
+
+
+class AdminsOnly(UserError):
+    """Only an admin may start a sync."""
+
+    def __init__(self):
+        super().__init__("only an admin may start a sync")
+
+
+async def sync_now(parts: "Parts", person: Person, reconcile: bool = False, rebuild: bool = False,
+                   progress: Progress | None = None) -> Synced:
+    """One pass now, whatever the backoff says, waiting for a pass already running:
+    ``reconcile`` compares every note with the source, ``rebuild`` empties the index (and what
+    is derived from the notes) and reads every note again. ``progress`` hears how far it got,
+    in the pass's thread."""
+    if not person.admin:
+        raise AdminsOnly()
+    if parts.scheduled:
+        result = await parts.schedule.sync_now(reconcile=reconcile, rebuild=rebuild, progress=progress)
+    else:
+        result = await asyncio.to_thread(_pass_here, parts, reconcile, rebuild, progress)
+    return Synced(result.summary.as_json(), dict(result.failures), result.stopped)
+
+
+def _pass_here(parts: "Parts", reconcile: bool, rebuild: bool, progress: Progress | None):
+    """The pass in this process (no daemon runs): ``parts`` were built to make the index
+    (``create``; ``rebuild`` replaces a broken state file and empties the index)."""
+    parts.state  # the state first: a broken one is said (or, rebuilding, replaced) before anything else
+    check_disk(parts.settings.state_dir)  # before the index maps its files: no room there is a crash
+    service = parts.sync
+    if rebuild and service.derived is not None:
+        service.derived.reset()  # derived from the notes, like the index: built again
+    return service.run_pass(reconcile=reconcile, force=True, progress=progress)
+
+
+async def request_sync(parts: "Parts", person: Person, wait: float = CHAT_SYNC_WAIT) -> SyncRequest:
+    """The schedule's pass now (debounced: one asked for a moment ago is not asked again), and
+    what it did once it ends; a pass under way when asked is followed by the one asked for."""
+    if not person.admin:
+        raise AdminsOnly()
+    schedule = parts.schedule
+    if schedule.paused():
+        return SyncRequest("paused", problems=[p["problem"] for p in schedule.problems()])
+    after = schedule.passes + (1 if schedule.in_pass else 0)  # a pass under way: the one after it
+    if not schedule.trigger():
+        return SyncRequest("just_ran")
+    try:
+        async with schedule.pass_done:
+            await asyncio.wait_for(schedule.pass_done.wait_for(lambda: schedule.passes > after), wait)
+    except asyncio.TimeoutError:
+        return SyncRequest("running", waited=wait)
+    result = schedule.last_pass
+    if result is None or result.stopped:
+        return SyncRequest("stopping")
+    if result.fault is not None:
+        return SyncRequest("fault", problems=[str(result.fault)])
+    return SyncRequest("done", result.summary.line(), dict(result.failures))
