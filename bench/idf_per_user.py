@@ -120,7 +120,8 @@ def _time_store(shard_path: Path, questions: list[dict], rounds: int) -> dict:
     import qdrant_edge as qe
 
     from rag.index.lexical import query_vector
-    from rag.index.store import SPARSE, EdgeStore
+    from rag.index.points import SPARSE
+    from rag.index.store_edge import EdgeStore
 
     store = EdgeStore(shard_path, 512, create=False)
     try:

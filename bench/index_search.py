@@ -130,7 +130,8 @@ REPLICATE = """
 import json, sys, time
 import numpy as np
 import qdrant_edge as qe
-from rag.index.store import EdgeStore, PointData, point_id
+from rag.index.points import PointData, point_id
+from rag.index.store_edge import EdgeStore
 from rag.index.lexical import SparseVector
 src = qe.EdgeShard.load(sys.argv[1])
 target, goal = sys.argv[2], int(sys.argv[3])
@@ -167,7 +168,7 @@ print(json.dumps({"points": n, "copies": copies, "upsert_s": upsert_s, "optimize
 
 REOPEN = """
 import json, sys, time
-from rag.index.store import EdgeStore
+from rag.index.store_edge import EdgeStore
 t = time.perf_counter()
 s = EdgeStore(sys.argv[1], 512)
 print(json.dumps({"reopen_s": time.perf_counter() - t}))
@@ -180,7 +181,7 @@ from rag.index.embed import load
 from rag.config import EmbedderConfig
 from rag.index.lexical import query_vector
 from rag.index.retrieve import fuse, cap_per_note
-from rag.index.store import EdgeStore
+from rag.index.store_edge import EdgeStore
 questions = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
 cfg = RetrievalConfig()
 e = load(EmbedderConfig())

@@ -67,7 +67,7 @@ def quote_of(check, blocks: dict[int, tuple[str, str]], question: str, width: in
     """The note's words the service quotes under an answer (``AnswerService._quote``), from the
     prompt's blocks (their header line standing in for the citation's title)."""
     from rag.answer import support
-    from rag.answer.service import _copied
+    from rag.answer.outcomes import copied as _copied
     from rag.answer.types import Citation, quoted
     from rag.index.excerpt import excerpt
 

@@ -281,7 +281,7 @@ def _verdict(answer: "Answer", outcome: str, refusal: str) -> str:
 # --- what an answer says (not only what it cites) -----------------------------------------
 # An answer point (``answer_points`` of a dev question) is stated when the answer gives one of
 # its numbers that the question does not (with its unit), if it has any, and holds at least
-# POINT_SHARE of its words that the question lacks (rag.answer.support.terms). Checked against a
+# POINT_SHARE of its words that the question lacks (rag.answer.specifics.terms). Checked against a
 # reading by hand of real-model answers (bench/answer_labels.jsonl; docs/answers.md).
 POINT_SHARE = 0.2
 
@@ -298,31 +298,31 @@ def evidence_blocks(answer: "Answer") -> dict[int, tuple[str, str]]:
 
 def point_stated(point: str, text: str, question: str = "") -> bool:
     """Does ``text`` (an answer to ``question``) state the answer point ``point``?"""
-    from rag.answer import support
+    from rag.answer import specifics
 
-    held, asked = support.Held.of(text), support.Held.of(question)
-    given = [(v, u) for v, u, _ in support.numbers(point) if not asked.holds_number(v, u)]
+    held, asked = specifics.Held.of(text), specifics.Held.of(question)
+    given = [(v, u) for v, u, _ in specifics.numbers(point) if not asked.holds_number(v, u)]
     if given and not any(held.holds_number(v, u) for v, u in given):
         return False
-    words = support.terms(point)
-    words = (words - support.terms(question)) or words
+    words = specifics.terms(point)
+    words = (words - specifics.terms(question)) or words
     if not words:
         return True
-    return support.Body(text).share(words) >= POINT_SHARE
+    return specifics.Body(text).share(words) >= POINT_SHARE
 
 
 def contradicted(points: list[str], text: str) -> list[str]:
     """Numbers the text gives with a unit the points give other numbers with (``3 颗`` where
     a point says ``2 颗``), as written in the text."""
-    from rag.answer import support
+    from rag.answer import specifics
 
     given: dict[str, set[str]] = {}
     for point in points:
-        for value, unit, _ in support.numbers(point):
+        for value, unit, _ in specifics.numbers(point):
             if unit:
                 given.setdefault(unit, set()).add(value)
     out = []
-    for value, unit, written in support.numbers(text):
+    for value, unit, written in specifics.numbers(text):
         if unit in given and value not in given[unit]:
             out.append(written)
     return list(dict.fromkeys(out))

@@ -38,8 +38,8 @@ def open_db(path: Path, migrations: list[str], broken: str) -> sqlite3.Connectio
 
 def wal(db: sqlite3.Connection, timeout: float) -> None:
     """WAL mode. Switching to it answers "database is locked" at once, without waiting, while
-    another connection switches the same new file (processes opening a new store together:
-    measured, 6 of 240 openings by four processes at once): asked again until ``timeout``."""
+    another connection switches the same new file (processes starting together and opening a new
+    store at once): asked again until ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         try:

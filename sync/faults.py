@@ -22,7 +22,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from rag.config import prepare_state_dir
+from rag.state_dir import prepare_state_dir
 from rag.errors import BrokenState, DiskFull, UserError
 
 # Room the index may need between two checks: a Qdrant WAL segment is 32 MiB, mapped whole.

@@ -32,7 +32,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from rag.config import prepare_state_dir
+from rag.state_dir import prepare_state_dir
 from rag.errors import BrokenState, UserError
 from rag.model import Notebook
 from rag.sqlite import migrate, wal
@@ -232,7 +232,7 @@ class State:
         try:
             # A new file gets 16 KiB pages (an existing one keeps its own): a cached vector is a
             # 2 KiB row, and 4 KiB pages hold one such row each, half the page empty (the cache
-            # of the corpus's 5,856 chunks took 24 MB for 12 MB of vectors)
+            # took twice its vectors' size)
             self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             wal(self.db, 30)
             self.db.execute("PRAGMA synchronous=NORMAL")

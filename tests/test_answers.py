@@ -11,7 +11,8 @@ import time
 import pytest
 
 from rag import config as config_mod
-from rag.answer.service import LLM_DOWN_EN, LLM_DOWN_ZH, AnswerService
+from rag.answer.outcomes import LLM_DOWN_EN, LLM_DOWN_ZH
+from rag.answer.service import AnswerService
 from rag.answer.evidence import CitationFilter, build_evidence, cited, messages
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat

@@ -217,7 +217,7 @@ def test_while_leanote_is_down_captures_wait_and_go_in_order(tmp_path, leanote):
             assert {r.status for r in queued} == {"queued"} and "/outbox" in queued[0].message
             waiting = cap.pending(PERSON)
             assert [i.payload["title"] for i in waiting] == ["排队 0", "排队 1", "排队 2"]
-            assert cap.counts()["waiting"] == 3
+            assert cap.outbox.counts()["waiting"] == 3
             assert status_of(tmp_path)["capture"]["waiting"] == 3  # `status` counts them
             leanote.up()
             for _ in range(200):

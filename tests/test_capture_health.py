@@ -75,7 +75,7 @@ def test_a_refused_login_names_the_config_key_and_variable_holding_its_password(
 
 
 def noted(caplog, level=logging.INFO) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "sync.writeback.capture" and r.levelno >= level]
+    return [r for r in caplog.records if r.name.startswith("sync.writeback") and r.levelno >= level]
 
 
 def test_the_log_says_once_when_captures_start_failing_and_once_when_they_go_again(tmp_path, leanote, caplog):

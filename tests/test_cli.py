@@ -155,7 +155,7 @@ def test_mongodb_source_needs_the_url_variable(tmp_path, capsys, monkeypatch):
 
 def test_runtime_failure_exits_1_without_traceback_unless_debug(cli_config, capsys):
     from rag import config
-    from rag.index.store import EdgeStore
+    from rag.index.store_edge import EdgeStore
 
     holder = EdgeStore(config.load(cli_config).state_dir / "qdrant", 512)  # the index is busy
     try:
@@ -190,7 +190,7 @@ def test_console_script_runs_in_a_real_process(cli_config):
 @pytest.mark.slow
 def test_second_process_is_refused_while_the_index_is_open(cli_config):
     from rag import config
-    from rag.index.store import EdgeStore
+    from rag.index.store_edge import EdgeStore
 
     settings = config.load(cli_config)
     holder = EdgeStore(settings.state_dir / "qdrant", 512)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rag.index.retrieve import search
-from rag.index.store import EdgeStore
+from rag.index.store_edge import EdgeStore
 from bot.serve import Daemon
 from bot.serve import services
 

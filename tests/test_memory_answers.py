@@ -10,7 +10,8 @@ import pytest
 
 from bot.chat.texts import trace_text
 from bot.usecases.results import Why
-from rag.answer.service import AnswerService, notes_about
+from rag.answer.remembered import notes_about
+from rag.answer.service import AnswerService
 from rag.answer.evidence import Evidence, add_facts
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat

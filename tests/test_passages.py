@@ -13,7 +13,7 @@ import pytest
 from rag.config import RetrievalConfig
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import cap_per_note, coverage, fuse, search
-from rag.index.store import Ranked
+from rag.index.points import Ranked
 from sync.indexer import Indexer
 from sync.sources import open_source
 from sync.state import State

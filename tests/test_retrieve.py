@@ -3,7 +3,7 @@ import pytest
 from rag.config import RetrievalConfig
 from rag.errors import UserError
 from rag.index.retrieve import cap_per_note, dbsf, fuse, normalise_query, rrf
-from rag.index.store import Ranked
+from rag.index.points import Ranked
 
 
 def ranked(*pairs):

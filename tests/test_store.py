@@ -14,7 +14,9 @@ import pytest
 from rag.config import QdrantConfig
 from rag.errors import StoreLocked
 from rag.index.lexical import document_vector, query_vector, term_id
-from rag.index.store import _ID_NAMESPACE, EdgeStore, PointData, ServerStore, _Payloads, _point_key, point_id
+from rag.index.points import _ID_NAMESPACE, PointData, _point_key, point_id
+from rag.index.store_edge import EdgeStore, _Payloads
+from rag.index.store_server import ServerStore
 
 DIM = 8
 
@@ -230,7 +232,7 @@ def test_a_second_process_gets_a_clear_message(tmp_path):
     try:
         code = textwrap.dedent(
             f"""
-            from rag.index.store import EdgeStore
+            from rag.index.store_edge import EdgeStore
             from rag.errors import StoreLocked
             try:
                 EdgeStore({str(tmp_path / 'qdrant')!r}, {DIM})

@@ -26,6 +26,7 @@ import click
 from rag import config as config_mod
 from rag.errors import LeanoteRagError, UserError
 from rag.redact import redact_in_logs, safe_url
+from rag.state_dir import private_files
 
 if TYPE_CHECKING:  # the doors are imported when a command uses them: `--help` and the commands
     # that go through a running daemon start without loading the search stack
@@ -135,7 +136,7 @@ def cell(text: str, width: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config_mod.private_files()  # state.db, the index, the memory...: 0600 whatever the umask
+    private_files()  # state.db, the index, the memory...: 0600 whatever the umask
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:

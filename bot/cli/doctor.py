@@ -12,7 +12,8 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from rag.config import Settings, make_private
+from rag.config import Settings
+from rag.state_dir import make_private
 from rag.errors import AuthFailed, BrokenState, LeanoteRagError, NotIndexed, StoreLocked, UserError
 from rag.index import embed as embed_mod
 from rag.model import NOTEBOOK_SEP, rule_key

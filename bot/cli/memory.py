@@ -16,28 +16,30 @@ from rag.model import ENTITY_KINDS
 
 from bot.cli.app import App, cell as _cell, pass_app, print_json as _print_json
 
-if TYPE_CHECKING:  # the memory is imported when a command reads it (`--help` loads none of it)
-    from rag.memory.store import MemoryStore
-
+if TYPE_CHECKING:  # the parts are imported when a command reads them (`--help` loads none of them)
     from bot.root import Parts
+    from bot.usecases.people import Person
 
 
 @contextmanager
-def _memory_here(app: App) -> Iterator[tuple["Parts", "MemoryStore"]]:
-    """The memory, read through the root's parts here (SQLite: it works while the service
-    runs), for the commands that only an operator has: entities, a correction's history,
-    export and import."""
+def _memory_here(app: App) -> Iterator["Parts"]:
+    """The root's parts built here, for the commands only the machine's operator has (entities, a
+    correction's history, export and import): the memory is SQLite, read and written here also
+    while the service runs."""
     from bot.root import Parts
-    from bot.usecases.memory import memory_of
 
     with Parts(app.settings) as parts:
-        yield parts, memory_of(parts)
+        yield parts
 
 
-def _user(app: App, parts: "Parts", store: "MemoryStore", name: str | None) -> str:
+def _operator(app: App, parts: "Parts", name: str | None) -> "Person":
+    """The operator, acting on ``--user``'s memory (or the only user it holds)."""
     from rag.index.retrieve import resolve_user
 
-    return resolve_user(store.users(), app.user_id(parts, name))
+    from bot.usecases.memory import memory_users
+    from bot.usecases.people import Person
+
+    return Person("cli", resolve_user(memory_users(parts), app.user_id(parts, name)), admin=True)
 
 
 @click.command()
@@ -49,11 +51,13 @@ def _user(app: App, parts: "Parts", store: "MemoryStore", name: str | None) -> s
 def entities(app: App, user_id: str | None, top: int, kind: str | None, as_json: bool) -> None:
     """What your notes are about: the entities most notes mention (terms, code, tags,
     headings, link labels)."""
-    with _memory_here(app) as (parts, memory):
-        user = _user(app, parts, memory, user_id)
-        found = memory.entities(user, top, kind)
+    from bot.usecases import memory
+
+    with _memory_here(app) as parts:
+        operator = _operator(app, parts, user_id)
+        found = memory.entities(parts, operator, top, kind)
     if as_json:
-        _print_json({"user_id": user, "entities": found})
+        _print_json({"user_id": operator.user_id, "entities": found})
         return
     if not found:
         click.echo("no entities yet")
@@ -167,9 +171,12 @@ memory.command(name="confirm", help="Confirm a fact or related pair (ID from `me
 def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -> None:
     """A fact's or pair's verdicts (who, when, what) and, for a fact, its supersession history
     with sources."""
-    with _memory_here(app) as (parts, store):
-        user = _user(app, parts, store, user_id)
-        h = store.correction_history(user, item_id)
+    from bot.usecases import memory
+
+    with _memory_here(app) as parts:
+        operator = _operator(app, parts, user_id)
+        h = memory.history(parts, operator, item_id)
+    user = operator.user_id
     if as_json:
         _print_json(h)
         return
@@ -195,8 +202,11 @@ def memory_history(app: App, item_id: str, user_id: str | None, as_json: bool) -
 @pass_app
 def memory_export(app: App, user_id: str | None) -> None:
     """Every correction (verdicts and their log) as JSON on stdout: `memory export > corrections.json`."""
-    with _memory_here(app) as (parts, store):
-        _print_json(store.export_corrections(app.user_id(parts, user_id)))
+    from bot.usecases import memory
+    from bot.usecases.people import Person
+
+    with _memory_here(app) as parts:
+        _print_json(memory.corrections(parts, Person("cli", "", admin=True), app.user_id(parts, user_id)))
 
 
 @memory.command(name="import")
@@ -213,8 +223,11 @@ def memory_import(app: App, file: Path, user_id: str | None, as_json: bool) -> N
         raise UserError(f"cannot read {file}: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{file} is not JSON ({err}); give a file `leanote-rag memory export` wrote") from None
-    with _memory_here(app) as (parts, store):
-        result = store.import_corrections(data, app.user_id(parts, user_id))
+    from bot.usecases import memory
+    from bot.usecases.people import Person
+
+    with _memory_here(app) as parts:
+        result = memory.apply_corrections(parts, Person("cli", "", admin=True), data, app.user_id(parts, user_id))
     if as_json:
         _print_json(result)
         return

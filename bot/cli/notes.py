@@ -336,15 +336,14 @@ def feedback(app: App, as_json: bool, user_id: str | None, days: float | None) -
     """The answers the bots sent and the 👍/👎 they got, newest first (for tuning).
 
     Read from the feedback file directly: it works while the service runs."""
-    since = time.time() - days * 86400 if days is not None else None
-    records, made = [], False
     from bot.root import Parts
+    from bot.usecases import answers
+    from bot.usecases.people import Person
 
+    since = time.time() - days * 86400 if days is not None else None
     with Parts(app.settings) as parts:
-        store = parts.feedback_if_made()
-        if store is not None:
-            made = True
-            records = store.export(app.user_id(parts, user_id), since)
+        found = answers.kept(parts, Person("cli", "", admin=True), app.user_id(parts, user_id), since)
+    made, records = found is not None, found or []
     if as_json:
         _print_json(records)
         return

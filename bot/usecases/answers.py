@@ -106,3 +106,15 @@ async def save_answer(parts: "Parts", person: Person, record: Record) -> Receipt
     else:
         saving.pop(record.id, None)
     return receipt
+
+
+def kept(parts: "Parts", person: Person, user_id: str | None = None, since: float | None = None) -> list[dict] | None:
+    """The answers the bots sent and the verdicts they got, newest first (for tuning): every
+    Leanote user's for an admin (``user_id``'s when given), else the person's own user's; only
+    those sent after ``since``. None when no answer was ever kept. In a worker thread: a read."""
+    store = parts.feedback_if_made()
+    if store is None:
+        return None
+    if not person.admin:
+        user_id = person.user_id
+    return store.export(user_id, since)

@@ -190,3 +190,36 @@ async def note_card(parts: "Parts", person: Person, note_id: str) -> dict | None
         return None
     card = await _read(parts, explore.note_card, user_id, note_id)
     return None if card is None else (await held_only(parts, user_id, card))[0]
+
+
+# --- the operator's: what the notes are about, and the corrections' history, export and import ---
+
+def memory_users(parts: "Parts") -> dict[str, int]:
+    """Notes processed per Leanote user in the memory."""
+    return memory_of(parts).users()
+
+
+def entities(parts: "Parts", person: Person, top: int | None = None, kind: str | None = None) -> list[dict]:
+    """What the person's notes are about: the entities most notes mention (``kind``: only those)."""
+    return memory_of(parts).entities(person.user_id, top, kind)
+
+
+def history(parts: "Parts", person: Person, item_id: str) -> dict:
+    """A fact's or pair's verdicts (who, when, what) and, for a fact, its supersession history."""
+    return memory_of(parts).correction_history(person.user_id, item_id)
+
+
+def corrections(parts: "Parts", person: Person, user_id: str | None = None) -> dict:
+    """Every correction (verdicts and their log) as JSON: ``user_id``'s only, else (an admin)
+    every user's."""
+    if user_id is None and not person.admin:
+        user_id = person.user_id
+    return memory_of(parts).export_corrections(user_id)
+
+
+def apply_corrections(parts: "Parts", person: Person, data: object, user_id: str | None = None) -> dict:
+    """Apply corrections as ``corrections`` gave them (``user_id``'s only, else, for an
+    admin, every user's); records already there are left as they are."""
+    if user_id is None and not person.admin:
+        user_id = person.user_id
+    return memory_of(parts).import_corrections(data, user_id)

@@ -29,7 +29,7 @@ from rag.index.store import Store
 
 from rag.errors import DiskFull, Unavailable
 
-from sync.writeback.capture import account_emails
+from sync.writeback.logins import account_emails
 from sync.writeback.outbox import Outbox
 from sync.faults import check_disk, reading_state
 from sync.incremental import USN_BACK

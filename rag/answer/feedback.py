@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 from rag.answer.types import Answer
-from rag.config import Settings, prepare_state_dir
+from rag.config import Settings
+from rag.state_dir import prepare_state_dir
 from rag.errors import UserError
 from rag.sqlite import LockedDB
 

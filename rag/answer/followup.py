@@ -2,10 +2,10 @@
 wait for it.
 
 In a chat every question after the first is asked in a conversation. Sending the whole
-history (up to ``answer.history_chars``) to the LLM to rewrite each one put an LLM call before
-the search that grew with the history: on a 2-core CPU with the 1.5B model a person's second,
-third and fourth questions showed their sources after 6, 10 and 13 s (``bench/bots_first.py``),
-and each answer's evidence was cut for the time spent. So:
+history (up to ``answer.history_chars``) to the LLM to rewrite each one would put an LLM call
+before the search that grows with the history: on a small CPU a person's later questions would
+show their sources ever later, and each answer's evidence be cut for the time spent
+(docs/answers.md, "Sources first on Telegram"). So:
 
 1. **Only a follow-up is rewritten.** A question stands on its own unless it is very short
    (``为什么？``, ``And Redis?``) or short and refers back (``那它保留多少份？``, ``what about

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from rag.answer import support
+from rag.answer import specifics
 from rag.config import AnswerConfig
 from rag.index.lexical import search_text, tokenize
 from rag.model import Hit
@@ -80,10 +80,10 @@ PLAUSIBLE_NOTES = 3
 
 def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
     """Whether the best passages are about the question, and why (for the trace). An English
-    question's Chinese words (``rag.index.translate``) are not counted here: on the English
-    versions of dev questions their share in the best passage was no higher for the notes that
-    answer them (0.36–0.44) than for questions no note answers (0.38–0.71)."""
-    asked = support.terms(question) - _ASKING
+    question's Chinese words (``rag.index.translate``) are not counted here: their share in the
+    best passage tells the notes that answer it from the others no better than chance
+    (docs/answers.md, "English questions about Chinese notes")."""
+    asked = specifics.terms(question) - _ASKING
     if not asked:
         return bool(hits), "the question has no words of its own to look for"
     best, seen = 0.0, set()
@@ -91,7 +91,7 @@ def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
         if h.note_id in seen:
             continue
         seen.add(h.note_id)
-        body = support.Body(f"{h.title}\n{h.heading}\n{h.text}")
+        body = specifics.Body(f"{h.title}\n{h.heading}\n{h.text}")
         best = max(best, body.share(asked))
         if len(seen) >= PLAUSIBLE_NOTES:
             break

@@ -1,36 +1,29 @@
-"""Question in, grounded answer out.
+"""Question in, grounded answer out: ``AnswerService.ask``, in named stages, each timed as the
+trace's timings name it.
 
-    follow-up? -> made standalone: rewritten by the LLM within a share of the budget, else joined
-                  to the last question (rag.answer.followup; a question that stands alone is not)
-    -> hybrid retrieval (top ``rerank.candidates``) -> rerank (time-budgeted) -> top-k
-    -> nothing plausible? refusal phrase + closest notes, no LLM call (rag.answer.gate)
-    -> evidence blocks, cut to what the LLM reads here within ``answer.first_token_budget``
-       (rag.answer.sizing)
-    -> the LLM, streamed -> citations parsed, bad markers removed -> each sentence checked
-       against the evidence (rag.answer.support)
+    understand  a follow-up made standalone: rewritten by the LLM within a share of the budget,
+                else joined to the last question (rag.answer.followup)
+    listed      "which notes did I write about X": the memory's list, no LLM (rag.answer.remembered)
+    retrieve    hybrid search with the entities the question names (and the LLM's expansion when
+                it comes in time), the facts about them for the evidence
+    rerank      time-budgeted (rag.answer.rerank)
+    refused     a name no note mentions, or nothing plausible: the refusal and the closest notes,
+                no LLM call (rag.answer.gate)
+    evidence    blocks cut to what the LLM reads here within ``answer.first_token_budget``
+                (rag.answer.sizing); the sources shown first
+    generate    the LLM, streamed one checked sentence at a time; its reply read for what it
+                stands on (rag.answer.support); the passages when it fails or says nothing of
+                the evidence (rag.answer.outcomes)
 
-With the memory of the notes (``rag.memory.store``): entities the question names add a ranking
-of the chunks mentioning them to the fusion (``rag.index.retrieve``, "entities"), and active facts
-about them join the evidence as lines cited to their source notes (``rag.answer.evidence``);
-"我写过哪些关于 X 的笔记" / "which notes did I write about X" is answered from the memory
-without the LLM: the notes mentioning X, newest first. No memory (off, or empty): as without.
-    -> Ollama down, timing out, model missing? the best passages, cited, with a notice
-
-Every LLM reply teaches the service how fast the model is here (``rag.speed``).
-
-The core returns an ``Answer`` (text, citations with links, timings, a trace of
-why); the CLI and the bots only render it.
-
-Long: the answer pipeline, whose stages share one answer's state (``Turn``: its trace, timings, the
-evidence) and the service's (the LLM's speed, its slots, the conversations); ``ask`` runs them in order,
-each named as the trace's timings name it.
+Every LLM reply teaches the service how fast the model is here (``rag.speed``). The service
+returns an ``Answer`` (text, citations with links, timings, a trace of why); every door only
+renders it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -39,33 +32,29 @@ from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
-from rag.answer import support
-
 from rag import limits
 from rag import llm as llm_mod
+from rag.answer import followup, outcomes, remembered, support
 from rag.answer import rerank as rerank_mod
-from rag.config import Settings
-from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.answer.confidence import as_written, term_query, unknown_names
-from rag.answer import followup
-from rag.answer.evidence import Evidence, build_evidence, header
-from rag.answer.fair import CALLER, FairSlots, Turns
+from rag.answer.conversation import Conversations
+from rag.answer.evidence import build_evidence, header
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
+from rag.answer.fair import CALLER, FairSlots, Turns
+from rag.answer.gate import too_weak
+from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
+from rag.answer.types import Answer, Candidate, Citation, Trace, extractive
+from rag.config import Settings
+from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.index.note_index import NoteIndex
-from rag.memory.entities import norm
+from rag.index.retrieve import search
+from rag.index.translate import chinese_terms
 from rag.memory.store import MemoryStore
 from rag.model import Hit
-from rag.index.retrieve import entity_ranking, named_entities, search
-from rag.index.translate import chinese_terms
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import SpeedBook, Usage
-from rag.answer.conversation import Conversations
-from rag.answer.types import Answer, Candidate, Citation, Trace, citation, extractive, quoted
-from rag.index.excerpt import excerpt
-from rag.answer.gate import plausible, too_weak
-from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 
 log = logging.getLogger(__name__)
 
@@ -73,87 +62,18 @@ log = logging.getLogger(__name__)
 # an embedding model, or on SQLite) holds one of them, not everyone's answers. The index
 # (Qdrant Edge), the embedders and the memory (behind its lock) were already used from two
 # threads at once (the sync writes while answers search); tests/test_doors.py checks that
-# concurrent answers come out as one at a time. Qdrant Edge holds the GIL while it queries
-# (a 20k-point query ~5 ms), so its part interleaves rather than runs in parallel.
+# concurrent answers come out as one at a time. Qdrant Edge holds the GIL while it queries, so
+# its part interleaves rather than runs in parallel.
 SEARCH_WORKERS = 4
-LLM_DOWN_ZH = "（语言模型暂时不可用，以下是笔记里最相关的段落。）"
-LLM_DOWN_EN = "(The language model is unavailable right now; here are the most relevant passages of your notes.)"
-# The LLM refused or said nothing of its own, and the best passages are about the question
-# (``plausible``): they are shown, under a line saying the notes hold no direct answer.
-LLM_NO_ANSWER_ZH = "（模型没能从这些段落里找到直接的回答。以下是笔记里最相关的段落。）"
-LLM_NO_ANSWER_EN = "(The model found no direct answer in these passages. Here are the most relevant ones.)"
-# The LLM's answer does not stand on the evidence (``rag.answer.support``): never shown. The
-# passages when they are about the question, else the refusal and the closest notes' titles.
-LLM_UNSUPPORTED_ZH = "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）"
-LLM_UNSUPPORTED_EN = "(The model's answer is not backed by your notes, so it is not shown. Here are the most relevant passages.)"
-LLM_UNSUPPORTED_REFUSED_ZH = "（模型写了一段你的笔记里没有依据的回答，没有显示。）"
-LLM_UNSUPPORTED_REFUSED_EN = "(The model wrote an answer your notes do not back; it is not shown.)"
-# Units of an answer that stand on no block were left out of it (``rag.answer.support``).
-LEFT_OUT_ZH = "（另有 {n} 句在你的笔记里找不到依据，已略去。）"
-LEFT_OUT_EN = "({n} sentence(s) the model wrote are not backed by your notes and were left out.)"
-# Under an LLM's answer, the note's own words it stands on (``answer.quote_chars``).
-QUOTE_LEAD_ZH = "笔记原文 "
-QUOTE_LEAD_EN = "In your note: "
-_CJK = re.compile(r"[\u3400-\u9fff]")
-MAX_LISTED = 20
-# "Which notes did I write about X": the forms answered by listing the notes that mention X.
-_ABOUT = [re.compile(p, re.I) for p in (
-    r"我(?:都|曾经|以前|之前)?(?:写|记)过(?:哪些|什么|几篇|多少篇?)?(?:关于|有关)\s*(?P<x>.+?)\s*(?:的|相关的)?(?:笔记|记录|文章)",
-    r"我(?:都|曾经|以前|之前)?(?:写|记)过(?:哪些|几篇|多少篇?)\s*(?P<x>.+?)\s*(?:的|相关的)(?:笔记|记录|文章)",
-    r"^(?:关于|有关)\s*(?P<x>.+?)\s*(?:的|相关的)?(?:笔记|记录)有(?:哪些|几篇|多少)",
-    r"^哪些笔记(?:提到|提及|写到|写了|写过|关于|讲)(?:了|过)?\s*(?P<x>.+?)\s*[？?。!！]*$",
-    r"^(?:which|what) notes (?:did|have) i (?:write|written|take|taken|make|made|keep|kept)\s+"
-    r"(?:about|on|regarding|mentioning)\s+(?P<x>.+?)\s*[?.!]*$",
-    r"^(?:list|show|find)(?: me)? (?:all )?(?:of )?(?:my |the )?notes (?:about|on|mentioning|regarding)\s+(?P<x>.+?)\s*[?.!]*$",
-    r"^(?:which|what) (?:of my )?notes (?:are about|mention|talk about|cover)\s+(?P<x>.+?)\s*[?.!]*$",
-)]
-_QUOTES = "\"'“”‘’「」《》`"
-
-
-def notes_about(question: str) -> str | None:
-    """X, when the question asks which notes are about X; else None."""
-    for pattern in _ABOUT:
-        m = pattern.search(question.strip())
-        if m:
-            x = m.group("x").strip().strip(_QUOTES).strip()
-            if x:
-                return x
-    return None
-
-
 EXPAND_SHARE = 0.25  # of the first-token budget, at most, for the query expansion
 MIN_EXPAND_WAIT = 1.0  # seconds: however fast the model measured, it gets this long
 SOURCES_WITHIN = 2.0  # seconds: retrieval.expand auto never holds the sources back longer than this
-TOO_SLOW_ZH = "（这台机器上的语言模型太慢，在时限内读不完最相关的一段笔记，以下是笔记里最相关的段落。）"
-TOO_SLOW_EN = ("(The language model is too slow here to read the most relevant passage within its time limit; "
-               "here are the most relevant passages of your notes.)")
-
-
-_QUOTE_SENTENCE = re.compile(r"[。！？!?；;\n]")
-_SPACE = re.compile(r"\s+")
-_CITE = re.compile(r"\[\d{1,3}\]|[*`_#>]")  # markers, and Markdown's marks around the words
-
-
-def _copied(words: str, answer: str) -> bool:
-    """Does ``answer`` hold most of ``words`` (the note's words a quote would show) as they are:
-    sentences of 8 characters or more, by length, markers, Markdown's marks and spacing aside?"""
-    shown = _SPACE.sub("", _CITE.sub("", answer))
-    parts = [p for p in (_SPACE.sub("", _CITE.sub("", x)).strip("…-") for x in _QUOTE_SENTENCE.split(words))
-             if len(p) >= 8]
-    total = sum(map(len, parts))
-    return bool(total) and 2 * sum(len(p) for p in parts if p in shown) >= total
-
-
-def _language_notice(question: str, zh: str, en: str) -> str:
-    return zh if _CJK.search(question) else en
 
 
 OnToken = Callable[[str], "Awaitable[None] | None"]
 # Called once, before the LLM reads anything, with the notes its evidence comes from (the
-# best first, one per note, at most SOURCES_FIRST): a slow CPU's wait is not silence.
+# best first, one per note, at most ``outcomes.SOURCES_FIRST``): a slow CPU's wait is not silence.
 OnSources = Callable[[list["Citation"]], "Awaitable[None] | None"]
-SOURCES_FIRST = 3
-REPLY_KEPT = 4000  # characters of the LLM's reply kept in the trace
 
 
 @dataclass
@@ -338,10 +258,11 @@ class AnswerService:
 
     async def _listed(self, turn: "Turn") -> Answer | None:
         """"Which notes did I write about X": the memory's list, without the LLM."""
-        about = notes_about(turn.standalone) if self.memory is not None else None
+        about = remembered.notes_about(turn.standalone) if self.memory is not None else None
         if not about:
             return None
-        listing = await self.in_search_thread(self._listing, turn.question, about, turn.user_id, turn.trace)
+        listing = await self.in_search_thread(remembered.listing, self.memory, self.index, turn.question, about,
+                                              turn.user_id, turn.trace)
         if listing is None:
             return None
         turn.mark("retrieve")
@@ -353,7 +274,8 @@ class AnswerService:
         trace. Also the facts about the entities it names, for the evidence."""
         trace, standalone = turn.trace, turn.standalone
         k = max(self.settings.rerank.candidates, self.settings.answer.top_k)
-        entities, facts = await self.in_search_thread(self._remembered, standalone, turn.user_id, k, trace)
+        entities, facts = await self.in_search_thread(remembered.remembered, self.memory, self.index, self.settings,
+                                                      standalone, turn.user_id, k, trace)
         wait, why_not = self._expansion_wait(standalone, turn.elapsed())
         person = f"{turn.user_id}\x00{turn.conversation or ''}"
         expanding = asyncio.create_task(self._expand(standalone, wait, person)) if wait else None
@@ -399,15 +321,15 @@ class AnswerService:
                 trace.decision = (f"the notes never mention {', '.join(shown)} (answer.refuse_unknown_names): "
                                   f"refused without asking the LLM")
                 trace.outcome = "refused"
-                answer = self._refusal(question, top)
-                answer.notice = _language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
+                answer = outcomes.refusal(self.settings, question, top)
+                answer.notice = outcomes.language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
                 return self._end(turn, answer)
         translated = await self.in_search_thread(self._translated, standalone)  # may read the glossary's file
         weak = too_weak(self.settings.answer, standalone, hits, scores, translated)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
-            return self._end(turn, self._refusal(question, top))
+            return self._end(turn, outcomes.refusal(self.settings, question, top))
         return None
 
     async def _evidence(self, turn: "Turn", top: list[Hit], facts: list[dict]) -> "Prepared | Answer":
@@ -420,7 +342,7 @@ class AnswerService:
             # measured with a short reply (its fixed instructions, which Ollama then keeps in
             # its prompt cache for the answer), so the evidence is sized to it.
             if turn.on_sources is not None:
-                await _call(turn.on_sources, self._sources(turn.question, build_evidence(top, cfg)))
+                await _call(turn.on_sources, outcomes.sources(turn.question, build_evidence(top, cfg)))
             turn.shown_sources = True
             turn.mark("sources")
             try:
@@ -451,7 +373,7 @@ class AnswerService:
             # the passages, rather than a guess from a scrap or an answer cut off by the timeout.
             trace.decision, trace.outcome = f"{plan.too_slow}: extractive answer", "fallback"
             answer = extractive(question, top, refusal=refusal)
-            answer.notice = _language_notice(question, TOO_SLOW_ZH, TOO_SLOW_EN)
+            answer.notice = outcomes.language_notice(question, outcomes.TOO_SLOW_ZH, outcomes.TOO_SLOW_EN)
             return self._end(turn, answer)
         return None
 
@@ -462,7 +384,7 @@ class AnswerService:
         when the LLM fails."""
         trace, plan, blocks, prompt = turn.trace, evidence.plan, evidence.blocks, evidence.prompt
         if turn.on_sources is not None and not turn.shown_sources:
-            await _call(turn.on_sources, self._sources(turn.question, blocks))
+            await _call(turn.on_sources, outcomes.sources(turn.question, blocks))
         if not turn.shown_sources:
             turn.mark("sources")
         gate = support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks}))
@@ -492,7 +414,7 @@ class AnswerService:
             return self._end(turn, self._llm_down(turn.question, top, trace, err))
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = self._grounded(turn.question, turn.standalone, text, gate.result, blocks, top, trace)
+        answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
@@ -502,56 +424,6 @@ class AnswerService:
         return self._finish(answer, turn.user_id, turn.conversation, turn.trace, turn.timings, turn.started)
 
     # --- the memory of the notes (rag.memory.store) ----------------------------------------------
-
-    def _remembered(self, question: str, user_id: str, k: int, trace: Trace) -> tuple[list, list[dict]]:
-        """The entities ranking for the fusion and the active facts about the entities the
-        question names (both empty without a memory); the entities go into the trace."""
-        if self.memory is None:
-            return [], []
-        named = named_entities(self.memory, user_id, question)
-        trace.entities = [f"{e['name']} ({', '.join(e['kinds'])}; {e['notes']} notes)" for e in named]
-        limit = max(self.settings.retrieval.candidates, k)
-        ranking = entity_ranking(self.memory, user_id, named, limit)
-        facts = self.memory.facts_named(user_id, question, [e["norm"] for e in named]) if named else []
-        return ranking, self._indexed(user_id, facts)
-
-    def _indexed(self, user_id: str, rows: list[dict]) -> list[dict]:
-        """The memory's rows (facts, notes) whose note the index holds: a note that left it
-        (trashed, made private) and whose memory the sync has not removed yet (a failed
-        write, a crash: its next pass does) is never evidence nor listed."""
-        if not rows or self.index is None:
-            return rows
-        held = self.index.store.holding(user_id, [r["note_id"] for r in rows])
-        return [r for r in rows if r["note_id"] in held]
-
-    def _listing(self, question: str, about: str, user_id: str, trace: Trace) -> Answer | None:
-        """The notes mentioning ``about``, newest first, as the answer (no LLM); None when
-        the memory knows no entity by that name (the question is answered as any other)."""
-        names = [about] if self.memory.notes_mentioning(user_id, [about]) else \
-            [e["norm"] for e in named_entities(self.memory, user_id, about, common=True)]
-        notes = self._indexed(user_id, self.memory.notes_mentioning(user_id, names) if names else [])
-        if not notes:
-            return None
-        named = self.memory.named_in(user_id, " ".join(names))
-        trace.entities = [f"{e['name']} ({', '.join(e['kinds'])}; {e['notes']} notes)" for e in named
-                          if e["norm"] in {norm(n) for n in names}]
-        shown = notes[:MAX_LISTED]
-        citations = [Citation(i, n["note_id"], n["title"], n["notebook"], "", n["url"], n["snippet"], 0.0)
-                     for i, n in enumerate(shown, start=1)]
-        zh = bool(_CJK.search(question))
-        head = (f"提到「{about}」的笔记有 {len(notes)} 篇（按更新时间，新的在前）：" if zh
-                else f"{len(notes)} notes mention “{about}” (newest first):")
-        lines = [head]
-        for c, n in zip(citations, shown):
-            when = (n["updated_at"] or "")[:10]
-            where = " · ".join(p for p in (c.notebook, when) if p)
-            lines.append(f"{c.n}. [{c.title or c.note_id}]({c.url})" + (f" · {where}" if where else "") + f" [{c.n}]")
-        if len(notes) > len(shown):
-            lines.append(f"…另有 {len(notes) - len(shown)} 篇" if zh else f"… and {len(notes) - len(shown)} more")
-        trace.decision = (f"listed the {len(notes)} notes that mention {about!r} from the memory of the notes, "
-                          f"newest first (no search, no LLM)")
-        trace.outcome = "listing"
-        return Answer(question, "\n".join(lines), used_llm=False, grounded=True, citations=citations)
 
     # --- a follow-up, made standalone (rag.answer.followup) ---------------------------------------
 
@@ -635,15 +507,10 @@ class AnswerService:
     # --- pieces ---------------------------------------------------------------------------
 
     def _llm_down(self, question: str, top: list[Hit], trace: Trace, err: Exception) -> Answer:
-        """The LLM failed (down, timing out, model missing): the best passages, with a plain
-        notice. The details (host, model, what failed) are for the operator: the log, the trace
-        of ``ask --trace``, doctor. Whoever asked in chat gets the notice."""
+        """The LLM failed (down, timing out, model missing): said once in the log, and the best
+        passages with a plain notice (``rag.answer.outcomes.llm_down``)."""
         self._llm_failed(err)
-        trace.llm_error = str(err)
-        trace.decision, trace.outcome = "the LLM failed: extractive answer", "fallback"
-        answer = extractive(question, top, refusal=self.settings.answer.refusal)
-        answer.notice = _language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
-        return answer
+        return outcomes.llm_down(self.settings, question, top, trace, err)
 
     async def _measure(self, question: str) -> str:
         """Measure the LLM's speed here (``measure_speed``) on an LLM slot; a line for the
@@ -678,90 +545,6 @@ class AnswerService:
         if not self.settings.retrieval.translate_english:
             return frozenset()
         return chinese_terms(question, self.settings.state_dir)
-
-    def _refusal(self, question: str, top: list[Hit]) -> Answer:
-        closest, seen = [], set()
-        for hit in top:
-            if hit.note_id not in seen and len(closest) < self.settings.answer.closest_notes:
-                seen.add(hit.note_id)
-                closest.append(citation(len(closest) + 1, hit, question))
-        return Answer(question, self.settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
-
-    def _grounded(self, question: str, standalone: str, text: str, check: support.Check, blocks: list[Evidence],
-                  top: list[Hit], trace: Trace) -> Answer:
-        """The LLM's reply as the answer when it stands on the evidence (``rag.answer.support``):
-        the units that do, each citing its block, and a line saying how many were left out.
-        Otherwise (a refusal, nothing of its own, or too little of it from the evidence) never
-        the reply: the best passages when they are about the question (``plausible``), else the
-        refusal and the closest notes' titles."""
-        refusal = self.settings.answer.refusal
-        trace.reply = text[:REPLY_KEPT]
-        trace.support = check.summary()
-        trace.units = [{"text": v.text[:400], "kind": v.kind, "blocks": v.blocks, "share": v.share,
-                        "invented": v.invented} for v in check.verdicts if v.kind != "blank"]
-        trace.citing = support.verdict(text, check, refusal)
-        by_n = {b.n: b for b in blocks}
-        if trace.citing in ("cited", "inferred"):
-            citations = [citation(n, by_n[n], question) for n in check.cited]
-            marks = " ".join(f"[{n}]" for n in check.cited)
-            trace.decision = (f"answered by the LLM, citing {marks}" if trace.citing == "cited" else
-                              f"answered by the LLM without markers; cited by what its sentences follow: {marks}")
-            if check.dropped:
-                trace.decision += f"; {len(check.dropped)} of {len(check.saying)} sentences left out (no block holds them)"
-            trace.outcome = "llm"
-            answer = Answer(question, check.text.strip(), used_llm=True, grounded=True, citations=citations)
-            answer.quote = self._quote(question, check, by_n, citations)
-            if check.dropped:
-                answer.notice = _language_notice(question, LEFT_OUT_ZH, LEFT_OUT_EN).format(n=len(check.dropped))
-            return answer
-        why = {"refused": "the LLM found no answer", "nothing": "the LLM said nothing of its own (the question or the "
-               "headers back)", "uncited": "no sentence of the LLM's answer stands on the evidence",
-               "partly": f"too little of the LLM's answer stands on the evidence ({check.summary().split(';')[0]}; "
-                         f"at least {support.MIN_SHARE:.0%} must)"}[trace.citing]
-        about, how = plausible(standalone, top)
-        unsupported = trace.citing in ("uncited", "partly")
-        if about:
-            trace.decision = f"{why}: its best passages instead ({how})"
-            trace.outcome = "llm_passages"
-            answer = extractive(question, top, refusal=refusal)
-            answer.used_llm = True
-            if answer.citations:
-                answer.notice = (_language_notice(question, LLM_UNSUPPORTED_ZH, LLM_UNSUPPORTED_EN) if unsupported
-                                 else _language_notice(question, LLM_NO_ANSWER_ZH, LLM_NO_ANSWER_EN))
-            return answer
-        trace.decision = f"{why}: the refusal and the closest notes ({how})"
-        trace.outcome = "llm_refused"
-        answer = self._refusal(question, top)
-        answer.used_llm = True
-        if unsupported:
-            answer.notice = _language_notice(question, LLM_UNSUPPORTED_REFUSED_ZH, LLM_UNSUPPORTED_REFUSED_EN)
-        return answer
-
-    def _quote(self, question: str, check: support.Check, by_n: dict[int, Evidence], citations: list[Citation]) -> str:
-        """The note's own words the answer stands on, to show under it: the sentences of the block
-        most of its sentences stand on that match what they say, about ``answer.quote_chars``
-        characters of them ("" when that is 0), so what the answer says can be read beside what
-        the note says without opening it."""
-        width = self.settings.answer.quote_chars
-        where = support.behind(check)
-        if not width or where is None:
-            return ""
-        n, said = where
-        words = excerpt(by_n[n].text, said, width)
-        if _copied(words, check.text):  # the answer is the note's words already (copied, as asked in English)
-            return ""
-        cited = next(c for c in citations if c.n == n)
-        return quoted(cited, words, _language_notice(question, QUOTE_LEAD_ZH, QUOTE_LEAD_EN))
-
-    @staticmethod
-    def _sources(question: str, blocks: list[Evidence]) -> list[Citation]:
-        """The notes the evidence comes from, best first, one citation per note (its first block)."""
-        out, seen = [], set()
-        for b in blocks:
-            if b.note_id not in seen and len(out) < SOURCES_FIRST:
-                seen.add(b.note_id)
-                out.append(citation(b.n, b, question))
-        return out
 
     def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
         """The names the question uses that no chunk of the user's holds (``rag.answer.confidence``)."""

@@ -82,7 +82,7 @@ def strip_front_matter(text: str) -> str:
 def _md_parser() -> MarkdownIt:
     """Block structure only (what ``block_spans`` and the chunker read: top-level blocks, their
     lines, a heading's text): the inline pass (emphasis, links) is off. The same blocks, lines and
-    texts on every note of the shared corpus, and a fifth less time to clean and chunk it."""
+    texts as with it, and less time to clean and chunk a note."""
     return MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"], ignoreInvalid=True)
 
 

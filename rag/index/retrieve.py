@@ -14,8 +14,9 @@ Two fusions (``retrieval.fusion``):
   the step from one rank to the next.
 - ``rrf``: reciprocal-rank fusion, ``sum(weight / (k + rank))``. Rank-only: with
   k=60 a dense-only first place ties a sparse-only 31st place at weights 1 : 1.5.
-Measured on the dev set (docs/performance.md, "Retrieval quality"), dbsf beats rrf at every
-weight tried and beats either retriever alone on every metric.
+dbsf is the default because rank fusion cannot tell a runaway winner from a photo finish, and
+this embedder's sparse side is the stronger one (docs/how-it-works.md, "Decisions": dbsf beats
+rrf at every weight tried, and either retriever alone).
 
 The passage step (``retrieval.passages``, hybrid only). The first ranking usually
 finds the right note; which of its chunks holds the answer is harder: the chunk
@@ -41,9 +42,8 @@ it) or below other chunks of its note. So, for the best ``passage_notes`` notes:
    ranks counted in the merged lists (so above ``candidates`` for a chunk only the
    second query found).
 
-Which notes come first is untouched (MRR@10 is the same with and without the
-step); a best note's extra places can only push the last notes further down.
-Measured in ``bench/retrieval_steps.py`` (docs/how-it-works.md, "Decisions").
+Which notes come first is untouched; a best note's extra places can only push the last notes
+further down (docs/how-it-works.md, "Decisions", has the step's measure).
 
 Entities named in the question (``rag.memory.store``, hybrid only). The question's text is
 matched against the user's entity names (``named_entities``: a whole name of at least two
@@ -72,7 +72,7 @@ from rag.index.note_index import NoteIndex
 from rag.index.lexical import CJK_CHAR, LATIN_WORDS, norm, query_vector, tokenize
 from rag.index.translate import chinese_terms
 from rag.model import HEADING_SEP, RETRIEVERS, Hit
-from rag.index.store import Ranked
+from rag.index.points import Ranked
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def rrf(rankings: dict[str, list[Ranked]], k: int = 60, weights: dict[str, float
 
 def _mean_sd(scores: list[float]) -> tuple[float, float]:
     """Mean and population standard deviation, in floats (``statistics.pstdev`` counts in
-    fractions: ~0.2 ms a list, twice a search; the two agree to the last bit or two)."""
+    exact fractions, slow for what it is asked twice a search; the two agree to the last bit or two)."""
     mean = math.fsum(scores) / len(scores)
     return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in scores) / len(scores))
 
@@ -132,10 +132,9 @@ def dbsf(rankings: dict[str, list[Ranked]], weights: dict[str, float] | None = N
     return sorted(fused.values(), key=lambda f: (-f.score, min(f.ranks.values()), f.id))
 
 
-# The ranking of chunks mentioning entities named in the question: its weight in the
-# fusion (dense 0.35 and sparse 0.65 by default), and which entities make it.
-# Dev set (55 questions, bench/retrieval_steps.py style): at 0.1 MRR@10 0.890 -> 0.905 and
-# passage MRR@10 0.810 -> 0.828, hit@5 unchanged; at 0.25 and more hit@5 drops (paraphrases).
+# The ranking of chunks mentioning entities named in the question: its weight in the fusion
+# (dense 0.35 and sparse 0.65 by default), and which entities make it. Light: it orders the notes
+# the question names first without pushing paraphrases out of the top five (docs/memory.md).
 ENTITY_WEIGHT = 0.1
 MAX_ENTITIES = 5
 ENTITY_MAX_SHARE = 0.05  # of the user's notes (at least ENTITY_MIN_NOTES): commoner names say little

@@ -107,7 +107,7 @@ def _build() -> dict[str, str]:
 def glossary(cache_dir: Path | None = None) -> dict[str, str]:
     """The dictionary read backwards, made on first use (empty when it cannot be read).
     ``cache_dir``: where the made glossary is kept (``CACHE_FILE``), so that another process
-    reads it in ~0.1 s instead of making it again."""
+    reads it at once instead of making it again."""
     global _glossary
     with _lock:
         if _glossary is None:

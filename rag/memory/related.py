@@ -47,10 +47,9 @@ from rag.index.store import Store
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MIN_SCORE = 0.7  # the highest that loses no recall@5 on the shared corpus (bench/related.py)
-# related QUESTION: the least similarity to the question a note may have (USE's scale). On the
-# dev set's answerable questions it keeps 59 of the 60 gold notes found in the top 10, and
-# drops 31 % of the other notes found.
+DEFAULT_MIN_SCORE = 0.7  # the highest that loses no related note people expect (docs/memory.md)
+# related QUESTION: the least similarity to the question a note may have (USE's scale): it keeps
+# the notes that answer a question and drops many that merely came up (docs/memory.md).
 QUESTION_MIN_SCORE = 0.35
 NEIGHBOURS = 20  # chunks each chunk asks for
 TOP = 10  # pairs kept per note

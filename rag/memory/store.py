@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from rag.config import Settings, prepare_state_dir
+from rag.config import Settings
+from rag.state_dir import prepare_state_dir
 from rag.memory.entities import norm
 from rag.sqlite import LockedDB
 

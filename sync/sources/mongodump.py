@@ -32,7 +32,7 @@ from typing import IO, Iterator
 import bson
 from bson.codec_options import CodecOptions
 
-from rag.config import prepare_state_dir
+from rag.state_dir import prepare_state_dir
 from rag.errors import NoteError, UserError
 from rag.model import Note, Notebook
 

