@@ -63,9 +63,13 @@ $(VENV)/.docs-installed: pyproject.toml | $(BIN)/python
 docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
-# Benchmarks (need ../shared): figures for the docs (docs/performance.md, docs/answers.md).
-bench: $(VENV)/.demo-installed
-	$(BIN)/python bench/index_search.py
+# Benchmarks: figures for the docs (docs/performance.md lists each, with what it measures and how
+# long it takes). `make bench`: the standard ones on the shared corpus (../shared): index and search
+# speed, then the answer eval with the reader stand-in. `make bench BENCH="sync_changes bots"`: those;
+# `BENCH=--all`: every one; `TINY=1`: each at a tiny size on the sample notes, in seconds.
+BENCH ?=
+bench: $(VENV)/.test-installed
+	$(BIN)/python bench/run.py $(if $(TINY),--tiny,) $(BENCH)
 
 # The dev set (../shared): retrieval metrics, then answer metrics. The answer eval uses the
 # reader stand-in (tests/fakes/ollama.py), or the Ollama at $$OLLAMA_HOST when it is set

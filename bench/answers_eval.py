@@ -7,6 +7,7 @@
     .venv/bin/python bench/answers_eval.py --extractive           # no LLM (ollama.enabled: false): cited passages
     ... --ollama-host URL --record bench/replies.jsonl [--questions A008,B015]   # keep what the model read and wrote
     ... --ollama-host URL --file tests/data/dev_en.jsonl          # other questions in the dev set's form (English ones)
+    .venv/bin/python bench/answers_eval.py --tiny                 # seconds, on the sample notes (a smoke run)
 
 1. The shared corpus through the mongodump source, as ``bench/corpus.yaml`` has it, in
    ``bench/data/`` (the same index: a sync that finds the backup already read does nothing).
@@ -22,6 +23,10 @@
 
 Writes the report into ``bench/answers_eval_results.json`` (one entry per setup: the
 stand-in, the stand-in at a given speed, each real model) and prints a summary.
+
+``--tiny``: the same steps on the sample notes and their questions (``bench/common.py``'s
+``tiny_world``), indexed into a temporary folder instead of ``bench/data``, with the stand-in
+(or ``--extractive``), never a real Ollama; the report goes apart from the recorded one.
 """
 
 from __future__ import annotations
@@ -37,15 +42,22 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-DATA = REPO / "bench" / "data"
-RESULTS = REPO / "bench" / "answers_eval_results.json"
+DATA = REPO / "bench" / "data"  # the index of a real run (a tiny one's is in a temporary folder)
 STAND_IN = "stand-in-reader"  # the model name the stand-in answers to
-BACKUP = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
-DEV = SHARED / "eval" / "dev.jsonl"
+
+
+def backup() -> Path:
+    """The corpus as a Leanote backup, in the shared folder as it is now (``--tiny`` moves it)."""
+    return shared() / "corpus" / "mongodump" / BACKUP_NAME
+
+
+def dev_set() -> Path:
+    """The dev set's questions, in the shared folder as it is now (``--tiny`` moves it)."""
+    return shared() / "eval" / "dev.jsonl"
 
 
 def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
@@ -55,17 +67,17 @@ def leanote_rag(*args: str, capture: bool = False) -> subprocess.CompletedProces
 
 
 def write_config(folder: Path, host: str, model: str, enabled: bool = True, budget: float | None = None,
-                 timeout: float | None = None, settings: list[str] = ()) -> Path:
+                 timeout: float | None = None, settings: list[str] = (), data: Path = DATA) -> Path:
     """bench/corpus.yaml (the same source, embedder and index) with the LLM given here
     (and ``answer.first_token_budget`` and ``ollama.timeout``, when given; ``settings``:
-    ``section.key=value`` more, the value read as YAML)."""
+    ``section.key=value`` more, the value read as YAML), the index in ``data``."""
     raw = yaml.safe_load((REPO / "bench" / "corpus.yaml").read_text(encoding="utf-8"))
     for item in settings:
         key, _, value = item.partition("=")
         section, _, name = key.partition(".")
         raw.setdefault(section, {})[name] = yaml.safe_load(value)
-    raw["source"]["path"] = str(BACKUP)
-    raw["state_dir"] = str(DATA)
+    raw["source"]["path"] = str(backup())
+    raw["state_dir"] = str(data)
     raw["ollama"] = {**(raw.get("ollama") or {}), "host": host, "model": model, "enabled": enabled}
     if timeout is not None:
         raw["ollama"]["timeout"] = timeout
@@ -76,9 +88,17 @@ def write_config(folder: Path, host: str, model: str, enabled: bool = True, budg
     return path
 
 
-def forget_speed(model: str) -> None:
+def index_corpus(folder: Path, data: Path) -> Path:
+    """The corpus indexed into ``data`` by ``leanote-rag index`` (its memory too), with a config
+    written in ``folder`` that names no reachable LLM: that config."""
+    config = write_config(folder, "http://127.0.0.1:9", STAND_IN, data=data)
+    leanote_rag("--config", str(config), "index")
+    return config
+
+
+def forget_speed(model: str, data: Path) -> None:
     """The stand-in's learned speed, from an earlier run, is dropped (only its entry)."""
-    path = DATA / "llm_speed.json"
+    path = data / "llm_speed.json"
     try:
         speeds = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -87,7 +107,7 @@ def forget_speed(model: str) -> None:
         path.write_text(json.dumps(speeds, indent=1))
 
 
-def run_eval(config: Path, with_changes: bool, questions: Path = DEV) -> dict:
+def run_eval(config: Path, with_changes: bool, questions: Path) -> dict:
     args = ["--config", str(config), "eval", "--answers", str(questions), "--json"]
     if with_changes:
         args.append("--with-changes")
@@ -158,7 +178,7 @@ class Recorder:
 def subset(ids: str, folder: Path) -> Path:
     """The dev set's questions with these ids, as a file (for a shorter run)."""
     wanted = {x.strip() for x in ids.split(",") if x.strip()}
-    lines = [line for line in DEV.read_text(encoding="utf-8").splitlines()
+    lines = [line for line in dev_set().read_text(encoding="utf-8").splitlines()
              if line.strip() and json.loads(line)["id"] in wanted]
     missing = wanted - {json.loads(line)["id"] for line in lines}
     if missing:
@@ -202,10 +222,16 @@ def main() -> int:
                     help="a config setting for this run, e.g. answer.prompt=quote (the run is filed under its own key)")
     ap.add_argument("--fresh-speed", action="store_true",
                     help="forget the model's learned speed first (a first run after install: measured at the first question)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="a smoke run on the sample notes and their questions, the index in a temporary folder")
     args = ap.parse_args()
-    if not DEV.exists() or not BACKUP.exists():
-        print(f"the answer eval needs the shared corpus and dev set: {BACKUP} and {DEV} (LEANOTE_RAG_SHARED)",
-              file=sys.stderr)
+    if args.tiny and (args.ollama_host or args.record):
+        ap.error("--tiny runs the stand-in (or --extractive), never a real Ollama")
+    if args.tiny:
+        tiny_world()
+    if not dev_set().exists() or not backup().exists():
+        print(f"the answer eval needs the shared corpus and dev set: {backup()} and {dev_set()} (LEANOTE_RAG_SHARED), "
+              "or --tiny", file=sys.stderr)
         return 2
     if args.ollama_host and args.speed:
         ap.error("--speed is for the stand-in, not a real Ollama")
@@ -236,13 +262,15 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        leanote_rag("--config", str(write_config(tmp, "http://127.0.0.1:9", STAND_IN)), "index")
-        questions = subset(args.questions, tmp) if args.questions else (args.file or DEV)
+        data = tmp / "data" if args.tiny else DATA
+        index_corpus(tmp, data)
+        questions = subset(args.questions, tmp) if args.questions else (args.file or dev_set())
         started = time.monotonic()
         if args.extractive:
             key = "extractive (no LLM)"
             print("answer eval without an LLM: extractive answers", file=sys.stderr)
-            report = run_eval(write_config(tmp, "http://127.0.0.1:9", STAND_IN, enabled=False), False, questions)
+            report = run_eval(write_config(tmp, "http://127.0.0.1:9", STAND_IN, enabled=False, data=data), False,
+                              questions)
         elif args.ollama_host:
             model = args.model or OllamaConfig().model
             key = f"ollama {model}"
@@ -251,20 +279,20 @@ def main() -> int:
             try:
                 url = recorder.url if recorder else host_url(args.ollama_host)
                 if args.fresh_speed:
-                    forget_speed(model)
+                    forget_speed(model, data)
                 report = run_eval(write_config(tmp, url, model, budget=args.budget, timeout=args.timeout,
-                                               settings=args.settings), False, questions)
+                                               settings=args.settings, data=data), False, questions)
             finally:
                 if recorder:
                     recorder.close()
         else:
-            forget_speed(STAND_IN)
+            forget_speed(STAND_IN, data)
             key = "reader stand-in" + (f", speed read {speed[0]:g} / write {speed[1]:g} tok/s" if speed else "")
             print("answer eval with the reader stand-in (tests/fakes/ollama.py), not a real LLM"
                   + (f"; as slow as {speed[0]:g} tok/s reading, {speed[1]:g} writing" if speed else ""), file=sys.stderr)
             with FakeOllama(models=(STAND_IN,), speed=speed, reader=True) as fake:
                 report = run_eval(write_config(tmp, fake.url, STAND_IN, budget=args.budget, timeout=args.timeout,
-                                               settings=args.settings), False, questions)
+                                               settings=args.settings, data=data), False, questions)
         seconds = round(time.monotonic() - started, 1)
     if args.budget is not None:
         key += f", first-token budget {args.budget:g} s"
@@ -277,8 +305,9 @@ def main() -> int:
     if args.file:
         key += f", file {args.file.name}"
 
+    out = results_file("answers_eval_results.json", args.tiny)
     try:
-        results = json.loads(RESULTS.read_text(encoding="utf-8"))
+        results = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         results = {}
     runs = results.get("runs") or {}
@@ -286,8 +315,8 @@ def main() -> int:
                  "stand_in": not args.ollama_host and not args.extractive, "speed": list(speed) if speed else None,
                  "first_token_budget": args.budget or AnswerConfig().first_token_budget,
                  "timeout": args.timeout or OllamaConfig().timeout, "report": report}
-    RESULTS.write_text(json.dumps({"runs": runs}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"\n{key} ({seconds} s for the eval; {RESULTS.relative_to(REPO)})")
+    out.write_text(json.dumps({"runs": runs}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"\n{key} ({seconds} s for the eval; {out.relative_to(REPO) if out.is_relative_to(REPO) else out})")
     for line in answer_table(report):
         print(line)
     return 0

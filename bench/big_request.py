@@ -1,6 +1,7 @@
 """One huge request, and everyone else's answers (needs ../shared).
 
     .venv/bin/python bench/big_request.py [--state-dir DIR] [--questions N]
+    .venv/bin/python bench/big_request.py --tiny     # seconds, on the sample notes (a smoke run)
 
 The shared corpus (its mongodump) is indexed into a temporary state directory, or DIR (kept,
 and reused when it already holds that index: indexing takes minutes), then `leanote-rag
@@ -15,7 +16,8 @@ at once, quoting the evidence). Measured through the daemon's Unix-socket API:
    back (each refused); and while two other clients ask 2,000-character questions back to
    back (the most the door takes, each answered);
 3. the daemon's resident memory before and after.
-Prints JSON and writes bench/big_request_results.json.
+``--tiny``: the sample notes (bench/common.py's ``tiny_world``), 3 questions, each 20 MB
+request timed twice instead of 5 times. Prints JSON and writes bench/big_request_results.json.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -35,10 +38,10 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-DUMP = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
 HUGE = 20 * 1024 * 1024
 
@@ -129,14 +132,19 @@ class Flood:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--state-dir", type=Path, help="index the corpus here (kept), or reuse the index there")
-    parser.add_argument("--questions", type=int, default=10)
+    parser.add_argument("--questions", type=int, help="another person's questions, each way (default 10)")
+    parser.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes, 3 questions")
     args = parser.parse_args()
-    if not DUMP.exists():
-        sys.exit(f"needs the shared corpus at {DUMP} (set LEANOTE_RAG_SHARED)")
-    questions = [q for q in load_questions(SHARED / "eval" / "dev.jsonl") if not q.get("after_changes")]
-    questions = questions[: args.questions]
+    if args.tiny:
+        tiny_world()
+    tries = 2 if args.tiny else 5  # of each 20 MB request timed alone
+    dump = shared() / "corpus" / "mongodump" / BACKUP_NAME
+    if not dump.exists():
+        sys.exit(f"needs the shared corpus at {dump} (set LEANOTE_RAG_SHARED), or --tiny")
+    questions = [q for q in load_questions(shared() / "eval" / "dev.jsonl") if not q.get("after_changes")]
+    questions = questions[: args.questions or (3 if args.tiny else 10)]
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-bigreq-"))
     state = args.state_dir or work / "data"
     sock = f"/tmp/lr-bigreq-{os.getpid()}.sock"
@@ -145,7 +153,7 @@ def main() -> None:
     with FakeOllama(reader=True) as ollama:
         config = work / "config.yaml"
         config.write_text(
-            f"source: {{kind: mongodump, path: '{DUMP.parent}'}}\nstate_dir: '{state}'\n"
+            f"source: {{kind: mongodump, path: '{dump.parent}'}}\nstate_dir: '{state}'\n"
             f"ollama: {{host: '{ollama.url}'}}\nrerank: {{kind: none}}\nretrieval: {{expand: 'off'}}\n"
             f"memory: {{llm: 'off'}}\nsync: {{interval: 1h}}\napi: {{socket: '{sock}'}}\n")
         if not (state / "qdrant").exists():
@@ -171,7 +179,7 @@ def main() -> None:
                     return [ask(http, q["question"], q["user_id"]) for q in questions]
 
                 alone = answers()
-                head = [refused_after_head(sock) for _ in range(5)]
+                head = [refused_after_head(sock) for _ in range(tries)]
                 body = huge_body()
 
                 def post_huge(h: httpx.Client) -> None:
@@ -180,7 +188,7 @@ def main() -> None:
 
                 whole = []
                 with client(sock) as h:
-                    for _ in range(5):
+                    for _ in range(tries):
                         t = time.perf_counter()
                         post_huge(h)
                         whole.append(time.perf_counter() - t)
@@ -195,6 +203,7 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             _, log = proc.communicate(timeout=60)
+    shutil.rmtree(work)  # the config, and the index unless it is in --state-dir
     results["refused_20mb"] = {
         "after_head_ms": summary(head),
         "whole_body_sent_ms": summary(whole),
@@ -210,7 +219,7 @@ def main() -> None:
     results["daemon_errors"] = [line for line in log.splitlines() if " ERROR " in line][:5]
     text = json.dumps(results, ensure_ascii=False, indent=1)
     print(text)
-    (REPO / "bench" / "big_request_results.json").write_text(text + "\n", encoding="utf-8")
+    results_file("big_request_results.json", args.tiny).write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Many people at once through the Telegram bot (fake Bot API, fake LLM).
 
     .venv/bin/python bench/bots.py
+    .venv/bin/python bench/bots.py --tiny     # seconds: 4 questions from 2 people (a smoke run)
 
 The real daemon (``leanote-rag serve``'s ``Daemon`` with the real python-telegram-bot
 Application) runs in its own process over the sample notes; this process plays
@@ -9,7 +10,8 @@ over ~2.4 s), so the fakes' threads do not compete with the daemon for its GIL.
 20 questions from 5 people arrive at once. Measured: whether all are answered, the
 daemon's event-loop lag (a 10 ms ticker's delays, inside the daemon) while they are,
 and each answer's edits against the pacing limit (telegram.edit_interval).
-Prints JSON and writes bench/bots_results.json.
+``--tiny``: 2 questions each from 2 people, answers streamed 4 times as fast and edits
+paced at 0.4 s. Prints JSON and writes bench/bots_results.json.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import make_settings  # noqa: E402
@@ -53,8 +58,12 @@ def child(settings_json: str, lag_file: str) -> None:
             await asyncio.sleep(0.01)
             lags.append((time.perf_counter() - t - 0.01) * 1000)
 
+    async def first_pass(host) -> None:  # says when the first sync pass is done (a tiny run waits for it)
+        await host.wait_for_pass(0)
+        Path(lag_file).with_suffix(".ready").touch()
+
     async def run() -> None:
-        daemon = Daemon(settings, services=[service, ticker])
+        daemon = Daemon(settings, services=[service, ticker, first_pass])
         loop = asyncio.get_running_loop()
         loop.add_reader(sys.stdin.fileno(), daemon.stop)  # the parent closes our stdin to stop us
         await daemon.run()
@@ -63,15 +72,17 @@ def child(settings_json: str, lag_file: str) -> None:
     Path(lag_file).write_text(json.dumps(lags))
 
 
-async def main() -> dict:
+async def main(tiny: bool) -> dict:
     import subprocess
 
+    people, questions = (PEOPLE[:2], QUESTIONS[:2]) if tiny else (PEOPLE, QUESTIONS)
+    delay, interval = (0.05, 0.4) if tiny else (0.2, INTERVAL)  # between an answer's 12 pieces; edits' pacing
     work = Path(tempfile.mkdtemp())
     with FakeTelegram() as tg, FakeOllama() as ollama:
         settings = make_settings(
             work,
-            telegram={"enabled": True, "token_env": "BENCH_TG", "base_url": tg.base_url, "edit_interval": INTERVAL},
-            users=[{"leanote_user_id": "local", "telegram_ids": PEOPLE}],
+            telegram={"enabled": True, "token_env": "BENCH_TG", "base_url": tg.base_url, "edit_interval": interval},
+            users=[{"leanote_user_id": "local", "telegram_ids": people}],
             ollama={"host": ollama.url}, rerank={"kind": "none"}, sync={"interval": "1h"},
             bots={"rate_limit": 10, "max_concurrent_llm": 4},
         )
@@ -82,25 +93,30 @@ async def main() -> dict:
         )
         while not tg.method_calls("getUpdates"):
             await asyncio.sleep(0.05)
-        await asyncio.sleep(2.0)  # the first sync pass (lags from it are left out below)
-        for _ in range(20):
-            ollama.reply(*[f"第{i}句。" for i in range(11)], "[1]", delay=0.2)
+        if tiny:  # the first sync pass, done when the daemon says so
+            while not lag_file.with_suffix(".ready").exists():
+                await asyncio.sleep(0.05)
+        else:
+            await asyncio.sleep(2.0)  # the first sync pass (lags from it are left out below)
+        for _ in range(len(people) * len(questions)):
+            ollama.reply(*[f"第{i}句。" for i in range(11)], "[1]", delay=delay)
         started = time.perf_counter()
         n = 0
-        for person in PEOPLE:
-            for q in QUESTIONS:
+        for person in people:
+            for q in questions:
                 tg.say(person, q)
                 n += 1
-        answered = lambda: sum(1 for p in PEOPLE for m in tg.sent_to(p) if "来源" in m["text"])  # noqa: E731
+        answered = lambda: sum(1 for p in people for m in tg.sent_to(p) if "来源" in m["text"])  # noqa: E731
         while answered() < n and time.perf_counter() - started < 120:
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
         proc.stdin.close()
         proc.wait(timeout=60)
         lags = json.loads(lag_file.read_text())
+        shutil.rmtree(work)
         ticks_during = int(elapsed / 0.0101)
         lags = sorted(lags[-ticks_during - 50:])  # the questions' part of the run
-        finals = [m for p in PEOPLE for m in tg.sent_to(p) if "来源" in m["text"]]
+        finals = [m for p in people for m in tg.sent_to(p) if "来源" in m["text"]]
         gaps, edits_per_answer = [], []
         for m in finals:
             streaming = [t for t, _ in m["edits"]][:-1]  # the last edit is the final answer
@@ -115,7 +131,7 @@ async def main() -> dict:
                                   "max": round(lags[-1], 1)},
             "streaming_edits_per_answer": {"min": min(edits_per_answer), "max": max(edits_per_answer)},
             "min_gap_between_edits_s": round(min(gaps), 2) if gaps else None,
-            "edit_interval_s": INTERVAL,
+            "edit_interval_s": interval,
         }
 
 
@@ -123,7 +139,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":  # the daemon's process, started by main()
         child(sys.argv[2], sys.argv[3])
         sys.exit(0)
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
-    results = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), **asyncio.run(main())}
-    (REPO / "bench" / "bots_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: 4 questions from 2 people, faster answers")
+    tiny = ap.parse_args().tiny
+    results = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), **asyncio.run(main(tiny))}
+    results_file("bots_results.json", tiny).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(results, indent=2, ensure_ascii=False))

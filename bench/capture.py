@@ -1,6 +1,7 @@
 """Capture benchmark: how soon a captured note is searchable, and how fast the outbox drains.
 
     .venv/bin/python bench/capture.py [--captures 20] [--queued 100]
+    .venv/bin/python bench/capture.py --tiny      # seconds: 2 captures, 10 queued (a smoke run)
 
 1. The daemon (``leanote-rag serve``'s ``Daemon``, no bots) over a local fake Leanote
    (``tests/fakes/leanote.py``, the real write and sync API) through the ``leanote_api``
@@ -25,9 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
 
 ME = "5dbed2987db161bc2a85b919"
 WORDS = ["路由器", "备份", "端口", "证书", "密码", "数据库", "菜谱", "火车票", "发票", "快递"]
@@ -82,7 +84,7 @@ async def run(captures: int, queued: int, tmp: Path) -> dict:
                 assert receipt.status == "queued", receipt.message
             fake.up()
             started = time.monotonic()
-            while daemon.capture.counts()["waiting"]:
+            while daemon.capture.outbox.counts()["waiting"]:
                 await asyncio.sleep(0.02)
             drain = time.monotonic() - started
         finally:
@@ -102,14 +104,17 @@ async def run(captures: int, queued: int, tmp: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--captures", type=int, default=20)
-    ap.add_argument("--queued", type=int, default=100)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--captures", type=int, help="captures timed until searchable (default 20)")
+    ap.add_argument("--queued", type=int, help="captures queued while Leanote is down (default 100)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: 2 captures, 10 queued")
     args = ap.parse_args()
+    args.captures = args.captures or (2 if args.tiny else 20)
+    args.queued = args.queued or (10 if args.tiny else 100)
     with tempfile.TemporaryDirectory() as tmp:
         results = asyncio.run(run(args.captures, args.queued, Path(tmp)))
     print(json.dumps(results, ensure_ascii=False, indent=1))
-    (REPO / "bench" / "capture_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n")
+    results_file("capture_results.json", args.tiny).write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n")
 
 
 if __name__ == "__main__":

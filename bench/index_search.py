@@ -1,6 +1,7 @@
 """Index and search benchmark on the shared corpus (needs ../shared).
 
     .venv/bin/python bench/index_search.py [--replicas-to 100000] [--skip-100k]
+    .venv/bin/python bench/index_search.py --tiny     # seconds, on the sample notes (a smoke run)
 
 Phases, each in its own process so that peak RSS is that phase's own:
 1. index   `leanote-rag index` of the corpus through the mongodump source into a
@@ -29,10 +30,9 @@ import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-BACKUP = SHARED / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
-DEV = SHARED / "eval" / "dev.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file, shared, tiny_world  # noqa: E402
+
 PY = sys.executable
 
 
@@ -204,16 +204,22 @@ print(json.dumps({"p50_ms": times[len(times) // 2], "p95_ms": times[int(len(time
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicas-to", type=int, default=100_000)
     ap.add_argument("--skip-100k", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes, replicated to 200 points")
     args = ap.parse_args()
-    if not BACKUP.exists():
-        sys.exit(f"needs the shared corpus at {SHARED} (set LEANOTE_RAG_SHARED)")
+    if args.tiny:
+        tiny_world()
+        args.replicas_to = 200
+    backup = shared() / "corpus" / "mongodump" / "backup_leanote_20250601.tar.gz"
+    dev = shared() / "eval" / "dev.jsonl"
+    if not backup.exists():
+        sys.exit(f"needs the shared corpus at {shared()} (set LEANOTE_RAG_SHARED), or --tiny")
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-bench-"))
     config = work / "config.yaml"
-    config.write_text(f"source:\n  kind: mongodump\n  path: {BACKUP}\nstate_dir: {work / 'data'}\n")
+    config.write_text(f"source:\n  kind: mongodump\n  path: {backup}\nstate_dir: {work / 'data'}\n")
     results: dict = {"cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
 
     summary, seconds = child(INDEX, str(config))
@@ -241,14 +247,14 @@ def main() -> None:
     if results["index"]["searchable_chunks_per_s"]:
         results["index"]["searchable_share_of_embedder_throughput"] = round(
             results["index"]["searchable_chunks_per_s"] / results["embedder_alone"]["chunks_per_s"], 3)
-    found, _ = child(SEARCH, str(config), str(DEV))
+    found, _ = child(SEARCH, str(config), str(dev))
     results["search"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in found.items()}
 
     if not args.skip_100k:
         big = work / "big" / "qdrant"
         rep, _ = child(REPLICATE, str(work / "data" / "qdrant"), str(big), str(args.replicas_to))
         reopen, _ = child(REOPEN, str(big))
-        s100, _ = child(SEARCH_100K, str(big), str(DEV))
+        s100, _ = child(SEARCH_100K, str(big), str(dev))
         results["replicated"] = {
             "points": rep["points"],
             "upsert_s": round(rep["upsert_s"], 1),
@@ -262,7 +268,7 @@ def main() -> None:
             "disk_mb": du_mb(big),
         }
 
-    out = REPO / "bench" / "results.json"
+    out = results_file("results.json", args.tiny)
     out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(results, indent=2, ensure_ascii=False))
     if not args.keep:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/memory_llm.py                # needs ../shared
     .venv/bin/python bench/memory_llm.py --mangle-every 0 --out -
+    .venv/bin/python bench/memory_llm.py --tiny         # seconds, on the sample notes (a smoke run)
 
 Every note of the corpus that would be indexed (not trashed or deleted) is prepared as the
 indexer prepares it (cleaned and chunked, ``text_of`` its chunks: the text an LLM job gets)
@@ -42,12 +43,10 @@ import time
 from pathlib import Path
 from statistics import mean, median
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file, shared, tiny_world  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-CORPUS = SHARED / "corpus"
-OUT = REPO / "bench" / "memory_llm_results.json"
 
 from fakes.ollama import FakeOllama, Reply, _content, _pieces  # noqa: E402
 
@@ -154,7 +153,7 @@ def corpus_notes(settings) -> list:
     """The corpus's notes as the indexer prepares them (trashed and deleted ones left out)."""
     index = NoteIndex(settings, store=None, embedder=type("E", (), {"model_id": "bench", "dim": 3})(), index_id="bench")
     prepared = []
-    with open(CORPUS / "notes.jsonl", encoding="utf-8") as fh:
+    with open(shared() / "corpus" / "notes.jsonl", encoding="utf-8") as fh:
         for line in fh:
             d = json.loads(line)
             if d.get("IsTrash") or d.get("IsDeleted"):
@@ -215,17 +214,21 @@ def hms(seconds: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mangle-every", type=int, default=10,
                     help="alter every N-th quote the stand-in writes (0: none), for the quote check to catch")
     ap.add_argument("--notes", type=int, default=500, help="project the time for this many notes")
     ap.add_argument("--speed", action="append", default=[], metavar="NAME:READ:WRITE",
                     help="another speed to project at (tokens per second), e.g. 'mine:300:20'")
     ap.add_argument("--limit", type=int, default=0, help="only the first N notes (0: all)")
-    ap.add_argument("--out", default=str(OUT), help="where to write the JSON ('-': nowhere)")
+    ap.add_argument("--out", help="where to write the JSON (default bench/memory_llm_results.json; '-': nowhere)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes")
     args = ap.parse_args()
-    if not (CORPUS / "notes.jsonl").exists():
-        sys.exit(f"needs the shared corpus at {CORPUS} (set LEANOTE_RAG_SHARED)")
+    if args.tiny:
+        tiny_world()
+    args.out = args.out or str(results_file("memory_llm_results.json", args.tiny))
+    if not (shared() / "corpus" / "notes.jsonl").exists():
+        sys.exit(f"needs the shared corpus at {shared() / 'corpus'} (set LEANOTE_RAG_SHARED), or --tiny")
     speeds = list(SPEEDS)
     for s in args.speed:
         name, read, write = s.rsplit(":", 2)

@@ -12,6 +12,13 @@ and reports recall@5 of linked notes (``recall_at_k``; ``exclude_links=True`` ke
 link *to* the note, which reading the note's own links cannot find), the time per note and in all, how
 recall@5 and list length move with the threshold, and it stores the content-only pairs at the default
 threshold in the corpus memory. Writes ``bench/related_results.json``.
+
+    .venv/bin/python bench/related.py
+    .venv/bin/python bench/related.py --tiny     # seconds, on the sample notes (a smoke run)
+
+``--tiny`` indexes the sample notes (``bench/common.py``'s ``tiny_world``) into a temporary folder as
+``bench/answers_eval.py`` indexes the corpus, and runs the same on them (two recipes link each other: one
+pair). The results go apart from the recorded ones.
 """
 
 from __future__ import annotations
@@ -20,14 +27,14 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from answers_eval import index_corpus  # noqa: E402
+from common import REPO, results_file, tiny_world  # noqa: E402
 from related_links import load_notes, recall_at_k, scan  # noqa: E402
 
 from rag import config as config_mod  # noqa: E402
@@ -37,13 +44,19 @@ from rag.memory.store import MemoryStore  # noqa: E402
 from sync.derived import chunk_vectors  # noqa: E402
 from sync.state import State  # noqa: E402
 
-OUT = Path(__file__).with_name("related_results.json")
 THRESHOLDS = (0.0, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
-    settings = config_mod.load(str(REPO / "bench" / "corpus.yaml"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: the sample notes indexed in a temporary folder")
+    args = ap.parse_args()
+    config = REPO / "bench" / "corpus.yaml"
+    work = tempfile.TemporaryDirectory(prefix="lr-bench-related-") if args.tiny else None  # removed at exit
+    if work:
+        tiny_world()
+        config = index_corpus(Path(work.name), Path(work.name) / "data")
+    settings = config_mod.load(str(config))
     report = scan(load_notes())
     pairs = report.pairs
     out_links: dict[str, set[str]] = defaultdict(set)
@@ -100,7 +113,8 @@ def main() -> int:
                     "total_s": round(sum(xs), 2)}
 
         result = {
-            "corpus": "shared corpus (bench/corpus.yaml), notes in the memory: %d" % len(notes),
+            "corpus": ("the sample notes (--tiny)" if args.tiny else "shared corpus (bench/corpus.yaml)")
+            + ", notes in the memory: %d" % len(notes),
             "link_pairs": len(pairs),
             "parameters": {"neighbours": related.NEIGHBOURS, "entity_weight": related.ENTITY_WEIGHT,
                            "entity_cap": related.ENTITY_CAP, "link_boost": related.LINK_BOOST,
@@ -121,7 +135,8 @@ def main() -> int:
         index.close()
         memory.close()
         state.close()
-    OUT.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    results_file("related_results.json", args.tiny).write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n",
+                                                               encoding="utf-8")
     print(json.dumps(result, ensure_ascii=False, indent=1))
     return 0
 

@@ -26,7 +26,9 @@ Relative links that match no note (dead links, files the corpus did not take, li
 repository) are reported as *unresolved*; links to a note that exists but is trashed/deleted, or belongs to
 another user, are counted separately.
 
-Run ``python bench/related_links.py`` to write ``bench/related_links.json`` and print the counts.
+Run ``python bench/related_links.py`` to write ``bench/related_links.json`` and print the counts;
+``python bench/related_links.py --tiny`` reads the sample notes instead (``bench/common.py``'s ``tiny_world``,
+where two recipes link each other: one pair) and writes its JSON to a temporary folder.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import posixpath
 import re
 import sys
@@ -44,9 +45,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import unquote
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-OUT = Path(__file__).with_name("related_links.json")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file, shared, tiny_world  # noqa: E402
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 _FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n.*?^[ \t]*\1[ \t]*$", re.S | re.M)
@@ -392,31 +392,39 @@ def recall_at_k(pairs: Iterable[Pair], related: Callable[[str], list[str]], k: i
     }
 
 
-def load_notes(shared: Path = SHARED) -> list[dict]:
-    with open(shared / "corpus" / "notes.jsonl", encoding="utf-8") as fh:
+def load_notes(folder: Path | None = None) -> list[dict]:
+    """The notes of ``folder``'s ``corpus/notes.jsonl`` (by default the shared folder's)."""
+    with open((folder or shared()) / "corpus" / "notes.jsonl", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("shared", nargs="?", type=Path, default=SHARED, help="the shared folder (default: ../shared)")
-    shared = ap.parse_args(argv).shared
-    notes = load_notes(shared)
+    ap.add_argument("shared", nargs="?", type=Path, help="the shared folder (default: ../shared)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes (they hold no link)")
+    args = ap.parse_args(argv)
+    if args.tiny and args.shared:
+        ap.error("--tiny reads the sample notes: no shared folder with it")
+    if args.tiny:
+        tiny_world()
+    folder = args.shared or shared()
+    notes = load_notes(folder)
     report = scan(notes)
     counts = report.counts()
     data = {
-        "corpus": str(shared / "corpus" / "notes.jsonl"),
+        "corpus": str(folder / "corpus" / "notes.jsonl"),
         "rules": __doc__.split("Resolution rules", 1)[1].split("Run ``python", 1)[0].strip(),
         "counts": counts,
         "pairs": [p.to_dict() for p in report.pairs],
         "unresolved": report.unresolved,
         "dropped": report.dropped,
     }
-    OUT.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    out = results_file("related_links.json", args.tiny)
+    out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(counts, ensure_ascii=False, indent=1))
     for u in report.unresolved[:10]:
         print(f"unresolved: {u['source']} -> {u['target']}  ({u['resolved']})")
-    print(f"wrote {OUT.relative_to(REPO)}")
+    print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 0
 
 

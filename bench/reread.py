@@ -3,6 +3,7 @@
     .venv/bin/python bench/answers_eval.py --ollama-host URL --record replies.jsonl   # once: the model's work
     .venv/bin/python bench/reread.py replies.jsonl [--run "ollama qwen2.5-coder:1.5b-instruct"]
                                      [--labels bench/answer_labels.jsonl] [--show]
+    .venv/bin/python bench/reread.py --tiny     # seconds: a handful of recorded English replies (a smoke run)
 
 A change to how replies are read (refusals, which sentences stand on the evidence, specifics,
 the answer-points judge) is measured on the very replies the model wrote, in a second,
@@ -23,6 +24,11 @@ the answer points stated by hand and by the judge, without and with the quote, a
 ``--show``, each reply and what would be shown of it, for reading. ``--quote`` reads them with another ``answer.quote_chars``
 (the note's words quoted under an answer: the answer points are counted without and with them);
 ``--own``/``--min`` read them with other thresholds (``support.OWN_SHARE``, ``support.MIN_SHARE``), to see what a change costs.
+
+``--tiny`` reads the first few answer prompts of ``bench/replies/en-1.5b.jsonl.gz``, whose questions are
+``tests/data/dev_en.jsonl`` and whose rows are its own run's in ``bench/answers_eval_results.json``: all in the
+repository, no shared corpus needed (those questions carry no answer points, so no points are judged); the JSON
+(``--json``) goes to a temporary folder.
 """
 
 from __future__ import annotations
@@ -30,16 +36,20 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file, shared  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
 RESULTS = REPO / "bench" / "answers_eval_results.json"
-DEV = SHARED / "eval" / "dev.jsonl"
+RUN = "ollama qwen2.5-coder:1.5b-instruct"
+# --tiny: a recording whose questions are in the repository, its run, and how many of its answer prompts
+TINY_RECORDING = REPO / "bench" / "replies" / "en-1.5b.jsonl.gz"
+TINY_QUESTIONS = REPO / "tests" / "data" / "dev_en.jsonl"
+TINY_RUN = f"{RUN}, file dev_en.jsonl"
+TINY_PROMPTS = 8
 
 
 def records(path: Path) -> list[dict]:
@@ -84,9 +94,9 @@ def quote_of(check, blocks: dict[int, tuple[str, str]], question: str, width: in
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("recording", type=Path)
-    ap.add_argument("--run", default="ollama qwen2.5-coder:1.5b-instruct",
-                    help="the run in bench/answers_eval_results.json whose rows map blocks to notes")
+    ap.add_argument("recording", type=Path, nargs="?")
+    ap.add_argument("--run", help=f"the run in bench/answers_eval_results.json whose rows map blocks to notes "
+                                  f"(default: {RUN})")
     ap.add_argument("--labels", type=Path, help="a reading by hand: JSON lines {id, points, wrong}")
     ap.add_argument("--quote-labels", type=Path,
                     help="a reading by hand of answers with their quote: JSON lines {id, reply_sha1, quote_sha1, "
@@ -99,7 +109,17 @@ def main() -> int:
     ap.add_argument("--file", type=Path, action="append", metavar="JSONL",
                     help="the questions the recording asked, when not the dev set's (e.g. tests/data/dev_en.jsonl; "
                          "may be given more than once)")
+    ap.add_argument("--tiny", action="store_true",
+                    help=f"a smoke run: the first {TINY_PROMPTS} answer prompts of {TINY_RECORDING.name}")
     args = ap.parse_args()
+    if args.tiny and (args.recording or args.file or args.run):
+        ap.error("--tiny reads its own recording, questions and run: none of them with it")
+    if args.tiny:
+        args.recording, args.file, args.run = TINY_RECORDING, [TINY_QUESTIONS], TINY_RUN
+        args.json = args.json or results_file("reread_results.json", True)
+    if not args.recording:
+        ap.error("a recording is needed (or --tiny)")
+    args.run = args.run or RUN
 
     from rag.answer import support
     if args.own is not None:
@@ -113,7 +133,7 @@ def main() -> int:
     quote_chars = AnswerConfig().quote_chars if args.quote is None else args.quote
     runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
     rows = {r["id"]: r for r in runs[args.run]["report"]["rows"]} if args.run in runs else {}
-    dev = {q["question"]: q for path in (args.file or [DEV])
+    dev = {q["question"]: q for path in (args.file or [shared() / "eval" / "dev.jsonl"])
            for q in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if q}
     labels: dict[tuple[str, str], dict] = {}  # (question id, the reply's sha1, first 12) -> the reading
     if args.labels:
@@ -134,7 +154,7 @@ def main() -> int:
                "shown_by_hand": 0, "shown_judge": 0, "shown_agree": 0, "quote_relevant": {},
                "quote_shows_the_answer_wrong": 0, "quote_changed": 0}
     out_rows = []
-    for rec in records(args.recording):
+    for rec in records(args.recording)[:TINY_PROMPTS if args.tiny else None]:
         q = dev.get(rec["question"])
         if q is None:
             continue

@@ -2,6 +2,7 @@
 
     .venv/bin/leanote-rag --config bench/corpus.yaml index      # once (needs ../shared)
     .venv/bin/python bench/retrieval_steps.py --config bench/corpus.yaml
+    .venv/bin/python bench/retrieval_steps.py --tiny     # seconds, on the sample notes (a smoke run)
 
 Every dev question (after_changes ones left out) through each variant in one run, on
 one open index: hit@5 (a top-5 chunk holds a gold quote), recall@5 and recall@20 of
@@ -27,13 +28,18 @@ real model at that Ollama: each question's expansion is asked for once, as
 ``rag.answer.expand.Expander`` asks (its prompt, schema and output cap), timed, and not
 cut by any budget, so it shows what the terms add and what they cost on this machine;
 ``--types paraphrase`` keeps the run to one kind of question.
+
+``--tiny`` indexes the sample notes (``bench/common.py``'s ``tiny_world``) into a temporary
+folder as ``bench/answers_eval.py`` indexes the corpus (``leanote-rag index``, bench/corpus.yaml's
+settings) and runs their questions the same way; the JSON goes apart from the recorded one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +56,10 @@ from rag.memory.store import MemoryStore, path_for
 from rag.model import Hit
 from rag.index.retrieve import ENTITY_WEIGHT, entity_ranking, named_entities, search
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-DEV = SHARED / "eval" / "dev.jsonl"
-OUT = REPO / "bench" / "retrieval_steps_results.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from answers_eval import index_corpus  # noqa: E402
+from common import REPO, results_file, shared, tiny_world  # noqa: E402
+
 K = 20  # as `leanote-rag eval`: hits per question, enough for recall@20
 
 Search = Callable[[str, str, int], list[Hit]]
@@ -252,16 +258,26 @@ def table(results: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default=str(REPO / "bench" / "corpus.yaml"), help="an index of the shared corpus")
-    ap.add_argument("--questions", default=str(DEV))
+    ap.add_argument("--config", help="an index of the shared corpus (default: bench/corpus.yaml)")
+    ap.add_argument("--questions", help="the questions (default: the shared dev set)")
     ap.add_argument("--variant", action="append", default=[], help='"NAME:key=value,..." (retrieval settings)')
     ap.add_argument("--rounds", type=int, default=3, help="rounds over the questions; the first is a warm-up")
     ap.add_argument("--no-entities", action="store_true", help="leave out the entities variant (d)")
-    ap.add_argument("--out", default=str(OUT), help="where to write the JSON ('-': nowhere)")
+    ap.add_argument("--out", help="where to write the JSON ('-': nowhere; default: bench/retrieval_steps_results.json)")
     ap.add_argument("--expand-with", metavar="URL", help="an Ollama whose model expands each question: variant (e)")
     ap.add_argument("--model", help="with --expand-with: the model")
     ap.add_argument("--types", help="only these question types (comma-separated), e.g. paraphrase")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: the sample notes indexed in a temporary folder")
     args = ap.parse_args()
+    if args.tiny and (args.config or args.expand_with):
+        ap.error("--tiny indexes the sample notes itself and asks no real model: no --config, no --expand-with")
+    work = tempfile.TemporaryDirectory(prefix="lr-bench-steps-") if args.tiny else None  # removed at exit
+    if work:
+        tiny_world()
+        args.config = str(index_corpus(Path(work.name), Path(work.name) / "data"))
+    args.config = args.config or str(REPO / "bench" / "corpus.yaml")
+    args.questions = args.questions or str(shared() / "eval" / "dev.jsonl")
+    args.out = args.out or str(results_file("retrieval_steps_results.json", args.tiny))
     settings = config.load(args.config)
     questions = [
         q for q in load_questions(Path(args.questions)) if q.get("gold_note_ids") and not q.get("after_changes")

@@ -1,6 +1,7 @@
 """How fast `leanote-rag serve` stops on SIGTERM, in the middle of a sync and idle (needs ../shared).
 
     .venv/bin/python bench/sigterm.py [RUNS] [--load N]
+    .venv/bin/python bench/sigterm.py --tiny      # seconds, on the sample notes (a smoke run)
 
 A local Leanote (tests/fakes/leanote.py) serves the shared corpus; a real `serve`
 process (default embedder, embedded Qdrant) gets SIGTERM, as systemd's `stop` sends it:
@@ -12,8 +13,9 @@ Measured: seconds from the signal to the process's exit (systemd's unit promises
 the part of it between the log's "stopping" and "stopped" lines, and whether the log
 holds an ERROR or a traceback. After the last mid-sync run, `index` finishes the sync
 from where it stopped. ``--load N`` keeps N busy loops (``while True: pass``) running
-during the runs, as other work on the machine would (killed at the end). Prints JSON and
-writes bench/sigterm_results.json.
+during the runs, as other work on the machine would (killed at the end). ``--tiny``: one
+run of each on the sample notes (bench/common.py's ``tiny_world``). Prints JSON and writes
+bench/sigterm_results.json.
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file, shared, tiny_world  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-CORPUS = SHARED / "corpus"
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?sync\.daemon: (stopping|stopped)$", re.M)
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?bot\.serve: (stopping|stopped)$", re.M)
 
 from fakes.leanote import FakeLeanote  # noqa: E402
 
@@ -71,7 +73,7 @@ def inside(log: str) -> float | None:
     return None
 
 
-def config(work: Path, leanote: FakeLeanote) -> tuple[Path, Path]:
+def config(work: Path, leanote: FakeLeanote, sync: str) -> tuple[Path, Path]:
     sock = Path(f"/tmp/lr-bench-{uuid.uuid4().hex[:8]}.sock")
     path = work / "config.yaml"
     path.write_text(
@@ -79,7 +81,7 @@ def config(work: Path, leanote: FakeLeanote) -> tuple[Path, Path]:
         "source:\n  kind: leanote_api\n  accounts:\n"
         "    - {email: one@example.com, password_env: BENCH_PW_ONE}\n"
         "    - {email: two@example.com, password_env: BENCH_PW_TWO}\n"
-        f"ollama: {{enabled: false}}\nrerank: {{kind: none}}\nsync: {{interval: 1h}}\napi: {{socket: '{sock}'}}\n"
+        f"ollama: {{enabled: false}}\nrerank: {{kind: none}}\nsync: {sync}\napi: {{socket: '{sock}'}}\n"
     )
     return path, sock
 
@@ -98,25 +100,32 @@ def summary(stops: list[float], insides: list[float | None]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("runs", nargs="?", type=int, default=5)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="?", type=int, help="runs of each (default 5)")
     parser.add_argument("--load", type=int, default=0, help="busy loops to keep running meanwhile")
+    parser.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes, one run of each")
     args = parser.parse_args()
-    if not (CORPUS / "notes.jsonl").exists():
-        sys.exit(f"needs the shared corpus at {CORPUS} (set LEANOTE_RAG_SHARED)")
+    args.runs = args.runs or (1 if args.tiny else 5)
+    if args.tiny:
+        tiny_world()
+    corpus = shared() / "corpus"
+    if not (corpus / "notes.jsonl").exists():
+        sys.exit(f"needs the shared corpus at {corpus} (set LEANOTE_RAG_SHARED), or --tiny")
     env = {**os.environ, "BENCH_PW_ONE": "one-secret", "BENCH_PW_TWO": "two-secret"}
-    total = sum(1 for _ in open(CORPUS / "notes.jsonl", encoding="utf-8"))
+    total = sum(1 for _ in open(corpus / "notes.jsonl", encoding="utf-8"))
+    # tiny: pages of 5 notes, each committed on its own, so that a third of them are in before the end
+    sync = "{interval: 1h, page_size: 5}" if args.tiny else "{interval: 1h}"
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
     mid, mid_inside, idle, idle_inside, problems, fractions = [], [], [], [], [], []
     work = None
     try:
         with FakeLeanote() as leanote:
-            leanote.load_corpus(CORPUS)
+            leanote.load_corpus(corpus)
             for run in range(args.runs):  # mid-sync, a fresh state each time
                 if work is not None:
                     shutil.rmtree(work, ignore_errors=True)
                 work = Path(tempfile.mkdtemp(prefix="leanote-rag-sigterm-"))
-                path, _ = config(work, leanote)
+                path, _ = config(work, leanote, sync)
                 proc = subprocess.Popen([EXE, "--config", str(path), "serve"], env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
                 db = work / "data" / "state.db"
@@ -135,7 +144,7 @@ def main() -> None:
             finish = subprocess.run([EXE, "--config", str(path), "index", "--json"], env=env, capture_output=True,
                                     text=True, timeout=1800)
             for run in range(args.runs):  # idle, on the state the last index completed
-                path, sock = config(work, leanote)
+                path, sock = config(work, leanote, sync)
                 proc = subprocess.Popen([EXE, "--config", str(path), "serve"], env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
                 while passes(sock) < 1:
@@ -170,7 +179,7 @@ def main() -> None:
     }
     text = json.dumps(results, ensure_ascii=False, indent=1)
     print(text)
-    (REPO / "bench" / "sigterm_results.json").write_text(text + "\n", encoding="utf-8")
+    results_file("sigterm_results.json", args.tiny).write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 what a pass over an unchanged folder costs.
 
     .venv/bin/python bench/snapshot_live.py [CHANGES]
+    .venv/bin/python bench/snapshot_live.py --tiny      # seconds (a smoke run)
 
 A real `serve` process (default embedder, embedded Qdrant) over a copy of
 examples/notes; a new note file is written and the clock stops when its row in
@@ -13,6 +14,8 @@ state.db says "indexed" (the pass has written its points and committed):
 3. a pass over an unchanged folder (size + mtime fingerprints, nothing read) vs a
    full re-read (the reconcile: every file read and hashed, nothing embedded), over
    the 15 sample notes and over 1,500 files (the samples copied 100 times).
+``--tiny``: one change of each kind, sync.trigger_debounce 0.5 s, watch_debounce 0.2 s,
+polling every 0.5 s, the idle passes over the samples and 3 copies of them.
 Prints JSON and writes bench/snapshot_results.json.
 """
 
@@ -32,9 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file  # noqa: E402
+
 EXAMPLES = REPO / "examples" / "notes"
-sys.path.insert(0, str(REPO))
 
 from rag import config  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
@@ -177,15 +181,19 @@ def pass_costs(copies: int, runs: int = 20) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("changes", nargs="?", type=int, default=5, help="how many changes to time (default 5)")
-    changes = ap.parse_args().changes
+    ap.add_argument("changes", nargs="?", type=int, help="how many changes to time (default 5)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: one change of each kind, short debounces")
+    args = ap.parse_args()
+    changes = args.changes or (1 if args.tiny else 5)
+    # sync.trigger_debounce (its default: 10 s) and watch_debounce (1 s), the polling interval, copies of the samples
+    debounce, watch_debounce, poll, copies = (0.5, 0.2, 0.5, 3) if args.tiny else (10, 1, 5, 100)
     random.seed(7)
     results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "changes": changes}
 
-    serve = Serve("{interval: 1h, watch: true}")
+    serve = Serve(f"{{interval: 1h, watch: true, trigger_debounce: {debounce}, watch_debounce: {watch_debounce}}}")
     isolated, back_to_back = [], []
     for i in range(changes):
-        time.sleep(11)  # past sync.trigger_debounce (10 s) since the last trigger
+        time.sleep(debounce * 1.1)  # past sync.trigger_debounce since the last trigger
         isolated.append(serve.change())
         print(f"watcher, isolated change {i + 1}: {isolated[-1]:.2f} s", file=sys.stderr)
     for i in range(changes):
@@ -194,26 +202,26 @@ def main() -> None:
     serve.stop()
     results["watcher_interval_1h"] = {"isolated": stats(isolated), "back_to_back": stats(back_to_back)}
 
-    serve = Serve("{interval: 5s, watch: false}")
+    serve = Serve(f"{{interval: {poll}s, watch: false}}")
     polled = []
     for i in range(changes):
-        time.sleep(random.uniform(0, 5))
+        time.sleep(random.uniform(0, poll))
         polled.append(serve.change())
-        print(f"polling every 5 s, change {i + 1}: {polled[-1]:.2f} s", file=sys.stderr)
-    time.sleep(11)  # two idle passes (nothing changed) in the serve process
+        print(f"polling every {poll} s, change {i + 1}: {polled[-1]:.2f} s", file=sys.stderr)
+    time.sleep(poll * 2.2)  # two idle passes (nothing changed) in the serve process
     idle = serve.idle_passes()
     serve.stop()
-    results["polling_interval_5s"] = {**stats(polled), "idle_pass_in_serve_s": {
+    results[f"polling_interval_{poll}s"] = {**stats(polled), "idle_pass_in_serve_s": {
         "passes": len(idle), "p50": round(statistics.median(idle), 3) if idle else None,
         "max": round(max(idle), 3) if idle else None}}
 
     results["idle_pass_vs_full_reread"] = {
-        "sample_notes": pass_costs(1),
-        "sample_notes_x100": pass_costs(100, runs=5),
+        "sample_notes": pass_costs(1, runs=3 if args.tiny else 20),
+        f"sample_notes_x{copies}": pass_costs(copies, runs=3 if args.tiny else 5),
     }
     text = json.dumps(results, ensure_ascii=False, indent=1)
     print(text)
-    (REPO / "bench" / "snapshot_results.json").write_text(text + "\n", encoding="utf-8")
+    results_file("snapshot_results.json", args.tiny).write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

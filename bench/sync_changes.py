@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/sync_changes.py                  # memory on and off, one after the other
     .venv/bin/python bench/sync_changes.py --memory off     # one of them
+    .venv/bin/python bench/sync_changes.py --tiny           # seconds, on the sample notes (a smoke run)
 
 A local Leanote (tests/fakes/leanote.py, the API as leanote-api.md describes it)
 serves the corpus to the real sync code, default embedder, embedded Qdrant:
@@ -9,6 +10,9 @@ serves the corpus to the real sync code, default embedder, embedded Qdrant:
 2. an idle sync: time and HTTP calls per account;
 3. the 20-change batch (changes.jsonl): chunks embedded vs chunks whose text
    changed, and its time as a share of the full sync.
+
+``--tiny``: the same on the sample notes (bench/common.py's ``tiny_world``: one user with
+notes, the second with none, a 3-change batch), 5 idle syncs.
 
 ``--memory on|off|both`` (default both, each run from scratch in its own directory, one
 after the other): ``on`` is ``memory.enabled: true, memory.llm: off`` (the no-LLM tier:
@@ -34,10 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file, shared, tiny_world  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-SHARED = Path(os.environ.get("LEANOTE_RAG_SHARED", REPO.parent / "shared"))
-CORPUS = SHARED / "corpus"
 
 from fakes.leanote import FakeLeanote  # noqa: E402
 
@@ -98,7 +102,7 @@ class MemoryMeter:
         return out
 
 
-def run(memory: bool, with_eval: bool) -> dict:
+def run(memory: bool, with_eval: bool, idle_runs: int) -> dict:
     """One run from scratch: full sync, idle syncs, the change batch (and the eval)."""
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-syncbench-"))
     results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(),
@@ -107,15 +111,17 @@ def run(memory: bool, with_eval: bool) -> dict:
     meter.install()
     try:
         with FakeLeanote() as leanote:
-            _run(leanote, work, memory, with_eval, meter, results)
+            _run(leanote, work, memory, with_eval, idle_runs, meter, results)
     finally:
         meter.uninstall()
         shutil.rmtree(work, ignore_errors=True)
     return results
 
 
-def _run(leanote, work: Path, memory: bool, with_eval: bool, meter: MemoryMeter, results: dict) -> None:
-    leanote.load_corpus(CORPUS)
+def _run(leanote, work: Path, memory: bool, with_eval: bool, idle_runs: int, meter: MemoryMeter,
+         results: dict) -> None:
+    corpus = shared() / "corpus"
+    leanote.load_corpus(corpus)
     settings = config.from_dict(
         {
             "leanote": {"base_url": leanote.url},
@@ -142,7 +148,7 @@ def _run(leanote, work: Path, memory: bool, with_eval: bool, meter: MemoryMeter,
     passes["full_sync"] = {"seconds": round(full_s, 1), **meter.take()}
 
     idle_ms, calls = [], []
-    for _ in range(20):
+    for _ in range(idle_runs):
         leanote.calls.clear()
         t = time.perf_counter()
         idle = service.run_pass()
@@ -155,8 +161,9 @@ def _run(leanote, work: Path, memory: bool, with_eval: bool, meter: MemoryMeter,
     passes["idle_sync"] = {"p50_ms": results["idle_sync"]["p50_ms"], **meter.take()}
 
     before = chunk_keys(state)
-    for line in open(CORPUS / "changes.jsonl", encoding="utf-8"):
-        leanote.apply_change(json.loads(line))
+    changes = [json.loads(line) for line in open(corpus / "changes.jsonl", encoding="utf-8")]
+    for change in changes:
+        leanote.apply_change(change)
     leanote.calls.clear()
     t = time.perf_counter()
     batch = service.run_pass()
@@ -165,7 +172,7 @@ def _run(leanote, work: Path, memory: bool, with_eval: bool, meter: MemoryMeter,
     changed_texts = len(chunk_keys(state) - before)
     s = batch.summary
     results["change_batch"] = {
-        "changes": 20,
+        "changes": len(changes),
         "notes": {"added": s.added, "updated": s.updated, "moved": s.moved, "deleted": s.deleted,
                   "not_indexed": s.not_indexed},
         "chunks_whose_text_changed": changed_texts,
@@ -178,7 +185,7 @@ def _run(leanote, work: Path, memory: bool, with_eval: bool, meter: MemoryMeter,
     passes["change_batch"] = {"seconds": round(batch_s, 3), "related_in_pass_result": batch.related, **meter.take()}
     results["passes"] = passes
     # retrieval once the change batch is synced: after_changes questions count now
-    dev = SHARED / "eval" / "dev.jsonl"
+    dev = shared() / "eval" / "dev.jsonl"
     if with_eval and dev.exists():
         reports, _ = evaluate(lambda q, u, k, r: search(index, q, u, k, retriever=r), load_questions(dev),
                               with_changes=True)
@@ -204,19 +211,23 @@ def table(runs: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--memory", choices=("on", "off", "both"), default="both",
                     help="the memory (no-LLM tier, related notes) on, off, or both one after the other")
     ap.add_argument("--no-eval", action="store_true", help="skip the retrieval eval after the batch")
-    ap.add_argument("--out", default=str(REPO / "bench" / "sync_results.json"), help="where to write the JSON ('-': nowhere)")
+    ap.add_argument("--out", help="where to write the JSON (default bench/sync_results.json; '-': nowhere)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes, 5 idle syncs")
     args = ap.parse_args()
-    if not (CORPUS / "notes.jsonl").exists():
-        sys.exit(f"needs the shared corpus at {CORPUS} (set LEANOTE_RAG_SHARED)")
+    if args.tiny:
+        tiny_world()
+    args.out = args.out or str(results_file("sync_results.json", args.tiny))
+    if not (shared() / "corpus" / "notes.jsonl").exists():
+        sys.exit(f"needs the shared corpus at {shared() / 'corpus'} (set LEANOTE_RAG_SHARED), or --tiny")
     os.environ["BENCH_PW_ONE"], os.environ["BENCH_PW_TWO"] = "one-secret", "two-secret"
     modes = ["on", "off"] if args.memory == "both" else [args.memory]
     runs = {}
     for i, mode in enumerate(modes):
-        runs[mode] = run(mode == "on", with_eval=i == 0 and not args.no_eval)
+        runs[mode] = run(mode == "on", with_eval=i == 0 and not args.no_eval, idle_runs=5 if args.tiny else 20)
     first = runs[modes[0]]
     results = {k: v for k, v in first.items() if k not in ("passes", "memory")}
     results["memory"] = {

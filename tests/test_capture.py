@@ -17,6 +17,7 @@ import time
 import pytest
 
 from rag.capture import Attachment, Origin, compose, hashtags, title_of
+from sync.writeback.capture import Capture
 from sync.writeback.outbox import FILE, Outbox
 
 from conftest import capture_alone, REPO, SCENARIO, make_settings, within

@@ -22,6 +22,7 @@ from markdown_it import MarkdownIt
 
 from bot.chat.texts import outbox_text
 from rag.capture import Attachment, Origin, Quote, answer_note, compose, md_escape
+from sync.writeback.capture import Capture
 
 from conftest import capture_alone, REPO, make_settings, until, within
 from fakes.leanote import FakeLeanote

@@ -41,13 +41,13 @@ from pydantic import BaseModel, Field
 
 from rag import limits
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
-from rag.index.retrieve import RETRIEVERS, resolve_user
+from rag.index.retrieve import RETRIEVERS
 from rag.memory import explore
 
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
 from bot.render import NoteLinks, web_html
 from bot.usecases import asking, memory, status as status_case, syncing
-from bot.usecases.people import Person, accounts, leanote_user, users as users_case
+from bot.usecases.people import Person, accounts, leanote_user, resolve_user, users as users_case
 
 log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"

@@ -13,8 +13,9 @@ from typing import Callable
 
 from rag import limits
 from rag.config import Settings
+from rag.errors import Unavailable
 
-from bot.usecases import memory
+from bot.usecases import memory, status
 from bot.usecases.memory import MemoryUnavailable, NotAnItemId, UnknownItem
 from bot.usecases.people import Person
 from bot.usecases.results import About, NotSaved, RelatedNotes, SyncRequest, Verdict, Why
@@ -211,6 +212,15 @@ def status_text(report: dict, person: Person) -> str:
     if admin:
         lines += [f"problem: {p['problem']}" for p in report.get("problems", [])]
     return "\n".join(lines)
+
+
+async def status_reply(parts, person: Person) -> str:
+    """``/status`` as chat says it (``bot.usecases.status``): the person's report, or why it
+    cannot be read now (the daemon starting or stopping)."""
+    try:
+        return status_text(await status.status(parts, person), person)
+    except Unavailable as err:
+        return str(err)
 
 
 def sync_text(done: SyncRequest) -> str:

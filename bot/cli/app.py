@@ -65,8 +65,7 @@ class App:
         """The command line's person: the machine's operator (an admin), asking of ``--user``'s
         notes (a Leanote user id, or an account's email once it has synced), or of the only user
         there is. ``users``: the index's users, when the caller has them already."""
-        from bot.usecases.people import Person, named_user
-        from rag.index.retrieve import resolve_user
+        from bot.usecases.people import Person, named_user, resolve_user
 
         users = door.users() if users is None else users
         user_id = resolve_user(users, named_user(self.settings, door.accounts(), name) if name else None)

@@ -34,10 +34,8 @@ def _memory_here(app: App) -> Iterator["Parts"]:
 
 def _operator(app: App, parts: "Parts", name: str | None) -> "Person":
     """The operator, acting on ``--user``'s memory (or the only user it holds)."""
-    from rag.index.retrieve import resolve_user
-
     from bot.usecases.memory import memory_users
-    from bot.usecases.people import Person
+    from bot.usecases.people import Person, resolve_user
 
     return Person("cli", resolve_user(memory_users(parts), app.user_id(parts, name)), admin=True)
 

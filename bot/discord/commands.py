@@ -9,14 +9,12 @@ import logging
 
 import discord
 
-from rag.errors import Unavailable
-
 from bot.chat.texts import (ADMINS_ONLY, FRESH_START, SYNCING, about_text, cut_message, hits_text,
-                            memory_unavailable_text, related_text, status_text, sync_text, trace_text, with_notice)
+                            memory_unavailable_text, related_text, status_reply, sync_text, trace_text, with_notice)
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import memory_view
 from bot.render import DISCORD_CONTENT, discord_escape
-from bot.usecases import asking, memory as memory_case, status as status_case, syncing
+from bot.usecases import asking, memory as memory_case, syncing
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +46,7 @@ async def status(bot: DiscordBot, interaction: discord.Interaction) -> None:
     person = await bot.person(interaction)
     if person is None:
         return
-    try:
-        text = status_text(await status_case.status(bot.parts, person), person)
-    except Unavailable as err:
-        text = str(err)
+    text = await status_reply(bot.parts, person)
     await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
 

@@ -13,15 +13,13 @@ from telegram.constants import ChatType
 from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
-from rag.errors import Unavailable
-
 from bot.chat.access import STRANGER
 from bot.chat.texts import (ABOUT_USAGE, ADMINS_ONLY, FRESH_START, HELP, RELATED_USAGE, SYNCING, VERDICT_BUTTONS,
                             VERDICT_USAGE, MemoryReply, about_text, cut_message, hits_text, memory_unavailable_text,
-                            related_text, status_text, sync_text, trace_text, verdict_reply, with_notice)
+                            related_text, status_reply, sync_text, trace_text, verdict_reply, with_notice)
 from bot.render import TELEGRAM_LIMIT
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
-from bot.usecases import asking, memory, status, syncing
+from bot.usecases import asking, memory, syncing
 
 
 async def on_help(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -68,11 +66,7 @@ async def on_status(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     person = await tg.who(update)
     if person is None:
         return
-    try:
-        text = status_text(await status.status(tg.parts, person), person)
-    except Unavailable as err:
-        text = str(err)
-    await tg.privately(update, text)
+    await tg.privately(update, await status_reply(tg.parts, person))
 
 
 async def on_sync(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

@@ -43,6 +43,21 @@ def conversation_key(platform: str, place: int | str, person: int | str) -> str:
     return f"{platform}:{place}:{person}"
 
 
+def resolve_user(users: dict[str, int], user_id: str | None) -> str:
+    """Whose notes a person asks of: ``user_id`` when the index holds notes of it, else the only
+    user it holds notes of (``users``: chunks per user, as ``users()`` counts them)."""
+    if user_id:
+        if user_id not in users:
+            known = ", ".join(sorted(users)) or "none"
+            raise UserError(f"the index holds no notes of user {user_id!r} (users in the index: {known})")
+        return user_id
+    if not users:
+        raise UserError("the index is empty: run `leanote-rag index` first")
+    if len(users) > 1:
+        raise UserError(f"the index holds notes of {len(users)} users: pass --user ID (one of {', '.join(sorted(users))})")
+    return next(iter(users))
+
+
 def accounts(parts: "Parts") -> dict[str, str]:
     """The Leanote user id of each ``source.accounts`` account that has synced, by its email: as
     of the last pass while the daemon runs (asked on every message and request, it reads no

@@ -380,21 +380,6 @@ def normalise_query(query: str, cfg: RetrievalConfig) -> str:
     return query
 
 
-def resolve_user(users: dict[str, int], user_id: str | None) -> str:
-    """The user whose notes to search: given, or the only one in the index.
-    ``users`` is ``store.count_by_user()``."""
-    if user_id:
-        if user_id not in users:
-            known = ", ".join(sorted(users)) or "none"
-            raise UserError(f"the index holds no notes of user {user_id!r} (users in the index: {known})")
-        return user_id
-    if not users:
-        raise UserError("the index is empty: run `leanote-rag index` first")
-    if len(users) > 1:
-        raise UserError(f"the index holds notes of {len(users)} users: pass --user ID (one of {', '.join(sorted(users))})")
-    return next(iter(users))
-
-
 def display_heading(title: str, path: list[str]) -> str:
     """The heading path to show: a first heading that repeats the note title is dropped."""
     if path and path[0].strip() == title.strip():
