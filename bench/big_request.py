@@ -46,6 +46,7 @@ EXE = str(Path(sys.executable).with_name("leanote-rag"))
 HUGE = 20 * 1024 * 1024
 
 from fakes.ollama import FakeOllama  # noqa: E402
+from conftest import unix_http  # noqa: E402
 
 from rag.eval import load_questions  # noqa: E402
 
@@ -58,7 +59,7 @@ def rss_mb(pid: int) -> float:
 
 
 def client(sock: str) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://x", timeout=600)
+    return unix_http(sock, timeout=600)
 
 
 def ask(http: httpx.Client, question: str, user: str) -> float:

@@ -42,7 +42,7 @@ EXE = str(Path(sys.executable).with_name("leanote-rag"))
 
 import httpx  # noqa: E402
 
-from conftest import EXAMPLES, free_port  # noqa: E402
+from conftest import EXAMPLES, free_port, unix_http  # noqa: E402
 from fakes.ollama import FakeOllama  # noqa: E402
 from test_api_door import FILE_LIMIT, HALF_OPEN, Loris, file_limit, open_files  # noqa: E402
 from test_fair import A_QUESTION, B_QUESTION, FLOOD, asked  # noqa: E402
@@ -84,7 +84,7 @@ def serve(folder: Path, extra: str, env: dict, limit_files: bool,
     log = folder / "serve.log"
     proc = subprocess.Popen([EXE, "--config", str(config), "serve"], env=env, stdout=subprocess.DEVNULL,
                             stderr=log.open("w"), preexec_fn=file_limit if limit_files else None)
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x") as http:
+    with unix_http(sock) as http:
         for _ in range(1200):
             try:
                 reply = http.get("/health", timeout=5)
@@ -113,7 +113,7 @@ def slowloris(size: Size) -> dict:
         extra = (f"  rate_limit: 1000\n  tokens: [{{token_env: LR_BENCH_TOKEN, users: [local]}}]\n"
                  f"ollama: {{host: '{ollama.url}'}}\n")
         proc, sock, url, log = serve(Path(tmp), extra, env, limit_files=True, index_first=size.index_first)
-        local = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x", timeout=30)
+        local = unix_http(sock, timeout=30)
         remote = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
         def run(client) -> list[float]:

@@ -46,6 +46,7 @@ EXE = str(Path(sys.executable).with_name("leanote-rag"))
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?bot\.serve: (stopping|stopped)$", re.M)
 
 from fakes.leanote import FakeLeanote  # noqa: E402
+from conftest import unix_http  # noqa: E402
 
 
 def notes_in(db: Path) -> int:
@@ -58,7 +59,7 @@ def notes_in(db: Path) -> int:
 
 def passes(sock: Path) -> int:
     try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x") as http:
+        with unix_http(sock) as http:
             reply = http.get("/health", timeout=5)
             return reply.json()["passes"] if reply.status_code == 200 else 0
     except (httpx.HTTPError, ValueError, KeyError):

@@ -51,11 +51,30 @@ Service = Callable[["Daemon"], Awaitable[None]]
 
 def services() -> list[Service]:
     """What ``serve`` runs beside the sync: the chat bots and the file watcher."""
-    from bot.discord import service as discord
-    from bot.telegram import service as telegram
     from sync.watch import watch
 
     return [telegram, discord, watch]
+
+
+# A bot's library (python-telegram-bot, discord.py: a third of a second each to import) is
+# imported when that bot is enabled, not by every daemon.
+
+async def telegram(daemon: "Daemon") -> None:
+    if daemon.settings.telegram.enabled:
+        from bot.telegram import service
+
+        await service(daemon)
+
+
+async def discord(daemon: "Daemon") -> None:
+    if daemon.settings.discord.enabled:
+        from bot.discord import service
+
+        await service(daemon)
+
+
+telegram.label = "Telegram bot"
+discord.label = "Discord bot"
 
 
 class Daemon:

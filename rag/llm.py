@@ -21,6 +21,7 @@ from typing import AsyncIterator, Protocol
 
 from rag.config import OllamaConfig
 from rag.errors import ModelMissing, Unavailable
+from rag.http import tls
 from rag.redact import safe_url
 from rag.speed import Usage
 
@@ -58,7 +59,8 @@ class OllamaChat:
         self.where = safe_url(cfg.host)  # for messages: never the user:password@ of the URL
         self._ollama = ollama
         self._httpx = httpx
-        self._client = ollama.AsyncClient(host=cfg.host, timeout=httpx.Timeout(cfg.timeout, connect=10.0))
+        self._client = ollama.AsyncClient(host=cfg.host, timeout=httpx.Timeout(cfg.timeout, connect=10.0),
+                                          verify=tls())
         self.options = {"temperature": cfg.temperature, "num_ctx": cfg.num_ctx}
 
     def _error(self, err: Exception) -> Exception:
@@ -138,7 +140,7 @@ class OllamaChat:
     async def check(self) -> str:
         """Is it Ollama (``GET /api/version``), and is the model there (``/api/show``)?"""
         try:
-            async with self._httpx.AsyncClient(timeout=10.0) as http:
+            async with self._httpx.AsyncClient(timeout=10.0, verify=tls()) as http:
                 reply = await http.get(f"{self.cfg.host.rstrip('/')}/api/version")
             version = reply.json().get("version") if reply.status_code == 200 else None
         except ValueError:

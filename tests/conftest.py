@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rag import config as config_mod
+from rag.http import tls
 from rag.index import embed as embed_mod
 from bot.root import Parts
 
@@ -315,6 +317,18 @@ def free_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def unix_http(sock, base_url: str = "http://x", **options) -> httpx.Client:
+    """An HTTP client to the daemon's Unix socket (``sock``), sharing the process's TLS context:
+    a poll loop building one per try would spend its CPU reading the CA bundle."""
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock), verify=tls()), base_url=base_url, **options)
+
+
+def unix_ahttp(sock, base_url: str = "http://x", **options) -> httpx.AsyncClient:
+    """``unix_http``, asynchronous."""
+    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock), verify=tls()), base_url=base_url,
+                             **options)
 
 
 def write_config(path: Path, text: str) -> Path:

@@ -22,7 +22,7 @@ import pytest
 from rag.index.note_index import NoteIndex
 from sync.sources.files import stable_id
 
-from conftest import THREADS, free_port
+from conftest import THREADS, free_port, unix_http
 from fakes.ollama import FakeOllama
 
 pytestmark = pytest.mark.slow  # real `serve` processes and the CLI
@@ -68,7 +68,7 @@ class World:
         return out.returncode, out.stdout, out.stderr
 
     def health(self) -> httpx.Response:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(self.sock)), base_url="http://x") as http:
+        with unix_http(self.sock) as http:
             return http.get("/health", timeout=5)
 
     def serve(self, wait_ready: bool = True) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import free_port
+from conftest import free_port, unix_http
 from fakes.ollama import FakeOllama
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
@@ -157,7 +157,7 @@ def test_a_slowloris_at_the_file_limit_leaves_the_token_holder_the_cli_and_the_s
     with log.open("w") as err:
         proc = subprocess.Popen([EXE, "--config", str(config), "serve"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=err, preexec_fn=file_limit)
-    local = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x", timeout=10)
+    local = unix_http(sock, timeout=10)
     remote = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"},
                           timeout=10)
     loris = Loris(port, HALF_OPEN)

@@ -17,7 +17,7 @@ import pytest
 from rag.index.note_index import NoteIndex
 from bot.serve import Daemon
 
-from conftest import SCENARIO, free_port, make_settings, until, within
+from conftest import SCENARIO, free_port, make_settings, until, within, unix_ahttp
 from fakes.leanote import FakeLeanote
 
 pytestmark = pytest.mark.slow  # a real `serve` process
@@ -58,8 +58,7 @@ def world(tmp_path, monkeypatch):
 def clients(settings):
     """HTTP clients of the TCP listener and of the Unix socket."""
     tcp = httpx.AsyncClient(base_url=f"http://{settings.api.listen}", timeout=30)
-    local = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(settings.api.socket)), base_url="http://x",
-                              timeout=30)
+    local = unix_ahttp(settings.api.socket, timeout=30)
     return tcp, local
 
 

@@ -32,7 +32,7 @@ PROTOCOL_LIBS = {
     "pymongo": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
-    "httpx": {"rag/index/embed.py", "rag/llm.py", "bot/api/client.py"},
+    "httpx": {"rag/index/embed.py", "rag/llm.py", "rag/http.py", "bot/api/client.py"},
     "fastapi": {"bot/api/app.py", "bot/api/access.py", "bot/api/server.py"},
     "uvicorn": {"bot/api/server.py", "bot/api/guard.py"},
     "watchfiles": {"sync/watch.py"},
@@ -49,7 +49,7 @@ PROTOCOL_LIBS = {
 }
 # rag/'s plumbing that every room may use: it imports none of them
 PLUMBING = {"rag.config", "rag.sections", "rag.state_dir", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
-            "rag.speed", "rag.capture"}
+            "rag.speed", "rag.capture", "rag.http"}
 
 
 @lru_cache(maxsize=None)

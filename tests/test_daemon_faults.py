@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import THREADS
+from conftest import THREADS, unix_http
 from bot.root import Parts
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
@@ -72,7 +72,7 @@ class Serve:
 
     def health(self, timeout=5.0) -> httpx.Response | None:
         try:
-            with httpx.Client(transport=httpx.HTTPTransport(uds=str(self.sock)), base_url="http://x") as http:
+            with unix_http(self.sock) as http:
                 return http.get("/health", timeout=timeout)
         except httpx.HTTPError:
             return None

@@ -27,7 +27,7 @@ from rag.memory.store import MemoryStore
 from bot.serve import Daemon
 from bot.root import Parts
 
-from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, until, within
+from conftest import EXAMPLES, SCENARIO, make_settings, run_pass, unix_ahttp, until, within
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
 
@@ -75,8 +75,7 @@ def run(settings, scenario, services=(telegram,)):
 
 
 def api(settings) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(settings.api.socket)),
-                             base_url="http://leanote-rag", timeout=60)
+    return unix_ahttp(settings.api.socket, base_url="http://leanote-rag", timeout=60)
 
 
 async def raw_exchange(path: Path, head: bytes, body_parts) -> tuple[int, dict]:

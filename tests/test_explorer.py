@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from rag.http import tls
 from rag.memory.rows import NoteInfo
 
 from rag.memory.store import MemoryStore
@@ -74,7 +75,7 @@ def daemon(tmp_path_factory):
         while True:
             assert proc.poll() is None, proc.stderr.read()
             try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/health", timeout=2, verify=tls()).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -87,11 +88,13 @@ def daemon(tmp_path_factory):
 
 
 def get(daemon, path: str, token: str = TOKEN_ME, **params) -> httpx.Response:
-    return httpx.get(f"{daemon.url}{path}", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    return httpx.get(f"{daemon.url}{path}", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=10,
+                     verify=tls())
 
 
 def post(daemon, path: str, body: dict, token: str = TOKEN_ME) -> httpx.Response:
-    return httpx.post(f"{daemon.url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    return httpx.post(f"{daemon.url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10,
+                      verify=tls())
 
 
 # --- the API ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 
 from rag.answer.fair import FairSlots, Turns
 
-from conftest import free_port
+from conftest import free_port, unix_http
 from fakes.ollama import FakeOllama
 
 EXE = str(Path(sys.executable).with_name("leanote-rag"))
@@ -134,7 +134,7 @@ def served(tmp_path, notes_dir):
                                     stderr=(tmp_path / "serve.log").open("w"))
             procs.append(proc)
             deadline = time.monotonic() + 120
-            with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x") as http:
+            with unix_http(sock) as http:
                 while time.monotonic() < deadline:
                     assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
                     try:
@@ -230,6 +230,6 @@ def test_a_token_that_asks_too_often_is_told_to_wait_and_the_others_are_not(serv
         assert http.get("/search", params={"q": "番茄炒蛋"}, headers=a).status_code == 429
         assert len(ollama.chats()) == chats  # refused before any work
         assert http.get("/search", params={"q": "番茄炒蛋"}, headers=b).status_code == 200  # per token
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x", timeout=60) as local:
+    with unix_http(sock, timeout=60) as local:
         for _ in range(5):  # the socket is the owner's: not counted
             assert local.get("/search", params={"q": "番茄炒蛋"}).status_code == 200

@@ -25,7 +25,7 @@ from rag.answer.links import held
 from rag.answer.types import Citation
 from bot.serve import Daemon
 
-from conftest import SCENARIO, make_settings, until, within
+from conftest import SCENARIO, make_settings, until, within, unix_ahttp
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram, html_error
 
@@ -159,8 +159,7 @@ def test_the_injected_notes_answers_link_nowhere_but_to_the_notes_own_link(world
         assert (NOTE_LINK["url"], NOTE_LINK["text"]) in anchors and "点这里立即重置" not in wifi["text"]
 
         ollama.reply(BACKUP, OTHERS)
-        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(settings.api.socket)),
-                                     base_url="http://x", timeout=60) as http:
+        async with unix_ahttp(settings.api.socket, timeout=60) as http:
             async with http.stream("POST", "/ask", json={"question": "备份迁移到哪里了？"}) as reply:
                 events = [json.loads(line) async for line in reply.aiter_lines() if line]
         last = events[-1]

@@ -44,7 +44,7 @@ from bot.serve import Daemon
 from sync.state import State
 from bot.root import Parts
 
-from conftest import SCENARIO, make_settings, run_pass, within
+from conftest import SCENARIO, make_settings, run_pass, within, unix_http, unix_ahttp
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
 from memory_world import A_ATLAS, A_BOOK, A_POOL, ALICE, PASSWORDS, build
@@ -64,7 +64,7 @@ def holdings_of(settings, note_id: str) -> dict[str, int]:
 
 async def memory_api(sock: str, *paths: str) -> list[tuple[int, str]]:
     """The daemon's /memory endpoints over its socket (status, body) for each path."""
-    async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=sock), base_url="http://x") as http:
+    async with unix_ahttp(sock) as http:
         return [((r := await http.get(p, timeout=30)).status_code, r.text) for p in paths]
 
 
@@ -338,7 +338,7 @@ def wait_for_a_pass(proc: subprocess.Popen, sock: str, log_file: Path) -> None:
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_file.read_text()
         try:
-            with httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://x") as http:
+            with unix_http(sock) as http:
                 if http.get("/health", timeout=5).json().get("passes", 0) >= 1:
                     return
         except (httpx.HTTPError, ValueError):

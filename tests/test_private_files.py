@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import THREADS
+from conftest import THREADS, unix_http
 from fakes.ollama import FakeOllama
 
 pytestmark = pytest.mark.slow  # real `serve` processes
@@ -68,7 +68,7 @@ def test_every_file_in_the_state_dir_is_private_whatever_the_umask(tmp_path, not
                 assert serve.poll() is None, serve.stderr.read()
                 assert time.monotonic() < deadline, "serve did not become ready"
                 try:
-                    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://x") as http:
+                    with unix_http(sock) as http:
                         if http.get("/health", timeout=5).json().get("passes", 0) >= 1:
                             break
                 except httpx.HTTPError:

@@ -20,7 +20,7 @@ import pytest
 from rag.index.note_index import NoteIndex
 from bot.root import Parts
 
-from conftest import make_settings
+from conftest import make_settings, unix_http
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram
 
@@ -52,7 +52,7 @@ def test_a_reload_takes_the_live_parts_and_names_the_rest(tmp_path):
 
 def first_pass_done(api_socket: str) -> bool:
     try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=api_socket), base_url="http://x") as http:
+        with unix_http(api_socket) as http:
             return http.get("/health", timeout=5).json()["passes"] >= 1
     except (httpx.HTTPError, ValueError):
         return False

@@ -21,6 +21,7 @@ import httpx
 
 from rag.config import Settings
 from rag.errors import LeanoteRagError, Unavailable, UserError
+from rag.http import tls
 
 BASE = "http://leanote-rag"  # the host part is ignored on a Unix socket
 SOCKET_PATH_MAX = 107  # sockaddr_un.sun_path, minus the terminating NUL
@@ -51,7 +52,7 @@ class DaemonClient:
 
     def __init__(self, path: Path, timeout: float = 600.0):
         self.path = Path(path)
-        self._http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.path)), base_url=BASE,
+        self._http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.path), verify=tls()), base_url=BASE,
                                   timeout=httpx.Timeout(timeout, connect=5.0))
 
     def close(self) -> None:

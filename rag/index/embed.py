@@ -43,6 +43,7 @@ import numpy as np
 
 from rag.config import EmbedderConfig
 from rag.errors import ConfigError, Unavailable, UserError
+from rag.http import tls
 from rag.redact import safe_url
 from rag.sqlite import open_db
 
@@ -175,7 +176,7 @@ class OllamaEmbedder(_Batched):
         self._httpx = httpx
         self.model = cfg.model or self.DEFAULT
         self.host = safe_url(cfg.host)  # for messages
-        self._client = ollama.Client(host=cfg.host, timeout=cfg.timeout)
+        self._client = ollama.Client(host=cfg.host, timeout=cfg.timeout, verify=tls())
         self.model_id = f"ollama:{self.model}"
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
