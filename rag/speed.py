@@ -7,6 +7,12 @@ Ollama reports with every reply how many prompt tokens it read and in how long
 (an exponentially weighted average, so it follows the machine: a GPU added, another
 load) in ``<state_dir>/llm_speed.json``, where ``status`` and ``doctor`` read it.
 
+A server may keep the start of a prompt from the last request (Ollama's prompt cache) and then
+time only the rest while still counting the whole prompt, so a reply's own figures can read
+several times too fast. The reading speed used is therefore the lower of two figures: the
+**probe**'s (a short reply to a prompt that starts with something new, so nothing of it is
+cached) and the running average of the replies'. A reply never raises it above the probe.
+
 Tokens are counted by a **calibrated estimate**, not the model's tokenizer (Qwen's is
 not available offline): a base estimate from the text's scripts (a CJK character is
 about 0.7 Qwen tokens, other text about 0.28 per character), multiplied by the ratio
@@ -59,7 +65,7 @@ class Usage:
 class Speed:
     """A model's measured speed here."""
 
-    read_tps: float | None = None  # prompt tokens read per second
+    read_tps: float | None = None  # prompt tokens read per second: the figure answers are sized by
     write_tps: float | None = None  # tokens written per second
     calibration: float = 1.0  # observed prompt tokens / base estimate
     samples: int = 0
@@ -67,15 +73,28 @@ class Speed:
     # read_tps is only an upper bound: a reply was cut short before its first token, so the
     # model reads slower than this; the next reply that measures it replaces the bound
     bound: bool = False
+    probe_tps: float | None = None  # read by the probe, nothing of its prompt cached
+    replies_tps: float | None = None  # the replies' running average (may count cached tokens as read)
+    prompt_tokens: float | None = None  # the answers' prompts here, running average (estimated tokens)
+
+    def __post_init__(self) -> None:
+        if self.read_tps and not self.bound and self.probe_tps is None and self.replies_tps is None:
+            self.replies_tps = self.read_tps  # saved before the two figures were kept apart
 
     def tokens(self, text: str) -> int:
         return max(1, round(base_tokens(text) * self.calibration))
 
-    def read(self, tps: float) -> None:
-        """A reading speed measured: blended into the estimate, or in place of a bound
-        (a bound blended with a measurement would stay optimistic for several replies)."""
-        self.read_tps = tps if self.bound else _ewma(self.read_tps, tps)
-        self.bound = False
+    def read(self, tps: float, probe: bool = False) -> None:
+        """A reading speed measured: the probe's replaces the last probe's; a reply's is
+        blended into the replies' average, or put in place of a bound (a bound blended with a
+        measurement would stay optimistic for several replies). Then the lower of the two."""
+        if self.bound:
+            self.replies_tps, self.bound = None, False
+        if probe:
+            self.probe_tps = tps
+        else:
+            self.replies_tps = _ewma(self.replies_tps, tps)
+        self.read_tps = min(x for x in (self.probe_tps, self.replies_tps) if x)
 
     def read_seconds(self, tokens: float) -> float | None:
         return tokens / self.read_tps if self.read_tps else None
@@ -99,7 +118,6 @@ class Speed:
 
 
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b\b", re.I)
-TYPICAL_PROMPT = 800  # tokens an answer's prompt holds with a few evidence blocks
 SIZES = (0.5, 1.5, 3.0, 7.0, 14.0, 32.0)  # the sizes models come in (billions of parameters)
 
 
@@ -109,14 +127,16 @@ def model_size(model: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def meaning(model: str, speed: "Speed", budget: float) -> str | None:
+def meaning(model: str, speed: "Speed", budget: float, prompt_tokens: float, prompt_is: str) -> str | None:
     """What a measured reading speed means here, in seconds a person waits: the first token
-    for a typical prompt, what a larger or smaller model would take (reading time grows
-    about with the parameters), and the size that fits ``answer.first_token_budget``."""
+    for a prompt of ``prompt_tokens`` (the size answers send here: ``prompt_is`` says how it
+    is known), what a larger model would take (reading time grows about with the parameters),
+    and the size that fits ``answer.first_token_budget``."""
     if not speed.read_tps:
         return None
-    first = TYPICAL_PROMPT / speed.read_tps
-    line = f"{'over ' if speed.bound else ''}~{first:.0f} s to a first token for {TYPICAL_PROMPT} prompt tokens"
+    first = prompt_tokens / speed.read_tps
+    line = (f"{'over ' if speed.bound else ''}~{first:.0f} s to a first token for a prompt of ~{prompt_tokens:,.0f} "
+            f"tokens ({prompt_is})")
     size = model_size(model)
     if size is None:
         return line
@@ -125,9 +145,10 @@ def meaning(model: str, speed: "Speed", budget: float) -> str | None:
     if bigger is not None:
         line += f"; a {bigger:g}B would take ~{first * bigger / size:.0f} s"
     if fits and fits[-1] != size:
-        line += f"; the largest that fits answer.first_token_budget ({budget:g} s) is ~{fits[-1]:g}B"
+        line += f"; the largest that reads it within answer.first_token_budget ({budget:g} s) is ~{fits[-1]:g}B"
     elif not fits:
-        line += f"; over answer.first_token_budget ({budget:g} s) even for a 0.5B: expect answers to be late"
+        line += (f"; over answer.first_token_budget ({budget:g} s) even for a 0.5B: answers then read less "
+                 "evidence (the best passage at least) to start in time")
     return line
 
 
@@ -150,19 +171,24 @@ class SpeedBook:
     def get(self, model: str) -> Speed:
         return self._speeds.get(model) or Speed()
 
-    def observe(self, model: str, usage: Usage, prompt_text: str) -> None:
-        """Learn from one reply: speeds, and how many tokens the prompt really was."""
+    def observe(self, model: str, usage: Usage, prompt_text: str, probe: bool = False,
+                answer: bool = False) -> None:
+        """Learn from one reply: speeds, and how many tokens the prompt really was. ``probe``:
+        the reply to ``rag.answer.sizing.measure_speed``'s prompt, nothing of it cached;
+        ``answer``: an answer's prompt, whose size is what ``meaning`` speaks of."""
         if not usage.reported:
             return
         speed = self._speeds.setdefault(model, Speed())
         if usage.prompt_tokens >= MIN_TOKENS and usage.prompt_seconds > 0:
-            speed.read(usage.prompt_tokens / usage.prompt_seconds)
+            speed.read(usage.prompt_tokens / usage.prompt_seconds, probe=probe)
         if usage.output_tokens >= MIN_TOKENS and usage.output_seconds > 0:
             speed.write_tps = _ewma(speed.write_tps, usage.output_tokens / usage.output_seconds)
         estimate = base_tokens(prompt_text)
         if usage.prompt_tokens >= MIN_TOKENS and estimate > 0:
             ratio = min(4.0, max(0.25, usage.prompt_tokens / estimate))
             speed.calibration = ratio if speed.samples == 0 else (1 - ALPHA) * speed.calibration + ALPHA * ratio
+        if answer:
+            speed.prompt_tokens = _ewma(speed.prompt_tokens, speed.tokens(prompt_text))
         speed.samples += 1
         speed.updated = time.time()
         self.save()
@@ -186,7 +212,7 @@ class SpeedBook:
         else:
             most = prompt_tokens / seconds
             if speed.read_tps is None or most < speed.read_tps:
-                speed.read_tps, speed.bound = most, True
+                speed.read_tps, speed.replies_tps, speed.bound = most, most, True
         speed.samples += 1
         speed.updated = time.time()
         self.save()

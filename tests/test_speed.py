@@ -220,13 +220,97 @@ def test_what_a_measured_speed_means_for_the_person_waiting():
 
     assert model_size("qwen2.5-coder:1.5b-instruct") == 1.5 and model_size("qwen2.5:7b-instruct") == 7.0
     assert model_size("llama3") is None
-    line = meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0), 30.0)
-    assert line == ("~32 s to a first token for 800 prompt tokens; a 3B would take ~64 s; the largest that fits "
-                    "answer.first_token_budget (30 s) is ~0.5B")
-    assert "fits" not in meaning("qwen2.5:7b-instruct", Speed(read_tps=200.0), 30.0).split(";")[0]
-    assert "even for a 0.5B" in meaning("qwen2.5-coder:0.5b-instruct", Speed(read_tps=10.0), 30.0)
-    assert meaning("m", Speed(), 30.0) is None
-    assert meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0, bound=True), 30.0).startswith("over ~32 s")
+    line = meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0), 30.0, 800, "the answers' prompts")
+    assert line == ("~32 s to a first token for a prompt of ~800 tokens (the answers' prompts); a 3B would take "
+                    "~64 s; the largest that reads it within answer.first_token_budget (30 s) is ~0.5B")
+    assert "within" not in meaning("qwen2.5:7b-instruct", Speed(read_tps=200.0), 30.0, 800, "x").split(";")[0]
+    assert "even for a 0.5B" in meaning("qwen2.5-coder:0.5b-instruct", Speed(read_tps=10.0), 30.0, 800, "x")
+    assert meaning("m", Speed(), 30.0, 800, "x") is None
+    assert meaning("qwen2.5-coder:1.5b-instruct", Speed(read_tps=25.0, bound=True), 30.0, 800, "x").startswith(
+        "over ~32 s")
+
+
+def test_the_reading_speed_is_the_lower_of_the_probe_and_the_replies(tmp_path):
+    """A server that counts a cached prompt as read but times only the rest makes a reply read
+    fast: the speed used never rises above the probe's (a prompt nothing of which was cached).
+    A slower reply lowers it: the machine got busier."""
+    book = SpeedBook(tmp_path / FILE)
+    text = "番茄炒蛋要先炒蛋" * 20
+    book.observe("m", Usage(prompt_tokens=600, prompt_seconds=10.0, output_tokens=12, output_seconds=2.0), text,
+                 probe=True)
+    assert book.get("m").read_tps == pytest.approx(60.0) and book.get("m").probe_tps == pytest.approx(60.0)
+    for _ in range(3):  # 3,000 tokens counted, 2,500 of them cached: "reads" 300 tok/s
+        book.observe("m", Usage(prompt_tokens=3000, prompt_seconds=10.0, output_tokens=50, output_seconds=8.0),
+                     text, answer=True)
+    speed = book.get("m")
+    assert speed.replies_tps > 250 and speed.read_tps == pytest.approx(60.0)
+    assert speed.prompt_tokens == pytest.approx(speed.tokens(text))  # the answers' prompt size, by the estimate
+    book.observe("m", Usage(prompt_tokens=600, prompt_seconds=20.0), text)  # busier now
+    for _ in range(8):
+        book.observe("m", Usage(prompt_tokens=600, prompt_seconds=20.0), text)
+    assert book.get("m").read_tps < 45  # on its way to the 30 tok/s it reads now, under the probe's 60
+    book.flush()
+    assert SpeedBook(tmp_path / FILE).get("m").read_tps == pytest.approx(book.get("m").read_tps)
+    # a file saved before the two figures were kept apart still reads as measured
+    (tmp_path / FILE).write_text('{"m": {"read_tps": 70.0, "write_tps": 8.0, "samples": 3}}')
+    old = SpeedBook(tmp_path / FILE).get("m")
+    assert old.read_tps == 70.0 and old.probe_tps is None
+    old.read(50.0)
+    assert old.read_tps == pytest.approx(0.7 * 70 + 0.3 * 50)
+
+
+@pytest.mark.slow
+def test_a_prompt_cache_does_not_fool_the_probe(sample_index, use_embedder):
+    """The probe came after other requests had warmed the server's prompt cache with the same
+    instructions: it read 174 tok/s of a model reading 60, and the first answers were sized for
+    three times the evidence. The probe's prompt now starts with something new each time."""
+    read = 3000.0
+    with FakeOllama(speed=(read, 2000.0), cache=True) as ollama:
+        svc, index = service(sample_index, ollama.url, use_embedder)
+        try:
+            ollama.reply("加一小勺糖[1]。")
+            ask(svc)  # another install, say: its answer is in the cache now
+        finally:
+            svc.close()
+            index.close()
+        (sample_index.state_dir / FILE).unlink()  # this install: nothing learned yet
+        svc, index = service(sample_index, ollama.url, use_embedder)
+        try:
+            for _ in range(4):
+                ollama.reply("加一小勺糖[1]。")
+                answer = ask(svc)
+            speed = svc.speeds.get("qwen2.5:7b-instruct")
+            assert speed.probe_tps == pytest.approx(read, rel=0.05) and len(ollama.probes()) == 2
+            assert speed.replies_tps > 1.02 * read  # the answers share their instructions: those were cached
+            assert speed.read_tps == pytest.approx(read, rel=0.05)  # and still sized by what it really reads
+            assert answer.usage["prompt_tokens"] > 0
+        finally:
+            svc.close()
+            index.close()
+
+
+@pytest.mark.slow
+def test_doctor_on_a_fresh_install_measures_the_llm_and_says_what_answers_will_cost(sample_index, capsys):
+    """`doctor` after the first `index`, before any question (the README's order): it measured
+    the speed on one event loop and then another, and said "Event loop is closed"."""
+    from bot.cli import main
+
+    with FakeOllama(speed=(3000.0, 2000.0), cache=True) as ollama:
+        cfg = sample_index.state_dir.parent / "doctor.yaml"
+        cfg.write_text(f"source: {{kind: files, path: '{sample_index.source.path}'}}\n"
+                       f"state_dir: '{sample_index.state_dir}'\nollama: {{host: '{ollama.url}'}}\n"
+                       "rerank: {kind: none}\n")
+        code = main(["--config", str(cfg), "doctor"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        line = next(x for x in out.splitlines() if "ollama" in x)
+        assert line.startswith("ok   ollama") and "tok/s reading" in line, line
+        assert "prompt of ~" in line and "the largest the answer settings allow: 7,200 characters" in line
+        assert len(ollama.probes()) == 1
+        assert SpeedBook(sample_index.state_dir / FILE).get("qwen2.5:7b-instruct").probe_tps == pytest.approx(
+            3000.0, rel=0.05)
+        assert main(["--config", str(cfg), "doctor"]) == 0  # measured once: the next doctor reads it
+        assert len(ollama.probes()) == 1 and "ok   ollama" in capsys.readouterr().out
 
 
 def test_what_is_learned_is_saved_off_the_callers_thread(tmp_path, monkeypatch):

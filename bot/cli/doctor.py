@@ -19,7 +19,6 @@ from rag.index import embed as embed_mod
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
 from rag.speed import FILE as SPEED_FILE
-from rag.speed import load as load_speeds
 from rag.speed import meaning
 
 from sync.faults import MIN_FREE, free_bytes
@@ -330,8 +329,10 @@ def _reranker(root: Parts) -> Iterator[Check]:
 def _ollama(root: Parts) -> Iterator[Check]:
     import asyncio
 
+    from rag.answer.sizing import answer_prompt, measure_speed
     from rag.errors import ModelMissing
     from rag.llm import NotOllama
+    from rag.speed import SpeedBook
 
     settings = root.settings
     cfg = settings.ollama
@@ -341,19 +342,21 @@ def _ollama(root: Parts) -> Iterator[Check]:
         return
     try:
         chat = root.load_chat()
-        detail = asyncio.run(chat.check())
-        speed = load_speeds(settings.state_dir / SPEED_FILE).get(cfg.model)
-        if (speed is None or not speed.read_tps) and settings.state_dir.exists():
-            # measured now, so the first question's evidence is sized to this machine
-            from rag.answer.sizing import measure_speed
-            from rag.speed import SpeedBook
+        book = SpeedBook(settings.state_dir / SPEED_FILE if settings.state_dir.exists() else None)
 
-            book = SpeedBook(settings.state_dir / SPEED_FILE)
-            asyncio.run(measure_speed(chat, book, settings))
-            book.flush()
-            speed = book.get(cfg.model)
-        measured = speed.describe(cfg.model) if speed else f"{cfg.model}: speed not measured yet (ask a question)"
-        means = meaning(cfg.model, speed, settings.answer.first_token_budget) if speed else None
+        async def check_and_measure() -> str:
+            # one event loop for both: the chat's HTTP client belongs to the loop it first ran on
+            found = await chat.check()
+            if not book.get(cfg.model).probe_tps:
+                # measured now, so the first question's evidence is sized to this machine
+                await measure_speed(chat, book, settings)
+            return found
+
+        detail = asyncio.run(check_and_measure())
+        book.flush()
+        speed = book.get(cfg.model)
+        measured = speed.describe(cfg.model) if speed.samples else f"{cfg.model}: speed not measured yet (ask a question)"
+        means = meaning(cfg.model, speed, settings.answer.first_token_budget, *answer_prompt(settings, speed))
         if means:
             measured += f": {means}"
         yield Check(name, True, f"{detail}; {measured}")

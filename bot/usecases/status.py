@@ -24,6 +24,7 @@ from rag.config import Settings
 from rag.memory.store import MemoryStore
 from rag.speed import FILE as SPEED_FILE
 from rag.speed import load as load_speeds
+from rag.answer.sizing import answer_prompt
 from rag.speed import meaning
 from rag.index.store import Store
 
@@ -166,7 +167,7 @@ def _speed(model: str, speed, settings: Settings, everyone: bool) -> dict:
     when only for a caller who may see every account."""
     out = {"read_tps": speed.read_tps and round(speed.read_tps, 1),
            "write_tps": speed.write_tps and round(speed.write_tps, 1),
-           "text": speed.describe(model), "means": meaning(model, speed, settings.answer.first_token_budget)}
+           "text": speed.describe(model), "means": meaning(model, speed, settings.answer.first_token_budget, *answer_prompt(settings, speed))}
     if everyone:
         out.update(replies=speed.samples, updated=when(speed.updated))
     else:

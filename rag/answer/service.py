@@ -394,7 +394,7 @@ class AnswerService:
         try:
             async with self.llm_slot():
                 asked = time.perf_counter()
-                async for piece in self._stream(prompt, usage, plan.options):
+                async for piece in self._stream(prompt, usage, plan.options, answer=True):
                     if "first_token" not in turn.timings:
                         turn.mark("first_token")
                         first_at = time.perf_counter()
@@ -495,11 +495,13 @@ class AnswerService:
 
     # --- the LLM, and its speed here -------------------------------------------------------
 
-    async def _stream(self, prompt: list[dict], usage: Usage, options: dict | None = None, **kwargs):
-        """The LLM's reply, piece by piece; when it ends, what it cost teaches the speed book."""
+    async def _stream(self, prompt: list[dict], usage: Usage, options: dict | None = None, answer: bool = False,
+                      **kwargs):
+        """The LLM's reply, piece by piece; when it ends, what it cost teaches the speed book
+        (``answer``: and the size of an answer's prompt)."""
         async for piece in self.chat.stream(prompt, usage=usage, options=options, **kwargs):
             yield piece
-        self.speeds.observe(self.chat.model, usage, prompt_text(prompt))
+        self.speeds.observe(self.chat.model, usage, prompt_text(prompt), answer=answer)
 
     async def _complete(self, prompt: list[dict], options: dict | None = None, **kwargs) -> str:
         return "".join([piece async for piece in self._stream(prompt, Usage(), options, **kwargs)])
@@ -521,9 +523,9 @@ class AnswerService:
         return line
 
     async def measure(self) -> str | None:
-        """Measure the LLM's speed here when it is not known yet (at ``serve`` start, in
-        ``doctor``): a line saying what was learned, or None when it was known already."""
-        if self.chat is None or self.speeds.get(self.chat.model).read_tps:
+        """Measure the LLM's speed here when the probe has not measured it yet (at ``serve``
+        start, in ``doctor``): a line saying what was learned, or None when it was known."""
+        if self.chat is None or self.speeds.get(self.chat.model).probe_tps:
             return None
         return await self._measure("你好")
 

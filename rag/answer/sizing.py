@@ -8,6 +8,7 @@ any speed is known, ``measure_speed`` learns it from one short reply.
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -132,10 +133,12 @@ def fit(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: li
 async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Settings, question: str = "你好") -> str:
     """How fast the LLM reads and writes here, learned from one short reply to the answer
     prompt's fixed instructions and ``question`` (no evidence): ``PROBE_TOKENS`` written, within
-    ``ollama.timeout``. The instructions are the same for every answer, so Ollama keeps them in
-    its prompt cache for the next one. A reply cut short by the timeout still teaches a bound.
-    A line saying what was learned; Unavailable or ModelMissing when the LLM cannot be reached."""
+    ``ollama.timeout``. The prompt starts with a line never sent before, so no server can
+    have any of it cached: its reading time is the whole prompt's (``rag.speed``). A reply cut
+    short by the timeout still teaches a bound. A line saying what was learned; Unavailable
+    or ModelMissing when the LLM cannot be reached."""
     prompt = messages(question, [], settings.answer.refusal, prompt_style(settings.answer, question))
+    prompt[0] = {**prompt[0], "content": f"({secrets.token_hex(6)})\n{prompt[0]['content']}"}
     usage = Usage()
     started = time.perf_counter()
     try:
@@ -146,8 +149,21 @@ async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Se
         if not usage.reported and waited >= settings.ollama.timeout * 0.5:
             speeds.cut_short(chat.model, speeds.get(chat.model).tokens(prompt_text(prompt)), waited, None)
         raise
-    speeds.observe(chat.model, usage, prompt_text(prompt))
+    speeds.observe(chat.model, usage, prompt_text(prompt), probe=True)
     speed = speeds.get(chat.model)
     if not speed.read_tps:
         return f"{chat.model}: its speed could not be measured (Ollama reported no counts)"
     return f"{chat.model}: speed measured first ({time.perf_counter() - started:.1f} s): {speed.describe(chat.model)}"
+
+
+def answer_prompt(settings: Settings, speed: Speed) -> tuple[float, str]:
+    """The prompt size answers send here, in tokens, and how it is known: the answers' own
+    average once there have been answers, else the largest prompt the evidence settings allow
+    (``answer.top_k`` blocks of ``answer.block_chars``, at most ``answer.total_chars``, the
+    notes taken as Chinese: the larger estimate)."""
+    if speed.prompt_tokens:
+        return speed.prompt_tokens, "the answers' prompts here, on average"
+    cfg = settings.answer
+    fixed = speed.tokens(prompt_text(messages("你好", [], cfg.refusal, prompt_style(cfg, "你好"))))
+    chars = min(cfg.total_chars, cfg.top_k * cfg.block_chars)
+    return fixed + speed.tokens("字" * chars), f"the largest the answer settings allow: {chars:,} characters of evidence"

@@ -34,12 +34,16 @@ calibration has something to learn. ``speed=(read, write)`` in tokens per second
 the fake as slow as a machine: it reads the prompt for ``tokens / read`` seconds
 before the first piece and writes each piece at ``write`` tokens a second, and reports
 those durations (the model's time), not the wall time a busy machine stretched them to.
+``cache=True`` keeps the start a prompt shares with the previous chat's, as a llama.cpp
+server's prompt cache does: that part is not read again, and ``prompt_eval_duration``
+covers only the rest while ``prompt_eval_count`` still counts the whole prompt.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import time
@@ -194,8 +198,10 @@ class Reply:
 
 class FakeOllama(LocalServer):
     def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct"), speed: tuple[float, float] | None = None,
-                 reader: bool = False, dim: int = DIM):
+                 reader: bool = False, dim: int = DIM, cache: bool = False):
         self.models = set(models)
+        self.cache = cache
+        self._last_prompt = ""  # the previous chat's prompt text (cache=True)
         self.dim = dim  # of the embeddings (bge-m3's own is 1024)
         self.embed_calls = 0  # /api/embed requests so far
         self.on_embed = None  # callback(n) run before the n-th /api/embed request is answered
@@ -230,15 +236,15 @@ class FakeOllama(LocalServer):
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def _stream(self, model: str, reply: Reply, prompt_tokens: int) -> None:
+            def _stream(self, model: str, reply: Reply, prompt_tokens: int, cached: int = 0) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-ndjson")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self.wfile.flush()
                 began = time.monotonic()
-                if fake.speed:  # reading the prompt
-                    time.sleep(prompt_tokens / fake.speed[0])
+                if fake.speed:  # reading the prompt, but for what the cache holds
+                    time.sleep((prompt_tokens - cached) / fake.speed[0])
                 read = time.monotonic() - began
                 written, delays = 0, 0.0
                 for i, piece in enumerate(reply.pieces):
@@ -259,7 +265,7 @@ class FakeOllama(LocalServer):
                 else:
                     total = time.monotonic() - began
                     if fake.speed:  # the model's own time, as Ollama reports it: not this busy machine's
-                        read = prompt_tokens / fake.speed[0]  # scheduling delays around the sleeps
+                        read = (prompt_tokens - cached) / fake.speed[0]  # scheduling delays around the sleeps
                         total = read + written / fake.speed[1] + delays
                     self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
                                 "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
@@ -309,9 +315,13 @@ class FakeOllama(LocalServer):
                         reply = Reply(["好的，我会根据笔记回答。"])
                     else:
                         reply = queue.pop(0) if queue else fake.unscripted(body)
-                    prompt_tokens = fake_tokens("\n".join(m.get("content", "") for m in body.get("messages", [])))
+                    text = "\n".join(m.get("content", "") for m in body.get("messages", []))
+                    prompt_tokens, cached = fake_tokens(text), 0
+                    if fake.cache:
+                        cached = fake_tokens(os.path.commonprefix([text, fake._last_prompt]))
+                        fake._last_prompt = text
                     if body.get("stream", True):
-                        self._stream(model, reply, prompt_tokens)
+                        self._stream(model, reply, prompt_tokens, cached)
                     else:
                         text = "".join(reply.pieces)
                         self._send(200, {"model": model, "message": {"role": "assistant", "content": text}, "done": True})
