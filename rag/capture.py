@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rag.language import label, say
+
 TITLE_CHARS = 60
 MARKER = "<!-- leanote-rag:{key} -->"
 MARKER_RE = re.compile(r"<!-- leanote-rag:([A-Za-z0-9_-]+) -->")
@@ -168,12 +170,13 @@ def has_marker(content: str, key: str) -> bool:
 
 def answer_note(question: str, answer: str, citations: list[dict]) -> str:
     """A saved answer as Markdown: the question, the answer, its sources as links."""
-    lines = [f"**问 / Q:** {md_escape(' '.join(question.split()))}", "", answer.strip(), ""]
+    asked = say(question, "问", "Q")
+    lines = [f"**{asked}:** {md_escape(' '.join(question.split()))}", "", answer.strip(), ""]
     if citations:
-        lines.append("来源 / Sources:")
+        lines.append(f"{label(question, 'sources')}:")
         for c in citations:
             n = c.get("n")
-            label = f"[{n}] " if n else ""
+            mark = f"[{n}] " if n else ""
             title = md_label(c.get("title") or c.get("note_id") or "note")
-            lines.append(f"- {label}[{title}]({md_url(c['url'])})" if c.get("url") else f"- {label}{title}")
+            lines.append(f"- {mark}[{title}]({md_url(c['url'])})" if c.get("url") else f"- {mark}{title}")
     return "\n".join(lines).rstrip() + "\n"

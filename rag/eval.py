@@ -202,6 +202,7 @@ def report_json(reports: list[Report], skipped: int) -> dict:
 # --- answers ------------------------------------------------------------------------------
 
 REFUSAL = AnswerConfig().refusal
+REFUSALS = (REFUSAL, AnswerConfig().refusal_english)  # shown for a question in Chinese, in English
 ANSWER_REQUIRED = ("id", "question", "user_id")
 _ID_LISTS = ("gold_note_ids", "trap_note_ids")
 
@@ -251,7 +252,7 @@ VERDICTS = ("refused", "llm_cited", "llm_inferred", "llm_refused", "llm_uncited"
             "listing", "cited_nothing")
 
 
-def _verdict(answer: "Answer", outcome: str, refusal: str) -> str:
+def _verdict(answer: "Answer", outcome: str, refusal: str | tuple[str, ...]) -> str:
     """What the person got, by who decided it:
 
     - ``refused``: refused before any LLM (nothing plausible retrieved, or a name the notes
@@ -273,7 +274,7 @@ def _verdict(answer: "Answer", outcome: str, refusal: str) -> str:
         return {"cited": "llm_cited", "inferred": "llm_inferred", "refused": "llm_refused"}.get(citing, "llm_uncited")
     if outcome in ("fallback", "extractive", "listing"):
         return outcome if answer.citations else "refused"
-    if answer.answer.strip() == refusal:
+    if answer.answer.strip() in ((refusal,) if isinstance(refusal, str) else refusal):
         return "llm_refused" if outcome == "llm_refused" else "refused"
     return "cited_nothing" if not answer.citations else "llm_cited"
 
@@ -364,7 +365,7 @@ def said(q: dict, answer: "Answer") -> dict:
     return out
 
 
-def _row(q: dict, answer: "Answer", refusal: str) -> dict:
+def _row(q: dict, answer: "Answer", refusal: str | tuple[str, ...]) -> dict:
     trace = answer.trace
     outcome = trace.outcome if trace is not None else ""
     gold = set(q.get("gold_note_ids") or [])
@@ -499,7 +500,7 @@ def _no_answer(rows: list[dict]) -> dict:
             "answered_anyway": len(rows) - not_answered, "shown_uncited": v["cited_nothing"]}
 
 
-def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str = REFUSAL, skipped: int = 0,
+def answer_report(pairs: list[tuple[dict, "Answer"]], refusal: str | tuple[str, ...] = REFUSALS, skipped: int = 0,
                   llm: dict | None = None) -> dict:
     """The answer metrics of (question, answer) pairs.
 

@@ -130,6 +130,8 @@ class OllamaConfig(Section):
 
 class AnswerConfig(Section):
     refusal: str = "我笔记里没有相关内容"
+    refusal_english: str = Field(default="Your notes have nothing on this.",
+                                 description="the refusal shown for a question asked in English")
     top_k: int = Field(default=6, ge=1, le=20, description="evidence blocks at most")
     block_chars: int = Field(default=1200, ge=100, description="characters per evidence block")
     total_chars: int = Field(default=8000, ge=500, description="characters of evidence in all")

@@ -23,6 +23,11 @@ from conftest import index_samples
 from fakes.ollama import FakeOllama
 
 REFUSAL = "我笔记里没有相关内容"
+REFUSAL_EN = "Your notes have nothing on this."  # answer.refusal_english: a question in English is refused in English
+
+
+def refusal_for(question: str) -> str:
+    return REFUSAL if any("\u4e00" <= ch <= "\u9fff" for ch in question) else REFUSAL_EN
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +138,7 @@ def test_an_answer_following_a_block_without_markers_gets_its_citation_inferred(
 
 def test_no_evidence_means_no_llm_call(answering, ollama):
     answer, _ = ask(answering, "who won the football world cup in 1998?")  # not a word in common, nothing stands out
-    assert answer.answer == REFUSAL and not answer.used_llm and not answer.grounded
+    assert answer.answer == REFUSAL_EN and not answer.used_llm and not answer.grounded
     assert ollama.chats() == []
     assert len(answer.closest) <= 3
     assert "answer.outlier_z" in answer.trace.decision
@@ -146,7 +151,7 @@ def test_no_evidence_means_no_llm_call(answering, ollama):
 ])
 def test_a_name_no_note_mentions_is_refused_naming_it_without_asking_the_llm(answering, ollama, question, name):
     answer, _ = ask(answering, question)
-    assert answer.answer == REFUSAL and not answer.used_llm and ollama.chats() == []
+    assert answer.answer == refusal_for(question) and not answer.used_llm and ollama.chats() == []
     assert answer.trace.outcome == "refused" and answer.trace.unknown_names[:2] == name.split(", ")
     assert name.split(", ")[0] in answer.notice and answer.closest  # the nearest notes still shown
 
@@ -452,9 +457,9 @@ def test_cli_ask_json_and_trace_with_the_llm(indexed, ollama, capsys, tmp_path):
     ollama.reply("先炒蛋[1]。")
     assert main(["--config", str(cfg), "ask", "番茄炒蛋怎么做才不酸？", "--trace"]) == 0
     text = capsys.readouterr().out
-    assert "先炒蛋[1]。" in text and "来源 / Sources:" in text and "candidates:" in text
+    assert "先炒蛋[1]。" in text and "来源:" in text and "candidates:" in text
     # the note's own words under the answer, before the sources; in the JSON too
-    assert text.index("先炒蛋[1]。") < text.index("> 笔记原文 [1] 番茄炒蛋") < text.index("来源 / Sources:")
+    assert text.index("先炒蛋[1]。") < text.index("> 笔记原文 [1] 番茄炒蛋") < text.index("来源:")
     assert out["quote"].startswith("> 笔记原文 [1] 番茄炒蛋")
 
 
@@ -563,7 +568,7 @@ def test_a_refusal_about_what_no_note_covers_is_the_refusal_with_titles_not_pass
         assert not ollama.chats()
     else:
         assert answer.trace.citing == "refused" and answer.trace.outcome == "llm_refused"
-    assert answer.answer == REFUSAL and not answer.citations and answer.notice is None
+    assert answer.answer == refusal_for(question) and not answer.citations and answer.notice is None
     assert all(c.title for c in answer.closest)  # titles and links only: no passage text is shown
 
 
@@ -614,4 +619,4 @@ def test_in_a_terminal_a_streamed_answer_that_is_then_rejected_is_taken_back(ind
     assert "鸡蛋 3 个[1]。\n" not in shown.split("（模型写的回答")[0]  # ... and was taken back
     assert "牛肉" not in out.decode()  # the model's own words never reached the terminal
     assert "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）" in shown, out.decode()[-3000:]
-    assert "[1] 番茄炒蛋" in shown and "来源 / Sources:" in shown
+    assert "[1] 番茄炒蛋" in shown and "来源:" in shown

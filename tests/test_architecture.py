@@ -49,7 +49,7 @@ PROTOCOL_LIBS = {
 }
 # rag/'s plumbing that every room may use: it imports none of them
 PLUMBING = {"rag.config", "rag.sections", "rag.state_dir", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
-            "rag.speed", "rag.capture", "rag.http"}
+            "rag.speed", "rag.capture", "rag.http", "rag.language"}
 
 
 @lru_cache(maxsize=None)

@@ -100,7 +100,7 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         assert chat  # the work happened after the defer
         streamed = [kw["content"] for name, kw, _ in it.events if name == "edit" and kw.get("content")]
         # first the sources the answer reads, before any of its text; then the answer under them
-        assert streamed[0].startswith("📚 读的笔记 Reading:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0]
+        assert streamed[0].startswith("📚 读的笔记:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0]
         assert streamed[1:] and all(t.startswith("📚") and t.endswith("▌") for t in streamed[1:])
         times = [t for name, _, t in it.events if name == "edit"]
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))

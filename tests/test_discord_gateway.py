@@ -138,14 +138,14 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         edits = [(t, body) for t, kind, body in it.events if kind == "edit"]
         streamed = [(t, b["content"]) for t, b in edits if b.get("content")]
         # the sources first (before any of the answer's text), then the answer streamed under them
-        assert streamed[0][1].startswith("📚 读的笔记 Reading:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0][1]
+        assert streamed[0][1].startswith("📚 读的笔记:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0][1]
         assert len(streamed) >= 2 and all(text.endswith("▌") for _, text in streamed[1:])
         assert all(b - a >= 0.25 for (a, _), (b, _) in zip(streamed, streamed[1:]))  # paced
         final = edits[-1][1]
         assert final["content"] is None and len(final["embeds"]) == 1
         description = final["embeds"][0]["description"]
         assert description.startswith("一定要先把鸡蛋炒好盛出[1]。加一小勺糖（大概 5 克）[1]。能压住番茄的酸味[1]。")
-        assert "[1] 番茄炒蛋" in description and "来源 Sources" in description
+        assert "[1] 番茄炒蛋" in description and "来源" in description
         assert it.followups == [] and not it.thinking()
         assert fake.unknown == [] and fake.unauthorized == 0  # it called nothing Discord would not serve
 
@@ -163,7 +163,7 @@ def test_long_answers_continue_in_follow_ups_within_discords_limits(world):
         assert len(embeds) >= 3
         assert all(len(e["description"]) <= 4096 for e in embeds)  # the fake refuses more, as Discord does
         whole = "".join(e["description"] for e in embeds)
-        assert whole.index("第零段") < whole.index("第十九段") < whole.index("来源 Sources")
+        assert whole.index("第零段") < whole.index("第十九段") < whole.index("来源")
         # a follow-up is as public or private as the answer it continues
         assert {m.ephemeral for m in it.followups} == {it.ephemeral}
 

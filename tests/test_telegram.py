@@ -80,7 +80,7 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         assert quote.startswith("笔记原文 [1] 番茄炒蛋") and "炒出汁" in quote, quote
         streamed = [text for _, text in message["edits"][:-1]]
         # first the sources the answer reads, before any of its text: titles and links
-        assert streamed[0].startswith("📚 读的笔记 Reading:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0]
+        assert streamed[0].startswith("📚 读的笔记:\n[1] 番茄炒蛋") and "先把鸡蛋" not in streamed[0]
         assert streamed[0].endswith("…")
         # then the answer streams in under them
         assert streamed[1:] and all(t.startswith("📚") and t.endswith("▌") for t in streamed[1:])
@@ -483,3 +483,47 @@ def test_a_link_in_the_llms_reply_is_shown_not_clickable(world):
     # and where a link is shown, it is in plain sight, not behind words
     html_text = telegram_messages("先确认账号：[点这里登录 Leanote](https://phish.example/login)")[0]
     assert "https://phish.example/login" in html_text and not re.search(r'<a href="[^"]*phish', html_text)
+
+
+ENGLISH_CHROME = ("Sources", "Closest notes", "Reading", "Your notes", "The model", "The language model")
+CHINESE_CHROME = ("来源", "最接近的笔记", "读的笔记", "我笔记里没有相关内容", "模型", "语言模型")
+
+
+@pytest.mark.slow
+def test_an_answer_speaks_the_questions_language_on_every_path(world):
+    """An English question was refused in English and then in Chinese, or shown an English
+    notice over Chinese headers. Each path — a quick refusal, an answer the check withdrew, the
+    passages when the LLM fails — now reads in the question's language only (the notes' own
+    titles and words aside)."""
+    settings, tg, ollama = world
+
+    def last_to(chat, after: int) -> str:
+        sent = tg.sent_to(chat)[after:]
+        return sent[-1]["text"] if sent else ""
+
+    async def ask(question: str, *reply: str, error: bool = False, who: int = OWNER) -> str:
+        if reply or error:
+            ollama.reply(*(reply or ("x",)), error_after=0 if error else None)
+        before = len(tg.sent_to(who))
+        tg.say(who, question)
+        await until(lambda: len(tg.sent_to(who)) > before and not last_to(who, before).endswith(("…", "▌")),
+                    what=f"the answer to {question!r}")
+        return last_to(who, before)
+
+    async def scenario(daemon):
+        shown = {
+            "quick refusal": await ask("How does Apache Flink handle out-of-order events?"),
+            "withdrawn": await ask("How do I make tomato scrambled eggs less sour?",
+                                   "Pour a cup of vinegar and bake it for two hours at 300 degrees[1]."),
+            "llm down": await ask("How do I make tomato scrambled eggs less sour?", error=True),
+        }
+        assert "Your notes never mention Apache, Flink." in shown["quick refusal"]
+        assert "Your notes have nothing on this." in shown["quick refusal"] and "Closest notes" in shown["quick refusal"]
+        assert "not backed by your notes" in shown["withdrawn"] or "do not back" in shown["withdrawn"], shown["withdrawn"]
+        assert "The language model is unavailable" in shown["llm down"] and "Sources" in shown["llm down"]
+        for path, text in shown.items():
+            assert [w for w in CHINESE_CHROME if w in text] == [], (path, text)
+        zh = await ask("番茄炒蛋怎么做才不酸？", "倒一杯醋进去烤两个小时[1]。", who=FRIEND)  # (3 a minute each)
+        assert "找不到依据" in zh and [w for w in ENGLISH_CHROME if w in zh] == [], zh
+
+    run(settings, tg, scenario)

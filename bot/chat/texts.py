@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Callable
 
 from rag import limits
+from rag.language import say
 from rag.config import Settings
 from rag.errors import Unavailable
 
@@ -81,8 +82,8 @@ def cut_message(settings: Settings, text: str) -> tuple[str, str | None]:
     kept, over = limits.cut(text, most)
     if not over:
         return kept, None
-    return kept, (f"（消息太长，只读了前 {most} 个字符。） / (Your message was long: only its first {most:,} "
-                  f"characters were read.)")
+    return kept, say(kept, f"（消息太长，只读了前 {most} 个字符。）",
+                     f"(Your message was long: only its first {most:,} characters were read.)")
 
 
 def with_notice(text: str, notice: str | None) -> str:
@@ -92,7 +93,7 @@ def with_notice(text: str, notice: str | None) -> str:
 
 # --- answers and searches --------------------------------------------------------------------
 
-def sources_first(citations, title: str = "读的笔记 Reading") -> str:
+def sources_first(citations, title: str) -> str:
     """The head an answer streams under: the notes its evidence comes from, as plain text
     (titles and links), before the LLM's first token."""
     lines = [f"📚 {title}:"]

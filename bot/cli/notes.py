@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from rag import limits
+from rag.language import chinese, label
 from rag.errors import UserError
 from rag.redact import safe_url
 from rag.model import RETRIEVERS
@@ -98,7 +99,7 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
         click.echo(text, nl=False)
 
     def found(sources) -> None:  # before the LLM reads: where the answer will come from
-        click.echo(click.style("读的笔记 / Reading:", dim=True))
+        click.echo(click.style(f"{label(question, 'reading')}:", dim=True))
         for c in sources:
             click.echo(click.style(f"  {c.title or c.note_id}  {c.url}", dim=True))
         click.echo()
@@ -124,11 +125,11 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
     if answered and answer.notice:  # sentences left out of the answer: said after it
         click.echo(click.style(answer.notice, dim=True))
     if answer.citations:
-        click.echo("\n" + click.style("来源 / Sources:", bold=True))
+        click.echo("\n" + click.style(f"{label(question, 'sources')}:", bold=True))
         for c in answer.citations:
             click.echo(f"[{c.n}] {c.label}  {c.url}")
     if answer.closest:
-        click.echo("\n" + click.style("最接近的笔记 / Closest notes:", bold=True))
+        click.echo("\n" + click.style(f"{label(question, 'closest')}:", bold=True))
         for c in answer.closest:
             click.echo(f"- {c.label}  {c.url}")
     if show_trace:
@@ -150,7 +151,7 @@ def _withdraw(text: str, question: str) -> None:
         # back to the start of the streamed text, and clear from there down
         click.echo(f"\r\x1b[{rows - 1}F\x1b[J" if rows > 1 else "\r\x1b[J", nl=False)
         return
-    zh = any("\u3400" <= ch <= "\u9fff" for ch in question)
+    zh = chinese(question)
     click.echo()
     click.echo(click.style("（上面的文字没有通过与笔记的核对，已撤回，以下为准。）" if zh else
                            "(The text above did not check out against your notes and is withdrawn; what follows is the answer.)",
@@ -161,7 +162,7 @@ def _without_llm(question: str, answer) -> str | None:
     """One plain line saying that no LLM wrote this answer, why, and that the passages are
     the answer; None when an LLM wrote it (or nothing was found)."""
     trace = answer.trace
-    zh = any("\u3400" <= ch <= "\u9fff" for ch in question)
+    zh = chinese(question)
     if answer.notice:
         if trace is None or not trace.llm_error:
             return answer.notice
@@ -254,7 +255,7 @@ def _answer_eval(app: App, path: Path, as_json: bool, with_changes: bool) -> Non
         through_daemon = door.through_daemon
     llm = ({"model": settings.ollama.model, "host": safe_url(settings.ollama.host), "through_daemon": through_daemon}
            if settings.ollama.enabled else None)
-    result = answer_report(pairs, settings.answer.refusal, skipped, llm)
+    result = answer_report(pairs, (settings.answer.refusal, settings.answer.refusal_english), skipped, llm)
     if as_json:
         _print_json(result)
         return

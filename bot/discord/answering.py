@@ -11,6 +11,7 @@ import logging
 
 import discord
 
+from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
 from bot.discord.bot import DiscordBot
@@ -41,7 +42,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     def sources(found) -> None:
         reading["links"] = NoteLinks(found)
-        pacer.show_first(sources_first(found))
+        pacer.show_first(sources_first(found, label(question, "reading")))
 
     async def edit(text: str) -> None:
         try:
@@ -81,9 +82,9 @@ async def _error(interaction: discord.Interaction) -> None:
 async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None) -> None:
     answer = asked.answer
     if answer.citations:
-        sources = discord_sources(answer.citations, "来源 Sources")
+        sources = discord_sources(answer.citations, label(answer.question, "sources"))
     else:
-        sources = discord_sources(answer.closest, "最接近的笔记 Closest notes")
+        sources = discord_sources(answer.closest, label(answer.question, "closest"))
     body = discord_plain_links(answer.shown, NoteLinks(answer.citations)) + "".join(
         f"\n\n*{n}*" for n in (answer.notice, notice) if n)
     embeds = embeds_for(body, sources)

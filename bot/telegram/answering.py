@@ -16,6 +16,7 @@ from telegram.constants import ChatType, ParseMode
 from telegram.error import BadRequest, RetryAfter
 from telegram.ext import ContextTypes
 
+from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
 from bot.render import NoteLinks, telegram_messages, telegram_plain, telegram_sources
@@ -66,7 +67,7 @@ async def answer(tg: TelegramBot, update: Update, question: str) -> None:
     def sources(found) -> None:
         reading["links"] = NoteLinks(found)
         reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
-        pacer.show_first(sources_first(found))
+        pacer.show_first(sources_first(found, label(question, "reading")))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
@@ -97,9 +98,9 @@ async def answer(tg: TelegramBot, update: Update, question: str) -> None:
     got = asked.answer
     body = got.shown + "".join(f"\n\n*{n}*" for n in (got.notice, notice) if n)
     if got.citations:
-        listed = telegram_sources(got.citations, "来源 Sources")
+        listed = telegram_sources(got.citations, label(question, "sources"))
     else:
-        listed = telegram_sources(got.closest, "最接近的笔记 Closest notes")
+        listed = telegram_sources(got.closest, label(question, "closest"))
     await final(tg, placeholder, telegram_messages(body, listed, links=NoteLinks(got.citations)), html=True,
                 markup=buttons(asked))
 

@@ -26,6 +26,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
+from rag.language import chinese
 from rag.config import AnswerConfig
 from rag.index.lexical import tokenize
 from rag.model import HEADING_SEP, Hit
@@ -253,12 +254,6 @@ PROMPTS = {
     "quote": (SYSTEM_ZH_QUOTE, SYSTEM_EN_QUOTE),
     "complete": (SYSTEM_ZH_COMPLETE, SYSTEM_EN_COMPLETE),
 }
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
-
-
-def chinese(question: str) -> bool:
-    """The question is asked in Chinese (or another CJK script): the prompt is Chinese."""
-    return bool(_CJK.search(question))
 
 
 def prompt_style(cfg: AnswerConfig, question: str) -> str:

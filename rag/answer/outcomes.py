@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
+from rag import language
 from rag.answer import support
+from rag.language import say
 from rag.answer.evidence import Evidence
 from rag.answer.gate import plausible
 from rag.answer.types import Answer, Citation, Trace, citation, extractive, quoted
@@ -37,7 +39,6 @@ QUOTE_LEAD_EN = "In your note: "
 TOO_SLOW_ZH = "（这台机器上的语言模型太慢，在时限内读不完最相关的一段笔记，以下是笔记里最相关的段落。）"
 TOO_SLOW_EN = ("(The language model is too slow here to read the most relevant passage within its time limit; "
                "here are the most relevant passages of your notes.)")
-_CJK = re.compile(r"[\u3400-\u9fff]")
 SOURCES_FIRST = 3  # notes shown before the LLM reads, the best first, one per note
 REPLY_KEPT = 4000  # characters of the LLM's reply kept in the trace
 
@@ -57,7 +58,7 @@ def copied(words: str, answer: str) -> bool:
 
 
 def language_notice(question: str, zh: str, en: str) -> str:
-    return zh if _CJK.search(question) else en
+    return say(question, zh, en)
 
 
 def refusal(settings: Settings, question: str, top: list[Hit]) -> Answer:
@@ -67,7 +68,7 @@ def refusal(settings: Settings, question: str, top: list[Hit]) -> Answer:
         if hit.note_id not in seen and len(closest) < settings.answer.closest_notes:
             seen.add(hit.note_id)
             closest.append(citation(len(closest) + 1, hit, question))
-    return Answer(question, settings.answer.refusal, used_llm=False, grounded=False, closest=closest)
+    return Answer(question, language.refusal(settings, question), used_llm=False, grounded=False, closest=closest)
 
 def llm_down(settings: Settings, question: str, top: list[Hit], trace: Trace, err: Exception) -> Answer:
     """The LLM failed (down, timing out, model missing): the best passages, with a plain
@@ -75,7 +76,7 @@ def llm_down(settings: Settings, question: str, top: list[Hit], trace: Trace, er
     of ``ask --trace``, doctor. Whoever asked in chat gets the notice."""
     trace.llm_error = str(err)
     trace.decision, trace.outcome = "the LLM failed: extractive answer", "fallback"
-    answer = extractive(question, top, refusal=settings.answer.refusal)
+    answer = extractive(question, top, refusal=language.refusal(settings, question))
     answer.notice = language_notice(question, LLM_DOWN_ZH, LLM_DOWN_EN)
     return answer
 
@@ -115,7 +116,7 @@ def grounded(settings: Settings, question: str, standalone: str, text: str, chec
     if about:
         trace.decision = f"{why}: its best passages instead ({how})"
         trace.outcome = "llm_passages"
-        answer = extractive(question, top, refusal=phrase)
+        answer = extractive(question, top, refusal=language.refusal(settings, question))
         answer.used_llm = True
         if answer.citations:
             answer.notice = (language_notice(question, LLM_UNSUPPORTED_ZH, LLM_UNSUPPORTED_EN) if unsupported

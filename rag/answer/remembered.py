@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from rag.language import chinese
 from rag.answer.types import Answer, Citation, Trace
 from rag.config import Settings
 from rag.index.note_index import NoteIndex
@@ -17,7 +18,6 @@ from rag.index.retrieve import entity_ranking, named_entities
 from rag.memory.entities import norm
 from rag.memory.store import MemoryStore
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
 MAX_LISTED = 20
 # "Which notes did I write about X": the forms answered by listing the notes that mention X.
 _ABOUT = [re.compile(p, re.I) for p in (
@@ -80,7 +80,7 @@ def listing(memory: MemoryStore, index: NoteIndex, question: str, about: str, us
     shown = notes[:MAX_LISTED]
     citations = [Citation(i, n["note_id"], n["title"], n["notebook"], "", n["url"], n["snippet"], 0.0)
                  for i, n in enumerate(shown, start=1)]
-    zh = bool(_CJK.search(question))
+    zh = chinese(question)
     head = (f"提到「{about}」的笔记有 {len(notes)} 篇（按更新时间，新的在前）：" if zh
             else f"{len(notes)} notes mention “{about}” (newest first):")
     lines = [head]

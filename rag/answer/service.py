@@ -34,6 +34,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from rag import limits
 from rag import llm as llm_mod
+from rag import language
 from rag.answer import followup, outcomes, remembered, support
 from rag.answer import rerank as rerank_mod
 from rag.answer.confidence import as_written, term_query, unknown_names
@@ -363,7 +364,8 @@ class AnswerService:
     def _without_llm(self, turn: "Turn", top: list[Hit], plan: Plan) -> Answer | None:
         """The passages as the answer: no LLM configured, or one too slow here to read even the
         best passage and answer within ``ollama.timeout``."""
-        trace, question, refusal = turn.trace, turn.question, self.settings.answer.refusal
+        trace, question = turn.trace, turn.question
+        refusal = language.refusal(self.settings, question)
         if self.chat is None:
             trace.decision = "no LLM configured (ollama.enabled: false): extractive answer"
             trace.outcome = "extractive"
