@@ -389,7 +389,8 @@ class AnswerService:
             await _call(turn.on_sources, outcomes.sources(turn.question, blocks))
         if not turn.shown_sources:
             turn.mark("sources")
-        gate = support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks}))
+        gate = support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks},
+                                            translate=self._translated))
         parts: list[str] = []  # what the LLM wrote
         usage = Usage()
         asked = first_at = None

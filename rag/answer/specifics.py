@@ -12,6 +12,7 @@ from rag.index.lexical import STOPWORDS, tokenize
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
 _WS = re.compile(r"\s+")
+_LINE_WS = re.compile(r"\s*\n\s*|[^\S\n]+")  # spaces as one, a line break as one (a list line is a clause)
 
 
 def terms(text: str) -> set[str]:
@@ -158,13 +159,15 @@ def names(text: str) -> list[str]:
 
 PLACE_WINDOW = 40  # characters either side of a specific in a block where the unit's other words must be
 _CLAUSE_END = re.compile(r"[。！？!?；;\n（）()]")  # a sentence's end, an aside's start or end
+_ROLE_END = re.compile(r"[。！？!?；;，,、\n]")  # a clause's end: what a bare number is said of stands in it
 
 
 class Held:
     """What a body of evidence holds, for looking specifics up, and where."""
 
     def __init__(self, text: str):
-        self.text = _WS.sub(" ", text.lower())
+        self.text = _LINE_WS.sub(lambda m: "\n" if "\n" in m.group() else " ", text.lower())
+        self.flat = self.text.replace("\n", " ")  # the same places, lines run together
         self.found = spans(self.text)
         self.with_unit = {(v, u) for v, u, *_ in self.found if u}
         self.values = {v for v, *_ in self.found}
@@ -189,26 +192,34 @@ class Held:
         return [m.span() for form in dict.fromkeys((name, name.replace("-", " "), name.replace("_", " ")))
                 for m in re.finditer(re.escape(form), self.text)]
 
-    def _around(self, start: int, end: int) -> str:
+    def _around(self, start: int, end: int, clause: bool = False) -> str:
         """The text next to a specific: up to ``PLACE_WINDOW`` characters either side, within its
         sentence and outside any aside it is not in (``浸泡至少 8 小时（来不及可用高压锅压 20 分钟）``:
-        the 20 minutes are the pressure cooker's, not the soaking's)."""
+        the 20 minutes are the pressure cooker's, not the soaking's). ``clause``: within its
+        line and its clause (``牛奶 50 克，低筋面粉 100 克``: the 100 g are the flour's)."""
         lo, hi = max(0, start - PLACE_WINDOW), min(len(self.text), end + PLACE_WINDOW)
-        before = _CLAUSE_END.split(self.text[lo:start])
-        after = _CLAUSE_END.split(self.text[end:hi])
-        return before[-1] + self.text[start:end] + after[0]
+        text, ends = (self.text, _ROLE_END) if clause else (self.flat, _CLAUSE_END)
+        before = ends.split(text[lo:start])
+        after = ends.split(text[end:hi])
+        return before[-1] + text[start:end] + after[0]
 
-    def places(self, at: list[tuple[int, int]], context: set[str]) -> bool:
+    def places(self, at: list[tuple[int, int]], context: set[str], across: bool = True) -> bool:
         """Does one of the places ``at`` have one of the ``context`` words near it? (True
-        when there is no context to look for.)"""
+        when there is no context to look for.) A place whose words are in the other script than
+        most of ``context`` is not judged (True). ``across`` False: judged whenever ``context``
+        has a word in the place's script (it holds both: an English question's words and their
+        Chinese), and a place with no word at all (``A. ￥600``, an exam's option) places nothing."""
         if not context:
             return bool(at)
+        cjk = sum(1 for w in context if _CJK.match(w))
         for start, end in at:
-            text = self._around(start, end)
+            text = self._around(start, end, clause=not across)
             # an answer in Chinese of a note in English ("16 字节" of "at least 16 bytes"): most of its
             # words cannot be in that window, and it is not judged by them
-            cjk = sum(1 for w in context if _CJK.match(w))
-            if not (_CJK.search(text) if cjk * 2 >= len(context) else re.search(r"[a-z]{2}", text)):
+            zh, latin = _CJK.search(text), re.search(r"[a-z]{2}", text)
+            if across and not (zh if cjk * 2 >= len(context) else latin):
+                return True
+            if not across and (zh or latin) and not ((zh and cjk) or (latin and cjk < len(context))):
                 return True
             body = Body(text)
             if any(body.has(w) or (_CJK.match(w) and len(w) > 2 and any(w[i:i + 2] in body.text for i in range(len(w) - 1)))

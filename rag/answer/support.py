@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from rag.answer.grounding import refuses, words
 from rag.answer.specifics import Body, Held, names, numbers, terms  # noqa: F401 (numbers, names: what a unit states)
+from rag.index.lexical import STOPWORDS, tokenize
 
 OWN_SHARE = 0.5  # of a unit's own words found in one block: it stands on that block
 SHORT = 3  # a unit with fewer own words stands on a block only when that block holds them all
@@ -71,17 +73,29 @@ _WS = re.compile(r"\s+")
 _INTRO = re.compile(r"[：:]\s*(?:\*\*|__)?\s*$")
 
 
-def invented(unit_text: str, evidence: list[Held], question: Held, context: set[str] = frozenset()) -> list[str]:
+def invented(unit_text: str, evidence: list[Held], question: Held, context: set[str] = frozenset(),
+             roles: list[set[str]] | None = None) -> list[str]:
     """The specifics of a unit that neither the question holds nor a block holds in its place:
     with one of the unit's other words (``context``) near it (``2 颗`` where the note says
-    ``皮蛋 2 颗``, not ``泡 25-30 分钟`` where it says ``煮 25-30 分钟``), as written."""
+    ``皮蛋 2 颗``, not ``泡 25-30 分钟`` where it says ``煮 25-30 分钟``), as written. A number
+    stated bare (``120 毫升[1]``: no other word of the unit) answers what the question asks, so
+    its place is judged by ``roles``, the question's words for each block (``Checker.roles``):
+    ``120 毫升`` for "how much boiling water" stands where the note says ``开水 500 毫升``, not by
+    ``冷水 120 毫升``."""
     text = _MARKER.sub(" ", unit_text)
     out: list[str] = []
     for value, unit, written in numbers(text):
         if question.holds_number(value, unit):
             continue
         near = context - terms(written)
-        if not any(h.places(h._number_at(value, unit), near) for h in evidence):
+        if not near and roles is not None:  # "葱 1 根": its one-character word places it
+            near = _asked(text) - terms(written) - _asked(written)
+        if near or roles is None:
+            placed = any(h.places(h._number_at(value, unit), near) for h in evidence)
+        else:
+            placed = any(h.places(h._number_at(value, unit), role - terms(written), across=False)
+                         for h, role in zip(evidence, roles))
+        if not placed:
             out.append(written)
     for name in names(text):
         if question.holds_name(name):
@@ -261,6 +275,13 @@ def _context(text: str) -> set[str]:
     return terms(_META.sub("，", _LIST_PREFIX.sub("", _MARKER.sub("，", text))))
 
 
+def _asked(text: str) -> set[str]:
+    """A text's words as ``terms`` has them, and its one-character Chinese words (糖, 盐) that
+    are not grammar."""
+    singles = {t for t in tokenize(_META.sub("，", text)) if len(t) == 1 and _CJK.match(t) and t not in STOPWORDS}
+    return terms(_META.sub("，", text)) | singles
+
+
 def _own(text: str, asked: set[str]) -> set[str]:
     """A unit's own words: without markers, list prefixes, talk about the excerpts and the question's words."""
     text = _MARKER.sub("，", text)
@@ -273,14 +294,21 @@ class Checker:
     """Reads units of a reply against the evidence ``blocks`` (number -> (header, text)) for
     ``question``; the same for the whole reply (``check``) and for a stream (``Gate``)."""
 
-    def __init__(self, question: str, blocks: dict[int, tuple[str, str]]):
+    def __init__(self, question: str, blocks: dict[int, tuple[str, str]],
+                 translate: Callable[[str], frozenset[str]] | None = None):
         self.asked = terms(_META.sub("，", question))
+        self.translate = translate  # English words -> the notes' Chinese words (rag.index.translate)
         self.asked_pairs = words(question)
         self.question = Held.of(question)
         self.blocks = blocks
         self.bodies = {n: Body(h + "\n" + t) for n, (h, t) in blocks.items()}
         self.headers = {n: words(_MARKER.sub(" ", h)) for n, (h, _) in blocks.items()}
         self.held = {n: Held.of(h + "\n" + t) for n, (h, t) in blocks.items()}
+        # What the question asks about, by block: its words (a single Chinese character too: 糖, 盐)
+        # and their Chinese for an English question, less the block's title and heading (the
+        # subject every number of the block shares: 龟苓膏 of "龟苓膏的做法")
+        asked = _asked(question) | (translate(question) if translate else frozenset())
+        self.roles = {n: asked - _asked(h) for n, (h, _) in blocks.items()}
 
     def unit(self, u: Unit) -> Verdict:
         if u.blank:
@@ -293,7 +321,7 @@ class Checker:
         if self._pasted_header(u.text):
             return Verdict(u.text, "filler", marked=marked)
         own = _own(u.text, self.asked) or self._novel(bare)
-        fake = invented(bare, list(self.held.values()), self.question, _context(bare))
+        fake = invented(bare, list(self.held.values()), self.question, self._context(bare), list(self.roles.values()))
         if not own and not fake and _context(bare):
             # the question's words back ("溏心蛋关火后要静置几分钟。", "先切再焯。" of "先切再焯，还是先焯再切？"):
             # it says nothing the evidence could bear out, and is not shown
@@ -309,6 +337,14 @@ class Checker:
         if not blocks or fake:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
         return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
+
+    def _context(self, text: str) -> set[str]:
+        """``_context``, and for a unit in English its Chinese words too: "100 g of sugar" is
+        placed by 糖 in a Chinese note."""
+        words = _context(text)
+        if self.translate is not None and words and not _CJK.search(text):
+            words |= self.translate(text)
+        return words
 
     def _novel(self, text: str) -> set[str]:
         """A short unit made of the question's words in another order ("先炒蛋" of "番茄炒蛋怎么做？"):
@@ -359,9 +395,10 @@ class Checker:
         return gate.result
 
 
-def check(reply: str, question: str, blocks: dict[int, tuple[str, str]]) -> Check:
+def check(reply: str, question: str, blocks: dict[int, tuple[str, str]],
+          translate: Callable[[str], frozenset[str]] | None = None) -> Check:
     """The reply read against the evidence, unit by unit."""
-    return Checker(question, blocks).check(reply)
+    return Checker(question, blocks, translate).check(reply)
 
 
 def behind(check: Check) -> tuple[int, str] | None:
