@@ -40,16 +40,17 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         private = not bot.cfg.public_answers
     await interaction.response.defer(thinking=True, ephemeral=private)
 
-    reading = {"links": NoteLinks()}  # the links of the passages read, once they are known
+    reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
 
     def sources(found) -> None:
         reading["links"] = NoteLinks(found)
+        reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
         pacer.show_first(sources_first(found))
 
-    async def edit(text: str) -> None:
+    async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
             await interaction.edit_original_response(
-                content=discord_plain_links(text, reading["links"])[-DISCORD_CONTENT:])
+                content=discord_plain_links(text, reading["links"], reading["web"])[-DISCORD_CONTENT:])
         except discord.HTTPException as err:
             if err.status == 429:
                 raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
