@@ -15,8 +15,12 @@ URL-like or mention-like token in it (``https://…``, ``www.…``, a bare ``exa
 Discord turns into a link, and as ``<code>`` in the API's HTML; a Markdown link the LLM
 wrote shows its words and then its address, inert. The one exception is a link the cited
 passage itself holds (``Citation.links``, ``rag.answer.links``): it is shown as that
-note's link, with the note's own words for it, not the LLM's. The sources (the notes'
-own addresses, made by the answer service) are links. A token split by formatting
+note's link, with the note's own words for it, not the LLM's, unless those words name
+another host than it goes to (``links.misleading``): then the words are text and the real
+address is the link, on every door (``_Style.link``, ``discord_plain_links``). A web address
+the note's words write out is a link where those words are shown (passages, the quote). The
+sources (the notes' own addresses, made by the answer service) are links; a file's path
+(``file://``) is text in Discord, which opens no such link. A token split by formatting
 (``evil**.com**``) is found in the text as it reads, and shown inert whole.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import html
 import re
 from functools import lru_cache
+from urllib.parse import unquote, urlsplit
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdown_it import MarkdownIt
@@ -76,8 +81,11 @@ class NoteLinks:
             for link in getattr(c, "links", None) or ():
                 self.by_key.setdefault(note_links.key(link["url"]), link)
 
-    def find(self, address: str) -> dict | None:
-        return self.by_key.get(note_links.key(address)) if self.by_key else None
+    def find(self, address: str, bare: bool = False) -> dict | None:
+        """The note's link to ``address``; one the note only writes out (``"bare"``) only when
+        ``bare``: where the text shows it as a link (``links.linked`` made the note's words so)."""
+        link = self.by_key.get(note_links.key(address)) if self.by_key else None
+        return link if link is not None and (bare or not link.get("bare")) else None
 
 
 NO_LINKS = NoteLinks()
@@ -99,12 +107,28 @@ class _Style:
     def inert(self, value: str) -> str:
         return f"<code>{html.escape(value, quote=False)}</code>"
 
+    def words(self, value: str) -> str:
+        """Words shown as text: escaped, every link-like token in them inert."""
+        out, last = [], 0
+        for start, end in linklike(value):
+            out += [self.text(value[last:start]), self.inert(value[start:end])]
+            last = end
+        out.append(self.text(value[last:]))
+        return "".join(out)
+
+    def anchor(self, url: str, inner: str) -> str:
+        return f'<a href="{html.escape(url)}"{self.rel}>{inner}</a>'
+
     def link(self, link: dict, token: str) -> str:
-        """A link the note holds: a link with the note's words (web addresses), else its words and address."""
-        words = html.escape(" ".join(str(link.get("text") or link["url"]).split()), quote=False)
-        if _web(link["url"]):
-            return f'<a href="{html.escape(link["url"])}"{self.rel}>{words}</a>'
-        return f"{words} ({self.inert(token)})"
+        """A link the note holds: a link with the note's words (web addresses); when the words
+        name another host than it goes to (``links.misleading``), the words as text and the
+        real address as the link; else (no web address) its words and address, inert."""
+        words = " ".join(str(link.get("text") or link["url"]).split())
+        if not _web(link["url"]):
+            return f"{self.words(words)} ({self.inert(token)})"
+        if note_links.misleading(link):
+            return f"{self.words(words)} (→ {self.anchor(link['url'], self.text(link['url']))})"
+        return self.anchor(link["url"], self.text(words))
 
 
 class _WebStyle(_Style):
@@ -135,7 +159,7 @@ def _inline(nodes, links: NoteLinks, style: _Style) -> str:
         elif name in ("a", "img"):
             href = node.get("href" if name == "a" else "src", "") or ""
             words = node.get_text() if name == "a" else (node.get("alt") or "")
-            held = links.find(href) if href else None
+            held = links.find(href, bare=True) if href else None
             if held is not None:  # the note's own link, in its words
                 atoms.append(("raw", style.link(held, href), fmt))
             elif not href or words.strip() in ("", href):
@@ -428,11 +452,26 @@ def telegram_sources(citations, title: str = "来源") -> str:
     return f"<b>{title}</b>\n" + "\n".join(lines) if lines else ""
 
 
+# Discord opens no file:// link: a Markdown folder's note is named by its path, and this says why.
+DISCORD_FILES = "（笔记文件在服务器上，Discord 打不开 file:// 链接）/ (note files on the server: Discord opens no file:// links)"
+
+
 def discord_sources(citations, title: str = "来源") -> str:
-    """Sources as lines, each link in <> so Discord shows no preview."""
+    """Sources as lines, each web link in <> so Discord shows no preview; a file's path as
+    text (Discord opens no ``file://`` link), with a line saying so."""
     if not citations:
         return ""
-    return f"**{title}**\n" + "\n".join(f"[{c.n}] {discord_escape(c.label)} <{c.url}>" for c in citations)
+    lines, files = [], False
+    for c in citations:
+        if _web(c.url):
+            where = f" <{c.url}>"
+        elif c.url.lower().startswith("file://"):
+            files = True
+            where = f" {discord_escape(unquote(urlsplit(c.url).path))}"
+        else:
+            where = f" {_TICK}{c.url}{_TICK}" if c.url else ""
+        lines.append(f"[{c.n}] {discord_escape(c.label)}{where}")
+    return f"**{title}**\n" + "\n".join(lines + ([f"*{DISCORD_FILES}*"] if files else []))
 
 
 def discord_escape(text: str) -> str:
@@ -453,20 +492,27 @@ _EMPHASIS = "*~"  # (an underscore inside a word is no emphasis, and @names and 
 _DISCORD_MENTION = re.compile(r"<(?:@[!&]?|#)\d+>|@(?:everyone|here)\b")
 
 
-def discord_plain_links(markdown: str, links: NoteLinks = NO_LINKS) -> str:
+def discord_plain_links(markdown: str, links: NoteLinks = NO_LINKS, web: set[str] = frozenset()) -> str:
     """The answer's Markdown for Discord with no link the cited passages do not hold:
     ``[words](url)`` becomes "words (`url`)", autolinks, addresses, domains, emails and
     ``@names`` become `code` (a token split by emphasis markers whole, without them), and a
-    link a cited passage holds becomes ``[the note's words](<url>)``. Code spans and blocks
-    are left as they are."""
-    def held(link: dict, token: str) -> str:
-        words = discord_escape(" ".join(str(link.get("text") or link["url"]).split()))
-        return f"[{words}](<{link['url']}>)" if _web(link["url"]) else f"{words} ({_TICK}{token}{_TICK})"
+    link a cited passage holds becomes ``[the note's words](<url>)``; the addresses in ``web``
+    (the sources' own, as an answer streams) stay links, ``<url>``. Code spans and blocks are
+    left as they are."""
+    def held(link: dict, token: str) -> str:  # as _Style.link
+        words = " ".join(str(link.get("text") or link["url"]).split())
+        if not _web(link["url"]):
+            return f"{_discord_words(words)} ({_TICK}{token}{_TICK})"
+        if note_links.misleading(link):
+            return f"{_discord_words(words)} (→ <{link['url']}>)"
+        if words == link["url"]:
+            return f"<{words}>"
+        return f"[{discord_escape(words)}](<{link['url']}>)"
 
     def link(m: re.Match) -> list[tuple[bool, str]]:
         url = m.group("href") or m.group("auto")
         words = (m.group("words") or "").strip()
-        found = links.find(url)
+        found = links.find(url, bare=True)
         if found is not None:
             return [(False, held(found, url))]
         if words and words != url:
@@ -486,7 +532,10 @@ def discord_plain_links(markdown: str, links: NoteLinks = NO_LINKS) -> str:
             token = plain[start:end]
             found = links.find(token) if token[0] != "@" else None
             out.append(_DISCORD_MENTION.sub(lambda m: f"{_TICK}{m.group(0)}{_TICK}", text[last:a]))
-            out.append(held(found, token) if found is not None else f"{_TICK}{token}{_TICK}")
+            if token in web:
+                out.append(f"<{token}>")
+            else:
+                out.append(held(found, token) if found is not None else f"{_TICK}{token}{_TICK}")
             last = b
         out.append(_DISCORD_MENTION.sub(lambda m: f"{_TICK}{m.group(0)}{_TICK}", text[last:]))
         return "".join(out)
@@ -505,3 +554,13 @@ def discord_plain_links(markdown: str, links: NoteLinks = NO_LINKS) -> str:
 
 
 _TICK = "`"
+
+
+def _discord_words(text: str) -> str:
+    """Words shown as text in Discord: escaped, every link-like token in them in code."""
+    out, last = [], 0
+    for start, end in linklike(text):
+        out += [discord_escape(text[last:start]), f"{_TICK}{text[start:end]}{_TICK}"]
+        last = end
+    out.append(discord_escape(text[last:]))
+    return "".join(out)

@@ -21,8 +21,8 @@ from bs4 import BeautifulSoup
 
 from bot.render import NoteLinks, discord_plain_links, telegram_html, telegram_plain, web_html
 from bot.telegram import service as telegram
-from rag.answer.links import held
-from rag.answer.types import Citation
+from rag.answer.links import held, misleading
+from rag.answer.types import Citation, passage_text, quoted
 from bot.serve import Daemon
 
 from conftest import SCENARIO, make_settings, until, within, unix_ahttp
@@ -103,7 +103,66 @@ def test_a_link_the_cited_note_holds_is_shown_as_the_notes_link():
 def test_only_a_passages_real_links_are_held():
     text = ("重置见 [路由器重置说明](https://router.example/reset) 或 <https://router.example/faq>；"
             "正文里写着 http://evil.example/wifi-reset ，代码 `[x](https://code.example)`")
-    assert held(text) == [NOTE_LINK, {"text": "https://router.example/faq", "url": "https://router.example/faq"}]
+    assert held(text) == [NOTE_LINK, {"text": "https://router.example/faq", "url": "https://router.example/faq"},
+                          # written out: a link only where the note's own words are shown
+                          {"text": "http://evil.example/wifi-reset", "url": "http://evil.example/wifi-reset",
+                           "bare": True}]
+    # so the model's copy of it is inert, as before
+    assert tappable_html(telegram_html(WIFI, NoteLinks([Citation(1, "n", "t", "", "", "", "", 1.0,
+                                                                 links=held(text))]))) == []
+
+
+# --- a link whose words name another address ---------------------------------------------------------
+
+DOCS = "官方文档 https://docs.python.org"
+STEAL = {"text": DOCS, "url": "http://evil.example/steal"}
+
+
+@pytest.mark.parametrize("answer", ["先看 [官方文档 https://docs.python.org](http://evil.example/steal)[1]。",
+                                    "先看 http://evil.example/steal [1]。"])
+def test_a_link_whose_words_name_another_host_shows_its_real_address_on_every_door(answer):
+    links = cited(STEAL)
+    shown = {"telegram": telegram_html(answer, links), "web": web_html(answer, links)}
+    if "](" not in answer:  # streamed text is shown as written, its Markdown not read (and so inert)
+        shown["streamed"] = telegram_plain(answer, links)
+    for door, text in shown.items():
+        soup = BeautifulSoup(text, "html.parser")
+        anchors = [(a.get("href"), a.get_text()) for a in soup.find_all("a")]
+        assert anchors == [(STEAL["url"], STEAL["url"])], (door, text)  # what it shows is where it goes
+        assert tappable_html(text) == [STEAL["url"]], (door, text)  # the words' address is inert
+        assert f"{DOCS} (→ {STEAL['url']})" in soup.get_text(), (door, text)
+    discord = discord_plain_links(answer, links)
+    tappable = tappable_discord(discord)
+    assert len(tappable) == 1 and tappable[0].startswith(f"<{STEAL['url']}>") and "](" not in discord, discord
+    assert f"官方文档 `https://docs.python.org` (→ <{STEAL['url']}>)" in discord
+
+
+@pytest.mark.parametrize("words, url, misleads", [
+    (DOCS, "https://docs.python.org/3/", False), ("python.org", "https://docs.python.org/3/", False),
+    ("路由器重置说明", "https://router.example/reset", False), ("WWW.Router.Example", "https://router.example", False),
+    ("docs.pythоn.org", "https://docs.python.org", True),  # a Cyrillic о: another host
+    ("写信给 help@good.example", "mailto:help@evil.example", True), ("router.example", "https://router.example.evil.io", True),
+    ("例子.测试", "http://xn--fsqu00a.xn--0zwm56d/", False)])
+def test_what_a_links_words_name_is_read_as_a_host(words, url, misleads):
+    assert misleading({"text": words, "url": url}) is misleads
+
+
+def test_a_notes_written_out_address_is_a_link_in_its_own_words_and_inert_in_the_models():
+    note = "教程写在这里：\nhttps://docs.python.org/3/tutorial/\n维基 https://en.wikipedia.org/wiki/Foo_(bar) 。`https://code.example`"
+    c = Citation(1, "n1", "Python", "", "", "http://leanote.local/note/n1", note, 1.0, links=held(note))
+    passage = passage_text(c)
+    assert "<https://docs.python.org/3/tutorial/>" in passage and "<https://en.wikipedia.org/wiki/Foo_(bar)>" in passage
+    assert "`https://code.example`" in passage  # code stays code
+    quote = quoted(c, note, "笔记原文 ")  # the quote under an answer is the note's words too
+    said = "教程在 https://docs.python.org/3/tutorial/ [1]。"  # the model's copy of it
+    links = NoteLinks([c])
+    for text in (telegram_html(f"{said}\n\n{quote}", links), web_html(f"{said}\n\n{passage}", links)):
+        hrefs = [a.get("href") for a in BeautifulSoup(text, "html.parser").find_all("a")]
+        assert hrefs == ["https://docs.python.org/3/tutorial/", "https://en.wikipedia.org/wiki/Foo_(bar)"], text
+        assert "<code>https://docs.python.org/3/tutorial/</code>" in text  # the model's words: inert
+    discord = discord_plain_links(f"{said}\n\n{quote}", links)
+    assert tappable_discord(discord).count("<https://docs.python.org/3/tutorial/>") == 1, discord
+    assert "`https://docs.python.org/3/tutorial/`" in discord
 
 
 # --- through the bots and the API -------------------------------------------------------------------
@@ -132,8 +191,6 @@ def world(tmp_path, notes_dir, monkeypatch):
 
 @pytest.mark.slow
 def test_the_injected_notes_answers_link_nowhere_but_to_the_notes_own_link(world):
-    import httpx
-
     settings, tg, ollama = world
 
     async def scenario(daemon):

@@ -23,6 +23,8 @@ from bot.usecases.results import About, NotSaved, RelatedNotes, SyncRequest, Ver
 
 # What a person sees when something unexpected goes wrong; the details go to the log.
 SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
+# An answer the platform would not take (after it had streamed): it replaces the half-shown text.
+UNDELIVERED = "抱歉，回答没能发出来，请再问一次。 / Sorry, the answer could not be delivered; please ask again."
 EMPTY = "请写下问题。 / Please write a question."
 FRESH_START = "好的，重新开始。 / Fresh start."
 ADMINS_ONLY = "只有管理员可以 /sync。 / Only admins may /sync."

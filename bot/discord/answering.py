@@ -1,19 +1,22 @@
 """A question's flow in Discord: ``/ask`` defers at once (Discord's 3-second rule), streams
 into the original response (edits at least ``discord.edit_interval`` apart), then shows the
 answer as embed(s) within Discord's limits, sources as lines with ``<url>`` links; a longer
-answer continues in follow-ups, the buttons under its last part. A channel is a shared room:
-answers are private (ephemeral, only the asker sees them) unless ``discord.public_answers`` is
-on or the asker passes ``private:false``."""
+answer continues in follow-ups, the buttons under its last part. When Discord refuses any of
+it, what went out goes and the response says the answer could not be delivered (nobody is left
+with half an answer and its cursor), and no answer is kept for buttons that never showed. A
+channel is a shared room: answers are private (ephemeral, only the asker sees them) unless
+``discord.public_answers`` is on or the asker passes ``private:false``."""
 
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 
 import discord
 
 from rag.language import label
 from bot.chat.pacing import Pacer, Wait
-from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
+from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, sources_first
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import feedback_view
 from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, discord_pages, discord_plain_links,
@@ -38,16 +41,17 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         private = not bot.cfg.public_answers
     await interaction.response.defer(thinking=True, ephemeral=private)
 
-    reading = {"links": NoteLinks()}  # the links of the passages read, once they are known
+    reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
 
     def sources(found) -> None:
         reading["links"] = NoteLinks(found)
+        reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
         pacer.show_first(sources_first(found, label(question, "reading")))
 
-    async def edit(text: str) -> None:
+    async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
             await interaction.edit_original_response(
-                content=discord_plain_links(text, reading["links"])[-DISCORD_CONTENT:])
+                content=discord_plain_links(text, reading["links"], reading["web"])[-DISCORD_CONTENT:])
         except discord.HTTPException as err:
             if err.status == 429:
                 raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
@@ -67,7 +71,14 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     if asked is None:
         await _error(interaction)
         return
-    await _deliver(interaction, asked, private, notice)
+    sent: list[discord.WebhookMessage] = []
+    try:
+        await _deliver(interaction, asked, private, notice, sent)
+    except Exception:  # Discord refused the answer (or a part of it): nobody is left with half of it
+        log.exception("delivering a Discord answer failed")
+        bot.count_error()
+        await asking.undelivered(bot.parts, person, asked)
+        await _undelivered(interaction, sent)
 
 
 async def _error(interaction: discord.Interaction) -> None:
@@ -79,7 +90,26 @@ async def _error(interaction: discord.Interaction) -> None:
     await interaction.followup.send(SORRY, ephemeral=True)
 
 
-async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None) -> None:
+async def _undelivered(interaction: discord.Interaction, sent: list[discord.WebhookMessage]) -> None:
+    """The answer could not be shown whole: the parts that went out go, and the message the
+    answer streamed into (with its cursor, in public mode before the whole channel) says so
+    instead, or, when Discord refuses that too, goes and the asker alone is told."""
+    for part in sent:
+        with suppress(discord.HTTPException):
+            await part.delete()
+    try:
+        await interaction.edit_original_response(content=UNDELIVERED, embed=None, view=None)
+        return
+    except discord.HTTPException:
+        pass
+    with suppress(discord.HTTPException):
+        await interaction.delete_original_response()
+    with suppress(discord.HTTPException):
+        await interaction.followup.send(UNDELIVERED, ephemeral=True)
+
+
+async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None,
+                   sent: list[discord.WebhookMessage]) -> None:
     answer = asked.answer
     if answer.citations:
         sources = discord_sources(answer.citations, label(answer.question, "sources"))
@@ -93,7 +123,8 @@ async def _deliver(interaction: discord.Interaction, asked: asking.Asked, privat
     buttons = {"view": feedback_view(asked.answer_id)} if asked.answer_id else {}
     await interaction.edit_original_response(content=None, embed=first, **({} if rest else buttons))
     for i, embed in enumerate(rest):
-        await interaction.followup.send(embed=embed, ephemeral=private, **(buttons if i == len(rest) - 1 else {}))
+        sent.append(await interaction.followup.send(embed=embed, ephemeral=private, wait=True,
+                                                    **(buttons if i == len(rest) - 1 else {})))
 
 
 def embeds_for(body: str, sources: str) -> list[discord.Embed]:

@@ -35,6 +35,10 @@ def build(host) -> DiscordBot:
 
 
 def _register(bot: DiscordBot) -> None:
+    @bot.tree.error  # every command's, the capture ones or not
+    async def on_error(interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        await bot.failed(interaction, getattr(error, "original", error))
+
     @bot.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
     @app_commands.describe(question="问题 / the question",
                            private="只有你能看到回答（默认是）/ only you see the answer (the default)")
@@ -113,10 +117,6 @@ def _register(bot: DiscordBot) -> None:
 
     bot.tree.add_command(app_commands.ContextMenu(name=SAVE_MENU, callback=save_message,
                                                    type=discord.AppCommandType.message))
-
-    @bot.tree.error
-    async def on_error(interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
-        await bot.failed(interaction, getattr(error, "original", error))
 
 
 async def service(host) -> None:

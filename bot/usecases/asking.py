@@ -36,6 +36,17 @@ async def ask(parts: "Parts", person: Person, question: str, *, on_token: "OnTok
     return Asked(answer, answer_id)
 
 
+async def undelivered(parts: "Parts", person: Person, asked: Asked) -> None:
+    """The door could not show the person ``asked`` (the platform refused the message): the
+    record kept for its buttons goes, since no button will ever be under it."""
+    if asked.answer_id is None:
+        return
+    try:  # a write to the feedback store
+        await asyncio.to_thread(parts.feedback.withdraw, asked.answer_id, person.key)
+    except Exception:
+        log.exception("could not withdraw an answer that was not delivered")
+
+
 async def search(parts: "Parts", person: Person, query: str, k: int | None = None,
                  retriever: str = "hybrid") -> Found:
     """The chunks of the person's notes that best match ``query`` (``retrieval.top_k`` of them

@@ -180,6 +180,22 @@ class FeedbackStore(LockedDB):
             self.db.execute("COMMIT")
         return answer_id
 
+    def withdraw(self, answer_id: str, person: str) -> bool:
+        """The answer never reached ``person`` (the platform refused it): its record goes, with
+        the notes it names. Whether there was one of theirs to remove."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                gone = self.db.execute("DELETE FROM answers WHERE id = ? AND person = ?",
+                                       (answer_id, person)).rowcount
+                if gone:
+                    self.db.execute("DELETE FROM named WHERE answer_id = ?", (answer_id,))
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return bool(gone)
+
     def get(self, answer_id: str, person: str | None = None) -> Record | None:
         """The answer with that id, None when there is none. The bots pass ``person``
         ("Why?", "Save as note"): another person's answer raises ``NotYours``. Without

@@ -237,12 +237,13 @@ _HEADING_LINE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 def passage_text(c: Citation) -> str:
     """A passage as an extractive answer shows it: ``[n]`` and where it is from (the note's
     title › heading) on a line of its own, then the passage, Markdown as in the note (each
-    door renders it). A heading the passage begins with that the first line already names
-    is left out, so no passage starts with the note's own ``# title``."""
+    door renders it), the web addresses it writes out as links (``links.linked``). A heading
+    the passage begins with that the first line already names is left out, so no passage
+    starts with the note's own ``# title``."""
     lines = c.excerpt.split("\n")
     first = _HEADING_LINE.match(lines[0].lstrip("…"))
     if first and first.group(1).strip() in {c.title.strip(), *c.heading.split(HEADING_SEP)} - {""}:
         lines = lines[1:]
-    text = "\n".join(lines).strip("\n")
+    text = links.linked("\n".join(lines).strip("\n"))
     return f"[{c.n}] {c.label}\n{text}" if text else f"[{c.n}] {c.label}"
 

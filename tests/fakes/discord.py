@@ -20,7 +20,8 @@ follow-up before the callback; message limits (content 2,000, 10 embeds, descrip
 no empty messages (50006). Ephemerality is decided by the callback (``flags & 64``):
 edits cannot change it, and the first follow-up to a deferred response that was never
 edited *becomes* that response, with its ephemerality. On request it answers 429 with
-``retry_after`` (and the ``Via`` header that makes discord.py wait and retry).
+``retry_after`` (and the ``Via`` header that makes discord.py wait and retry), or refuses
+chosen edits and follow-ups (``refuse``).
 
 Gateway (``ws://127.0.0.1:PORT/gateway``): HELLO, IDENTIFY (a wrong token closes with
 4004) → READY (``user``, unavailable guild stubs, ``session_id``,
@@ -380,6 +381,7 @@ class FakeDiscord:
         self.links: list[_Connection] = []  # each gateway connection: its transport and frames sent
         self.heartbeats = 0
         self.throttle: dict[str, list[float]] = {}  # kind -> [times, retry_after]
+        self.refusing: list[list] = []  # [kind, times, status, when]: requests refused (refuse)
         self.sessions: dict[str, _Session] = {}
         self.session: _Session | None = None  # the one ready for dispatches
         self.files: dict[int, dict] = {}  # attachment id -> its object, with "_data"
@@ -456,6 +458,24 @@ class FakeDiscord:
         "commands") get 429 with ``retry_after``."""
         with self.lock:
             self.throttle[kind] = [times, retry_after]
+
+    def refuse(self, kind: str, times: int = 1, when=lambda body: True, status: int = 400) -> None:
+        """The next ``times`` requests of a kind ("edit": a PATCH of a response or follow-up;
+        "followup") whose body ``when`` accepts are refused, nothing changed: 400 "Invalid Form
+        Body" (50035), as Discord answers a message it will not take, or ``status`` (a 5xx,
+        which discord.py's webhooks retry for 25 s before giving up)."""
+        with self.lock:
+            self.refusing.append([kind, times, status, when])
+
+    def _refused(self, kind: str, body: dict) -> tuple[int, dict] | None:
+        with self.lock:
+            for rule in self.refusing:
+                if rule[0] == kind and rule[1] > 0 and rule[3](body):
+                    rule[1] -= 1
+                    if rule[2] == 400:
+                        return 400, {"code": 50035, "errors": {}, "message": "Invalid Form Body"}
+                    return rule[2], {"code": 0, "message": f"{rule[2]}: Server Error"}
+        return None
 
     def _command(self, name: str, guild_id: int | None, type: int = CHAT_INPUT) -> tuple[dict, int | None]:
         """The registered command a person runs, and the guild it is registered in (None:
@@ -828,6 +848,9 @@ class FakeDiscord:
             problem = message_problem(body)
             if problem:
                 return 400, problem
+            refused = self._refused("edit", body)
+            if refused:
+                return refused
             content = body["content"] if "content" in body else message.content
             embeds = body["embeds"] if "embeds" in body else message.embeds
             if not (content or embeds):
@@ -863,6 +886,9 @@ class FakeDiscord:
                 return 400, problem
             if not (body.get("content") or body.get("embeds") or body.get("_files")):
                 return EMPTY_MESSAGE
+            refused = self._refused("followup", body)
+            if refused:
+                return refused
             if it.thinking():
                 # the first follow-up to a deferred response fills it, and keeps its ephemerality
                 message = it.original

@@ -8,8 +8,8 @@ released, as a busy model makes them), ``POST /api/chat`` (streamed NDJSON or on
 ``{"error": "model ... not found, try pulling it first"}`` as Ollama does.
 
 Chat replies are scripted with ``reply(...)``: the text in pieces, optionally a stall
-after some pieces (the connection stays open, nothing more is sent) or an error
-line mid-stream. Requests with Ollama's ``format`` (a JSON schema: structured output,
+after some pieces (the connection stays open, nothing more is sent), a pause (until the
+test lets it go on) or an error line mid-stream. Requests with Ollama's ``format`` (a JSON schema: structured output,
 e.g. query expansion) take their own scripted replies, ``reply_structured(...)``, so
 an expansion never takes a reply scripted for an answer. Unscripted chats answer
 "(no reply scripted)", unless:
@@ -194,6 +194,8 @@ class Reply:
     stall_after: int | None = None  # stop sending after this many pieces (and hang)
     error_after: int | None = None  # send {"error": ...} after this many pieces
     delay: float = 0.0  # seconds before each piece
+    paused_after: int | None = None  # wait for ``go_on`` after this many pieces, then go on
+    go_on: threading.Event | None = None
 
 
 class FakeOllama(LocalServer):
@@ -213,6 +215,7 @@ class FakeOllama(LocalServer):
         self.structured: list[Reply] = []  # for requests with a ``format``
         self.release = threading.Event()  # set to end every stall
         self.holds: dict[str, threading.Event] = {}  # hold_embed: marker -> its release
+        self.pauses: list[threading.Event] = []  # each scripted reply's go_on (reply)
         self.held: list[str] = []  # the markers of embed requests that waited, as they began to
         fake = self
 
@@ -251,6 +254,8 @@ class FakeOllama(LocalServer):
                     if reply.stall_after is not None and i >= reply.stall_after:
                         fake.release.wait(timeout=60)
                         return
+                    if reply.paused_after == i:
+                        reply.go_on.wait(timeout=60)
                     if reply.error_after is not None and i >= reply.error_after:
                         self._line({"error": "an error was encountered while running the model"})
                         break
@@ -334,9 +339,14 @@ class FakeOllama(LocalServer):
 
         self.url = self._listen(Handler)
 
-    def reply(self, *pieces: str, stall_after: int | None = None, error_after: int | None = None, delay: float = 0.0) -> None:
-        """Script the next chat reply."""
-        self.replies.append(Reply(list(pieces), stall_after, error_after, delay))
+    def reply(self, *pieces: str, stall_after: int | None = None, error_after: int | None = None, delay: float = 0.0,
+              paused_after: int | None = None) -> threading.Event:
+        """Script the next chat reply. ``paused_after``: after that many pieces it waits until
+        the event returned is set (a test looks at what streamed so far), then goes on."""
+        go_on = threading.Event()
+        self.pauses.append(go_on)
+        self.replies.append(Reply(list(pieces), stall_after, error_after, delay, paused_after, go_on))
+        return go_on
 
     def hold_embed(self, marker: str) -> threading.Event:
         """Embed requests with ``marker`` in one of their texts wait until the returned event
@@ -377,5 +387,7 @@ class FakeOllama(LocalServer):
 
     def before_stop(self) -> None:
         self.release.set()  # end every stalled reply
+        for go_on in self.pauses:
+            go_on.set()
         for release in self.holds.values():
             release.set()
