@@ -280,6 +280,13 @@ def test_v_after_the_command_is_taken_as_before_it(cli_config):
     assert quiet.returncode == 0 and " INFO " not in quiet.stderr, quiet.stderr
 
 
+def test_an_error_repeats_only_the_start_of_a_long_id(cli_config, capsys):
+    long_id = "u" * 5000
+    for args in (("search", "retry_count", "--user", long_id), ("memory", "reject", long_id)):
+        code, out, err = run(capsys, "--config", str(cli_config), *args)
+        assert code == 2 and "u" * 64 + "…" in err and "u" * 65 not in err and len(err) < 400, (args, err)
+
+
 def test_ask_without_an_llm_says_so_first_in_one_plain_line(cli_config, capsys):
     """Nobody answers at ollama.host, or no LLM is configured: the first line says so (and
     what to do), then the passages are the answer; no library's error text."""
