@@ -43,6 +43,17 @@ def check(text: str | None, limit: int, what: str = "the question") -> str:
     return kept
 
 
+ECHOED = 64  # characters of what a person sent (an id, a user) that an error message repeats
+
+
+def echoed(text: object, most: int = ECHOED) -> str:
+    """What an error message repeats of something a person sent: all of it when short, else
+    its first ``most`` characters and "…". A 5,000-character id repeated whole buries the
+    message, on a screen, in a chat and in the log."""
+    text = str(text)
+    return text if len(text) <= most else text[:most] + "…"
+
+
 class PerMinute:
     """At most ``most()`` events a minute per key (a token, a person): ``take`` counts one
     when there is room and answers 0, else the seconds until there is; nothing counted."""

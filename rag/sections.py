@@ -214,6 +214,19 @@ class DiscordConfig(Section):
     )
     edit_interval: Duration = 1.5
 
+    @model_validator(mode="after")
+    def _dms_reach_global_commands_only(self) -> "DiscordConfig":
+        # Discord offers a server's (guild) commands in that server only: with guild_ids the
+        # commands never show in a direct message, whatever allow_dms says.
+        if self.enabled and self.allow_dms and self.guild_ids:
+            raise ValueError(
+                "discord.allow_dms: true cannot work with discord.guild_ids: the commands are then registered in "
+                "those servers only, and Discord offers no server's commands in direct messages. Remove "
+                "discord.guild_ids (the commands are then registered globally, which Discord may take up to an "
+                "hour to show), or set discord.allow_dms: false"
+            )
+        return self
+
 
 class ApiToken(Section):
     """A bearer token for the TCP listener, and whose notes it may query."""

@@ -234,25 +234,30 @@ class Indexer:
         seen: set[str] = set()
         checkpoint: str | None = None
         keep_skips = False  # a snapshot not read again still has the notes it could not read
-        for n, item in enumerate(items, start=1):
+        read = 0  # notes, as the source counts them (``len``): a checkpoint is none, an unchanged file its notes
+        for item in items:
             self.check_stop()
             if isinstance(item, Unchanged):
                 keep_skips |= item.note_ids is None
-                self._unchanged(item, seen)
+                read += self._unchanged(item, seen)
             elif isinstance(item, Checkpoint):
                 checkpoint = item.mark
+                continue
             elif isinstance(item, Skipped):
+                read += 1
                 self.skip(item.origin, item.reason, item.note_id)
                 if item.note_id:
                     seen.add(item.note_id)  # unreadable now is not gone: its last good version stays
             elif item.id in seen:
+                read += 1
                 self.skip(item.origin or item.id, f"duplicate note id {item.id}")
             else:
+                read += 1
                 seen.add(item.id)
                 self.apply(item)
             if self._uncommitted >= BATCH_CHUNKS:  # what was written so far stays, whatever comes next
                 self.commit()
-            self.progress(n, self.summary.chunks_embedded)
+            self.progress(read, self.summary.chunks_embedded)
         if remove_missing:
             missing = self.state.note_ids() - seen
             if not seen and not self._skips_seen and missing:
@@ -278,13 +283,15 @@ class Indexer:
                 self.state.set_meta(self._checkpoint_key(), json.dumps(mark, ensure_ascii=False))
         self.finish()
 
-    def _unchanged(self, item: Unchanged, seen: set[str]) -> None:
-        """Notes the source did not read again: seen, and as the last pass left them."""
+    def _unchanged(self, item: Unchanged, seen: set[str]) -> int:
+        """Notes the source did not read again: seen, and as the last pass left them; how many."""
         rows = self._snapshot_rows()
+        count = 0
         for note_id in rows if item.note_ids is None else item.note_ids:
             if note_id in seen:
                 continue
             seen.add(note_id)
+            count += 1
             row = rows.get(note_id)
             if row is None:
                 continue
@@ -292,6 +299,7 @@ class Indexer:
                 self.summary.unchanged += 1
             else:
                 self.summary.not_indexed += 1
+        return count
 
     def finish(self) -> None:
         """After a run: build the HNSW index if much was written (left to the next pass when

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,30 +34,93 @@ class Step:
     done: float | None = None  # the share of the work done, when it can be told
     total: int | None = None  # the notes there are (a snapshot source)
     started: float = field(default_factory=time.monotonic)
+    eta: float | None = None  # the seconds left as the process making the pass told them (the API's events)
 
     def left(self, now: float | None = None) -> float | None:
         """Seconds left, estimated from the time so far; None until there is enough to go on."""
+        if self.eta is not None:
+            return self.eta
         if not self.done or self.done < 0.02 or self.done >= 1:
             return None
         elapsed = (time.monotonic() if now is None else now) - self.started
         return elapsed * (1 - self.done) / self.done
 
-    def line(self) -> str:
-        parts = [f"page {self.page}"] if self.page else []
-        parts.append(f"{self.notes:,}" + (f"/{self.total:,}" if self.total is not None else "") + " notes read")
-        parts.append(f"{self.chunks:,} chunks embedded")
-        if self.done is not None:
-            parts.append(f"{min(self.done, 1.0):.0%}")
+    def line(self, width: int | None = None, before: str = "") -> str:
+        """``before``, the account and how far it got; in ``width`` columns when given: the
+        counts, the share done and the time left are what a person waits for, so the account
+        (a long path, say) is shortened in its middle first, then the chunks and the page
+        go, then the account."""
+        page = f"page {self.page}" if self.page else ""
+        notes = f"{self.notes:,}" + (f"/{self.total:,}" if self.total is not None else "") + " notes read"
+        chunks = f"{self.chunks:,} chunks embedded"
+        share = f"{min(self.done, 1.0):.0%}" if self.done is not None else ""
         left = self.left()
-        if left is not None:
-            parts.append(f"about {_duration(left)} left")
-        return f"{self.account}: " + ", ".join(parts)
+        eta = f"about {_duration(left)} left" if left is not None else ""
+        rest = _join(page, notes, chunks, share, eta)
+        full = f"{before}{self.account}: {rest}"
+        if width is None or columns(full) <= width:
+            return full
+        for rest in (rest, _join(page, notes, share, eta), _join(notes, share, eta)):
+            room = width - columns(before) - 2 - columns(rest)
+            if room >= MIN_ACCOUNT:
+                return f"{before}{middle(self.account, room)}: {rest}"
+        return cut(f"{before}{rest}", width)
 
     def as_json(self) -> dict:
         left = self.left()
         return {"account": self.account, "seen": self.notes, "embedded": self.chunks, "page": self.page,
                 "done": None if self.done is None else round(min(self.done, 1.0), 4), "total": self.total,
                 "eta_seconds": None if left is None else round(left), "line": self.line()}
+
+    @classmethod
+    def from_json(cls, event: dict) -> "Step":
+        """A step another process told (``as_json``: the API's ``progress`` events)."""
+        return cls(event.get("account") or "", event.get("seen") or 0, event.get("embedded") or 0,
+                   event.get("page") or 0, event.get("done"), event.get("total"), eta=event.get("eta_seconds"))
+
+
+MIN_ACCOUNT = 16  # columns: less of a path or an address says nothing of which it is
+
+
+def _join(*parts: str) -> str:
+    return ", ".join(p for p in parts if p)
+
+
+def columns(text: str) -> int:
+    """The columns ``text`` takes on a terminal: a Chinese character takes two."""
+    return sum(_width(ch) for ch in text)
+
+
+def _width(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in "FW" else 1
+
+
+def _fitting(chars, width: int) -> int:
+    """How many of ``chars`` fit in ``width`` columns."""
+    used = n = 0
+    for ch in chars:
+        used += _width(ch)
+        if used > width:
+            break
+        n += 1
+    return n
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` in ``width`` columns, its middle replaced by "…" when it is longer: a path
+    keeps its start and its last folders."""
+    if columns(text) <= width:
+        return text
+    head = _fitting(text, (width - 1) // 2)
+    tail = _fitting(reversed(text), width - 1 - columns(text[:head]))
+    return f"{text[:head]}…{text[len(text) - tail:]}"
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in ``width`` columns, its end replaced by "…" when it is longer."""
+    if columns(text) <= width:
+        return text
+    return text[:_fitting(text, width - 1)] + "…"
 
 
 Progress = Callable[[Step], None]

@@ -1,6 +1,7 @@
 """The command line as a user runs it: exit codes, messages and JSON shapes."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 
 from bot.cli import main
 
-from conftest import EXAMPLES, THREADS
+from conftest import EXAMPLES, REPO, THREADS
 
 
 def run(capsys, *args):
@@ -260,6 +261,30 @@ def test_one_shot_commands_print_results_and_log_only_with_v(cli_config):
         assert told.stdout == quiet.stdout or args == ("index",)
         assert "INFO bot.api.client: no daemon runs for" in told.stderr and " DEBUG " not in told.stderr, told.stderr
     assert " DEBUG " in cli("-vv", "search", "retry_count").stderr
+
+
+def test_v_after_the_command_is_taken_as_before_it(cli_config):
+    """`leanote-rag doctor -v`: the -v a person adds to the line they just ran, for every command."""
+    off = cli_config.with_name("v-after.yaml")
+    off.write_text(cli_config.read_text() + "ollama: {enabled: false}\nrerank: {kind: none}\n")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(off), *args], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    doctor = cli("doctor", "-v")
+    assert doctor.returncode == 0 and "ok   config:" in doctor.stdout, doctor.stderr
+    told = cli("status", "--verbose")
+    assert told.returncode == 0 and "INFO bot.api.client: no daemon runs for" in told.stderr, told.stderr
+    quiet = cli("status")
+    assert quiet.returncode == 0 and " INFO " not in quiet.stderr, quiet.stderr
+
+
+def test_an_error_repeats_only_the_start_of_a_long_id(cli_config, capsys):
+    long_id = "u" * 5000
+    for args in (("search", "retry_count", "--user", long_id), ("memory", "reject", long_id)):
+        code, out, err = run(capsys, "--config", str(cli_config), *args)
+        assert code == 2 and "u" * 64 + "…" in err and "u" * 65 not in err and len(err) < 400, (args, err)
 
 
 def test_ask_without_an_llm_says_so_first_in_one_plain_line(cli_config, capsys):

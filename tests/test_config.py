@@ -187,3 +187,18 @@ def test_the_repositorys_config_lists_every_option():
                 if not re.search(rf"^[\s-]*(?:- )?{key}:|[{{,]\s*{key}:", sections[name], re.M):
                     missing.append(f"{name}.{key}")
     assert missing == [], f"config.yaml does not list: {', '.join(missing)}"
+
+
+def test_discord_dms_with_guild_commands_are_refused_naming_both_keys_and_the_fix(tmp_path):
+    """Commands registered in servers (guild_ids) never show in a direct message: allow_dms
+    would be a promise the bot cannot keep."""
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, "source: {kind: files, path: x}\n"
+                            "discord: {enabled: true, guild_ids: [333333333333333333], allow_dms: true}\n")
+    message = str(err.value)
+    assert "discord.allow_dms: true cannot work with discord.guild_ids" in message
+    assert "Remove discord.guild_ids" in message and "or set discord.allow_dms: false" in message
+    # either alone is fine, and so is a bot that is off
+    for discord in ("{enabled: true, guild_ids: [333333333333333333]}", "{enabled: true, allow_dms: true}",
+                    "{enabled: false, guild_ids: [333333333333333333], allow_dms: true}"):
+        load_text(tmp_path, f"source: {{kind: files, path: x}}\ndiscord: {discord}\n")

@@ -403,6 +403,11 @@ def test_without_guild_ids_commands_are_global_and_work_in_dms_when_allowed(worl
 
     async def scenario(daemon):
         assert set(fake.commands_for(None)) == COMMANDS and fake.commands_for(GUILD) == {}
+        # every option says what it is for in Discord's command picker ("…": discord.py's stand-in for none)
+        options = {(c["name"], o["name"]): o["description"] for c in fake.commands_for(None).values()
+                   for o in c.get("options", [])}
+        assert ("search", "query") in options and ("ask", "question") in options
+        assert [key for key, description in options.items() if description in ("", "…")] == []
         ollama.reply("私信里的回答：先炒蛋[1]。")
         it = fake.slash(ONE, "ask", {"question": "番茄炒蛋怎么做？"})  # no guild: a DM with the bot
         await until(lambda: finished(it), what="the answer in a DM")

@@ -142,6 +142,15 @@ def test_bad_requests_get_clear_errors(daemon):
     unknown = post(daemon, "/memory/verdict", {"id": "fdeadbeef", "verdict": "rejected"})
     assert unknown.status_code == 400
     assert get(daemon, "/explorer/passwd").status_code == 404
+    # what a person sent is repeated in an error only in part: its first 64 characters
+    long_id = "6" * 5000
+    for refused in (get(daemon, f"/memory/note/{long_id}"), get(daemon, "/memory/graph", note=long_id[:1999]),
+                    get(daemon, f"/explorer/{long_id}"), get(daemon, "/memory/find", q="番茄", user=long_id),
+                    post(daemon, "/memory/verdict", {"id": long_id, "verdict": "rejected"}),
+                    post(daemon, "/memory/verdict", {"id": "f123", "verdict": long_id})):
+        assert refused.status_code in (400, 404), refused.text
+        error = refused.json()["error"]
+        assert "6" * 64 + "…" in error and "6" * 65 not in error and len(error) < 400, error
 
 
 def test_the_page_and_its_graph_library_are_served_without_a_token(daemon):

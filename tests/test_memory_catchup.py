@@ -9,6 +9,8 @@ import asyncio
 
 import pytest
 
+from bot.cli import main
+from rag import config as config_mod
 from rag.answer.service import AnswerService
 from rag.index.note_index import NoteIndex
 from rag.llm import OllamaChat
@@ -16,7 +18,7 @@ from sync.memory_jobs import MemoryJobs
 from sync.state import State
 from bot.root import Parts
 
-from conftest import make_settings
+from conftest import THREADS, make_settings
 from fakes.leanote import FakeLeanote
 from fakes.ollama import FakeOllama
 
@@ -84,3 +86,34 @@ def test_a_parked_note_is_not_read_again_every_pass_only_when_it_changes(world):
     memory.remove_note(NOTE)
     assert service.run_pass().ok
     assert leanote.calls[READ_AGAIN] == 1 and memory.known(NOTE)
+
+
+def test_status_says_what_a_parked_note_means_and_what_to_do(tmp_path, capsys):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "迁移.md").write_text("# 数据库迁移\n\n项目 Atlas 的数据库从 MySQL 换成了 PostgreSQL。\n", encoding="utf-8")
+    with FakeOllama() as ollama:
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(f"source: {{kind: files, path: notes}}\nstate_dir: data\nrerank: {{kind: none}}\n"
+                       f"ollama: {{host: '{ollama.url}', timeout: 5}}\nanswer: {{first_token_budget: 2}}\nmemory: {{llm: 'on'}}\n"
+                       f"embedder: {{threads: {THREADS}}}\n")
+        assert main(["--config", str(cfg), "index"]) == 0
+        settings = config_mod.load(str(cfg))
+        answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
+        try:
+            with Parts(settings) as parts:
+                memory = parts.memory
+                jobs = MemoryJobs(settings, lambda: memory, answers, delays=(), poll=0.01, quiet=0.0)
+                ollama.reply_structured("not json")
+                assert asyncio.run(jobs.step()) and jobs.parked == 1
+        finally:
+            answers.close()
+        capsys.readouterr()
+        assert main(["--config", str(cfg), "status"]) == 0
+    out = capsys.readouterr().out
+    assert "0 jobs pending, 1 parked" in out
+    said = " ".join(out.split())
+    assert ("parked: the LLM failed on these notes at every try and no longer reads them. They are still searched "
+            "and answered from, without the facts and summary the LLM adds.") in said
+    assert "a parked note is tried again when its text changes" in said
+    assert "after 1 attempts:" in out

@@ -163,7 +163,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
             user_id = leanote_user(parts(), user)
             if user_id not in users:  # as asked: an email is never answered with the Leanote user it is
                 mine = ", ".join(sorted(users)) or "none"
-                raise UserError(f"no notes of user {user!r} that this caller may query (its users with notes: {mine})")
+                raise UserError(f"no notes of user {limits.echoed(user)!r} that this caller may query "
+                                f"(its users with notes: {mine})")
         key = "cli" if who is LOCAL else f"api:{who.name}"
         return Person(key, user_id, who.admin, f"api:{who.name}:{conversation}" if conversation else None)
 
@@ -212,7 +213,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
                      who: Caller = Depends(caller)) -> dict:
         q = small(q, "the query")
         if retriever not in RETRIEVERS:
-            raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+            raise UserError(f"unknown retriever {limits.echoed(retriever)!r}; choose one of {', '.join(RETRIEVERS)}")
         counted(who)
         found = await asking.search(parts(), await person(who, user), q, k, retriever)
         return found.as_json()
@@ -271,7 +272,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
         asker = await person(who, user)
         graph = await memory.graph(parts(), asker, entity=entity, note=note)
         if graph is None:
-            raise HTTPException(404, f"no note {note} in this user's memory")
+            raise HTTPException(404, f"no note {limits.echoed(note)} in this user's memory")
         return {"user_id": asker.user_id, **graph}
 
     @app.get("/memory/note/{note_id}", summary="a note's card: summary, facts with quotes, entities, related notes")
@@ -279,7 +280,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
         asker = await person(who, user)
         card = await memory.note_card(parts(), asker, note_id)
         if card is None:
-            raise HTTPException(404, f"no note {note_id} in this user's memory")
+            raise HTTPException(404, f"no note {limits.echoed(note_id)} in this user's memory")
         return {"user_id": asker.user_id, **card}
 
     @app.get("/memory/entity", summary="an entity's card: its facts with sources, the notes that mention it")
@@ -292,7 +293,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.post("/memory/verdict", summary="reject or confirm a fact or a related pair")
     async def memory_verdict(body: VerdictIn, who: Caller = Depends(caller)) -> dict:
         if body.verdict not in memory.VERDICTS:
-            raise UserError(f"verdict must be 'rejected' or 'confirmed', not {body.verdict!r}")
+            raise UserError(f"verdict must be 'rejected' or 'confirmed', not {limits.echoed(body.verdict)!r}")
         asker = await person(who, body.user)
         return (await memory.verdict(parts(), asker, body.id, body.verdict)).as_json()
 
@@ -304,7 +305,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     async def explorer_asset(name: str) -> FileResponse:
         path = _asset(name)
         if path is None:
-            raise HTTPException(404, f"no such file: {name}")
+            raise HTTPException(404, f"no such file: {limits.echoed(name)}")
         return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
     return app

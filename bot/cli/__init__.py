@@ -9,10 +9,10 @@
 from __future__ import annotations
 
 from bot.cli import memory, notes, service
-from bot.cli.app import cli, main
+from bot.cli.app import cli, main, with_verbose
 
 for _command in (notes.search, notes.ask, notes.eval_command, notes.feedback, memory.entities, memory.memory,
                  memory.related, service.index, service.status, service.serve, service.doctor):
-    cli.add_command(_command)
+    cli.add_command(with_verbose(_command))
 
 __all__ = ["cli", "main"]

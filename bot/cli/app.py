@@ -88,11 +88,7 @@ def _setup_logging(debug: bool, verbose: int = 0, serving: bool = False) -> None
     (INFO) or ``-vv`` (DEBUG; ``--debug`` also the libraries' and tracebacks)."""
     # Under systemd (JOURNAL_STREAM set) journald adds timestamps; a terminal gets them.
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    if debug or verbose >= 2:
-        level = logging.DEBUG
-    else:
-        level = logging.INFO if verbose or serving else logging.WARNING
-    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    logging.basicConfig(level=_level(debug, verbose, serving), format=fmt, stream=sys.stderr)
     # Libraries that narrate every request, job or connection: their warnings only, unless --debug.
     for noisy in ("httpx", "httpcore", "urllib3", "jieba", "apscheduler", "uvicorn", "pymongo", "watchfiles",
                   "telegram.ext", "discord.gateway", "discord.client"):
@@ -100,10 +96,38 @@ def _setup_logging(debug: bool, verbose: int = 0, serving: bool = False) -> None
     redact_in_logs()  # no user:password@ of a configured URL in any log line
 
 
+def _level(debug: bool, verbose: int, serving: bool) -> int:
+    if debug or verbose >= 2:
+        return logging.DEBUG
+    return logging.INFO if verbose or serving else logging.WARNING
+
+
+VERBOSE_HELP = "log what it does (INFO); -vv: debug. Default: warnings only (serve: log_level)"
+
+
+def _more_verbose(ctx: click.Context, _param, count: int) -> None:
+    if count:
+        app = ctx.find_object(App)
+        app.verbose += count
+        logging.getLogger().setLevel(_level(app.debug, app.verbose, app.serving))
+
+
+def with_verbose(command: click.Command) -> click.Command:
+    """``command`` (a group: each of its commands) taking ``-v`` after its name too: a person
+    adds it to the line they just ran (``leanote-rag doctor -v``)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_verbose(sub)
+    else:
+        command.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False,
+                                           callback=_more_verbose, help=VERBOSE_HELP))
+    return command
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", metavar="PATH", help=f"config file (default: ${config_mod.CONFIG_ENV}, else ./config.yaml, else {config_mod.SYSTEM_CONFIG})")
 @click.option("--debug", is_flag=True, help="debug logging (the libraries' too) and tracebacks")
-@click.option("-v", "--verbose", count=True, help="log what it does (INFO); -vv: debug. Default: warnings only (serve: log_level)")
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 @click.version_option(package_name="leanote-rag")
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, debug: bool, verbose: int) -> None:

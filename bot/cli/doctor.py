@@ -204,7 +204,7 @@ def _source(root: Parts) -> Iterator[Check]:
         return
     try:
         if not settings.source.incremental:
-            yield Check(f"source ({kind})", True, f"{len(source)} notes or files at {settings.source.path}")
+            yield Check(f"source ({kind})", True, f"{len(source)} notes at {settings.source.path}")
             return
         try:
             accounts = source.accounts()

@@ -11,6 +11,14 @@ from sync.indexer import Summary
 from bot.usecases.status import when
 
 
+# What "parked" means to someone reading ``status``, and what they can do about it.
+PARKED = (
+    "parked: the LLM failed on these notes at every try and no longer reads them. They are still searched",
+    "and answered from, without the facts and summary the LLM adds. Fix what the error says (is Ollama up?",
+    "does the model reply with the JSON asked for?); a parked note is tried again when its text changes.",
+)
+
+
 def print_status(report: dict) -> None:
     click.echo(f"index:    {report['index']} ({report['backend']})")
     click.echo(f"embedder: {report['embedder']} (dim {report['dim']})")
@@ -66,8 +74,13 @@ def print_status(report: dict) -> None:
                        f"{llm['facts']} facts" + (f" ({facts})" if facts else ""))
             if llm.get("outlook") and llm["outlook"]["text"]:
                 click.echo(f"          backlog: {llm['outlook']['text']}")
+            if llm["jobs_parked"]:
+                for line in PARKED:
+                    click.echo(f"          {line}")
             for job in llm["parked"]:
                 click.echo(f"          parked {job['note_id']} after {job['attempts']} attempts: {job['error']}")
+            if llm["jobs_parked"] > len(llm["parked"]):
+                click.echo(f"          ... and {llm['jobs_parked'] - len(llm['parked'])} more")
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 import click
 
-from sync.progress import Every, Step
+from sync.progress import Every, Step, columns
 
 from bot.cli.app import App, pass_app
 
@@ -22,38 +23,63 @@ from bot.cli.app import App, pass_app
 
 class _Shown:
     """An index pass's progress where the person waits: one line kept up to date on a
-    terminal; elsewhere (systemd's journal, a pipe) a line for each account and then one a
-    minute, on stderr (``sync.progress``)."""
+    terminal, fitted to its width; elsewhere (systemd's journal, a pipe) a line for each
+    account and then one a minute, on stderr (``sync.progress``)."""
 
     def __init__(self):
-        from tqdm import tqdm
-
         self.tty = sys.stderr.isatty()
-        self.bar = tqdm(total=None, bar_format="{desc}", leave=False) if self.tty else None
         self.every = Every(lambda text: click.echo(f"indexing {text}", err=True))
+        self._shown = 0  # columns of the line on the terminal now
 
     def __call__(self, step: Step) -> None:
-        if self.bar is not None:
-            self.bar.set_description_str(f"indexing {step.line()}", refresh=True)
+        if self.tty:
+            self._show(step)
         else:
             self.every(step)
 
     def event(self, event: dict) -> None:
-        """A ``progress`` event of the API's ``POST /sync``: the daemon's step, as it said it."""
-        step = Step(event.get("account") or "", event.get("seen") or 0, event.get("embedded") or 0,
-                    event.get("page") or 0, event.get("done"), event.get("total"))
-        line = event.get("line") or step.line()
-        if self.bar is not None:
-            self.bar.set_description_str(f"indexing {line}", refresh=True)
+        """A ``progress`` event of the API's ``POST /sync``: the daemon's step, as it told it."""
+        step = Step.from_json(event)
+        if self.tty:
+            self._show(step)
         else:
-            self.every.say_line(step, line)
+            self.every.say_line(step, event.get("line") or step.line())
+
+    def _show(self, step: Step) -> None:
+        # the last column left empty: some terminals wrap a line that reaches it
+        line = step.line(width=terminal_columns() - 1, before="indexing ")
+        self._write(line)
+
+    def _write(self, line: str) -> None:
+        width = columns(line)
+        sys.stderr.write("\r" + line + " " * max(0, self._shown - width))
+        sys.stderr.flush()
+        self._shown = width
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        if self.tty and self._shown:
+            self._write("")
+            sys.stderr.write("\r")
+            sys.stderr.flush()
+
+
+def terminal_columns() -> int:
+    """The width of the terminal on stderr: $COLUMNS when set, else what the terminal says;
+    80 when either says 0 (a serial console, a terminal that was never sized): a line cut
+    to nothing shows nothing."""
+    try:
+        width = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        width = 0
+    if width <= 0:
+        try:
+            width = os.get_terminal_size(sys.stderr.fileno()).columns
+        except (OSError, ValueError):
+            width = 0
+    return width if width > 0 else 80
 
 
 @click.command()

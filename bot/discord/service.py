@@ -46,6 +46,7 @@ def _register(bot: DiscordBot) -> None:
         await answering.ask(bot, interaction, question, private)
 
     @bot.tree.command(name="search", description="搜索笔记 / search your notes")
+    @app_commands.describe(query="要找的词或问题 / words or a question to look for")
     async def search_(interaction: discord.Interaction, query: str) -> None:
         await commands.search(bot, interaction, query)
 

@@ -16,6 +16,7 @@ import re
 from typing import TYPE_CHECKING
 
 from rag.errors import UserError
+from rag.limits import echoed
 from rag.memory import explore
 from rag.memory import related as related_mod
 from rag.memory.store import MemoryStore
@@ -119,11 +120,11 @@ async def verdict(parts: "Parts", person: Person, item_id: str, verdict: str) ->
     """Reject (it goes, and extraction never brings it back) or confirm a fact or related pair
     of the person's memory. An id of another user's memory changes nothing: ``UnknownItem``."""
     if verdict not in VERDICTS:
-        raise UserError(f"verdict must be 'rejected' or 'confirmed', not {verdict!r}")
+        raise UserError(f"verdict must be 'rejected' or 'confirmed', not {echoed(verdict)!r}")
     memory_of(parts)  # the memory's own trouble first
     item_id = (item_id or "").strip()
     if not valid_item_id(item_id):
-        raise NotAnItemId(f"{item_id!r} is not a fact or pair id (f… or p…, 13 characters, as `leanote-rag memory "
+        raise NotAnItemId(f"{echoed(item_id)!r} is not a fact or pair id (f… or p…, 13 characters, as `leanote-rag memory "
                           f"ENTITY` and `leanote-rag related` show them)")
 
     def work(store: MemoryStore) -> Verdict:

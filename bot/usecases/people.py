@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rag.config import Settings
 from rag.errors import UserError
+from rag.limits import echoed
 
 if TYPE_CHECKING:
     from bot.root import Parts
@@ -49,7 +50,7 @@ def resolve_user(users: dict[str, int], user_id: str | None) -> str:
     if user_id:
         if user_id not in users:
             known = ", ".join(sorted(users)) or "none"
-            raise UserError(f"the index holds no notes of user {user_id!r} (users in the index: {known})")
+            raise UserError(f"the index holds no notes of user {echoed(user_id)!r} (users in the index: {known})")
         return user_id
     if not users:
         raise UserError("the index is empty: run `leanote-rag index` first")

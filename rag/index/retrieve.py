@@ -405,7 +405,7 @@ def search(
     query = normalise_query(query, cfg)
     k = k or cfg.top_k
     if retriever not in RETRIEVERS:
-        raise UserError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+        raise UserError(f"unknown retriever {limits.echoed(retriever)!r}; choose one of {', '.join(RETRIEVERS)}")
     terms, hypothesis = expansion if expansion and retriever == "hybrid" else ([], "")
     dense = hypothesis_vector = None
     if retriever in ("hybrid", "dense"):

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from rag.memory.entities import norm
 from rag.errors import UserError
+from rag.limits import echoed
 
 from rag.memory.rows import correction_id, correction_target, matched_text, settle_group, target_fields
 
@@ -36,7 +37,7 @@ def parse_corrections(data: object) -> list[dict]:
         if not isinstance(user, str) or not user:
             raise bad("user_id missing")
         if verdict not in ("rejected", "confirmed"):
-            raise bad(f"verdict must be rejected or confirmed, not {verdict!r}")
+            raise bad(f"verdict must be rejected or confirmed, not {echoed(verdict)!r}")
         if not isinstance(at, (int, float)) or isinstance(at, bool):
             raise bad("at must be a time in seconds")
         if kind == "fact":
@@ -49,7 +50,7 @@ def parse_corrections(data: object) -> list[dict]:
                     or content[0] == content[1]):
                 raise bad("a pair needs notes: two different note ids")
         else:
-            raise bad(f"kind must be fact or pair, not {kind!r}")
+            raise bad(f"kind must be fact or pair, not {echoed(kind)!r}")
         out.append({"user_id": user, "kind": kind, "verdict": verdict, "at": float(at),
                     "target": correction_target(kind, *content), "shown": list(content)})
     return out
@@ -74,7 +75,7 @@ class Corrections:
         item_id = item_id.strip()
         kind = {"f": "fact", "p": "pair"}.get(item_id[:1])
         if kind is None or len(item_id) != 13:
-            raise UserError(f"{item_id!r} is not a fact or pair id (f… or p…, 13 characters, as `leanote-rag memory "
+            raise UserError(f"{echoed(item_id)!r} is not a fact or pair id (f… or p…, 13 characters, as `leanote-rag memory "
                             f"ENTITY` and `leanote-rag related` show them)")
         with self._lock:
             if kind == "fact":
@@ -90,8 +91,8 @@ class Corrections:
         for target, shown in targets:
             if correction_id(user_id, kind, target) == item_id:
                 return {"id": item_id, "kind": kind, "target": target, "user_id": user_id, "shown": shown}
-        raise UserError(f"no {kind} {item_id} in the memory of user {user_id} (ids are per user: "
-                        f"`leanote-rag memory ENTITY --user {user_id}` lists the facts, `related` the pairs)")
+        raise UserError(f"no {kind} {item_id} in the memory of user {echoed(user_id)} (ids are per user: "
+                        f"`leanote-rag memory ENTITY --user {echoed(user_id)}` lists the facts, `related` the pairs)")
 
     def correct(self, user_id: str, item_id: str, verdict: str, by: str = "cli") -> dict:
         """Reject or confirm the user's fact or pair ``item_id``; what was done (``changed``

@@ -114,6 +114,7 @@ class FilesSource:
         self.root = Path(root)
         self.user_id = user_id
         self.name = f"files:{self.root.resolve()}"
+        self._counts: dict[tuple[str, int, int], int] = {}  # a .leanote export's notes, by (path, size, mtime)
         self._check_root()
 
     def _check_root(self) -> None:
@@ -149,7 +150,34 @@ class FilesSource:
         return found
 
     def __len__(self) -> int:
-        return len(self._list())
+        """The notes ``notes()`` yields now: one a file, a .leanote export's own count, one a
+        file it cannot read (reported as skipped). An export not changed since the last count
+        is not parsed again."""
+        total, counts = 0, {}
+        for rel, full, st in self._list():
+            if not rel.lower().endswith(tuple(LEANOTE)) or st.st_size > MAX_FILE_BYTES:
+                total += 1
+                continue
+            key = (rel, st.st_size, st.st_mtime_ns)
+            counts[key] = self._counts[key] if key in self._counts else self._count_export(full)
+            total += counts[key]
+        self._counts = counts
+        return total
+
+    def _count_export(self, full: str) -> int:
+        try:
+            with open(full, "rb") as f:
+                data = f.read()
+        except OSError:
+            return 1
+        if looks_binary(data):
+            return 1
+        try:
+            doc = json.loads(decode(data))
+        except json.JSONDecodeError:
+            return 1
+        notes = doc.get("notes") if isinstance(doc, dict) else None
+        return len(notes) if isinstance(notes, list) else 1
 
     def _stamp(self, st: os.stat_result) -> str:
         """A file's fingerprint: its size and mtime, and who its notes belong to. "" for a

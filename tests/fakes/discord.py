@@ -761,6 +761,10 @@ class FakeDiscord:
                 if not 1 <= len(command.get("description", "")) <= 100:
                     return 400, {"code": 50035, "message": "Invalid Form Body",
                                  "errors": {"description": {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH"}]}}}
+                for i, option in enumerate(command.get("options", [])):  # each option: a name and a description
+                    if not 1 <= len(option.get("description", "")) <= 100 or not 1 <= len(option.get("name", "")) <= 32:
+                        return 400, {"code": 50035, "message": "Invalid Form Body", "errors": {"options": {str(i): {
+                            "description": {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH"}]}}}}}
             elif kind in (USER_COMMAND, MESSAGE_COMMAND):  # a context menu: a display name, no description
                 if not 1 <= len(name) <= 32 or name != name.strip() or command.get("description") or \
                         command.get("options"):
