@@ -57,6 +57,9 @@ def answers_busy(answers) -> bool:
     return answers.answers_waiting_or_writing > 0
 
 
+GIVE_UP_AFTER = 3  # auto: extractions cancelled by questions, none finished: off for this run
+
+
 class Preempted(Exception):
     """An answer wanted the LLM: the extraction gave way."""
 
@@ -86,6 +89,7 @@ class MemoryJobs:
         self.outlook: dict | None = None
         self._outlook_at = float("-inf")
         self._job_seconds: float | None = None  # running mean of an extraction's time here
+        self.gave_up = False  # auto: off for this run, every extraction having given way (GIVE_UP_AFTER)
 
     # --- when it may run --------------------------------------------------------------------
 
@@ -230,6 +234,15 @@ class MemoryJobs:
         settings = self.settings
         if settings.memory.llm != "auto":
             return True
+        if self.done == 0 and self.preempted >= GIVE_UP_AFTER:
+            # Every job so far gave way to a question before it ended (on 2 cores a 3,000-token
+            # job restarted from the beginning after each one: 5 cancels in 4 minutes, none done).
+            # Work that cannot finish between questions here burns the CPU for nothing.
+            if not self.gave_up:
+                self.gave_up = True
+                log.info("memory: LLM extraction stops for this run: %d extractions gave way to questions and none "
+                         "finished (memory.llm: auto; memory.llm: on runs it anyway)", self.preempted)
+            return False
         if time.monotonic() - self._outlook_at >= OUTLOOK_EVERY:
             self._outlook_at = time.monotonic()
             before = self.outlook

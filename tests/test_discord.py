@@ -118,7 +118,7 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         plain = discord_plain_links("先登录 [Leanote](https://phish.example/login) 再炒蛋")
         assert "Leanote (`https://phish.example/login`)" in plain and "](https://phish" not in plain
         # a Markdown folder's note: its path as text, said why (Discord opens no file:// link)
-        assert "file://" not in final.description.split("来源 Sources")[1].split("（")[0]
+        assert "file://" not in final.description.split("来源")[-1].split("（")[0]
         assert "[1] 番茄炒蛋 /" in final.description and "菜谱/番茄炒蛋.md\n" in final.description
         assert DISCORD_FILES in final.description
         assert len(final) <= 6000 and len(final.description) <= 4096

@@ -291,13 +291,13 @@ def test_telegram_cuts_a_long_message_says_so_and_reads_only_the_cut(world):
         ollama.reply("先把鸡蛋炒好盛出[1]。")
         tg.say(OWNER, LONG)
         done = await until(lambda: final(tg, OWNER, "来源"))
-        assert "only its first 2,000 characters were read" in done[0]["text"]
+        assert "只读了前 2000 个字符" in done[0]["text"]
         [chat] = ollama.chats()
         question = chat["messages"][-1]["content"].rsplit("问题：", 1)[1]
         assert question.startswith("番茄炒蛋怎么做才不酸？") and len(question) <= 2000
         tg.say(OWNER, "/search " + LONG)
         hits = await until(lambda: final(tg, OWNER, "番茄炒蛋  "))
-        assert "only its first 2,000 characters were read" in hits[0]["text"]
+        assert "只读了前 2000 个字符" in hits[0]["text"]
 
     run(settings, scenario)
 
@@ -397,12 +397,12 @@ def test_discord_cuts_a_long_question_and_rate_limits_every_command_that_searche
         it = FakeInteraction(ONE)
         await command("ask")(it, question=LONG)
         shown = it.events[-1][1]["embed"].description
-        assert "先把鸡蛋炒好盛出" in shown and "only its first 2,000 characters were read" in shown
+        assert "先把鸡蛋炒好盛出" in shown and "只读了前 2000 个字符" in shown
         question = ollama.chats()[-1]["messages"][-1]["content"].rsplit("问题：", 1)[1]
         assert question.startswith("番茄炒蛋怎么做才不酸？") and len(question) <= 2000
         it = FakeInteraction(ONE)
         await command("search")(it, query=LONG)
-        assert "only its first 2,000 characters were read" in it.events[-1][1]["content"]
+        assert "只读了前 2000 个字符" in it.events[-1][1]["content"]
         await command("about")(FakeInteraction(ONE), name="journalctl")
         await command("related")(FakeInteraction(ONE), target="番茄炒蛋怎么做")
         for name, options in (("search", {"query": "红烧肉"}), ("about", {"name": "journalctl"}),

@@ -573,3 +573,41 @@ def test_auto_stays_off_where_the_backlog_would_take_longer_than_its_bound_and_s
     w.jobs._outlook_at = float("-inf")
     w.fake.reply_structured(ATLAS_PG)
     assert run(w.jobs.step()) is True
+
+
+def test_auto_stops_for_the_run_when_every_extraction_gives_way_to_a_question(tmp_path, settings_factory, fake):
+    """On 2 cores each question cancelled the running extraction, which then began again from the
+    start: 5 cancels in 4 minutes, none done, the CPU busy between questions. memory.llm: auto now
+    stops after GIVE_UP_AFTER such cancels with nothing finished; on runs it anyway."""
+    from sync.memory_jobs import GIVE_UP_AFTER
+
+    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5},
+                                memory={"llm": "auto"})
+    clock = Clock()
+    store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
+    answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
+    jobs = MemoryJobs(settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
+    w = SimpleNamespace(settings=settings, clock=clock, store=store, answers=answers, jobs=jobs, fake=fake)
+    pieces = [ATLAS_PG[i:i + 10] for i in range(0, len(ATLAS_PG), 10)]
+
+    async def scenario():
+        add_note(w, "n1", POSTGRES, updated=100.0)
+        for n in range(GIVE_UP_AFTER):
+            w.fake.reply_structured(*pieces, stall_after=3)
+            step = asyncio.create_task(jobs.step())
+            await until(lambda: len(w.fake.structured_chats()) > n, what="the extraction to call the LLM")
+            async with answers.llm_slot():  # a question
+                assert await within(step, "the extraction to give way", 10) is False
+        assert jobs.preempted == GIVE_UP_AFTER and jobs.done == 0
+        asked = len(w.fake.structured_chats())
+        assert await jobs.step() is False and jobs.gave_up  # no fourth start
+        assert len(w.fake.structured_chats()) == asked
+        jobs.settings = settings.model_copy(update={"memory": settings.memory.model_copy(update={"llm": "on"})})
+        w.fake.reply_structured(ATLAS_PG)
+        assert await jobs.step() is True and jobs.done == 1  # memory.llm: on runs it anyway
+
+    try:
+        run(scenario())
+    finally:
+        answers.close()
+        store.close()
