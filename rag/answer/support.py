@@ -41,7 +41,7 @@ from typing import Callable
 
 from rag.answer.grounding import refuses, words
 from rag.answer.specifics import Body, Held, names, numbers, terms  # noqa: F401 (numbers, names: what a unit states)
-from rag.index.lexical import STOPWORDS, tokenize
+from rag.index.lexical import tokenize
 
 OWN_SHARE = 0.5  # of a unit's own words found in one block: it stands on that block
 SHORT = 3  # a unit with fewer own words stands on a block only when that block holds them all
@@ -89,7 +89,7 @@ def invented(unit_text: str, evidence: list[Held], question: Held, context: set[
             continue
         near = context - terms(written)
         if not near and roles is not None:  # "葱 1 根": its one-character word places it
-            near = _asked(text) - terms(written) - _asked(written)
+            near = _asked(text) - _asked(written)
         if near or roles is None:
             placed = any(h.places(h._number_at(value, unit), near) for h in evidence)
         else:
@@ -276,10 +276,9 @@ def _context(text: str) -> set[str]:
 
 
 def _asked(text: str) -> set[str]:
-    """A text's words as ``terms`` has them, and its one-character Chinese words (糖, 盐) that
-    are not grammar."""
-    singles = {t for t in tokenize(_META.sub("，", text)) if len(t) == 1 and _CJK.match(t) and t not in STOPWORDS}
-    return terms(_META.sub("，", text)) | singles
+    """A text's words: ``terms`` and its one-character Chinese words too (糖, 盐; the index's
+    tokens, grammar left out), the talk about the excerpts aside."""
+    return set(tokenize(_META.sub("，", text)))
 
 
 def _own(text: str, asked: set[str]) -> set[str]:
