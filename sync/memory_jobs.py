@@ -18,8 +18,13 @@ the summary, the facts and the typed entities (``MemoryStore.store_llm``).
   holding a slot or waiting for one) for ``quiet`` seconds, and while its call runs it
   looks every ``poll`` seconds: when an answer wants the LLM, the extraction is cancelled
   at once (closing the stream stops Ollama's generation) and the job goes back to the
-  queue as it was, no attempt counted. The price is the work of the cancelled call; the
-  answer waits at most ``poll`` seconds longer.
+  queue as it was, no attempt counted. The sections of a long note already read are
+  kept: the next try reads only the rest. The price is the work of the cancelled call;
+  the answer waits at most ``poll`` seconds longer. ``auto`` stops for the run when
+  ``GIVE_UP_AFTER`` tries gave way and not one section was ever read: work that cannot
+  finish between questions here only burns the CPU.
+- **The status** shows the jobs done in the last hour and day (each note's result carries
+  when it was done) and, from the daemon, this run's counts and why the tier does not run.
 - **The log** says what the tier did in one line per batch (when nothing is due any more,
   or the LLM may not be used now), at most one per ``report_every`` seconds (5 minutes):
   ``memory: extracted 40 notes in 5 min, 2 failed (last: …), 120 waiting``. A job that is
@@ -90,6 +95,10 @@ class MemoryJobs:
         self._outlook_at = float("-inf")
         self._job_seconds: float | None = None  # running mean of an extraction's time here
         self.gave_up = False  # auto: off for this run, every extraction having given way (GIVE_UP_AFTER)
+        # the sections of a note read before a question cut its extraction off: (note, hash) -> replies
+        # (rag.memory.extract); the next try goes on from there (the last job's only)
+        self._partial: dict[tuple[str, str], list] = {}
+        self.sections_done = 0  # sections read (a job of several makes progress before it ends)
 
     # --- when it may run --------------------------------------------------------------------
 
@@ -220,6 +229,18 @@ class MemoryJobs:
         await self.report(memory)
         return True
 
+    def state(self) -> dict:
+        """The worker as the status shows it (this run's counts): ``{"done", "failed", "parked",
+        "preempted", "gave_up", "text"}``; text says why it does not run, when it does not."""
+        text = ""
+        if self.gave_up:
+            text = (f"stopped for this run: {self.preempted} extractions gave way to questions and none finished "
+                    "(memory.llm: auto; memory.llm: on runs it anyway)")
+        elif self.outlook and self.outlook["too_long"]:
+            text = f"not run: {self.outlook['text']}"
+        return {"done": self.done, "failed": self.failed, "parked": self.parked, "preempted": self.preempted,
+                "sections_done": self.sections_done, "gave_up": self.gave_up, "text": text}
+
     def estimate(self, memory: MemoryStore) -> dict:
         """How long the backlog would take here (in a thread: it reads the queue)."""
         jobs, chars = memory.llm_backlog()
@@ -234,7 +255,7 @@ class MemoryJobs:
         settings = self.settings
         if settings.memory.llm != "auto":
             return True
-        if self.done == 0 and self.preempted >= GIVE_UP_AFTER:
+        if self.done == 0 and self.sections_done == 0 and self.preempted >= GIVE_UP_AFTER:
             # Every job so far gave way to a question before it ended (on 2 cores a 3,000-token
             # job restarted from the beginning after each one: 5 cancels in 4 minutes, none done).
             # Work that cannot finish between questions here burns the CPU for nothing.
@@ -258,13 +279,22 @@ class MemoryJobs:
         return not (self.outlook and self.outlook["too_long"])
 
     async def _extract(self, job: dict) -> extract_mod.Extraction:
-        """The extraction, cancelled as soon as an answer wants the LLM."""
+        """The extraction, cancelled as soon as an answer wants the LLM; the sections it read
+        are kept, and its next try reads only the rest."""
+        key = (job["note_id"], job["content_hash"])
+        replies = self._partial.get(key)
+        if replies is None:
+            self._partial = {key: []}  # the last job's only: another job's sections go
+            replies = self._partial[key]
+        before = len(replies)
         task = asyncio.create_task(extract_mod.extract(
-            self.answers._stream, job["text"], job["title"], timeout=self.settings.ollama.timeout))
+            self.answers._stream, job["text"], job["title"], timeout=self.settings.ollama.timeout, replies=replies))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.poll)
                 if done:
+                    self.sections_done += len(replies) - before
+                    self._partial.pop(key, None)
                     return task.result()
                 if self._busy():
                     task.cancel()
@@ -272,6 +302,7 @@ class MemoryJobs:
                         await task
                     except BaseException:
                         pass
+                    self.sections_done += len(replies) - before
                     raise Preempted()
         finally:
             if not task.done():

@@ -611,3 +611,46 @@ def test_auto_stops_for_the_run_when_every_extraction_gives_way_to_a_question(tm
     finally:
         answers.close()
         store.close()
+
+
+def test_a_long_note_cut_off_by_a_question_goes_on_from_the_sections_read_and_status_counts_the_hour(world):
+    """A note of three sections: the first is read, a question cuts the second off. The next try
+    asks only the second and third (not the first again), the note is done, and the status shows
+    it among the jobs done in the last hour, then only in the last day."""
+    from bot.chat.texts import status_text
+    from bot.usecases.people import Person
+
+    w = world
+    long_note = "\n\n".join([POSTGRES] + ["段落内容" * 1480] * 2)  # 3 sections of at most 6,000 characters
+    assert len(sections(long_note)[0]) == 3
+
+    async def scenario():
+        add_note(w, "n1", long_note, updated=100.0)
+        w.fake.reply_structured(ATLAS_PG)  # section 1
+        pieces = [ATLAS_PG[i:i + 10] for i in range(0, len(ATLAS_PG), 10)]
+        w.fake.reply_structured(*pieces, stall_after=3)  # section 2: a question comes while it runs
+        step = asyncio.create_task(w.jobs.step())
+        await until(lambda: len(w.fake.structured_chats()) == 2, what="the second section's call")
+        async with w.answers.llm_slot():
+            assert await within(step, "the extraction to give way", 10) is False
+        assert w.jobs.preempted == 1 and w.jobs.sections_done == 1 and w.jobs.done == 0
+        w.fake.reply_structured(reply("第二段", []))
+        w.fake.reply_structured(reply("第三段", []))
+        assert await w.jobs.step() is True and w.jobs.done == 1
+
+    run(scenario())
+    asked = [c["messages"][-1]["content"] for c in w.fake.structured_chats()]
+    assert ["part 1 of 3" in a for a in asked] == [True, False, False, False]
+    assert ["part 2 of 3" in a for a in asked] == [False, True, True, False]  # cut off, asked again
+    assert "part 3 of 3" in asked[3]
+    assert w.store.summary("n1", "u1") and {f["object"] for f in w.store.facts("u1")} == {"PostgreSQL", "pgbouncer"}
+    counts = memory_counts(w.settings, w.store, None)["llm"]
+    assert (counts["done_last_hour"], counts["done_last_day"], counts["jobs_pending"]) == (1, 1, 0)
+    assert counts["last_done"] is not None
+    w.clock.t += 2 * 3600
+    counts = memory_counts(w.settings, w.store, None)["llm"]
+    assert (counts["done_last_hour"], counts["done_last_day"]) == (0, 1)
+    assert memory_counts(w.settings, w.store, ["u2"])["llm"]["done_last_day"] == 0  # another user's count: none
+    report = {"accounts": [], "users": [], "skipped": [], "memory": {"llm": {**counts, "worker": w.jobs.state()}}}
+    assert "memory LLM jobs: 0 done in the last hour, 0 waiting" in status_text(
+        report, Person(user_id="u1", admin=True, key="k"))

@@ -212,6 +212,11 @@ def status_text(report: dict, person: Person) -> str:
         else:
             lines.append(f"the Leanote login of your account fails since {since}, so your captures wait "
                          "(the admin can see why)")
+    llm = (report.get("memory") or {}).get("llm") or {}
+    if admin and (llm.get("jobs_pending") or llm.get("done_last_day")):
+        worker = llm.get("worker") or {}
+        lines.append(f"memory LLM jobs: {llm['done_last_hour']} done in the last hour, {llm['jobs_pending']} waiting"
+                     + (f"; {worker['text']}" if worker.get("text") else ""))
     if admin:
         lines += [f"problem: {p['problem']}" for p in report.get("problems", [])]
     return "\n".join(lines)

@@ -72,6 +72,12 @@ def print_status(report: dict) -> None:
             facts = ", ".join(f"{n} {s}" for s, n in sorted(llm["facts_by_status"].items()))
             click.echo(f"          LLM tier: {llm['jobs_pending']} jobs pending, {llm['jobs_parked']} parked; "
                        f"{llm['facts']} facts" + (f" ({facts})" if facts else ""))
+            if llm.get("done_last_day") or llm.get("jobs_pending"):
+                click.echo(f"          LLM jobs done: {llm['done_last_hour']} in the last hour, {llm['done_last_day']} "
+                           f"in the last day" + (f" (the last at {llm['last_done']})" if llm["last_done"] else ""))
+            worker = llm.get("worker")
+            if worker and worker["text"]:
+                click.echo(f"          LLM tier {worker['text']}")
             if llm.get("outlook") and llm["outlook"]["text"]:
                 click.echo(f"          backlog: {llm['outlook']['text']}")
             if llm["jobs_parked"]:

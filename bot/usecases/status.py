@@ -66,6 +66,9 @@ async def status(parts: "Parts", person: Person, users: Iterable[str] | None = N
         if person.admin:  # the schedule's word on a kind wins (it says when it tries again)
             own = parts.schedule.problems()
             body["problems"] = own + [p for p in body["problems"] if p["kind"] not in {o["kind"] for o in own}]
+            llm = (body.get("memory") or {}).get("llm")
+            if llm is not None and parts.built("memory_jobs"):  # the daemon's worker: this run
+                llm["worker"] = parts.memory_jobs.state()
         return body
 
     return await parts.answers.in_search_thread(report)
@@ -226,6 +229,7 @@ def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[st
         if llm_wanted(settings) and llm["jobs_pending"]:  # what the backlog means in time here
             speed = load_speeds(settings.state_dir / SPEED_FILE).get(settings.ollama.model)
             llm["outlook"] = outlook(settings, *memory.llm_backlog(), settings.ollama.model, speed)
+        llm["last_done"] = when(llm["last_done"])
         return {**memory.counts(), "llm": llm}
     totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
     for user in users:
@@ -235,15 +239,19 @@ def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[st
         totals["entities"] += c["entities"]
         totals["mentions"] += c["mentions"]
     totals["llm"] = _llm_totals([memory.llm_counts(user) for user in users])
+    totals["llm"]["last_done"] = when(totals["llm"]["last_done"])
     return totals
 
 
 def _llm_totals(parts: list[dict]) -> dict:
     """The LLM tier's counts (``MemoryStore.llm_counts``) of several users as one."""
-    out: dict = {"jobs_pending": 0, "jobs_parked": 0, "parked": [], "facts": 0, "facts_by_status": {}}
+    out: dict = {"jobs_pending": 0, "jobs_parked": 0, "parked": [], "facts": 0, "facts_by_status": {},
+                 "done_last_hour": 0, "done_last_day": 0, "last_done": None}
     for c in parts:
-        for key in ("jobs_pending", "jobs_parked", "facts"):
+        for key in ("jobs_pending", "jobs_parked", "facts", "done_last_hour", "done_last_day"):
             out[key] += c[key]
+        if c["last_done"] is not None and (out["last_done"] is None or c["last_done"] > out["last_done"]):
+            out["last_done"] = c["last_done"]
         out["parked"] += c["parked"]
         for status, n in c["facts_by_status"].items():
             out["facts_by_status"][status] = out["facts_by_status"].get(status, 0) + n

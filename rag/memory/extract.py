@@ -239,25 +239,34 @@ def check(data: dict, text: str, into: Extraction) -> None:
 
 
 async def extract(stream: Stream, text: str, title: str = "", *, timeout: float | None = None,
-                  clock: Callable[[], float] | None = None) -> Extraction:
-    """Summary, entities and relations of one note, in at most ``MAX_CALLS`` calls."""
+                  clock: Callable[[], float] | None = None, replies: list | None = None) -> Extraction:
+    """Summary, entities and relations of one note, in at most ``MAX_CALLS`` calls.
+
+    ``replies``: the sections read so far, ``(reply, prompt_tokens, output_tokens)`` each, kept
+    by the caller. A section already read is not asked again and each section read is added
+    to it, so an extraction cut off between sections (a question wanted the LLM) resumes
+    where it stopped: only the section being read is lost."""
     import time
 
     clock = clock or time.monotonic
     started = clock()
     out = Extraction()
+    replies = [] if replies is None else replies
     pieces, out.skipped_chars = sections(text)
     for n, piece in enumerate(pieces):
-        head = f"Title: {title}\n" if title else ""
-        if len(pieces) > 1:
-            head += f"(part {n + 1} of {len(pieces)})\n"
-        prompt = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{head}\n{piece}"}]
-        usage = Usage()
-        reply = "".join([p async for p in stream(prompt, usage, {"num_predict": OUTPUT_TOKENS, "temperature": 0},
-                                                 format=SCHEMA, timeout=timeout)])
+        if n >= len(replies):
+            head = f"Title: {title}\n" if title else ""
+            if len(pieces) > 1:
+                head += f"(part {n + 1} of {len(pieces)})\n"
+            prompt = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{head}\n{piece}"}]
+            usage = Usage()
+            reply = "".join([p async for p in stream(prompt, usage, {"num_predict": OUTPUT_TOKENS, "temperature": 0},
+                                                     format=SCHEMA, timeout=timeout)])
+            replies.append((reply, usage.prompt_tokens, usage.output_tokens))
+        reply, prompt_tokens, output_tokens = replies[n]
         out.calls += 1
-        out.prompt_tokens += usage.prompt_tokens
-        out.output_tokens += usage.output_tokens
+        out.prompt_tokens += prompt_tokens
+        out.output_tokens += output_tokens
         check(parse(reply), text, out)
     out.seconds = clock() - started
     return out

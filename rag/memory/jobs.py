@@ -97,6 +97,7 @@ class LlmTier:
         user_id, note_id = job["user_id"], job["note_id"]
         found, dropped = llm_entities(job.get("text") or "", entities)
         stats["entities_dropped"] = dropped
+        stats["at"] = now  # when it was done: the status's jobs done in the last hour
 
         def work(db: sqlite3.Connection) -> bool:
             db.execute("DELETE FROM jobs WHERE note_id = ? AND kind = ? AND content_hash = ?",
@@ -164,9 +165,15 @@ class LlmTier:
         return int(jobs), int(chars)
 
     def llm_counts(self, user_id: str | None = None) -> dict:
-        """Jobs pending and parked (the parked ones with their errors), facts by status (``status``)."""
+        """Jobs pending and parked (the parked ones with their errors), facts by status, and
+        the jobs done in the last hour and day, with when the last was done (``status``)."""
         where, args = (" AND user_id = ?", (user_id,)) if user_id is not None else ("", ())
+        now = self.clock()
         with self._lock:
+            done_at = "json_extract(llm, '$.at')"
+            hour, day, last = self.db.execute(
+                f"SELECT COALESCE(SUM({done_at} >= ?), 0), COALESCE(SUM({done_at} >= ?), 0), MAX({done_at}) "
+                f"FROM notes WHERE llm IS NOT NULL{where}", (now - 3600, now - 86400, *args)).fetchone()
             jobs = f"FROM jobs WHERE kind = '{LLM_JOB}'{where}"
             pending = self.db.execute(f"SELECT COUNT(*) {jobs} AND parked = 0", args).fetchone()[0]
             parked = self.db.execute(f"SELECT note_id, attempts, error {jobs} AND parked = 1 ORDER BY next_try DESC",
@@ -175,4 +182,5 @@ class LlmTier:
                                          args))
         return {"jobs_pending": pending, "jobs_parked": len(parked),
                 "parked": [{"note_id": n, "attempts": a, "error": e} for n, a, e in parked[:5]],
-                "facts": sum(facts.values()), "facts_by_status": facts}
+                "facts": sum(facts.values()), "facts_by_status": facts,
+                "done_last_hour": int(hour), "done_last_day": int(day), "last_done": last}
