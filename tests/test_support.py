@@ -202,3 +202,17 @@ def test_a_bare_number_from_the_other_recipe_does_not_stand_for_an_english_quest
     assert [v.kind for v in right.saying] == ["supported"] and right.cited == [2]
     # the model's English words about a Chinese note are still not its evidence (as before)
     assert [v.kind for v in check("Use 100 g of sugar[1].", question, CAKES, glossary).saying] == ["unsupported"]
+
+
+def test_a_headings_or_quoted_list_items_number_is_markup_not_a_claim():
+    """The 1.5B copies a note's '### 4. 为什么…' and '> 1. 菜码切丝备用。': the number is the
+    heading's or the item's, so it ends no sentence (no '### 4[1]. ' shown) and is no specific
+    the evidence must hold."""
+    blocks = {1: ("[1] HTTP/2 问答 (网络)", "为什么只有一个压缩/流控制上下文？最初的提议里有流分组的概念。"),
+              2: ("[2] 炸酱面 (菜谱)", "菜码切丝备用。葱切碎。")}
+    reply = "### 4. 为什么只有一个压缩/流控制上下文？\n\n> 1. 菜码切丝备用。\n"
+    units = [u.text for u in split(reply) if u.text.strip()]
+    assert units == ["### 4. 为什么只有一个压缩/流控制上下文？\n", "> 1. 菜码切丝备用。\n"]
+    c = check(reply, "HTTP/2 为什么只有一个压缩上下文？炸酱面菜码怎么处理？", blocks)
+    assert c.invented_specifics == [] and "4[" not in c.text and "1[" not in c.text
+    assert [v.kind for v in c.saying] == ["supported", "supported"]

@@ -64,7 +64,7 @@ _ZH_UNITS = [u for u in _UNITS if _CJK.match(u) and u not in ("个", "种", "点
 # A Chinese numeral counts only before a unit, and 一 not at all (一下, 一次, 第一: idiom more often than count).
 _ZH_NUMBER = re.compile(r"(?<![一二两三四五六七八九十百千第])([二两三四五六七八九十百千][零〇一二两三四五六七八九十百千]*)("
                         + "|".join(sorted(_ZH_UNITS, key=len, reverse=True)) + ")")
-_LIST_ORDINAL = re.compile(r"(?m)^\s*\d{1,3}[.、)）]\s")
+_LIST_ORDINAL = re.compile(r"(?m)^\s*(?:>\s*)*(?:#{1,6}\s*|[-*+]\s+)?\d{1,3}[.、)）]\s")  # "1. ", "> 2) ", "### 4. "
 _LATIN_WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_]*(?:[.\-+:/][A-Za-z0-9_]+)*")
 _FLAG_OR_PATH = re.compile(r"(?<![A-Za-z0-9_/])(?:--?[A-Za-z][\w\-:+=]*|(?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-*]+)+)")
 _SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)[\s\"'“‘(*_`#>\-]*$")  # "- Two threads": a list line's first word

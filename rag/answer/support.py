@@ -53,7 +53,8 @@ _MARKER_SPACED = re.compile(r"\s*[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*
 _MARKERS_AFTER = re.compile(r"(?:\s*[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】])+")
 _PARTIAL = re.compile(r"[\[【][\d\s,，、]{0,20}$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_LIST_PREFIX = re.compile(r"^\s*(?:[-*+•>]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）]|#{1,6})\s*")
+# a line's markup before its words: "- ", "2. ", "> 1. ", "### 4. " (a heading's number ends no sentence)
+_LIST_PREFIX = re.compile(r"^\s*(?:>\s*)*(?:#{1,6}\s*)?(?:(?:[-*+•]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）])\s*)?")
 # A sentence ends at these; so does a clause the model closed with a marker ("…盛出[1]，再加…[3]。").
 _TERMINATOR = re.compile(r"[。！？!?；;：]+|[.:](?=\s|$)|(?<=[\]】])\s*[，,]")
 _CJK = re.compile(r"[\u3400-\u9fff]")
