@@ -193,6 +193,16 @@ class SpeedBook:
         speed.updated = time.time()
         self.save()
 
+    def wrote(self, model: str, usage: Usage) -> None:
+        """Learn the writing speed alone, from a reply whose prompt says nothing of the
+        answers' (``rag.answer.sizing``'s writing probe)."""
+        if usage.output_tokens < MIN_TOKENS or usage.output_seconds <= 0:
+            return
+        speed = self._speeds.setdefault(model, Speed())
+        speed.write_tps = _ewma(speed.write_tps, usage.output_tokens / usage.output_seconds)
+        speed.updated = time.time()
+        self.save()
+
     def cut_short(self, model: str, prompt_tokens: int, seconds: float, first_token: float | None) -> None:
         """Learn from a reply cut short (``ollama.timeout``) before Ollama reported its
         counters: with its first token after ``first_token`` seconds, the model read the

@@ -311,6 +311,29 @@ def test_doctor_on_a_fresh_install_measures_the_llm_and_says_what_answers_will_c
             3000.0, rel=0.05)
         assert main(["--config", str(cfg), "doctor"]) == 0  # measured once: the next doctor reads it
         assert len(ollama.probes()) == 1 and "ok   ollama" in capsys.readouterr().out
+        assert ollama.write_probes() == []  # the measuring reply was long enough to time the writing
+
+
+def test_a_measuring_reply_too_short_to_time_the_writing_is_followed_by_one_that_is_not(tmp_path, settings_factory):
+    """The real 1.5B answers the measuring prompt with its 6-token refusal: the reading was
+    timed, the writing not, and the first answer after `doctor` had no length cap. One more
+    short reply that cannot be short times the writing."""
+    import asyncio
+
+    from rag.answer.sizing import measure_speed
+    from rag.llm import OllamaChat
+
+    with FakeOllama(speed=(3000.0, 400.0)) as ollama:
+        ollama.probe_reply = "没有。"  # fewer tokens than a speed is learnt from
+        settings = settings_factory(ollama={"host": ollama.url})
+        book = SpeedBook(tmp_path / FILE)
+        line = asyncio.run(measure_speed(OllamaChat(settings.ollama), book, settings))
+        speed = book.get(settings.ollama.model)
+        assert len(ollama.probes()) == 1 and len(ollama.write_probes()) == 1
+        assert speed.read_tps and speed.write_tps == pytest.approx(400.0, rel=0.2), line
+        assert "tok/s writing" in line
+        asyncio.run(measure_speed(OllamaChat(settings.ollama), book, settings))  # known now: not asked again
+        assert len(ollama.write_probes()) == 1
 
 
 def test_what_is_learned_is_saved_off_the_callers_thread(tmp_path, monkeypatch):

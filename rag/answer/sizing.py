@@ -23,6 +23,9 @@ SPEED_MARGIN = 0.9  # aim under the budget: the speed and the token estimate are
 MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS = 64, 1024
 SAFE_ANSWER_TOKENS = 256  # the answer's length when the LLM's speed could not be measured
 PROBE_TOKENS = 12  # the measuring reply: enough tokens written to time the writing
+# When the measuring reply was too short to time the writing (a model that refuses at once:
+# "我笔记里没有相关内容" is 6 tokens of the 1.5B), one reply that cannot be short times it.
+WRITE_PROBE = "Count from 1 to 60, the numbers separated by spaces. Write nothing else."
 
 
 @dataclass
@@ -151,9 +154,25 @@ async def measure_speed(chat: llm_mod.ChatModel, speeds: SpeedBook, settings: Se
         raise
     speeds.observe(chat.model, usage, prompt_text(prompt), probe=True)
     speed = speeds.get(chat.model)
+    if speed.read_tps and not speed.write_tps:
+        await _measure_writing(chat, speeds)
     if not speed.read_tps:
         return f"{chat.model}: its speed could not be measured (Ollama reported no counts)"
     return f"{chat.model}: speed measured first ({time.perf_counter() - started:.1f} s): {speed.describe(chat.model)}"
+
+
+async def _measure_writing(chat: llm_mod.ChatModel, speeds: SpeedBook) -> None:
+    """The writing speed, from a reply of ``2 * PROBE_TOKENS`` tokens that no model writes
+    shorter (the answer prompt's reply may be a few tokens' refusal). Without it the first
+    answer's length would have no cap. The LLM gone meanwhile: left unknown."""
+    usage = Usage()
+    try:
+        async for _ in chat.stream([{"role": "user", "content": WRITE_PROBE}], usage=usage,
+                                   options={"num_predict": 2 * PROBE_TOKENS, "temperature": 0}):
+            pass
+    except Unavailable:
+        return
+    speeds.wrote(chat.model, usage)
 
 
 def answer_prompt(settings: Settings, speed: Speed) -> tuple[float, str]:

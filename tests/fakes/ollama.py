@@ -126,6 +126,12 @@ def is_probe(body: dict) -> bool:
     return prompt is not None and not prompt[1]
 
 
+def is_write_probe(body: dict) -> bool:
+    """A chat measuring the model's writing speed (``rag.answer.sizing``'s ``WRITE_PROBE``)."""
+    messages = body.get("messages") or []
+    return len(messages) == 1 and messages[0].get("content", "").startswith("Count from 1 to 60")
+
+
 def read_evidence(messages: list[dict]) -> str | None:
     """What the reader stand-in replies to an answer prompt, or None when ``messages``
     is not one (no refusal rule in the system prompt, no evidence tag named in the user's)."""
@@ -209,6 +215,7 @@ class FakeOllama(LocalServer):
         self.on_embed = None  # callback(n) run before the n-th /api/embed request is answered
         self._embed_lock = threading.Lock()
         self.speed = speed  # (prompt tokens read, tokens written) per second, or None: at once
+        self.probe_reply = "好的，我会根据笔记回答。"  # to a speed measurement (the real 1.5B: the refusal, 6 tokens)
         self.reader = reader  # unscripted answer prompts: quote the best evidence block (read_evidence)
         self.requests: list[tuple[str, dict]] = []
         self.replies: list[Reply] = []
@@ -317,7 +324,9 @@ class FakeOllama(LocalServer):
                         return self._missing(model)
                     queue = fake.structured if isinstance(body.get("format"), dict) else fake.replies
                     if is_probe(body):  # the answer service measuring the speed: not a scripted answer
-                        reply = Reply(["好的，我会根据笔记回答。"])
+                        reply = Reply(_pieces(fake.probe_reply))
+                    elif is_write_probe(body):  # ... and its writing, when that reply was too short
+                        reply = Reply(_pieces(" ".join(str(n) for n in range(1, 61))))
                     else:
                         reply = queue.pop(0) if queue else fake.unscripted(body)
                     text = "\n".join(m.get("content", "") for m in body.get("messages", []))
@@ -373,13 +382,17 @@ class FakeOllama(LocalServer):
 
     def chats(self) -> list[dict]:
         """The chat requests for answers and rewrites (not structured ones: see ``structured_chats``;
-        nor the speed measurements: see ``probes``)."""
+        nor the speed measurements: see ``probes`` and ``write_probes``)."""
         return [body for path, body in self.requests if path == "/api/chat" and not isinstance(body.get("format"), dict)
-                and not is_probe(body)]
+                and not is_probe(body) and not is_write_probe(body)]
 
     def probes(self) -> list[dict]:
         """The answer service's speed measurements: an answer prompt with no evidence."""
         return [body for path, body in self.requests if path == "/api/chat" and is_probe(body)]
+
+    def write_probes(self) -> list[dict]:
+        """The writing speed's measurements, after a speed measurement whose reply was too short."""
+        return [body for path, body in self.requests if path == "/api/chat" and is_write_probe(body)]
 
     def structured_chats(self) -> list[dict]:
         """The chat requests with a ``format`` (query expansions)."""
