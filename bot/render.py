@@ -35,6 +35,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from markdown_it import MarkdownIt
 
 from rag.answer import links as note_links
+from rag.language import say
 
 TELEGRAM_LIMIT = 4096
 DISCORD_DESCRIPTION = 4096  # an embed's description; a message's embeds stay under 6,000 in all
@@ -453,12 +454,12 @@ def telegram_sources(citations, title: str = "来源") -> str:
 
 
 # Discord opens no file:// link: a Markdown folder's note is named by its path, and this says why.
-DISCORD_FILES = "（笔记文件在服务器上，Discord 打不开 file:// 链接）/ (note files on the server: Discord opens no file:// links)"
+DISCORD_FILES = ("（笔记文件在服务器上，Discord 打不开 file:// 链接）", "(note files on the server: Discord opens no file:// links)")
 
 
-def discord_sources(citations, title: str = "来源") -> str:
+def discord_sources(citations, title: str = "来源", question: str = "") -> str:
     """Sources as lines, each web link in <> so Discord shows no preview; a file's path as
-    text (Discord opens no ``file://`` link), with a line saying so."""
+    text (Discord opens no ``file://`` link), with a line saying so in the question's language."""
     if not citations:
         return ""
     lines, files = [], False
@@ -471,7 +472,7 @@ def discord_sources(citations, title: str = "来源") -> str:
         else:
             where = f" {_TICK}{c.url}{_TICK}" if c.url else ""
         lines.append(f"[{c.n}] {discord_escape(c.label)}{where}")
-    return f"**{title}**\n" + "\n".join(lines + ([f"*{DISCORD_FILES}*"] if files else []))
+    return f"**{title}**\n" + "\n".join(lines + ([f"*{say(question, *DISCORD_FILES)}*"] if files else []))
 
 
 def discord_escape(text: str) -> str:

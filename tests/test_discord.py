@@ -120,7 +120,7 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         # a Markdown folder's note: its path as text, said why (Discord opens no file:// link)
         assert "file://" not in final.description.split("来源")[-1].split("（")[0]
         assert "[1] 番茄炒蛋 /" in final.description and "菜谱/番茄炒蛋.md\n" in final.description
-        assert DISCORD_FILES in final.description
+        assert DISCORD_FILES[0] in final.description and DISCORD_FILES[1] not in final.description  # one language
         assert len(final) <= 6000 and len(final.description) <= 4096
 
     run(settings, scenario)
@@ -214,3 +214,16 @@ def test_embeds_stay_within_discord_limits():
     assert len(embeds) >= 3
     assert all(isinstance(e, discord.Embed) and len(e.description) <= 4096 and len(e) <= 6000 for e in embeds)
     assert "[5] 标题" in embeds[-1].description
+
+
+def test_the_line_about_file_links_is_in_the_questions_language():
+    """A Markdown folder's sources in Discord: the line saying why a path is no link speaks the
+    question's language only (it was both at once)."""
+    from bot.render import discord_sources
+    from rag.answer.types import Citation
+
+    c = Citation(1, "n1", "番茄炒蛋", "菜谱", "", "file:///srv/notes/%E8%8F%9C%E8%B0%B1/a.md", "", 1.0)
+    english = discord_sources([c], "Sources", "How do I cook tomato and egg?")
+    chinese = discord_sources([c], "来源", "番茄炒蛋怎么做？")
+    assert DISCORD_FILES[1] in english and DISCORD_FILES[0] not in english and "/srv/notes/菜谱/a.md" in english
+    assert DISCORD_FILES[0] in chinese and DISCORD_FILES[1] not in chinese

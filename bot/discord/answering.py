@@ -112,9 +112,9 @@ async def _deliver(interaction: discord.Interaction, asked: asking.Asked, privat
                    sent: list[discord.WebhookMessage]) -> None:
     answer = asked.answer
     if answer.citations:
-        sources = discord_sources(answer.citations, label(answer.question, "sources"))
+        sources = discord_sources(answer.citations, label(answer.question, "sources"), answer.question)
     else:
-        sources = discord_sources(answer.closest, label(answer.question, "closest"))
+        sources = discord_sources(answer.closest, label(answer.question, "closest"), answer.question)
     body = discord_plain_links(answer.shown, NoteLinks(answer.citations)) + "".join(
         f"\n\n*{n}*" for n in (answer.notice, notice) if n)
     embeds = embeds_for(body, sources)
