@@ -4,6 +4,7 @@ LLM tier working (or not) in between, and what the box spends while nobody asks.
     .venv/bin/leanote-rag --config C index                # once: the notes indexed, the LLM jobs queued
     .venv/bin/python bench/serve_hour.py --config C --llm-pid PID [--minutes 60] [--every 180]
                                          [--questions ../shared/eval/dev.jsonl] [--key NAME]
+    .venv/bin/python bench/serve_hour.py --tiny          # a minute: the sample notes, the fake Ollama (a smoke run)
 
 ``C`` names a real Ollama (or ``../shared/real-llm``'s server, whose process is ``--llm-pid``).
 The script starts ``leanote-rag --config C serve``, asks one question of the dev set every
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -34,9 +36,11 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: E402
+
 BIN = Path(sys.executable).parent / "leanote-rag"
-RESULTS = REPO / "bench" / "serve_hour_results.json"
+RESULTS = "serve_hour_results.json"
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
@@ -75,15 +79,53 @@ def ask(config: str, q: dict, into: list, busy: threading.Event) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--llm-pid", type=int, required=True, help="the LLM server's process")
+    ap.add_argument("--config")
+    ap.add_argument("--llm-pid", type=int, help="the LLM server's process")
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--every", type=float, default=180.0, help="seconds between two questions")
     ap.add_argument("--sample", type=float, default=15.0, help="seconds between two readings")
-    ap.add_argument("--questions", default=str(REPO.parent.parent / "shared" / "eval" / "dev.jsonl"))
+    ap.add_argument("--questions", help="questions in the dev set's form (default: the shared dev set)")
     ap.add_argument("--key", default="serve hour")
+    ap.add_argument("--tiny", action="store_true", help="the sample notes and the fake Ollama, for a minute")
     args = ap.parse_args(argv)
+    if args.tiny:
+        return tiny(args)
+    if not args.config or not args.llm_pid:
+        ap.error("--config and --llm-pid are needed (or --tiny)")
+    return run(args)
 
+
+def tiny(args) -> int:
+    """The same on the sample notes with the fake Ollama (this process is its server), indexed
+    into a temporary folder: half a minute, a question every 10 s."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from fakes.ollama import FakeOllama
+
+    shared = tiny_world()
+    folder = Path(tempfile.mkdtemp(prefix="lr-serve-hour-"))
+    with FakeOllama(models=("qwen2.5:7b-instruct",), speed=(2000.0, 200.0)) as ollama:
+        config = folder / "tiny.yaml"
+        backup = shared / "corpus" / "mongodump" / BACKUP_NAME
+        config.write_text(f"source: {{kind: mongodump, path: '{backup}'}}\n"
+                          f"state_dir: '{folder / 'state'}'\nrerank: {{kind: none}}\n"
+                          f"ollama: {{host: '{ollama.url}', model: 'qwen2.5:7b-instruct'}}\nmemory: {{llm: 'on'}}\n"
+                          "api: {enabled: true}\n", encoding="utf-8")
+        done = subprocess.run([str(BIN), "--config", str(config), "index"], capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode != 0:
+            print(done.stderr[-2000:])
+            return 1
+        args.config, args.llm_pid = str(config), os.getpid()
+        args.minutes, args.every, args.sample = 0.5, 10.0, 2.0
+        args.questions = str(shared / "eval" / "dev.jsonl")
+        args.key = "tiny"
+        return run(args, tiny=True)
+
+
+def run(args, tiny: bool = False) -> int:
+    args.questions = args.questions or str(shared() / "eval" / "dev.jsonl")
     questions = [json.loads(line) for line in Path(args.questions).read_text(encoding="utf-8").splitlines() if line]
     llm = psutil.Process(args.llm_pid)
     daemon = subprocess.Popen([str(BIN), "--config", args.config, "serve"], stdout=subprocess.DEVNULL,
@@ -102,7 +144,7 @@ def main(argv=None) -> int:
     busy = threading.Event()
     start = time.time()
     end = start + args.minutes * 60
-    next_q, n = start + 30, 0
+    next_q, n = start + min(30.0, args.every), 0
     last = (time.time(), cpu_seconds(proc), cpu_seconds(llm), busy.is_set())
     worker = None
     while time.time() < end:
@@ -156,9 +198,10 @@ def main(argv=None) -> int:
         "asked": asked,
     }
     print(json.dumps({k: v for k, v in result.items() if k != "asked"}, indent=1))
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    out = results_file(RESULTS, tiny)
+    results = json.loads(out.read_text()) if out.exists() else {}
     results[args.key] = result
-    RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     return 0
 
 
