@@ -160,7 +160,7 @@ def run(args, tiny: bool = False) -> int:
         report = status(args.config) or {}
         llm_counts = ((report.get("memory") or {}).get("llm") or {})
         wall = now - last[0]
-        samples.append({"t": round(now - start), "asking": busy.is_set() or last[3],
+        samples.append({"t": round(now - start), "asking": busy.is_set() or last[3], "load": os.getloadavg()[0],
                         "daemon_core": round((d_cpu - last[1]) / wall, 3), "llm_core": round((l_cpu - last[2]) / wall, 3),
                         "pending": llm_counts.get("jobs_pending"), "done_last_hour": llm_counts.get("done_last_hour"),
                         "worker": llm_counts.get("worker")})
@@ -192,7 +192,7 @@ def run(args, tiny: bool = False) -> int:
         "worker_text": last_worker.get("text"),
         "pending_start": samples[0]["pending"] if samples else None,
         "pending_end": samples[-1]["pending"] if samples else None,
-        "quiet_samples": len(quiet),
+        "quiet_samples": len(quiet), "load_mean": core(samples, "load"),
         "quiet_daemon_core": core(quiet, "daemon_core"), "quiet_llm_core": core(quiet, "llm_core"),
         "sigterm_stop_s": round(stopped, 1),
         "asked": asked,
