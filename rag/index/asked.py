@@ -1,0 +1,180 @@
+"""Written questions: the questions a note answers, written ahead of time by the LLM.
+
+A question that does not use the note's words (a paraphrase, or English about a Chinese
+note) is hard for both retrievers; the note's own questions, written once per note in
+the background, are in the asker's words more often than the note is. They are indexed as
+extra entries pointing to the note (``rag.index.retrieve``, "Written questions") and are
+never shown or cited: the chunk they point to is.
+
+One call per note: its title, its heading outline and its first lines (``digest``), never
+more than ``DIGEST_CHARS``, so a long note costs what a short one does. The reply is a JSON
+object (Ollama's ``format``): ``questions`` in the note's language and ``english``. What a
+small model writes is checked (``check``), never trusted:
+
+- a reply that is not the object, or that ran to the output cap (``OUTPUT_TOKENS``: rambling),
+  is dropped whole;
+- a question that is empty, too long, not a question (no question mark), repeats the prompt (the instructions, the title, the
+  digest's labels), is in the wrong language (a Chinese note's questions
+  hold CJK; the English ones hold none), or repeats another, is dropped;
+- nothing left: the generation is dropped.
+
+Every drop is counted with its reason (``Written.dropped``); a dropped generation writes no
+entry. What the call cost (tokens, as the server reported them) comes back too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable
+
+from rag.speed import Usage
+
+PER_LANGUAGE = 4  # asked for: this many in the note's language, this many in English
+DIGEST_CHARS = 900  # what the model reads of a note (title, outline, first lines)
+OUTLINE_CHARS = 400
+OUTPUT_TOKENS = 400  # a reply that reaches it is rambling, and dropped
+MAX_QUESTION_CHARS = 160
+MIN_QUESTION_CHARS = 4
+CJK_NOTE = 30
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "questions": {"type": "array", "items": {"type": "string"}},
+        "english": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["questions", "english"],
+}
+SYSTEM = f"""You read the start of one note from a person's own notes (technical notes, recipes; mostly Chinese).
+Write the questions this note answers, as the person would ask them months later without remembering the note's words: \
+everyday words, not the note's headings copied. Each is one short question ending with a question mark.
+Reply with JSON only: "questions": {PER_LANGUAGE} questions in the note's language (Chinese for a Chinese note); \
+"english": {PER_LANGUAGE} questions in English.
+Example for a note on frying tomatoes with eggs: {{"questions": ["番茄炒蛋的鸡蛋要先炒吗？", "炒蛋怎么才嫩？"], \
+"english": ["Do I fry the eggs before the tomatoes?", "How do I keep scrambled eggs soft?"]}}"""
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN = re.compile(r"[A-Za-z]")
+_SPACES = re.compile(r"\s+")
+
+Stream = Callable[..., AsyncIterator[str]]  # (prompt, usage, options, format=..., timeout=...)
+
+
+@dataclass
+class Written:
+    """One note's written questions, or why there are none."""
+
+    questions: list[str] = field(default_factory=list)  # in the note's language, then English
+    english: int = 0  # how many of ``questions`` (the last ones) are the English ones
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count (questions, or "generation")
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.questions)
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    def stats(self) -> dict:
+        return {"questions": len(self.questions), "english": self.english, "dropped": dict(self.dropped),
+                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                "seconds": round(self.seconds, 3)}
+
+
+def chinese(text: str) -> bool:
+    """Is a note written in Chinese? (At least ``CJK_NOTE`` CJK characters, or a tenth of them
+    in its prose's letters: code and names in Latin letters do not make it an English note.)"""
+    cjk = len(_CJK.findall(text))
+    return cjk >= CJK_NOTE or cjk * 10 > len(_LATIN.findall(text))
+
+
+def digest(title: str, chunks, limit: int = DIGEST_CHARS) -> str:
+    """What the model reads of a note: its title, its outline (the chunks' heading paths,
+    each once, cut at ``OUTLINE_CHARS``) and its first lines, ``limit`` characters in all."""
+    outline: list[str] = []
+    for c in chunks:
+        head = " > ".join(h for h in c.heading_path if h.strip() != title.strip())
+        if head and head not in outline:
+            outline.append(head)
+    lines = "\n".join(f"- {h}" for h in outline)[:OUTLINE_CHARS]
+    head = f"Title: {title}\n" + (f"Outline:\n{lines}\n" if lines else "")
+    body = "\n".join(c.text for c in chunks)
+    return head + "Start:\n" + body[: max(0, limit - len(head))]
+
+
+def prompt(title: str, chunks) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": digest(title, chunks)}]
+
+
+def _flat(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+def check(reply: str, note_text: str, title: str, usage: Usage | None = None,
+          cap: int = OUTPUT_TOKENS) -> Written:
+    """A reply's questions, checked (module docstring)."""
+    out = Written()
+    if usage is not None:
+        out.prompt_tokens, out.output_tokens = usage.prompt_tokens, usage.output_tokens
+        if usage.output_tokens >= cap:
+            out.drop("generation: ran to the output cap")
+            return out
+    try:
+        data = json.loads(reply)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list) \
+            or not isinstance(data.get("english"), list):
+        out.drop("generation: not the schema's object")
+        return out
+    zh = chinese(f"{title}\n{note_text}")
+    echoes = {_flat(title).casefold()} | {_flat(line).casefold() for line in SYSTEM.splitlines()}
+    seen: set[str] = set()
+    kept: dict[str, list[str]] = {"questions": [], "english": []}
+    for key in ("questions", "english"):
+        for q in data[key][: 2 * PER_LANGUAGE]:
+            q = _flat(q) if isinstance(q, str) else ""
+            key_q = q.casefold().rstrip("?？")
+            if len(q) < MIN_QUESTION_CHARS:
+                out.drop("empty")
+            elif len(q) > MAX_QUESTION_CHARS:
+                out.drop("too long")
+            elif q.casefold() in echoes or key_q in echoes or any(s in q for s in ("Title:", "Outline:", "Start:")):
+                out.drop("echo")
+            elif not q.endswith(("?", "？")):
+                out.drop("not a question")
+            elif (key == "english" or not zh) and _CJK.search(q) or key == "questions" and zh and not _CJK.search(q):
+                out.drop("language")
+            elif key_q in seen:
+                out.drop("repeated")
+            else:
+                seen.add(key_q)
+                kept[key].append(q)
+        extra = len(data[key]) - 2 * PER_LANGUAGE
+        if extra > 0:
+            out.drop("too many", extra)
+    if not kept["questions"] and not kept["english"]:
+        out.drop("generation: nothing usable")
+        return out
+    out.questions = kept["questions"] + kept["english"]
+    out.english = len(kept["english"])
+    return out
+
+
+async def write(stream: Stream, title: str, chunks, *, timeout: float | None = None,
+                clock: Callable[[], float] | None = None) -> Written:
+    """The questions one note answers: one call, checked."""
+    import time
+
+    clock = clock or time.monotonic
+    started = clock()
+    usage = Usage()
+    reply = "".join([p async for p in stream(prompt(title, chunks), usage,
+                                             {"num_predict": OUTPUT_TOKENS, "temperature": 0},
+                                             format=SCHEMA, timeout=timeout)])
+    out = check(reply, "\n".join(c.text for c in chunks), title, usage)
+    out.seconds = clock() - started
+    return out
