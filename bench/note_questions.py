@@ -28,6 +28,7 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -100,7 +101,15 @@ def cmd_generate(args) -> None:
     from rag.index.chunk import chunk_text
     from rag.index.clean import clean
 
-    todo = [n for n in ordered(notes, args.order) if done.get(n.id, {}).get("content_hash") != n.content_hash()]
+    order = ordered(notes, args.order)
+    if args.first:  # these next after the gold notes (e.g. the notes dev questions find besides their gold ones)
+        first = json.loads(Path(args.first).read_text())
+        at = {n: i for i, n in enumerate(first)}
+        gold = set(gold_notes()) if args.order == "dev" else set()
+        order = ([n for n in order if n.id in gold] + sorted([n for n in order if n.id in at and n.id not in gold],
+                                                             key=lambda n: at[n.id])
+                 + [n for n in order if n.id not in at and n.id not in gold])
+    todo = [n for n in order if done.get(n.id, {}).get("content_hash") != n.content_hash()]
     if args.only:
         wanted = set(args.only.split(","))
         todo = [n for n in todo if n.id in wanted]
@@ -108,10 +117,14 @@ def cmd_generate(args) -> None:
     print(f"{len(done)} in the cache, {len(todo)} to write", flush=True)
     with cache.open("a", encoding="utf-8") as out:
         for i, note in enumerate(todo, 1):
+            if args.others and any(r.get("content_hash") == note.content_hash()
+                                   for r in [read_cache(Path(o)).get(note.id, {}) for o in args.others.split(",")]):
+                continue  # written by another run (two models sharing the work)
             chunks = chunk_text(clean(note.content, note.is_markdown), settings.chunking)
             started = time.perf_counter()
             try:
-                written = asyncio.run(asked.write(stream, note.title, chunks, timeout=args.timeout))
+                written = asyncio.run(asked.write(stream, asked.digest(note.title, chunks), note.title,
+                                                  timeout=args.timeout))
                 error = None
             except Exception as err:  # a timeout: counted, the note written next run
                 written, error = asked.Written(), f"{type(err).__name__}: {err}"
@@ -125,6 +138,110 @@ def cmd_generate(args) -> None:
                   f"q={len(written.questions)} drop={written.dropped} {note.title[:30]}", flush=True)
 
 
+def slice_ids(cache: dict[str, dict], notes: list[Note], limit: int = 0) -> set[str]:
+    """The notes a sweep indexes: the gold notes and the notes the cache has, the first
+    ``limit`` of them in the generation's order (0: all)."""
+    order = [n.id for n in ordered(notes, "dev") if n.id in cache]
+    return set(order[:limit] if limit else order) | set(gold_notes())
+
+
+def _grouped(report) -> dict:
+    out = {"hit@5": round(report.hit5, 3), "mrr@10": round(report.mrr10, 3), "p50_ms": report.p50_ms}
+    for kind in sorted({o.type for o in report.outcomes if o.recall5 is not None}):
+        group = [o for o in report.outcomes if o.type == kind and o.recall5 is not None]
+        hits = [o for o in group if o.hit5 is not None]
+        out[kind] = {"n": len(group), "hit@5": round(sum(bool(o.hit5) for o in hits) / max(1, len(hits)), 3),
+                     "mrr@10": round(sum(o.rr10 for o in group) / len(group), 3)}
+    return out
+
+
+def cmd_sweep(args) -> None:
+    import os
+    import shutil
+
+    from rag.eval import evaluate
+    from rag.index.points import asked_user
+    from rag.index.retrieve import search
+    from sync.indexer import Indexer
+    from sync.state import State
+
+    cache: dict[str, dict] = {}
+    for one in reversed(args.cache.split(",")):  # the first named wins
+        cache.update({n: r for n, r in read_cache(Path(one)).items() if not r.get("error")})
+    state_dir = Path(args.state)
+    settings = settings_for(state_dir)
+    notes = [item for item in open_source(settings).notes() if isinstance(item, Note)]
+    keep = slice_ids(cache, notes, args.limit)
+    kept = [n for n in notes if n.id in keep and n.searchable]
+    if args.fresh and state_dir.exists():
+        shutil.rmtree(state_dir)
+    dev = load_questions(dev_set())
+    english = load_questions(DEV_EN)
+    results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
+               "cache": args.cache, "models": dict(Counter(r["model"] for r in cache.values())),
+               "notes": len(kept), "gold_notes": len(set(gold_notes())),
+               "written": sum(1 for n in kept if cache.get(n.id, {}).get("questions")), "variants": {}}
+    state = State(settings.state_dir)
+    try:
+        with NoteIndex.open(settings, create=True) as index:
+            Indexer(index, state, open_source(settings).name).run(kept)
+            chunks = sum(index.store.count_by_user().values())
+            results["chunks"] = chunks
+
+            def put(per_language: int | None) -> int:
+                total = 0
+                for n in kept:
+                    row = cache.get(n.id)
+                    qs = list(row.get("questions_text") or []) if row and row["content_hash"] == n.content_hash() else []
+                    if per_language is not None:
+                        english_n = row.get("english", 0) if row else 0
+                        own, eng = qs[: len(qs) - english_n], qs[len(qs) - english_n:]
+                        qs = own[:per_language] + eng[:per_language]
+                    total += asked.index_questions(index, n.id, n.user_id, n.content_hash(), qs)
+                return total
+
+            def run(label: str, weight: float) -> dict:
+                cfg = index.settings.retrieval.model_copy(update={"questions_weight": weight})
+                view = NoteIndex(index.settings.model_copy(update={"retrieval": cfg}), index.store, index.embedder,
+                                 index.index_id)
+
+                def searcher(question, user_id, k, retriever):
+                    return search(view, question, user_id, k, retriever=retriever)
+
+                row = {}
+                for name, qs in (("dev", dev), ("english", english)):
+                    reports, _ = evaluate(searcher, qs, retrievers=("hybrid",))
+                    row[name] = _grouped(reports[0])
+                    row[name]["hits"] = sorted(o.id for o in reports[0].outcomes if o.hit5)
+                print(label, json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "hits"} for k, v in row.items()},
+                                        ensure_ascii=False), flush=True)
+                return row
+
+            results["variants"]["off"] = run("off", 0.0)
+            for per in [int(x) if x != "all" else None for x in args.per.split(",")]:
+                n_points = put(per)
+                size = sum(f.stat().st_size for f in (state_dir / "qdrant").rglob("*") if f.is_file())
+                for w in [float(x) for x in args.weights.split(",")]:
+                    label = f"per={per or 'all'} weight={w}"
+                    row = run(label, w)
+                    row["question_points"] = n_points
+                    row["index_bytes"] = size
+                    results["variants"][label] = row
+            counts = index.store.count_by_user()
+            results["question_points_users"] = {u: index.store.note_ids(asked_user(u)).__len__() for u in counts}
+    finally:
+        state.close()
+    base = results["variants"]["off"]
+    for label, row in results["variants"].items():
+        for name in ("dev", "english"):
+            row[name]["lost"] = sorted(set(base[name]["hits"]) - set(row[name]["hits"]))
+            row[name]["gained"] = sorted(set(row[name]["hits"]) - set(base[name]["hits"]))
+    results["load_avg_end"] = os.getloadavg()
+    out = Path(args.out) if args.out else results_file("note_questions_results.json", False)
+    out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    print("written", out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -136,10 +253,22 @@ def main(argv=None) -> None:
     g.add_argument("--order", choices=("dev", "seeded"), default="dev")
     g.add_argument("--limit", type=int, default=0)
     g.add_argument("--only", default="")
+    g.add_argument("--first", default="", help="a JSON list of note ids to write after the gold notes")
+    g.add_argument("--others", default="", help="caches of other runs: a note they hold is skipped")
     g.add_argument("--timeout", type=float, default=600.0)
+    w = sub.add_parser("sweep")
+    w.add_argument("--cache", required=True)
+    w.add_argument("--state", default="/tmp/lr-q-sweep")
+    w.add_argument("--limit", type=int, default=0, help="notes of the cache, in the generation's order (0: all)")
+    w.add_argument("--per", default="1,2,all", help="questions per language and note (all: as written)")
+    w.add_argument("--weights", default="0.25,0.5,1.0")
+    w.add_argument("--fresh", action="store_true")
+    w.add_argument("--out", default="")
     args = ap.parse_args(argv)
     if args.cmd == "generate":
         cmd_generate(args)
+    elif args.cmd == "sweep":
+        cmd_sweep(args)
     else:
         ap.print_help()
 

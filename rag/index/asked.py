@@ -105,17 +105,17 @@ def digest(title: str, chunks, limit: int = DIGEST_CHARS) -> str:
     return head + "Start:\n" + body[: max(0, limit - len(head))]
 
 
-def prompt(title: str, chunks) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": digest(title, chunks)}]
+def prompt(digest_text: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": digest_text}]
 
 
 def _flat(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
-def check(reply: str, note_text: str, title: str, usage: Usage | None = None,
+def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
           cap: int = OUTPUT_TOKENS) -> Written:
-    """A reply's questions, checked (module docstring)."""
+    """A reply's questions, checked (module docstring); ``digest_text``: what the model read."""
     out = Written()
     if usage is not None:
         out.prompt_tokens, out.output_tokens = usage.prompt_tokens, usage.output_tokens
@@ -130,7 +130,7 @@ def check(reply: str, note_text: str, title: str, usage: Usage | None = None,
             or not isinstance(data.get("english"), list):
         out.drop("generation: not the schema's object")
         return out
-    zh = chinese(f"{title}\n{note_text}")
+    zh = chinese(digest_text)
     echoes = {_flat(title).casefold()} | {_flat(line).casefold() for line in SYSTEM.splitlines()}
     seen: set[str] = set()
     kept: dict[str, list[str]] = {"questions": [], "english": []}
@@ -164,17 +164,105 @@ def check(reply: str, note_text: str, title: str, usage: Usage | None = None,
     return out
 
 
-async def write(stream: Stream, title: str, chunks, *, timeout: float | None = None,
+async def write(stream: Stream, digest_text: str, title: str, *, timeout: float | None = None,
                 clock: Callable[[], float] | None = None) -> Written:
-    """The questions one note answers: one call, checked."""
+    """The questions one note answers, from its ``digest``: one call, checked."""
     import time
 
     clock = clock or time.monotonic
     started = clock()
     usage = Usage()
-    reply = "".join([p async for p in stream(prompt(title, chunks), usage,
+    reply = "".join([p async for p in stream(prompt(digest_text), usage,
                                              {"num_predict": OUTPUT_TOKENS, "temperature": 0},
                                              format=SCHEMA, timeout=timeout)])
-    out = check(reply, "\n".join(c.text for c in chunks), title, usage)
+    out = check(reply, digest_text, title, usage)
     out.seconds = clock() - started
     return out
+
+
+# --- in the index ----------------------------------------------------------------------------
+#
+# A note's written questions are points of the person's questions tenant (``points.asked_user``),
+# ids ``asked_point_id(note, n)``, each with the note's id, the question, the content hash it was
+# written from and the chunk it points to: the note's chunk nearest to it (dense). A search finds
+# them as it finds chunks (dense and BM25, BM25's IDF over the person's questions) and counts each
+# hit for its chunk (``rankings``): the chunk is what is shown and cited, the question never.
+
+
+def index_questions(index, note_id: str, user_id: str, content_hash: str, questions: list[str]) -> int:
+    """Put a note's written questions in the index in place of its old ones (none: they go).
+    ``index``: a ``rag.index.note_index.NoteIndex``. How many were written."""
+    from rag.index.lexical import document_vector
+    from rag.index.points import MAX_ASKED, PointData, asked_point_id, asked_point_ids, asked_user
+
+    questions = list(questions)[:MAX_ASKED]
+    points = []
+    if questions:
+        vectors = index.embed_query(questions)
+        nearest = index.store.nearest(list(vectors), user_id, 1, note_ids=[note_id])
+        for n, (q, vec, near) in enumerate(zip(questions, vectors, nearest)):
+            if not near:  # the note has no chunk (any more): nothing to point to
+                continue
+            payload = {"user_id": asked_user(user_id), "note_id": note_id, "kind": "question", "text": q,
+                       "chunk_id": near[0].id, "content_hash": content_hash}
+            points.append(PointData(asked_point_id(note_id, n), vec, document_vector(q, index.settings.bm25), payload))
+    index.store.upsert(points)
+    index.store.delete([pid for pid in asked_point_ids(note_id) if pid not in {p.id for p in points}])
+    return len(points)
+
+
+def unindex_questions(store, note_ids) -> None:
+    """The notes' written questions leave the index (``store``: a ``rag.index.store.Store``)."""
+    from rag.index.points import asked_point_ids
+
+    ids = [pid for n in note_ids for pid in asked_point_ids(n)]
+    if ids:
+        store.delete(ids)
+
+
+def align(index, rows: dict[str, tuple[str, str, list[str]]], users) -> tuple[int, int]:
+    """The index's question points in line with the written questions' rows (``MemoryStore.
+    asked_rows``: the truth): a note with questions and no points gets them, a note with points
+    and no questions loses them (``users``: whose tenants to look at). After a kill between
+    the row's commit and the points' write, or a note removed meanwhile. (added, removed)"""
+    from rag.index.points import asked_user
+
+    held: set[str] = set()
+    for user in users:
+        held |= index.store.note_ids(asked_user(user))
+    wanted = {n for n, (_, _, qs) in rows.items() if qs}
+    added = 0
+    for note_id in sorted(wanted - held):
+        user, content_hash, qs = rows[note_id]
+        added += bool(index_questions(index, note_id, user, content_hash, qs))
+    gone = sorted(held - wanted)
+    unindex_questions(index.store, gone)
+    return added, len(gone)
+
+
+def rankings(store, dense, sparse, user_id: str, limit: int, hnsw_ef: int = 128) -> dict:
+    """The written questions' candidates for a query, each counted for its chunk (the best
+    question of a chunk), as two more rankings: ``asked_dense`` and ``asked_sparse``. A
+    question whose chunk is gone, or was indexed from another text, counts for nothing."""
+    from rag.index.points import Ranked, asked_user
+
+    found_dense, found_sparse = store.search(dense, sparse, asked_user(user_id), limit, hnsw_ef)
+    ids = list({c.id for c in found_dense + found_sparse})
+    if not ids:
+        return {}
+    asked = store.payloads(ids)
+    chunks = store.payloads(list({p["chunk_id"] for p in asked.values() if p.get("chunk_id")}))
+
+    def mapped(found) -> list:
+        out, seen = [], set()
+        for c in found:
+            p = asked.get(c.id) or {}
+            chunk = chunks.get(p.get("chunk_id"))
+            if chunk is None or chunk.get("user_id") != user_id or chunk.get("content_hash") != p.get("content_hash") \
+                    or p["chunk_id"] in seen:
+                continue
+            seen.add(p["chunk_id"])
+            out.append(Ranked(p["chunk_id"], c.score, c.note_id))
+        return out
+
+    return {"asked_dense": mapped(found_dense), "asked_sparse": mapped(found_sparse)}
