@@ -384,13 +384,17 @@ class MemoryJobs:
             self._partial = {key: []}  # the last job's only: another job's sections go
             replies = self._partial[key]
         before = len(replies)
+        preempted = False
         try:
-            result = await self._preemptible(lambda: extract_mod.extract(
+            return await self._preemptible(lambda: extract_mod.extract(
                 self.answers._stream, job["text"], job["title"], timeout=self.settings.ollama.timeout, replies=replies))
+        except Preempted:
+            preempted = True  # the sections read are kept for the next try
+            raise
         finally:
             self.sections_done += len(replies) - before
-        self._partial.pop(key, None)
-        return result
+            if not preempted:
+                self._partial.pop(key, None)
 
     async def _preemptible(self, work: Callable):
         """``work()``'s result, its task cancelled (``Preempted``) as soon as an answer wants the LLM."""

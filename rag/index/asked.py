@@ -101,8 +101,9 @@ def digest(title: str, chunks, limit: int = DIGEST_CHARS) -> str:
             outline.append(head)
     lines = "\n".join(f"- {h}" for h in outline)[:OUTLINE_CHARS]
     head = f"Title: {title}\n" + (f"Outline:\n{lines}\n" if lines else "")
+    head += "Start:\n"
     body = "\n".join(c.text for c in chunks)
-    return head + "Start:\n" + body[: max(0, limit - len(head))]
+    return head + body[: max(0, limit - len(head))]
 
 
 def prompt(digest_text: str) -> list[dict]:
