@@ -242,6 +242,83 @@ def cmd_sweep(args) -> None:
     print("written", out)
 
 
+ANSWER_PROMPT = [{"role": "system", "content": "Answer in one short sentence."},
+                 {"role": "user", "content": "线程池的核心线程数和最大线程数有什么区别？"}]
+
+
+def cmd_preempt(args) -> None:
+    """An answer's first token, alone and while the memory's worker writes a note's questions
+    (the real worker, the real LLM): the worker gives way the moment the answer wants the LLM;
+    what the answer waits longer is the server's stop (one prompt chunk or one token)."""
+    import tempfile
+    from statistics import median
+
+    from rag.answer.service import AnswerService
+    from rag.index.chunk import chunk_text
+    from rag.index.clean import clean
+    from rag.llm import OllamaChat
+    from rag.memory.store import MemoryStore
+    from sync.memory_jobs import MemoryJobs
+
+    tmp = Path(tempfile.mkdtemp(prefix="lr-preempt-"))
+    settings = settings_for(tmp, ollama={"host": args.host, "model": args.model, "timeout": 600},
+                            answer={"first_token_budget": 300},
+                            memory={"enabled": True, "llm": "off", "questions": "on"})
+    notes = [n for n in open_source(settings).notes() if isinstance(n, Note) and n.searchable]
+    store = MemoryStore(tmp / "memory.sqlite")
+    chat = OllamaChat(settings.ollama)
+    answers = AnswerService(settings, index=None, chat=chat)
+    jobs = MemoryJobs(settings, lambda: store, answers, poll=0.05, quiet=0.0)
+
+    async def first_token() -> tuple[float, float]:
+        """(seconds to the answer's first token from when it wanted the LLM, seconds per written token)."""
+        from rag.speed import Usage
+        usage = Usage()
+        async with answers.llm_slot():
+            t = time.perf_counter()
+            first = None
+            async for _ in chat.stream(ANSWER_PROMPT, usage=usage, options={"num_predict": 24, "temperature": 0}):
+                first = first or time.perf_counter() - t
+        return first, (usage.output_seconds / usage.output_tokens if usage.output_tokens else 0.0)
+
+    async def scenario() -> dict:
+        rows = []
+        for trial, note in enumerate(notes[: args.trials]):
+            chunks = chunk_text(clean(note.content, note.is_markdown), settings.chunking)
+            payload = json.dumps({"digest": asked.digest(note.title, chunks), "title": note.title}, ensure_ascii=False)
+            for interrupted in (False, True):
+                h = f"{note.content_hash()}-{trial}-{interrupted}"
+                store.replace_note(note.user_id, note.id, h, [], asked_job=payload)
+                step = asyncio.create_task(jobs.step())
+                if interrupted:
+                    await asyncio.sleep(args.after)  # the questions' call is reading or writing by now
+                else:
+                    await step  # it ends first: the answer alone (the KV cache as after a questions call)
+                alone = step.done() and not interrupted
+                ft, per_token = await first_token()
+                await step
+                rows.append({"note": note.id, "interrupted": interrupted, "first_token_s": round(ft, 3),
+                             "s_per_token": round(per_token, 3), "alone": alone})
+                print(rows[-1], flush=True)
+        base = [r["first_token_s"] for r in rows if not r["interrupted"]]
+        cut = [r["first_token_s"] for r in rows if r["interrupted"]]
+        step_s = median(r["s_per_token"] for r in rows if r["s_per_token"])
+        return {"model": args.model, "trials": len(base), "after_s": args.after, "rows": rows,
+                "first_token_alone_p50_s": round(median(base), 3), "first_token_interrupting_p50_s": round(median(cut), 3),
+                "delay_p50_s": round(median(c - b for b, c in zip(base, cut)), 3),
+                "delay_max_s": round(max(c - b for b, c in zip(base, cut)), 3),
+                "generation_step_s": round(step_s, 3), "preempted": jobs.asked["preempted"],
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+    try:
+        out = asyncio.run(scenario())
+    finally:
+        answers.close()
+        store.close()
+    print(json.dumps({k: v for k, v in out.items() if k != "rows"}))
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -264,8 +341,16 @@ def main(argv=None) -> None:
     w.add_argument("--weights", default="0.25,0.5,1.0")
     w.add_argument("--fresh", action="store_true")
     w.add_argument("--out", default="")
+    p = sub.add_parser("preempt")
+    p.add_argument("--host", default="http://127.0.0.1:11436")
+    p.add_argument("--model", default="qwen2.5-coder:0.5b-instruct")
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--after", type=float, default=4.0, help="seconds into the questions' call the answer comes")
+    p.add_argument("--out", default=str(REPO / "bench" / "note_questions_preempt.json"))
     args = ap.parse_args(argv)
-    if args.cmd == "generate":
+    if args.cmd == "preempt":
+        cmd_preempt(args)
+    elif args.cmd == "generate":
         cmd_generate(args)
     elif args.cmd == "sweep":
         cmd_sweep(args)

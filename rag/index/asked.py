@@ -34,7 +34,7 @@ from rag.speed import Usage
 PER_LANGUAGE = 4  # asked for: this many in the note's language, this many in English
 DIGEST_CHARS = 900  # what the model reads of a note (title, outline, first lines)
 OUTLINE_CHARS = 400
-OUTPUT_TOKENS = 400  # a reply that reaches it is rambling, and dropped
+OUTPUT_TOKENS = 256  # a reply that reaches it is rambling, and dropped (a good one is 40-150)
 MAX_QUESTION_CHARS = 160
 MIN_QUESTION_CHARS = 4
 CJK_NOTE = 30
