@@ -173,8 +173,10 @@ def cmd_sweep(args) -> None:
     notes = [item for item in open_source(settings).notes() if isinstance(item, Note)]
     keep = slice_ids(cache, notes, args.limit)
     kept = [n for n in notes if n.id in keep and n.searchable]
-    if args.fresh and state_dir.exists():
+    if (args.fresh or args.copy) and state_dir.exists():
         shutil.rmtree(state_dir)
+    if args.copy:  # an index of the whole corpus: copied, the notes outside the slice taken out
+        shutil.copytree(args.copy, state_dir, ignore=shutil.ignore_patterns("*.lock"))
     dev = load_questions(dev_set())
     english = load_questions(DEV_EN)
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
@@ -184,7 +186,11 @@ def cmd_sweep(args) -> None:
     state = State(settings.state_dir)
     try:
         with NoteIndex.open(settings, create=True) as index:
-            Indexer(index, state, open_source(settings).name).run(kept)
+            if args.copy:
+                for note_id in sorted(index.store.note_ids() - keep):
+                    index.delete_note(note_id)
+            else:
+                Indexer(index, state, open_source(settings).name).run(kept)
             chunks = sum(index.store.count_by_user().values())
             results["chunks"] = chunks
 
@@ -340,6 +346,7 @@ def main(argv=None) -> None:
     w.add_argument("--per", default="1,2,all", help="questions per language and note (all: as written)")
     w.add_argument("--weights", default="0.25,0.5,1.0")
     w.add_argument("--fresh", action="store_true")
+    w.add_argument("--copy", default="", help="a state folder with the whole corpus indexed: copied, then sliced")
     w.add_argument("--out", default="")
     p = sub.add_parser("preempt")
     p.add_argument("--host", default="http://127.0.0.1:11436")

@@ -275,6 +275,15 @@ class MemoryJobs:
         """Write the questions of the job's note (``rag.index.asked``), store them and put them in
         the index; a generation that fails the checks is stored empty (counted, not asked again
         at this text). Gives way to answers as an extraction does."""
+        if not job["digest"]:  # queued without one (``queue_missing_asked``): from the index
+            index = self.index()
+            found = None if index is None else await asyncio.to_thread(asked_mod.digest_from_index, index.store,
+                                                                        job["note_id"])
+            if found is None:
+                await self._failed(memory, job, LeanoteRagError("the note's chunks are not in the index (yet)"),
+                                   "writing the questions")
+                return True
+            job["title"], job["digest"] = found
         try:
             written = await self._preemptible(lambda: asked_mod.write(
                 self.answers._stream, job["digest"], job["title"], timeout=self.settings.ollama.timeout))
@@ -302,25 +311,28 @@ class MemoryJobs:
         return True
 
     async def _align(self, memory: MemoryStore) -> None:
-        """Now and then (at the first job, then every ``OUTLOOK_EVERY``): the index's question
-        points in line with the rows (``rag.index.asked.align``), a kill in between repaired."""
+        """Now and then (at the first job, then every ``OUTLOOK_EVERY``): the notes processed
+        without a job get one (``queue_missing_asked``), and the index's question points are
+        brought in line with the rows (``rag.index.asked.align``): a kill in between repaired."""
         index = self.index()
         if index is None or time.monotonic() - self._aligned_at < OUTLOOK_EVERY:
             return
         self._aligned_at = time.monotonic()
 
-        def work() -> tuple[int, int]:
+        def work() -> tuple[int, int, int]:
+            queued = memory.queue_missing_asked()
             rows = memory.asked_rows()
             users = set(index.store.count_by_user()) | {u for u, _, _ in rows.values()}
-            return asked_mod.align(index, rows, users)
+            return (*asked_mod.align(index, rows, users), queued)
 
         try:
-            added, removed = await asyncio.to_thread(work)
+            added, removed, queued = await asyncio.to_thread(work)
         except Exception as err:  # the index is busy or gone: tried again later
             log.warning("memory: aligning the written questions with the index failed: %s", err)
             return
-        if added or removed:
-            log.info("memory: written questions: %d note(s) put in the index, %d taken out", added, removed)
+        if added or removed or queued:
+            log.info("memory: written questions: %d note(s) put in the index, %d taken out, %d queued (indexed "
+                     "before the questions were on)", added, removed, queued)
 
     def state(self) -> dict:
         """The worker as the status shows it (this run's counts): ``{"done", "failed", "parked",

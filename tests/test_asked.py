@@ -291,3 +291,45 @@ def test_a_written_question_finds_its_note_and_the_chunk_is_what_is_cited(tmp_pa
         rows = {target.note_id: (user, "h", written)}
         assert asked.align(index, rows, [user]) == (1, 0)
         assert asked.align(index, {}, [user]) == (0, 1)
+
+
+def test_notes_indexed_before_the_questions_were_on_get_them_and_a_kill_is_repaired(tmp_path, use_embedder, fake):
+    """The real sync pass over the sample notes (the memory on, the questions off), then a daemon's
+    worker with the questions on: every note is queued, its digest read from the index, its questions
+    stored and indexed; points lost in a kill come back, and a removed note's go."""
+    from conftest import make_settings, run_pass
+    from sync.memory_jobs import MemoryJobs
+
+    settings = make_settings(tmp_path, ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5},
+                             memory={"llm": "off", "questions": "on"})
+    run_pass(make_settings(tmp_path, memory={"llm": "off"}), use_embedder)
+    memory = MemoryStore(tmp_path / "data" / "memory.sqlite")
+    answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
+    try:
+        with NoteIndex.open(settings, embedder=use_embedder) as index:
+            jobs = MemoryJobs(settings, lambda: memory, answers, poll=0.01, quiet=0.0, index=lambda: index)
+            notes = len(memory.hashes())
+            fake.reply_structured(json.dumps({"questions": ["这篇笔记讲的是什么？"], "english": ["What is this note about?"]},
+                                             ensure_ascii=False))
+            assert run(jobs.step()) is True
+            assert memory.asked_counts()["jobs_pending"] == notes - 1
+            (note_id,) = [n for n, (_, _, qs) in memory.asked_rows().items() if qs]
+            (chat,) = fake.structured_chats()
+            assert chat["messages"][-1]["content"].startswith("Title: ")  # the digest, read from the index
+            user = memory.asked_rows()[note_id][0]
+            assert index.store.note_ids(asked_user(user)) == {note_id}
+            # killed after the row, before the points: the next alignment puts them back
+            asked.unindex_questions(index.store, [note_id])
+            jobs._aligned_at = float("-inf")
+            fake.reply_structured(GOOD)
+            assert run(jobs.step()) is True
+            assert note_id in index.store.note_ids(asked_user(user))
+            # the note goes (trashed): its row, and at the next alignment its points
+            memory.remove_note(note_id)
+            jobs._aligned_at = float("-inf")
+            fake.reply_structured(GOOD)
+            assert run(jobs.step()) is True
+            assert note_id not in index.store.note_ids(asked_user(user))
+    finally:
+        answers.close()
+        memory.close()

@@ -212,6 +212,23 @@ def index_questions(index, note_id: str, user_id: str, content_hash: str, questi
     return len(points)
 
 
+def digest_from_index(store, note_id: str, most: int = 64) -> tuple[str, str] | None:
+    """A note's (title, ``digest``) from its chunks in the index (its first ``most``), for a
+    job queued without one (notes indexed before the questions were turned on); None when
+    the note has no chunk there."""
+    from types import SimpleNamespace
+
+    from rag.index.points import point_id
+
+    found = store.payloads([point_id(note_id, i) for i in range(most)])
+    chunks = sorted(found.values(), key=lambda p: p.get("chunk_index", 0))
+    if not chunks:
+        return None
+    title = chunks[0].get("title", "")
+    return title, digest(title, [SimpleNamespace(text=p.get("text", ""), heading_path=tuple(p.get("heading_path") or ()))
+                                 for p in chunks])
+
+
 def unindex_questions(store, note_ids) -> None:
     """The notes' written questions leave the index (``store``: a ``rag.index.store.Store``)."""
     from rag.index.points import asked_point_ids

@@ -37,6 +37,22 @@ class WrittenQuestions:
 
         return self._write(work)
 
+    def queue_missing_asked(self) -> int:
+        """A job for each processed note with neither written questions at its text nor a job
+        (its notes indexed before the questions were turned on): their digest is read from the
+        index when the job runs. How many were queued."""
+        def work(db: sqlite3.Connection) -> int:
+            now = self.clock()
+            cur = db.execute(
+                "INSERT INTO jobs(note_id, kind, user_id, content_hash, attempts, next_try, error, parked, created, "
+                "payload) SELECT n.note_id, ?, n.user_id, n.content_hash, 0, ?, NULL, 0, ?, '{}' FROM notes n "
+                "WHERE NOT EXISTS (SELECT 1 FROM asked a WHERE a.note_id = n.note_id AND a.content_hash = n.content_hash) "
+                "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.note_id = n.note_id AND j.kind = ?)",
+                (ASKED_JOB, now, now, ASKED_JOB))
+            return cur.rowcount
+
+        return self._write(work)
+
     def asked_rows(self) -> dict[str, tuple[str, str, list[str]]]:
         """Every note's written questions: note id -> (user, content hash, questions)."""
         with self._lock:
