@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BACKUP_NAME, REPO, results_file, shared  # noqa: E402
+from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: E402
 
 from rag import config  # noqa: E402
 from rag.eval import load_questions  # noqa: E402
@@ -325,8 +325,39 @@ def cmd_preempt(args) -> None:
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 
+def cmd_tiny() -> None:
+    """``generate`` and ``sweep`` on the sample notes, a stand-in writing each note's questions
+    from its title (tests/fakes/ollama.py behind it), the results in a temporary folder."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from fakes.ollama import FakeOllama, Reply, _content, _pieces
+
+    class Asking(FakeOllama):
+        def unscripted(self, body: dict) -> Reply:
+            if isinstance(body.get("format"), dict):
+                digest_text = _content(body.get("messages") or [], "user", last=True)
+                title = digest_text.split("\n", 1)[0].removeprefix("Title: ").strip()
+                return Reply(_pieces(json.dumps({"questions": [f"{title}怎么做？"], "english": [f"How about {title}?"]},
+                                                ensure_ascii=False)))
+            return super().unscripted(body)
+
+    tiny_world()
+    folder = Path(tempfile.mkdtemp(prefix="lr-tiny-questions-"))
+    cache = folder / "questions.jsonl"
+    with Asking(models=("stand-in",)) as fake:
+        main(["generate", "--host", fake.url, "--model", "stand-in", "--cache", str(cache),
+              "--state", str(folder / "gen"), "--timeout", "30"])
+    main(["sweep", "--cache", str(cache), "--state", str(folder / "sweep"), "--per", "all", "--weights", "0.5",
+          "--out", str(results_file("note_questions_results.json", True))])
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--tiny"]:
+        return cmd_tiny()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes, a stand-in model")
     sub = ap.add_subparsers(dest="cmd")
     g = sub.add_parser("generate")
     g.add_argument("--host", default="http://127.0.0.1:11436")
