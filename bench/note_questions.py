@@ -109,6 +109,9 @@ def cmd_generate(args) -> None:
         order = ([n for n in order if n.id in gold] + sorted([n for n in order if n.id in at and n.id not in gold],
                                                              key=lambda n: at[n.id])
                  + [n for n in order if n.id not in at and n.id not in gold])
+    if args.stride > 1:  # two runs sharing the work: this one's share first, then what is left
+        order = [n for i, n in enumerate(order) if i % args.stride == args.offset] + \
+                [n for i, n in enumerate(order) if i % args.stride != args.offset]
     todo = [n for n in order if done.get(n.id, {}).get("content_hash") != n.content_hash()]
     if args.only:
         wanted = set(args.only.split(","))
@@ -194,17 +197,41 @@ def cmd_sweep(args) -> None:
             chunks = sum(index.store.count_by_user().values())
             results["chunks"] = chunks
 
+            from rag.index.chunk import chunk_text
+            from rag.index.clean import clean
+
+            # each cached generation checked again with this checkout's checks (a cache written
+            # before a check was added keeps nothing it would drop now)
+            checked: dict[str, tuple[list[str], list[str]]] = {}
+            rechecked = Counter()
+            for n in kept:
+                row = cache.get(n.id)
+                if not row or row["content_hash"] != n.content_hash() or not row.get("questions_text"):
+                    continue
+                qs, english_n = row["questions_text"], row.get("english", 0)
+                digest_text = asked.digest(n.title, chunk_text(clean(n.content, n.is_markdown), settings.chunking))
+                w = asked.check(json.dumps({"questions": qs[: len(qs) - english_n], "english": qs[len(qs) - english_n:]},
+                                           ensure_ascii=False), digest_text, n.title)
+                rechecked.update(w.dropped)
+                checked[n.id] = (w.questions[: len(w.questions) - w.english], w.questions[len(w.questions) - w.english:])
+            results["rechecked_dropped"] = dict(rechecked)
+            results["notes_with_questions"] = sum(1 for own, eng in checked.values() if own or eng)
+
             def put(per_language: int | None) -> int:
                 total = 0
                 for n in kept:
-                    row = cache.get(n.id)
-                    qs = list(row.get("questions_text") or []) if row and row["content_hash"] == n.content_hash() else []
+                    own, eng = checked.get(n.id, ([], []))
                     if per_language is not None:
-                        english_n = row.get("english", 0) if row else 0
-                        own, eng = qs[: len(qs) - english_n], qs[len(qs) - english_n:]
-                        qs = own[:per_language] + eng[:per_language]
-                    total += asked.index_questions(index, n.id, n.user_id, n.content_hash(), qs)
+                        own, eng = own[:per_language], eng[:per_language]
+                    total += asked.index_questions(index, n.id, n.user_id, n.content_hash(), own + eng)
                 return total
+
+            rankings = asked.rankings
+
+            def sided(side: str):
+                def only(*a, **kw):
+                    return {k: v for k, v in rankings(*a, **kw).items() if side == "both" or k == f"asked_{side}"}
+                return only
 
             def run(label: str, weight: float) -> dict:
                 cfg = index.settings.retrieval.model_copy(update={"questions_weight": weight})
@@ -223,16 +250,21 @@ def cmd_sweep(args) -> None:
                                         ensure_ascii=False), flush=True)
                 return row
 
+            size = sum(f.stat().st_size for f in (state_dir / "qdrant").rglob("*") if f.is_file())
+            results["index_bytes_off"] = size
             results["variants"]["off"] = run("off", 0.0)
             for per in [int(x) if x != "all" else None for x in args.per.split(",")]:
                 n_points = put(per)
                 size = sum(f.stat().st_size for f in (state_dir / "qdrant").rglob("*") if f.is_file())
-                for w in [float(x) for x in args.weights.split(",")]:
-                    label = f"per={per or 'all'} weight={w}"
-                    row = run(label, w)
-                    row["question_points"] = n_points
-                    row["index_bytes"] = size
-                    results["variants"][label] = row
+                for side in args.sides.split(","):
+                    asked.rankings = sided(side)  # the search's ranking, one side or both
+                    for w in [float(x) for x in args.weights.split(",")]:
+                        label = f"per={per or 'all'} weight={w}" + ("" if side == "both" else f" {side} only")
+                        row = run(label, w)
+                        row["question_points"] = n_points
+                        row["index_bytes"] = size
+                        results["variants"][label] = row
+                asked.rankings = rankings
             counts = index.store.count_by_user()
             results["question_points_users"] = {u: index.store.note_ids(asked_user(u)).__len__() for u in counts}
     finally:
@@ -369,6 +401,8 @@ def main(argv=None) -> None:
     g.add_argument("--only", default="")
     g.add_argument("--first", default="", help="a JSON list of note ids to write after the gold notes")
     g.add_argument("--others", default="", help="caches of other runs: a note they hold is skipped")
+    g.add_argument("--stride", type=int, default=1, help="with --offset: every stride-th note first")
+    g.add_argument("--offset", type=int, default=0)
     g.add_argument("--timeout", type=float, default=600.0)
     w = sub.add_parser("sweep")
     w.add_argument("--cache", required=True)
@@ -376,6 +410,7 @@ def main(argv=None) -> None:
     w.add_argument("--limit", type=int, default=0, help="notes of the cache, in the generation's order (0: all)")
     w.add_argument("--per", default="1,2,all", help="questions per language and note (all: as written)")
     w.add_argument("--weights", default="0.25,0.5,1.0")
+    w.add_argument("--sides", default="both", help="both, dense, sparse: which of the questions' rankings")
     w.add_argument("--fresh", action="store_true")
     w.add_argument("--copy", default="", help="a state folder with the whole corpus indexed: copied, then sliced")
     w.add_argument("--out", default="")

@@ -28,9 +28,9 @@ from bot.usecases.status import memory_counts, questions_line
 from conftest import index_samples, until, within
 from fakes.ollama import FakeOllama
 
-DIGEST = "Title: 番茄炒蛋\nStart:\n鸡蛋先炒好盛出，再炒番茄，最后一起翻炒。"
-GOOD = json.dumps({"questions": ["番茄炒蛋要先炒鸡蛋吗？", "炒蛋怎么才嫩？"],
-                   "english": ["Do I fry the eggs before the tomatoes?", "How do I keep the eggs soft?"]},
+DIGEST = "Title: 红烧肉\nStart:\n五花肉先焯水，再炒糖色，小火炖一个小时。"
+GOOD = json.dumps({"questions": ["红烧肉要先焯水吗？", "糖色怎么炒才不苦？"],
+                   "english": ["Do I blanch the pork belly first?", "How long does braised pork simmer?"]},
                   ensure_ascii=False)
 
 
@@ -50,9 +50,9 @@ def run(coro):
 
 
 def test_a_good_reply_is_kept_in_both_languages():
-    w = asked.check(GOOD, DIGEST, "番茄炒蛋", Usage(prompt_tokens=100, output_tokens=60))
+    w = asked.check(GOOD, DIGEST, "红烧肉", Usage(prompt_tokens=100, output_tokens=60))
     assert w.ok and w.english == 2 and w.dropped == {}
-    assert w.questions[:2] == ["番茄炒蛋要先炒鸡蛋吗？", "炒蛋怎么才嫩？"]
+    assert w.questions[:2] == ["红烧肉要先焯水吗？", "糖色怎么炒才不苦？"]
     assert w.stats()["output_tokens"] == 60
 
 
@@ -61,25 +61,28 @@ def test_a_good_reply_is_kept_in_both_languages():
     ('{"questions": "x", "english": []}', "generation: not the schema's object"),
     (json.dumps({"questions": [], "english": []}), "generation: nothing usable"),
     # the prompt echoed back: the instructions, the title, the digest's labels
-    (json.dumps({"questions": ["番茄炒蛋"], "english": ["Title: 番茄炒蛋?"]}, ensure_ascii=False),
+    (json.dumps({"questions": ["红烧肉"], "english": ["Title: 红烧肉?"]}, ensure_ascii=False),
      "generation: nothing usable"),
+    # the prompt's example copied into a note it has nothing to do with
+    (json.dumps({"questions": ["炒蛋怎么才嫩？", "红烧肉的鸡蛋要先炒吗？"], "english": ["How do I keep scrambled eggs soft?"]},
+                ensure_ascii=False), "generation: nothing usable"),
     # the other language only: English in the Chinese note's own questions, Chinese in the English ones
     (json.dumps({"questions": ["How long do I fry it?"], "english": ["炒多久？"]}, ensure_ascii=False),
      "generation: nothing usable"),
 ])
 def test_a_bad_generation_is_dropped_and_counted(reply, reason):
-    w = asked.check(reply, DIGEST, "番茄炒蛋", Usage(output_tokens=50))
+    w = asked.check(reply, DIGEST, "红烧肉", Usage(output_tokens=50))
     assert not w.ok and w.questions == [] and w.dropped.get(reason) == 1
 
 
 def test_rambling_to_the_output_cap_is_dropped_whole_and_bad_questions_one_by_one():
-    w = asked.check(GOOD, DIGEST, "番茄炒蛋", Usage(output_tokens=asked.OUTPUT_TOKENS))
+    w = asked.check(GOOD, DIGEST, "红烧肉", Usage(output_tokens=asked.OUTPUT_TOKENS))
     assert not w.ok and w.dropped == {"generation: ran to the output cap": 1}
-    mixed = json.dumps({"questions": ["番茄炒蛋要先炒鸡蛋吗？", "番茄炒蛋要先炒鸡蛋吗?", "鸡蛋先炒好盛出。", "炒" * 200 + "？",
+    mixed = json.dumps({"questions": ["红烧肉要先焯水吗？", "红烧肉要先焯水吗?", "五花肉先焯水。", "炒" * 200 + "？",
                                       "How long?"],
-                        "english": ["Do I fry the eggs first?", "怎么炒鸡蛋？"]}, ensure_ascii=False)
-    w = asked.check(mixed, DIGEST, "番茄炒蛋", Usage(output_tokens=80))
-    assert w.questions == ["番茄炒蛋要先炒鸡蛋吗？", "Do I fry the eggs first?"] and w.english == 1
+                        "english": ["Do I blanch it first?", "怎么炒糖色？"]}, ensure_ascii=False)
+    w = asked.check(mixed, DIGEST, "红烧肉", Usage(output_tokens=80))
+    assert w.questions == ["红烧肉要先焯水吗？", "Do I blanch it first?"] and w.english == 1
     assert w.dropped == {"repeated": 1, "not a question": 1, "too long": 1, "language": 2}
 
 
@@ -129,7 +132,7 @@ def world(tmp_path, settings_factory, fake):
 
 def add_note(w, note_id: str, content_hash: str = "h1", user: str = "u1") -> None:
     """The note's memory row with its questions' job, as ``remember(queue_asked=True)`` writes them."""
-    w.store.replace_note(user, note_id, content_hash, [], asked_job=json.dumps({"digest": DIGEST, "title": "番茄炒蛋"}))
+    w.store.replace_note(user, note_id, content_hash, [], asked_job=json.dumps({"digest": DIGEST, "title": "红烧肉"}))
     w.clock.t += 1
 
 
@@ -143,7 +146,7 @@ def test_the_worker_writes_a_notes_questions_and_the_status_shows_them(world):
     add_note(w, "n1")
     w.fake.reply_structured(GOOD)
     assert run(w.jobs.step()) is True
-    assert w.store.asked_of("n1", "u1")[0] == "番茄炒蛋要先炒鸡蛋吗？" and asked_jobs(w.store) == []
+    assert w.store.asked_of("n1", "u1")[0] == "红烧肉要先焯水吗？" and asked_jobs(w.store) == []
     assert w.jobs.asked["done"] == 1
     (chat,) = w.fake.structured_chats()
     assert chat["format"] == asked.SCHEMA and DIGEST in chat["messages"][-1]["content"]

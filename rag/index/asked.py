@@ -13,8 +13,8 @@ small model writes is checked (``check``), never trusted:
 
 - a reply that is not the object, or that ran to the output cap (``OUTPUT_TOKENS``: rambling),
   is dropped whole;
-- a question that is empty, too long, not a question (no question mark), repeats the prompt (the instructions, the title, the
-  digest's labels), is in the wrong language (a Chinese note's questions
+- a question that is empty, too long, not a question (no question mark), repeats the prompt (the instructions, the
+  title, the digest's labels, a run of the prompt's example the note does not hold), is in the wrong language (a Chinese note's questions
   hold CJK; the English ones hold none), or repeats another, is dropped;
 - nothing left: the generation is dropped.
 
@@ -46,13 +46,14 @@ SCHEMA = {
     },
     "required": ["questions", "english"],
 }
+EXAMPLE = {"questions": ["番茄炒蛋的鸡蛋要先炒吗？", "炒蛋怎么才嫩？"],
+           "english": ["Do I fry the eggs before the tomatoes?", "How do I keep scrambled eggs soft?"]}
 SYSTEM = f"""You read the start of one note from a person's own notes (technical notes, recipes; mostly Chinese).
 Write the questions this note answers, as the person would ask them months later without remembering the note's words: \
 everyday words, not the note's headings copied. Each is one short question ending with a question mark.
 Reply with JSON only: "questions": {PER_LANGUAGE} questions in the note's language (Chinese for a Chinese note); \
 "english": {PER_LANGUAGE} questions in English.
-Example for a note on frying tomatoes with eggs: {{"questions": ["番茄炒蛋的鸡蛋要先炒吗？", "炒蛋怎么才嫩？"], \
-"english": ["Do I fry the eggs before the tomatoes?", "How do I keep scrambled eggs soft?"]}}"""
+Example for a note on frying tomatoes with eggs: {json.dumps(EXAMPLE, ensure_ascii=False)}"""
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 _SPACES = re.compile(r"\s+")
@@ -114,6 +115,24 @@ def _flat(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
+def _grams(text: str) -> set[str]:
+    """A text's CJK character 4-grams and Latin word triples, lower case (what an echo shares)."""
+    text = text.lower()
+    out = {text[i:i + 4] for i in range(len(text) - 3) if all(_CJK.match(ch) for ch in text[i:i + 4])}
+    words = re.findall(r"[a-z0-9]+", text)
+    return out | {" ".join(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+_EXAMPLE_GRAMS = set().union(*(_grams(q) for qs in EXAMPLE.values() for q in qs))
+
+
+def echoes_example(question: str, digest_text: str) -> bool:
+    """Does the question repeat the prompt's example (a 4-character or three-word run of it that
+    the note does not hold)? Small models copy it into notes it has nothing to do with."""
+    own = _grams(digest_text)
+    return any(g in _EXAMPLE_GRAMS and g not in own for g in _grams(question))
+
+
 def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
           cap: int = OUTPUT_TOKENS) -> Written:
     """A reply's questions, checked (module docstring); ``digest_text``: what the model read."""
@@ -143,7 +162,8 @@ def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
                 out.drop("empty")
             elif len(q) > MAX_QUESTION_CHARS:
                 out.drop("too long")
-            elif q.casefold() in echoes or key_q in echoes or any(s in q for s in ("Title:", "Outline:", "Start:")):
+            elif q.casefold() in echoes or key_q in echoes or any(s in q for s in ("Title:", "Outline:", "Start:")) \
+                    or echoes_example(q, digest_text):
                 out.drop("echo")
             elif not q.endswith(("?", "？")):
                 out.drop("not a question")
