@@ -175,6 +175,8 @@ def cmd_sweep(args) -> None:
     settings = settings_for(state_dir)
     notes = [item for item in open_source(settings).notes() if isinstance(item, Note)]
     keep = slice_ids(cache, notes, args.limit)
+    if args.whole:  # every note searched; the written questions still only those of the slice
+        keep = {n.id for n in notes}
     kept = [n for n in notes if n.id in keep and n.searchable]
     if (args.fresh or args.copy) and state_dir.exists():
         shutil.rmtree(state_dir)
@@ -189,7 +191,7 @@ def cmd_sweep(args) -> None:
     state = State(settings.state_dir)
     try:
         with NoteIndex.open(settings, create=True) as index:
-            if args.copy:
+            if args.copy and not args.whole:
                 for note_id in sorted(index.store.note_ids() - keep):
                     index.delete_note(note_id)
             else:
@@ -410,6 +412,8 @@ def main(argv=None) -> None:
     w.add_argument("--limit", type=int, default=0, help="notes of the cache, in the generation's order (0: all)")
     w.add_argument("--per", default="1,2,all", help="questions per language and note (all: as written)")
     w.add_argument("--weights", default="0.25,0.5,1.0")
+    w.add_argument("--whole", action="store_true", help="with --copy: search the whole corpus (questions only where "
+                   "the cache has them: a bias towards them, reported as such)")
     w.add_argument("--sides", default="both", help="both, dense, sparse: which of the questions' rankings")
     w.add_argument("--fresh", action="store_true")
     w.add_argument("--copy", default="", help="a state folder with the whole corpus indexed: copied, then sliced")
