@@ -182,9 +182,9 @@ class Derived:
         removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
         changed = {n: p.note.user_id for n, p in remember.items()}
         steps.append(("", "memory: queueing related notes", lambda: memory.related_mark(changed, removed)))
-        if removed:  # their written questions' points (a kill before this: the worker's alignment)
-            steps.append(("", "index: removing written questions",
-                          lambda: asked.unindex_questions(self.store(), removed)))
+        store = self.store()
+        if removed and store is not None:  # their written questions' points (a kill before this: the worker's alignment)
+            steps.append(("", "index: removing written questions", lambda: asked.unindex_questions(store, removed)))
         for note_id, rec in pending.items():
             if rec is None or rec.status != INDEXED:
                 steps.append((note_id, "memory: removing", lambda n=note_id: memory.remove_note(n)))
