@@ -71,6 +71,7 @@ class Written:
     prompt_tokens: int = 0
     output_tokens: int = 0
     seconds: float = 0.0
+    server_seconds: float = 0.0  # reading and writing, as the server reported them (no waiting for its slot)
 
     @property
     def ok(self) -> bool:
@@ -82,7 +83,7 @@ class Written:
     def stats(self) -> dict:
         return {"questions": len(self.questions), "english": self.english, "dropped": dict(self.dropped),
                 "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "server_seconds": round(self.server_seconds, 3)}
 
 
 def chinese(text: str) -> bool:
@@ -139,6 +140,7 @@ def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
     out = Written()
     if usage is not None:
         out.prompt_tokens, out.output_tokens = usage.prompt_tokens, usage.output_tokens
+        out.server_seconds = usage.prompt_seconds + usage.output_seconds
         if usage.output_tokens >= cap:
             out.drop("generation: ran to the output cap")
             return out
