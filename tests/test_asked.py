@@ -340,3 +340,18 @@ def test_notes_indexed_before_the_questions_were_on_get_them_and_a_kill_is_repai
     finally:
         answers.close()
         memory.close()
+
+
+def test_metrics_show_the_written_questions(world):
+    from bot.api.metrics import _QuestionsCollector
+
+    w = world
+    add_note(w, "n1")
+    add_note(w, "n2")
+    w.fake.reply_structured(GOOD)
+    assert run(w.jobs.step())
+    got = {m.name: m.samples[0].value for m in _QuestionsCollector(lambda: w.store).collect()}
+    assert got["leanote_rag_questions_notes"] == 1 and got["leanote_rag_questions_written"] == 4
+    assert got["leanote_rag_questions_jobs_pending"] == 1 and got["leanote_rag_questions_generations_dropped"] == 0
+    assert got["leanote_rag_questions_output_tokens"] > 0
+    assert list(_QuestionsCollector(lambda: None).collect()) == []
