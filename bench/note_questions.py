@@ -309,6 +309,15 @@ def cmd_preempt(args) -> None:
     chat = OllamaChat(settings.ollama)
     answers = AnswerService(settings, index=None, chat=chat)
     jobs = MemoryJobs(settings, lambda: store, answers, poll=0.05, quiet=0.0)
+    writing = asyncio.Event()  # the questions' call has written its first token (``--phase writing``)
+    stream = answers._stream
+
+    async def watched(*a, **kw):
+        async for piece in stream(*a, **kw):
+            writing.set()
+            yield piece
+
+    answers._stream = watched  # the worker's calls go through it
 
     async def first_token() -> tuple[float, float]:
         """(seconds to the answer's first token from when it wanted the LLM, seconds per written token)."""
@@ -329,9 +338,13 @@ def cmd_preempt(args) -> None:
             for interrupted in (False, True):
                 h = f"{note.content_hash()}-{trial}-{interrupted}"
                 store.replace_note(note.user_id, note.id, h, [], asked_job=payload)
+                writing.clear()
                 step = asyncio.create_task(jobs.step())
-                if interrupted:
-                    await asyncio.sleep(args.after)  # the questions' call is reading or writing by now
+                if interrupted and args.phase == "writing":  # the answer comes while the questions are written
+                    await writing.wait()
+                    await asyncio.sleep(args.after)
+                elif interrupted:
+                    await asyncio.sleep(args.after)  # the questions' call is reading its prompt by now
                 else:
                     await step  # it ends first: the answer alone (the KV cache as after a questions call)
                 alone = step.done() and not interrupted
@@ -343,7 +356,7 @@ def cmd_preempt(args) -> None:
         base = [r["first_token_s"] for r in rows if not r["interrupted"]]
         cut = [r["first_token_s"] for r in rows if r["interrupted"]]
         step_s = median(r["s_per_token"] for r in rows if r["s_per_token"])
-        return {"model": args.model, "trials": len(base), "after_s": args.after, "rows": rows,
+        return {"model": args.model, "trials": len(base), "phase": args.phase, "after_s": args.after, "rows": rows,
                 "first_token_alone_p50_s": round(median(base), 3), "first_token_interrupting_p50_s": round(median(cut), 3),
                 "delay_p50_s": round(median(c - b for b, c in zip(base, cut)), 3),
                 "delay_max_s": round(max(c - b for b, c in zip(base, cut)), 3),
@@ -423,6 +436,8 @@ def main(argv=None) -> None:
     p.add_argument("--model", default="qwen2.5-coder:0.5b-instruct")
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--after", type=float, default=4.0, help="seconds into the questions' call the answer comes")
+    p.add_argument("--phase", choices=("reading", "writing"), default="reading",
+                   help="writing: --after counts from the questions' first token")
     p.add_argument("--out", default=str(REPO / "bench" / "note_questions_preempt.json"))
     args = ap.parse_args(argv)
     if args.cmd == "preempt":
