@@ -239,7 +239,8 @@ class Parts:
         """The memory's LLM tier (``sync.memory_jobs``): the answer service's LLM, when no
         answer wants it."""
         return self._once("memory_jobs", lambda: MemoryJobs(
-            self.settings, lambda: None if self._closed else self.memory, self.answers))
+            self.settings, lambda: None if self._closed else self.memory, self.answers,
+            index=lambda: None if self._closed else self.index))
 
     @property
     def answers(self) -> AnswerService:

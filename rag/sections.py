@@ -100,6 +100,23 @@ def _on_off(value: Any) -> Any:
     return value
 
 
+_WINDOW = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+
+
+def window(value: str) -> tuple[int, int] | None:
+    """A daily window of local time, "HH:MM-HH:MM" (it may run past midnight), as minutes
+    after midnight (start, end); "" is None (any time)."""
+    if not value.strip():
+        return None
+    m = _WINDOW.match(value)
+    if not m or int(m.group(1)) > 23 or int(m.group(3)) > 24 or int(m.group(2)) > 59 or int(m.group(4)) > 59:
+        raise ValueError(f"{value!r} is not a daily window (example: 01:00-06:00)")
+    start, end = int(m.group(1)) * 60 + int(m.group(2)), int(m.group(3)) * 60 + int(m.group(4))
+    if start == end or end > 24 * 60:
+        raise ValueError(f"{value!r} is not a daily window (example: 01:00-06:00)")
+    return start, end
+
+
 # auto, on or off; written unquoted (``memory.llm: on``) it still means the word
 Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
 
@@ -307,6 +324,22 @@ class MemoryConfig(Section):
         description="auto: the LLM tier stays off where its backlog would take longer than this at the LLM's "
         "measured speed here (it says so in the log and in status; on runs it anyway)",
     )
+    questions: Switch = Field(
+        default="off",
+        description="the questions each note answers, written by the LLM in the background (one call per changed "
+        "note, only while no question waits for the LLM) and searched as entries pointing to the note: auto while "
+        "Ollama answers, on, off (retrieval.questions_weight: their weight in the search)",
+    )
+    questions_window: str = Field(
+        default="",
+        description="write the questions only in this daily window of local time, e.g. 01:00-06:00 (empty: any time)",
+    )
+
+    @field_validator("questions_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        window(value)
+        return value.strip()
     related_min_score: float = Field(
         default=0.7, ge=0.0, le=2.0,
         description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
@@ -491,6 +524,13 @@ class RetrievalConfig(Section):
     passage_chunks: int = Field(
         default=4, ge=1, le=20,
         description="chunks each of those notes may place in the results (never fewer than max_chunks_per_note)",
+    )
+    # The questions each note answers, written by the LLM in the background (rag.index.asked,
+    # memory.questions): a ranking of their own, their hits counted for the chunk they point to.
+    questions_weight: float = Field(
+        default=0.0, ge=0,
+        description="the written questions' ranking in the fusion, times the dense and sparse weights; 0: not "
+        "searched (they are still written when memory.questions is on)",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
     max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")

@@ -44,7 +44,8 @@ from rag.memory.entities import norm
 from rag.memory.store import MemoryStore
 from rag.model import Note
 
-from sync.memory_jobs import wanted as llm_wanted
+from rag.index import asked
+from sync.memory_jobs import questions_wanted, wanted as llm_wanted
 from sync.state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
@@ -174,12 +175,16 @@ class Derived:
             return
         base_url = self.settings.leanote.base_url
         llm_jobs = llm_wanted(self.settings)
+        asked_jobs = questions_wanted(self.settings)
         steps: list[tuple[str, str, Callable[[], object]]] = []
         # related notes: queue the changed notes and those whose pairs point at a changed or
         # removed one, before the memory drops those pairs; recomputed after the pass
         removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
         changed = {n: p.note.user_id for n, p in remember.items()}
         steps.append(("", "memory: queueing related notes", lambda: memory.related_mark(changed, removed)))
+        store = self.store()
+        if removed and store is not None:  # their written questions' points (a kill before this: the worker's alignment)
+            steps.append(("", "index: removing written questions", lambda: asked.unindex_questions(store, removed)))
         for note_id, rec in pending.items():
             if rec is None or rec.status != INDEXED:
                 steps.append((note_id, "memory: removing", lambda n=note_id: memory.remove_note(n)))
@@ -192,7 +197,7 @@ class Derived:
             if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
                 # with the LLM tier on, its job is queued with the entities (sync.memory_jobs)
                 steps.append((note_id, "memory: processing", lambda p=prepared: memory.remember(
-                    p, base_url, queue_llm=llm_jobs)))
+                    p, base_url, queue_llm=llm_jobs, queue_asked=asked_jobs)))
         if pending or remember:  # facts whose newest statement went: the one before is active again
             steps.append(("", "memory: settling facts", memory.settle_facts))
         self._steps(steps)

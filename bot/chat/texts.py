@@ -217,6 +217,9 @@ def status_text(report: dict, person: Person) -> str:
         worker = llm.get("worker") or {}
         lines.append(f"memory LLM jobs: {llm['done_last_hour']} done in the last hour, {llm['jobs_pending']} waiting"
                      + (f"; {worker['text']}" if worker.get("text") else ""))
+    line = status.questions_line((report.get("memory") or {}).get("questions")) if admin else ""
+    if line:
+        lines.append(line)
     if admin:
         lines += [f"problem: {p['problem']}" for p in report.get("problems", [])]
     return "\n".join(lines)
