@@ -41,6 +41,7 @@ from bot.api.client import find_daemon
 from bot.api.metrics import Metrics, attach_metrics
 from bot.notify import Notifier
 from bot.root import Parts
+from bot.usecases import gaps as gaps_case
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,8 @@ class Daemon:
             if not await self._open_when_free():
                 return
             schedule = self.parts.schedule
+            parts = self.parts
+            schedule.after.append(lambda: gaps_case.check(parts))  # gaps a changed note answers now
             await schedule.start()
             self._started.set()
             cfg = self.settings.sync

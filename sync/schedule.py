@@ -21,7 +21,7 @@ import logging
 import sqlite3
 import threading
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -67,6 +67,10 @@ class Schedule:
         self.user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
         self._soon: asyncio.TimerHandle | None = None  # a pass asked for after a write (``soon``)
         self._room_watch: asyncio.Task | None = None  # while the disk is full: looks for room
+        # what runs after each pass that did not fail (the knowledge gaps' check), one at a time,
+        # off the pass's bookkeeping: a slow one never delays the next pass
+        self.after: list[Callable[[], Awaitable[object]]] = []
+        self._after_task: asyncio.Task | None = None
 
     # --- start and stop -------------------------------------------------------------------
 
@@ -97,6 +101,8 @@ class Schedule:
         self.stopping.set()
         if self._soon is not None:
             self._soon.cancel()
+        if self._after_task is not None:
+            self._after_task.cancel()
         if self.scheduler and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if self._long_pass is not None:
@@ -195,8 +201,19 @@ class Schedule:
                 await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
         except (sqlite3.Error, OSError) as err:  # bookkeeping for `status`: the next pass says what is wrong
             log.debug("after the pass: %s", err)
+        if result.fault is None and self.after and (self._after_task is None or self._after_task.done()):
+            self._after_task = asyncio.create_task(self._run_after())
         async with self.pass_done:
             self.pass_done.notify_all()
+
+    async def _run_after(self) -> None:
+        for work in self.after:
+            if self.stopping.is_set():
+                return
+            try:
+                await work()
+            except Exception:  # what follows a pass never stops the sync; the next pass tries again
+                log.exception("after the pass: %s failed", getattr(work, "__name__", "a step"))
 
     async def wait_for_pass(self, after: int) -> PassResult:
         """Wait until more than ``after`` passes have completed."""
