@@ -76,6 +76,8 @@ class Parts:
         self._order: list[str] = []  # as built: closed the other way round
         self._lock = threading.RLock()  # parts are asked for from worker threads too
         self._closed = False  # close() ran: a worker still running opens nothing again
+        # the daemon's digest schedule follows a person's new plan (``bot.digests``); None elsewhere
+        self.replan: Callable[[str], None] | None = None
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         with self._lock:

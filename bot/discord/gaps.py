@@ -11,13 +11,16 @@ import asyncio
 import discord
 
 from rag.answer.gaps import GapDone, UnknownGap
+from rag.digest_plan import USAGE, plan_text
+from rag.errors import UserError
 
+from bot.chat.digest import plan_reply, split_lines
 from bot.chat.gaps import DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, GapsReply, gaps_text, writing_text
 from bot.chat.texts import NO_CAPTURE
 from bot.discord.bot import DiscordBot
 from bot.discord.capturing import PLACE
 from bot.render import DISCORD_CONTENT
-from bot.usecases import gaps
+from bot.usecases import digest, gaps
 
 
 async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -34,6 +37,23 @@ async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
         return
     gone = await asyncio.to_thread(gaps.forget, bot.parts, person)
     await interaction.response.send_message(FORGOT.format(n=gone), ephemeral=True)
+
+
+async def plan(bot: DiscordBot, interaction: discord.Interaction, when: str | None) -> None:
+    """``/digest when:weekly mon 09:00 [TZ]`` (or daily 08:30, off); without it: the plan now."""
+    person = await bot.person(interaction)
+    if person is None:
+        return
+    if not (when or "").strip():
+        now = await asyncio.to_thread(digest.plan_of, bot.parts, person)
+        text = f"摘要 digest: {plan_text(now)}\n" + USAGE.format(tz=now.tz if now else "UTC")
+    else:
+        try:
+            text = plan_reply(await asyncio.to_thread(digest.set_plan, bot.parts, person, when),
+                              private=interaction.guild_id is None)
+        except UserError as err:
+            text = str(err)
+    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
 
 async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap_id: str) -> None:
@@ -94,5 +114,5 @@ def gap_view(reply: GapsReply) -> discord.ui.View:
 async def tell(bot: DiscordBot, person: str, text: str) -> None:
     """A direct message to a Discord person (a gap a note answers now, a digest)."""
     channel = await bot.client.create_dm(discord.Object(id=int(person.partition(":")[2])))
-    for i in range(0, len(text), DISCORD_CONTENT):
-        await channel.send(text[i:i + DISCORD_CONTENT])
+    for part in split_lines(text, DISCORD_CONTENT):
+        await channel.send(part)

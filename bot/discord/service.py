@@ -95,6 +95,11 @@ def _register(bot: DiscordBot) -> None:
     async def forget(interaction: discord.Interaction) -> None:
         await gaps.forget(bot, interaction)
 
+    @bot.tree.command(name="digest", description="笔记摘要 / a digest of your notes, in a direct message")
+    @app_commands.describe(when="weekly mon 09:00 | daily 08:30 | off（可加时区 a time zone may follow）")
+    async def digest_(interaction: discord.Interaction, when: str | None = None) -> None:
+        await gaps.plan(bot, interaction, when)
+
     @bot.tree.command(name="help", description="帮助 / help")
     async def help_(interaction: discord.Interaction) -> None:
         await interaction.response.send_message(DISCORD_HELP, ephemeral=True)

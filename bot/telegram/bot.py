@@ -16,6 +16,7 @@ from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
 from bot.chat.access import STRANGER, Access
+from bot.chat.digest import split_lines
 from bot.chat.texts import COMMANDS, SORRY
 from bot.usecases import capture as capture_case
 from bot.usecases import gaps as gaps_case
@@ -125,7 +126,7 @@ class TelegramBot:
     async def tell(self, person: str, text: str) -> None:
         """Tell a person something in their private chat (a gap a note answers now, a digest)."""
         chat_id = int(person.partition(":")[2])
-        for part in chunks(text):
+        for part in split_lines(text, PART):
             await self.retrying(lambda p=part: self.app.bot.send_message(chat_id, p, link_preview_options=NO_PREVIEW))
 
     # --- who is asking --------------------------------------------------------------------

@@ -14,12 +14,15 @@ from telegram.error import Forbidden
 from telegram.ext import ContextTypes
 
 from rag.answer.gaps import GapDone, UnknownGap
+from rag.digest_plan import USAGE, plan_text
+from rag.errors import UserError
 
+from bot.chat.digest import plan_reply
 from bot.chat.gaps import DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, GapsReply, gaps_text, writing_text
 from bot.chat.texts import NO_CAPTURE
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
-from bot.telegram.capturing import markdown, once_of
-from bot.usecases import gaps
+from bot.telegram.capturing import after_command, markdown, once_of
+from bot.usecases import digest, gaps
 from bot.usecases.people import Person
 
 
@@ -65,6 +68,25 @@ async def on_forget(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
         return
     gone = await asyncio.to_thread(gaps.forget, tg.parts, person)
     await update.effective_message.reply_text(FORGOT.format(n=gone))
+
+
+async def on_digest(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """``/digest weekly mon 09:00 [TZ]``, ``daily 08:30``, ``off``; alone: the plan now."""
+    person = await tg.who(update)
+    if person is None:
+        return
+    message = update.effective_message
+    words = after_command(message.text)
+    if not words:
+        plan = await asyncio.to_thread(digest.plan_of, tg.parts, person)
+        await message.reply_text(f"摘要 digest: {plan_text(plan)}\n" + USAGE.format(tz=plan.tz if plan else "UTC"))
+        return
+    try:
+        plan = await asyncio.to_thread(digest.set_plan, tg.parts, person, words)
+    except UserError as err:
+        await message.reply_text(str(err))
+        return
+    await message.reply_text(plan_reply(plan, private=update.effective_chat.type == ChatType.PRIVATE))
 
 
 async def on_gap_button(tg: TelegramBot, query, act: str, gap_id: str) -> None:

@@ -48,6 +48,7 @@ def build(host, token: str) -> TelegramBot:
     a.add_handler(CommandHandler("confirm", on(commands.on_confirm)))
     a.add_handler(CommandHandler("gaps", on(gaps.on_gaps)))
     a.add_handler(CommandHandler("forget", on(gaps.on_forget)))
+    a.add_handler(CommandHandler("digest", on(gaps.on_digest)))
     # a photo or document: "/note ..." as its caption captures it, anywhere the bot listens
     a.add_handler(MessageHandler(MEDIA & filters.CaptionRegex(r"^/note(@\w+)?(\s|$)"), on(capturing.on_media_note)))
     a.add_handler(MessageHandler(MEDIA & private, on(capturing.on_media_hint)))

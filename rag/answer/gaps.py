@@ -30,6 +30,7 @@ import numpy as np
 
 from rag.answer.gate import PLAUSIBLE_NOTES, plausible, too_weak
 from rag.config import Settings
+from rag.digest_plan import Plan
 from rag.errors import UserError
 from rag.index.retrieve import search
 from rag.sqlite import LockedDB
@@ -152,23 +153,6 @@ class Draft:
     title: str
     place: str
     time: float
-
-
-@dataclass
-class Plan:
-    """A person's digest: ``every`` "daily" or "weekly" (``day``: mon..sun), at ``at`` (HH:MM)
-    in the time zone ``tz``."""
-
-    person: str
-    user_id: str
-    every: str
-    day: str
-    at: str
-    tz: str
-    last_sent: float | None = None
-
-    def as_json(self) -> dict:
-        return asdict(self)
 
 
 def path_for(settings: Settings) -> Path:
