@@ -95,6 +95,12 @@ def write(parts: "Parts", person: Person, gap_id: str, place: str) -> Gap:
     return parts.gaps.start_draft(gap_id, person.key, place)
 
 
+def draft_for(parts: "Parts", person: Person, gap_id: str, place: str) -> Draft:
+    """A note for the gap written at once (the API: its text comes with the request)."""
+    write(parts, person, gap_id, place)
+    return take_draft(parts, person, place)
+
+
 def take_draft(parts: "Parts", person: Person, place: str) -> Draft | None:
     """The note the person is writing for a gap in ``place``, if any (in a worker thread)."""
     store = parts.gaps_if_made()

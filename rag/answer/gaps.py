@@ -257,10 +257,14 @@ class GapStore(LockedDB):
                                note_url=r[10]))
         return out
 
-    def gaps(self, person: str, user_id: str, states: tuple[str, ...] = ("open",)) -> list[Gap]:
-        """The person's gaps in those states, the most asked lately first (``Gap.rank``)."""
+    def gaps(self, person: str, user_id: str | None, states: tuple[str, ...] = ("open",)) -> list[Gap]:
+        """The person's gaps over ``user_id``'s notes (None: any) in those states, the most asked
+        lately first (``Gap.rank``)."""
         marks = ",".join("?" * len(states))
-        found = self._gaps(f"person = ? AND user_id = ? AND state IN ({marks})", (person, user_id, *states))
+        if user_id is None:
+            found = self._gaps(f"person = ? AND state IN ({marks})", (person, *states))
+        else:
+            found = self._gaps(f"person = ? AND user_id = ? AND state IN ({marks})", (person, user_id, *states))
         now = self.clock()
         return sorted(found, key=lambda g: (-g.rank(now), -g.last))
 
