@@ -146,7 +146,7 @@ def close_answered(parts: "Parts") -> list[Gap]:
             for wording in _tried(gap):
                 hit = answering_note(parts.index, parts.settings, wording, user_id, notes)
                 if hit is not None:
-                    if store.close(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id)):
+                    if store.close_gap(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id)):
                         closed.append(store.get(gap.id, gap.person))
                     break
         store.done_checks(user_id, notes)

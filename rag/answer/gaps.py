@@ -350,7 +350,7 @@ class GapStore(LockedDB):
         self._tx(lambda db: db.executemany("DELETE FROM checks WHERE note_id = ? AND user_id = ?",
                                            [(n, user_id) for n in note_ids]))
 
-    def close(self, gap_id: str, note_id: str, title: str, url: str) -> bool:
+    def close_gap(self, gap_id: str, note_id: str, title: str, url: str) -> bool:
         """A note answers the gap now: closed, with the note, to be told (``untold``)."""
         return bool(self._tx(lambda db: db.execute(
             "UPDATE gaps SET state = 'closed', changed = ?, note_id = ?, note_title = ?, note_url = ?, told = 0 "
