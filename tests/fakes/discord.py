@@ -543,13 +543,14 @@ class FakeDiscord:
         return self._interact(user_id, name, {"message": message["id"]}, data, guild_id, channel_id, roles, locale)
 
     def press(self, user_id: int, message: Message, custom_id: str, *, roles: list[int] | tuple = (),
-              locale: str = "en-US") -> Interaction:
+              locale: str = "en-US", forged: bool = False) -> Interaction:
         """A person clicks the button ``custom_id`` under a message of the bot's (where
-        that message is: its interaction's guild and channel)."""
+        that message is: its interaction's guild and channel). ``forged``: a custom id that is
+        not under it (a modified client's), sent all the same."""
         with self.lock:
             if message.deleted or not message.visible_to(user_id):
                 raise AssertionError(f"user {user_id} cannot see {message!r}, so cannot press its buttons")
-            if custom_id not in [b.get("custom_id") for b in message.buttons()]:
+            if not forged and custom_id not in [b.get("custom_id") for b in message.buttons()]:
                 raise LookupError(f"no button {custom_id!r} under {message!r}: it has "
                                   f"{[b.get('custom_id') for b in message.buttons()]}")
             payload = message.payload(self.app_id, self.bot)
