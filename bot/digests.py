@@ -1,5 +1,5 @@
 """The daemon's digest schedule: one APScheduler job per person with a plan, on the sync's
-scheduler (``sync.schedule``), a ``CronTrigger`` in the person's time zone.
+scheduler (``sync.schedule.Schedule.add_cron``), a ``CronTrigger`` in the person's time zone.
 
 ``coalesce=True`` and ``max_instances=1``: runs missed while the process was busy or asleep are
 one run, never several; ``misfire_grace_time`` keeps a late run (a loaded machine) instead of
@@ -17,8 +17,6 @@ import time
 from datetime import datetime, timedelta
 from typing import Callable
 
-from apscheduler.triggers.cron import CronTrigger
-
 from rag.digest_plan import DAYS, Plan, parse_plan, zone
 
 from bot.chat.digest import digest_text
@@ -30,12 +28,6 @@ log = logging.getLogger(__name__)
 
 MISFIRE = 6 * 3600  # a run up to 6 h late still runs (once); later ones wait for catch_up or the next time
 BOT_WAIT = 120.0  # seconds a digest caught up at start waits for its person's bot to be running
-
-
-def trigger(plan: Plan) -> CronTrigger:
-    hour, minute = (int(x) for x in plan.at.split(":"))
-    return CronTrigger(day_of_week=plan.day if plan.every == "weekly" else "*", hour=hour, minute=minute,
-                       timezone=zone(plan.tz))
 
 
 def last_planned(plan: Plan, now: float) -> float:
@@ -53,9 +45,10 @@ class DigestJobs:
     """The digest jobs of one daemon: ``start`` schedules every plan and catches up what was
     missed; ``replan`` follows one person's new plan (``/digest``)."""
 
-    def __init__(self, parts, scheduler, clock: Callable[[], float]):
+    def __init__(self, parts, schedule, clock: Callable[[], float]):
+        """``schedule``: the sync's (``add_cron``, ``remove_cron``, ``next_run``)."""
         self.parts = parts
-        self.scheduler = scheduler
+        self.schedule = schedule
         self.clock = clock
 
     def plans(self) -> list[Plan]:
@@ -101,30 +94,18 @@ class DigestJobs:
             await asyncio.sleep(0.2)
 
     def _schedule(self, plan: Plan) -> None:
-        self.scheduler.add_job(self.run, trigger(plan), args=[plan.person], id=f"digest:{plan.person}",
-                               name=f"digest for {plan.person}", coalesce=True, max_instances=1,
-                               misfire_grace_time=MISFIRE, replace_existing=True)
+        self.schedule.add_cron(f"digest:{plan.person}", self.run, [plan.person],
+                               plan.day if plan.every == "weekly" else "*", plan.at, zone(plan.tz), MISFIRE)
 
     def replan(self, person: str) -> None:
         """The person's plan changed (in a worker thread or on the loop): its job follows."""
         plan = self.parts.gaps.plan(person)
-        job_id = f"digest:{person}"
-        loop = getattr(self.scheduler, "_eventloop", None)
-
-        def apply() -> None:
-            if self.scheduler.get_job(job_id) is not None:
-                self.scheduler.remove_job(job_id)
-            if plan is not None and plan.every != "off":
-                self._schedule(plan)
-
-        if loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(apply)
-        else:
-            apply()
+        self.schedule.remove_cron(f"digest:{person}")
+        if plan is not None and plan.every != "off":
+            self._schedule(plan)
 
     def next_run(self, person: str) -> datetime | None:
-        job = self.scheduler.get_job(f"digest:{person}")
-        return job.next_run_time if job is not None else None
+        return self.schedule.next_run(f"digest:{person}")
 
     async def run(self, person: str) -> None:
         """One person's digest now (the job, or ``catch_up``)."""

@@ -233,7 +233,7 @@ class Daemon:
             parts = self.parts
             schedule.after.append(lambda: gaps_case.check(parts))  # gaps a changed note answers now
             await schedule.start()
-            self.digests = DigestJobs(parts, schedule.scheduler, self.clock)  # on the sync's scheduler
+            self.digests = DigestJobs(parts, schedule, self.clock)  # on the sync's scheduler
             parts.replan = self.digests.replan
             self._started.set()
             cfg = self.settings.sync

@@ -35,6 +35,15 @@ from sync.service import PassResult, SyncService
 from sync.state import State
 
 log = logging.getLogger(__name__)
+
+
+def cron(day: str, at: str, tz) -> CronTrigger:
+    """A trigger at ``at`` (HH:MM) every day (``day`` "*") or on one weekday (mon..sun), in the
+    time zone ``tz`` (a ``ZoneInfo``): the wall clock's time there, across DST changes."""
+    hour, minute = (int(x) for x in at.split(":"))
+    return CronTrigger(day_of_week=day, hour=hour, minute=minute, timezone=tz)
+
+
 SCHEDULER_LOG = "apscheduler.scheduler.serve"  # one per process, as every logger
 ROOM_LOOK = 2.0  # seconds between looks at the free space while the disk is full
 
@@ -153,6 +162,23 @@ class Schedule:
         logger, self._long_pass = logging.getLogger(SCHEDULER_LOG), LongPass()
         logger.addFilter(self._long_pass)
         return logger
+
+    # --- other timed work on the same scheduler (the digests: ``bot.digests``) ------------------
+
+    def add_cron(self, job_id: str, work, args: list, day: str, at: str, tz, grace: float) -> None:
+        """``work(*args)`` at ``at`` on ``day`` in ``tz`` (``cron``), one run at a time; runs missed
+        while the loop was busy are one run (``coalesce``), a late one within ``grace`` seconds
+        still runs. Replaces a job of that id. Safe from a worker thread."""
+        self.scheduler.add_job(work, cron(day, at, tz), args=args, id=job_id, name=job_id, coalesce=True,
+                               max_instances=1, misfire_grace_time=int(grace), replace_existing=True)
+
+    def remove_cron(self, job_id: str) -> None:
+        if self.scheduler.get_job(job_id) is not None:
+            self.scheduler.remove_job(job_id)
+
+    def next_run(self, job_id: str) -> datetime | None:
+        job = self.scheduler.get_job(job_id) if self.scheduler is not None else None
+        return job.next_run_time if job is not None else None
 
     # --- passes ---------------------------------------------------------------------------
 

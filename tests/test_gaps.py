@@ -25,7 +25,8 @@ from rag.errors import ConfigError, UserError
 
 from bot.cli import main
 from bot.chat.digest import digest_text, split_lines
-from bot.digests import DigestJobs, last_planned, trigger
+from bot.digests import DigestJobs, last_planned
+from sync.schedule import cron
 from bot.root import Parts
 from bot.usecases import asking, digest as digest_case, gaps
 from bot.usecases.people import Person
@@ -260,7 +261,7 @@ def test_the_schedule_runs_in_the_persons_time_zone_and_catches_up_once():
     # Wednesday 2026-12-09 12:00 in Shanghai: the last planned time was Monday 09:00 there
     now = datetime(2026, 12, 9, 12, 0, tzinfo=shanghai).timestamp()
     assert last_planned(plan, now) == datetime(2026, 12, 7, 9, 0, tzinfo=shanghai).timestamp()
-    nxt = trigger(plan).get_next_fire_time(None, datetime(2026, 12, 9, 12, 0, tzinfo=shanghai))
+    nxt = cron("mon", "09:00", shanghai).get_next_fire_time(None, datetime(2026, 12, 9, 12, 0, tzinfo=shanghai))
     assert nxt == datetime(2026, 12, 14, 9, 0, tzinfo=shanghai)
     daily = Plan("p", "u", "daily", "*", "08:30", "Europe/Berlin")
     berlin = ZoneInfo("Europe/Berlin")
@@ -268,18 +269,20 @@ def test_the_schedule_runs_in_the_persons_time_zone_and_catches_up_once():
     assert last_planned(daily, at) == datetime(2026, 3, 28, 8, 30, tzinfo=berlin).timestamp()
 
 
-class FakeScheduler:
+class Jobs:
+    """What the digests ask of the sync's schedule (``add_cron``...), recorded."""
+
     def __init__(self):
         self.jobs = {}
 
-    def add_job(self, fn, trigger, args, id, **options):
-        self.jobs[id] = (trigger, options)
+    def add_cron(self, job_id, work, args, day, at, tz, grace):
+        self.jobs[job_id] = (day, at, str(tz), grace)
 
-    def get_job(self, job_id):
+    def remove_cron(self, job_id):
+        self.jobs.pop(job_id, None)
+
+    def next_run(self, job_id):
         return self.jobs.get(job_id)
-
-    def remove_job(self, job_id):
-        del self.jobs[job_id]
 
 
 def test_missed_digests_after_downtime_are_sent_once(tmp_path):
@@ -297,7 +300,7 @@ def test_missed_digests_after_downtime_are_sent_once(tmp_path):
         parts.gaps.set_plan(Plan("telegram:1", "local", "weekly", "mon", "09:00", "UTC", three_weeks), "telegram:1")
         parts.gaps.set_plan(Plan("telegram:2", "local", "weekly", "mon", "09:00", "UTC", clock.now - 3600), "telegram:2")
         parts.gaps.set_plan(Plan("telegram:3", "local", "off", "*", "00:00", "UTC", three_weeks), "telegram:3")
-        scheduler = FakeScheduler()
+        scheduler = Jobs()
         jobs = DigestJobs(parts, scheduler, clock)
 
         async def start():
@@ -308,8 +311,7 @@ def test_missed_digests_after_downtime_are_sent_once(tmp_path):
         assert [p for p, _ in sent] == ["telegram:1"]
         assert "怎么煮溏心蛋" in sent[0][1]
         assert set(scheduler.jobs) == {"digest:telegram:1", "digest:telegram:2"}
-        _, options = scheduler.jobs["digest:telegram:1"]
-        assert options["coalesce"] and options["max_instances"] == 1 and options["misfire_grace_time"]
+        assert scheduler.jobs["digest:telegram:1"] == ("mon", "09:00", "UTC", 6 * 3600)
         assert parts.gaps.plan("telegram:1").last_sent == clock.now
         asyncio.run(jobs.catch_up(jobs.plans()))  # a second start: nothing missed now
         assert len(sent) == 1
