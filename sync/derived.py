@@ -264,13 +264,15 @@ class Derived:
     def _align_feedback(self, indexed) -> bool:
         def forget() -> None:
             store = self.feedback()
-            if store is None:
-                return  # no answer was ever recorded
-            gone = sorted(store.named_notes() - indexed.keys())
-            if gone:
-                answers = store.forget_notes(gone)
-                log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
-                         answers, len(gone), some(gone))
+            if store is not None:  # (None: no answer was ever recorded)
+                gone = sorted(store.named_notes() - indexed.keys())
+                if gone:
+                    answers = store.forget_notes(gone)
+                    log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
+                             answers, len(gone), some(gone))
+            gaps = self.gaps()
+            if gaps is not None:  # a closed gap names the note that answered it: not once it has gone
+                gaps.forget_notes(sorted(gaps.named_notes() - indexed.keys()))
 
         return self._call(forget, "feedback: comparing it with the index", default=_FAILED, memory=False) is not _FAILED
 

@@ -363,6 +363,12 @@ class GapStore(LockedDB):
     def told(self, gap_id: str) -> None:
         self._tx(lambda db: db.execute("UPDATE gaps SET told = 1 WHERE id = ?", (gap_id,)))
 
+    def named_notes(self) -> set[str]:
+        """The notes closed gaps still name (by title and link)."""
+        with self._lock:
+            return {r[0] for r in self.db.execute("SELECT DISTINCT note_id FROM gaps WHERE note_id IS NOT NULL "
+                                                  "AND note_title IS NOT NULL")}
+
     def forget_notes(self, note_ids) -> None:
         """Notes that left the index: a gap they closed no longer names them."""
         ids = list(note_ids)
