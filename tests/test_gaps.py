@@ -205,6 +205,11 @@ def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_worl
             assert "«Nginx rate limiting» now answers" in line and "(asked 2 times)" in line
             assert await gaps.check(parts) == [] and len(told) == 2  # told once
             assert parts.gaps.pending_checks() == {}
+            # the note leaves the index: the closed gap no longer names it
+            (notes / "运维" / "nginx.md").unlink()
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            done = gaps.listing(parts, me, ("closed",))[0]
+            assert (done.note_title, done.note_url) == (None, None) and done.count == 2
 
     asyncio.run(scenario())
 
