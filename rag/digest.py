@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 
 from rag.answer.gaps import Gap, GapStore
 from rag.digest_plan import zone
-from rag.index.lexical import norm
 
 _OBJECT_ID = re.compile(r"^[0-9a-f]{24}$")
+_NOT_WORD = re.compile(r"[\W_]+")
+_HEAD = re.compile(r"[（(：:—]")
 
 CHANGED_SHOWN = 20  # notes listed as added or edited; the rest counted
 GAPS_SHOWN = 5
@@ -108,13 +109,29 @@ def compute(memory, gaps: GapStore | None, person: str, user_id: str, since: flo
     return digest
 
 
+def _bare(text: str) -> str:
+    return _NOT_WORD.sub("", text.lower())
+
+
+def names(label: str, title: str) -> bool:
+    """Does a link's text name a note of this title? Its words (two characters or more) are in the
+    title, or the title's head (before a bracket, a colon or a dash) is in them: "焯水" names
+    "焯水", "Java 内存区域详解" names "Java内存区域详解（重点）". On the corpus's own cross-links
+    (bench/related_links.json) this finds 124 of the 137 linked pairs, and a link's text names
+    another note of its user 14 times in 77,035 (docs/gaps.md)."""
+    words, whole = _bare(label), _bare(title)
+    head = _bare(_HEAD.split(title)[0])
+    return len(words) >= 2 and (words in whole or (len(head) >= 2 and head in words))
+
+
 def _unlinked_pairs(memory, user_id: str, shown: dict[str, dict], changed: set[str], min_score: float) -> list[dict]:
-    """Related pairs whose notes do not link each other (neither's link texts name the other's
-    title), those touching a changed note first, then the best."""
+    """Related pairs whose notes do not link each other (neither's link texts name the other,
+    ``names``), those touching a changed note first, then the best."""
     links = memory.link_words(user_id)
 
     def linked(a: str, b: str) -> bool:
-        return norm(shown[b]["title"]) in links.get(a, ()) or norm(shown[a]["title"]) in links.get(b, ())
+        return any(names(w, shown[b]["title"]) for w in links.get(a, ())) or \
+            any(names(w, shown[a]["title"]) for w in links.get(b, ()))
 
     found = []
     for a, b, score in memory.best_pairs(user_id, 500, min_score):
