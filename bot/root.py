@@ -23,6 +23,8 @@ from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.answer.feedback import path_for as feedback_path
+from rag.answer.gaps import GapStore
+from rag.answer.gaps import path_for as gaps_path
 from rag.answer.service import AnswerService
 from rag.config import Settings
 from rag.errors import LeanoteRagError, UserError
@@ -74,6 +76,8 @@ class Parts:
         self._order: list[str] = []  # as built: closed the other way round
         self._lock = threading.RLock()  # parts are asked for from worker threads too
         self._closed = False  # close() ran: a worker still running opens nothing again
+        # the daemon's digest schedule follows a person's new plan (``bot.digests``); None elsewhere
+        self.replan: Callable[[str], None] | None = None
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         with self._lock:
@@ -165,6 +169,18 @@ class Parts:
         return None
 
     @property
+    def gaps(self) -> GapStore:
+        """The questions each person's notes could not answer, and their digest plans
+        (``rag.answer.gaps``; made when first asked for)."""
+        return self._once("gaps", lambda: GapStore.open_for(self.settings))
+
+    def gaps_if_made(self) -> GapStore | None:
+        """The gaps store when a gap or a digest plan was ever kept, else None."""
+        if self.built("gaps") or gaps_path(self.settings).exists():
+            return self.gaps
+        return None
+
+    @property
     def outbox(self) -> Outbox:
         """The captures from chat waiting to be written into Leanote (``sync.writeback.outbox``)."""
         return self._once("outbox", lambda: Outbox.open_for(self.settings))
@@ -230,6 +246,12 @@ class Parts:
         its write runs, or the key of the capture that waits for Leanote."""
         return self._once("saving", dict)
 
+    @property
+    def announcers(self) -> dict[str, Callable]:
+        """How each running bot tells one of its people something privately (a gap a note
+        answers now, a digest): platform -> ``announce(person, text)`` (``bot.usecases.gaps``)."""
+        return self._once("announcers", dict)
+
     def note_url(self, note_id: str) -> str:
         """Where a note opens in Leanote."""
         return f"{self.settings.leanote.base_url.rstrip('/')}/note/{note_id}"
@@ -262,9 +284,9 @@ class Parts:
     @property
     def derived(self) -> Derived:
         """What the passes keep in line with the index beside it: the memory, the related
-        notes and the feedback store (``sync.derived``)."""
+        notes, the feedback store and the notes to check the gaps against (``sync.derived``)."""
         return self._once("derived", lambda: Derived(self.settings, self.state, lambda: self.index.store, self.memory,
-                                                     self.feedback_if_made))
+                                                     self.feedback_if_made, self.gaps_if_made))
 
     @property
     def sync(self) -> SyncService:

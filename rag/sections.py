@@ -15,6 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from rag.digest_plan import parse_plan
+from rag.errors import UserError
+
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are immutable.
     ``LIVE``: the keys a running daemon takes from a reloaded config (SIGHUP); the others
@@ -198,11 +201,21 @@ class UserMap(Section):
     telegram_ids: list[int] = []
     discord_ids: list[int] = []
     admin: bool = Field(default=False, description="may run /sync")
+    digest: str | None = Field(default=None, description="a digest of the notes in a private chat: 'weekly mon 09:00' "
+                                                         "or 'daily 08:30' (each person may change it with /digest)")
+    timezone: str = Field(default="UTC", description="the person's IANA time zone (Asia/Shanghai): digests' times")
 
     @model_validator(mode="after")
     def _one_user(self) -> "UserMap":
         if bool(self.leanote_user_id) == bool(self.leanote_email):
             raise ValueError("give exactly one of leanote_user_id and leanote_email")
+        try:
+            if self.digest is not None:
+                parse_plan(self.digest, self.timezone)
+            else:
+                parse_plan(f"daily 00:00 {self.timezone}")
+        except UserError as err:
+            raise ValueError(str(err)) from None
         return self
 
 

@@ -2,7 +2,9 @@
 
 Beside the index, three stores hold things made from notes: the memory's entities, facts
 and LLM jobs (``rag.memory.store``), its related-note pairs (``rag.memory.related``), and
-the feedback store's copies of the notes an answer cited (``rag.answer.feedback``).
+the feedback store's copies of the notes an answer cited (``rag.answer.feedback``); and the
+gaps store queues the notes indexed with new text, to be checked against the questions the
+notes could not answer (``rag.answer.gaps``; the daemon checks them after the pass).
 ``Derived`` is the one stage that keeps them in line; the sync calls it at four points:
 
 - ``follow``, right after each commit of the index (``sync.indexer``; a snapshot pass's commits
@@ -35,6 +37,7 @@ import sqlite3
 from typing import Callable, Iterable
 
 from rag.answer.feedback import FeedbackStore
+from rag.answer.gaps import GapStore
 from rag.config import Settings
 from rag.errors import LeanoteRagError
 from rag.index.note_index import PreparedNote
@@ -75,8 +78,10 @@ class Derived:
     settings (the composition root sets it on a reload)."""
 
     def __init__(self, settings: Settings, state: State, store: Callable[[], Store], memory: MemoryStore | None,
-                 feedback: Callable[[], FeedbackStore | None] = lambda: None):
+                 feedback: Callable[[], FeedbackStore | None] = lambda: None,
+                 gaps: Callable[[], GapStore | None] = lambda: None):
         self.settings = settings
+        self.gaps = gaps
         self.state = state
         self.store = store
         self.memory = memory
@@ -169,7 +174,10 @@ class Derived:
         """The memory follows the index's transaction just committed: ``pending`` its rows
         (None: the note's row went), ``remember`` the notes prepared with new text (or never
         processed), ``retagged`` those whose metadata alone changed. A stop leaves the rest
-        of the notes to the next pass (``behind``)."""
+        of the notes to the next pass (``behind``). The notes with new text are queued to be
+        checked against the open knowledge gaps of their users (``rag.answer.gaps``)."""
+        if remember:
+            self._call(lambda: self._queue_gap_checks(remember), "gaps: queueing the changed notes", memory=False)
         memory = self.memory
         if memory is None:
             return
@@ -201,6 +209,11 @@ class Derived:
         if pending or remember:  # facts whose newest statement went: the one before is active again
             steps.append(("", "memory: settling facts", memory.settle_facts))
         self._steps(steps)
+
+    def _queue_gap_checks(self, remember: dict[str, PreparedNote]) -> None:
+        store = self.gaps()
+        if store is not None:  # (none: no gap was ever kept)
+            store.changed({n: p.note.user_id for n, p in remember.items()})
 
     # --- around the pass ------------------------------------------------------------------
 
@@ -256,13 +269,15 @@ class Derived:
     def _align_feedback(self, indexed) -> bool:
         def forget() -> None:
             store = self.feedback()
-            if store is None:
-                return  # no answer was ever recorded
-            gone = sorted(store.named_notes() - indexed.keys())
-            if gone:
-                answers = store.forget_notes(gone)
-                log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
-                         answers, len(gone), some(gone))
+            if store is not None:  # (None: no answer was ever recorded)
+                gone = sorted(store.named_notes() - indexed.keys())
+                if gone:
+                    answers = store.forget_notes(gone)
+                    log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
+                             answers, len(gone), some(gone))
+            gaps = self.gaps()
+            if gaps is not None:  # a closed gap names the note that answered it: not once it has gone
+                gaps.forget_notes(sorted(gaps.named_notes() - indexed.keys()))
 
         return self._call(forget, "feedback: comparing it with the index", default=_FAILED, memory=False) is not _FAILED
 

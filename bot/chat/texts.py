@@ -49,7 +49,11 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
 /related 笔记id、标题或问题 — 相关的笔记 notes related to a note (its id or title) or a question
 /reject ID — 删掉一条错的事实或相关 reject a wrong fact or pair (ids from /about, /related)
-/confirm ID — 确认一条事实或相关 confirm a fact or pair"""
+/confirm ID — 确认一条事实或相关 confirm a fact or pair
+
+/gaps — 笔记还回答不了的问题 what your notes could not answer (write the note, or dismiss)
+/digest weekly mon 09:00 | daily 08:30 | off — 笔记摘要 a digest of your notes (private chat)
+/forget — 忘掉你的知识空白和摘要设置 forget your gaps and digest setting"""
 
 COMMANDS = [
     ("ask", "提问 / ask a question"),
@@ -67,6 +71,9 @@ COMMANDS = [
     ("related", "相关笔记 / related notes (note id or question)"),
     ("reject", "删掉一条错的事实或相关 / reject a fact or pair"),
     ("confirm", "确认一条事实或相关 / confirm a fact or pair"),
+    ("gaps", "笔记还答不上来的问题 / what your notes could not answer"),
+    ("digest", "笔记摘要 / a digest: weekly mon 09:00, daily 08:30, off"),
+    ("forget", "忘掉你的知识空白 / forget your gaps"),
     ("help", "帮助 / help"),
 ]
 

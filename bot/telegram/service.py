@@ -16,7 +16,7 @@ from rag.errors import ConfigError
 from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
-from bot.telegram import answering, buttons, capturing, commands
+from bot.telegram import answering, buttons, capturing, commands, gaps
 from bot.telegram.bot import TelegramBot
 
 MEDIA = filters.PHOTO | filters.Document.ALL
@@ -46,6 +46,9 @@ def build(host, token: str) -> TelegramBot:
     a.add_handler(CommandHandler("related", on(commands.on_related)))
     a.add_handler(CommandHandler("reject", on(commands.on_reject)))
     a.add_handler(CommandHandler("confirm", on(commands.on_confirm)))
+    a.add_handler(CommandHandler("gaps", on(gaps.on_gaps)))
+    a.add_handler(CommandHandler("forget", on(gaps.on_forget)))
+    a.add_handler(CommandHandler("digest", on(gaps.on_digest)))
     # a photo or document: "/note ..." as its caption captures it, anywhere the bot listens
     a.add_handler(MessageHandler(MEDIA & filters.CaptionRegex(r"^/note(@\w+)?(\s|$)"), on(capturing.on_media_note)))
     a.add_handler(MessageHandler(MEDIA & private, on(capturing.on_media_hint)))
