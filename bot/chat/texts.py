@@ -30,6 +30,23 @@ FRESH_START = "好的，重新开始。 / Fresh start."
 ADMINS_ONLY = "只有管理员可以 /sync。 / Only admins may /sync."
 SYNCING = "开始同步… / Syncing…"
 NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
+TRANSCRIBING = "🎙 正在转写… / Transcribing…"
+READING_IMAGE = "🔎 正在识别图中文字… / Reading the text in the image…"
+
+
+def waiting_text(ahead: int) -> str:
+    """Media work waiting in the machine's one line."""
+    return f"⏳ 排队中，前面还有 {ahead} 个 / In line: {ahead} ahead of you"
+
+
+def heard_line(line: str) -> str:
+    """A voice message's words, shown first on one line (a mishearing is seen; reply to correct it)."""
+    return f"🎙 「{line}」"
+
+
+def seen_line(line: str) -> str:
+    """A photo's text as read, shown first on one line."""
+    return f"🔎 「{line}」"
 
 HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I answer from your Leanote notes, with links to them.
 

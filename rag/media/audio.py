@@ -8,11 +8,6 @@ import io
 
 import numpy as np
 
-try:
-    import av
-except ImportError:  # the speech extra is not installed: ``rag.media.media`` says so before any decoding
-    av = None
-
 from rag.media.base import TooLong, Unreadable
 
 RATE = 16_000
@@ -23,6 +18,8 @@ def decode(data: bytes, max_seconds: float) -> np.ndarray:
     """The clip as float32 samples at 16 kHz, mono. ``TooLong`` as soon as the decoding passes
     ``max_seconds`` (a long file is not decoded to the end to be refused); ``Unreadable`` for
     what no decoder takes."""
+    import av  # the speech extra's (the daemon starts without it loaded)
+
     limit = int(max_seconds * RATE) + RATE // 2  # half a second of grace for a clip "of" the limit
     chunks, total = [], 0
     try:

@@ -8,14 +8,9 @@ from __future__ import annotations
 import io
 import logging
 import warnings
+from importlib import util as import_util
 
 import numpy as np
-
-try:
-    from PIL import Image, ImageDraw, ImageOps
-    from rapidocr_onnxruntime import RapidOCR
-except ImportError:  # the ocr extra is not installed: ``rag.media.media`` says so
-    Image = ImageDraw = ImageOps = RapidOCR = None
 
 from rag.media.base import OCR_EXTRA, TooBig, Unreadable
 
@@ -27,14 +22,17 @@ NOT_AN_IMAGE = ("这不是能读的图片（PNG、JPEG、WebP、BMP、GIF…）�
 
 def installed() -> str | None:
     """Why OCR cannot work here (the extra is missing), or None."""
-    if RapidOCR is None or Image is None:
+    # (looked for, not imported: the daemon starts without loading them)
+    if import_util.find_spec("rapidocr_onnxruntime") is None or import_util.find_spec("PIL") is None:
         return (f"图片文字识别没有安装：{OCR_EXTRA} / Reading text in images needs the ocr extra: {OCR_EXTRA}")
     return None
 
 
-def open_image(data: bytes, max_mb: float, max_pixels: int) -> "Image.Image":
+def open_image(data: bytes, max_mb: float, max_pixels: int):
     """The image, upright and in RGB; ``TooBig`` or ``Unreadable`` (not an image) otherwise.
     The size in pixels is read from the header, before any pixel is decoded."""
+    from PIL import Image, ImageOps  # the ocr extra's
+
     if len(data) > max_mb * 1024 * 1024:
         raise TooBig(f"图片太大：最多 {max_mb:g} MB。 / The image is too large: at most {max_mb:g} MB "
                      f"(media.max_image_mb).")
@@ -84,6 +82,8 @@ class RapidReader:
     name = "rapidocr"
 
     def __init__(self, threads: int = 2, max_mb: float = 10.0, max_pixels: int = 40_000_000):
+        from rapidocr_onnxruntime import RapidOCR
+
         self.engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
         self.max_mb, self.max_pixels = max_mb, max_pixels
 
@@ -96,6 +96,8 @@ class RapidReader:
 
 def sample() -> bytes:
     """A small PNG with "OK 42" drawn in it (``doctor`` reads it)."""
+    from PIL import Image, ImageDraw
+
     image = Image.new("RGB", (240, 80), "white")
     ImageDraw.Draw(image).text((20, 16), "OK 42", fill="black", font_size=40)
     buf = io.BytesIO()

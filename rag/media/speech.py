@@ -21,13 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    from faster_whisper import WhisperModel
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-    from opencc import OpenCC
-except ImportError:  # the speech extra is not installed: ``rag.media.media`` says so
-    WhisperModel = OpenCC = VadOptions = get_speech_timestamps = None
-
 from rag.media.base import SPEECH_EXTRA, NotInstalled
 
 log = logging.getLogger(__name__)
@@ -43,9 +36,10 @@ _REPEAT = re.compile(r"(.{2,30}?)(?:[\s,，、.。]*\1){3,}")  # a phrase said f
 
 def installed() -> str | None:
     """Why speech cannot work here (a package of the extra missing), or None."""
-    missing = [name for name, ok in (("faster-whisper", WhisperModel is not None), ("opencc", OpenCC is not None))
-               if not ok]
-    missing += [p.replace("_", "-") for p in PARTS if import_util.find_spec(p) is None]
+    # (looked for, not imported: the daemon starts without loading them; the engine imports them)
+    missing = [name for name, module in (("faster-whisper", "faster_whisper"), ("opencc", "opencc"), ("av", "av"),
+                                         *((p.replace("_", "-"), p) for p in PARTS))
+               if import_util.find_spec(module) is None]
     if missing:
         return (f"语音转写没有安装（缺 {', '.join(missing)}）：{SPEECH_EXTRA} / Voice messages need the speech extra "
                 f"({', '.join(missing)} missing): {SPEECH_EXTRA}")
@@ -103,14 +97,19 @@ class WhisperTranscriber:
     name = "faster-whisper"
 
     def __init__(self, models_dir: Path, threads: int = 2):
+        from faster_whisper import WhisperModel
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+        from opencc import OpenCC
+
         folder = model_folder(models_dir)
         self.model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads)
         self._t2s = OpenCC("t2s").convert
+        self._speech_in = lambda samples: get_speech_timestamps(samples, VadOptions())
 
     def transcribe(self, samples: np.ndarray, language: str = "") -> tuple[str, str]:
         """(the words, their language); ("", language) when the VAD hears no speech (found
         in a fraction of a second: nothing is decoded then)."""
-        if not get_speech_timestamps(samples, VadOptions()):
+        if not self._speech_in(samples):
             return "", language
         seconds = samples.size / 16_000
         segments, info = self.model.transcribe(
