@@ -82,7 +82,10 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     waiting.shown["status"] = status
 
     async def wait(ahead: int) -> None:
-        await waiting(ahead) if ahead else _edit(status, TRANSCRIBING)
+        if ahead:
+            await waiting(ahead)
+        else:
+            await _edit(status, TRANSCRIBING)
 
     try:
         got = await media_case.voice(tg.parts, person, files[0], command=command, typed=after_command(caption),
@@ -124,12 +127,20 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
     if why:
         await message.reply_text(why)
         return
+    try:
+        media_case.check_image(tg.parts, files[0].data)
+    except MediaError as err:
+        await message.reply_text(str(err))
+        return
     status = await message.reply_text(READING_IMAGE)
     waiting = in_line(message)
     waiting.shown["status"] = status
 
     async def wait(ahead: int) -> None:
-        await waiting(ahead) if ahead else _edit(status, READING_IMAGE)
+        if ahead:
+            await waiting(ahead)
+        else:
+            await _edit(status, READING_IMAGE)
 
     try:
         reading = await media_case.read(tg.parts, person, files[0].data, on_wait=wait)

@@ -52,6 +52,11 @@ async def read(parts: "Parts", person: Person, data: bytes, on_wait: Waiting | N
     return await parts.media.read(person.key, data, on_wait)
 
 
+def check_image(parts: "Parts", data: bytes) -> None:
+    """A ``MediaError`` at once for what is no image, or too large (before any status is shown)."""
+    parts.media.check_image(data)
+
+
 def spoken(text: str) -> tuple[str, str]:
     """("note" | "remember" | "ask", the words without the one that said which)."""
     for kind, pattern in (("note", _NOTE), ("remember", _REMEMBER)):

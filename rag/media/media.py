@@ -104,7 +104,13 @@ class Media:
         problem = self.ocr_problem()
         if problem:
             raise NotInstalled(problem)
+        self.check_image(data)
         return await self.line.run(person, self.reading(data), on_wait)
+
+    def check_image(self, data: bytes) -> None:
+        """``TooBig`` or ``Unreadable`` for what is no image or too large, from its header alone:
+        refused at once, before it waits in line."""
+        ocr.open_image(data, self.cfg.max_image_mb, self.cfg.max_image_pixels, decode=False)
 
     def reading(self, data: bytes) -> Iterator:
         started = time.monotonic()

@@ -28,9 +28,10 @@ def installed() -> str | None:
     return None
 
 
-def open_image(data: bytes, max_mb: float, max_pixels: int):
+def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True):
     """The image, upright and in RGB; ``TooBig`` or ``Unreadable`` (not an image) otherwise.
-    The size in pixels is read from the header, before any pixel is decoded."""
+    The size in pixels is read from the header, before any pixel is decoded (``decode`` False:
+    only that check, nothing decoded: a quick refusal before the image waits in line)."""
     from PIL import Image, ImageOps  # the ocr extra's
 
     if len(data) > max_mb * 1024 * 1024:
@@ -44,6 +45,8 @@ def open_image(data: bytes, max_mb: float, max_pixels: int):
             if width * height > max_pixels:
                 raise TooBig(f"图片像素太多：{width}×{height}，最多 {max_pixels:,} 像素。 / The image has too many "
                              f"pixels: {width}×{height}, at most {max_pixels:,} (media.max_image_pixels).")
+            if not decode:
+                return None
             image.load()
             image = ImageOps.exif_transpose(image)
             return image.convert("RGB")

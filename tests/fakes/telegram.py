@@ -16,7 +16,7 @@ have confirmed is sent again to the next poll, also to a bot started anew.
 
 Updates: ``say`` (text or a command), ``forward`` (with a ``forward_origin``: see
 ``origin_user``, ``origin_hidden``, ``origin_chat``, ``origin_channel``), ``reply``,
-``send_photo``, ``send_document`` (register the bytes first with ``add_file``) and
+``send_photo``, ``send_document``, ``send_voice`` (register the bytes first with ``add_file``) and
 ``press`` (a button under one of the bot's messages: a ``callback_query``).
 """
 
@@ -186,6 +186,22 @@ class FakeTelegram(LocalServer):
         return self._push(self._user_message(user_id, chat_id, chat_type, text=caption, document=file_id,
                                              file_name=file_name, mime_type=mime_type))
 
+    def send_voice(self, user_id: int, file_id: str, duration: int, caption: str = "", chat_id: int | None = None,
+                   chat_type: str = "private", audio: bool = False, file_name: str = "clip.ogg",
+                   mime_type: str = "audio/ogg") -> dict:
+        """A user sends a voice message (or, with ``audio``, an audio file) of ``duration``
+        seconds (a registered file id), with a caption."""
+        message = self._user_message(user_id, chat_id, chat_type, text=caption, voice=file_id)
+        if audio:
+            message["audio"] = {**message.pop("voice"), "file_name": file_name, "mime_type": mime_type}
+        message["audio" if audio else "voice"]["duration"] = duration
+        return self._push(message)
+
+    def send_again(self, message: dict) -> dict:
+        """A message a user sent, delivered again in a new update (as Telegram does when a
+        poll's confirmation was lost)."""
+        return self._push(dict(message))
+
     def add_file(self, file_id: str, data: bytes, file_size: int | None = None) -> None:
         """A file Telegram holds; ``file_size``: what Telegram says its size is (default: the real one)."""
         self.files[file_id] = {"data": data, "file_size": len(data) if file_size is None else file_size,
@@ -222,14 +238,18 @@ class FakeTelegram(LocalServer):
 
     def _user_message(self, user_id: int, chat_id: int | None, chat_type: str, text: str = "",
                       photo: str | None = None, document: str | None = None, file_name: str = "file.bin",
-                      mime_type: str = "application/octet-stream", command: bool = True) -> dict:
+                      mime_type: str = "application/octet-stream", command: bool = True,
+                      voice: str | None = None) -> dict:
         chat_id = chat_id if chat_id is not None else user_id
         with self.cond:
             message = {"message_id": self._next_message, "date": int(time.time()),
                        "chat": {"id": chat_id, "type": chat_type}, "from": _user(user_id)}
             self._next_message += 1
             self.chat_types[chat_id] = chat_type
-        media = photo or document
+        media = photo or document or voice
+        if voice:
+            message["voice"] = {"file_id": voice, "file_unique_id": f"u-{voice}", "duration": 1,
+                                "mime_type": "audio/ogg", "file_size": self.files[voice]["file_size"]}
         if photo:
             size = self.files[photo]["file_size"]
             message["photo"] = [  # Telegram sends several sizes, the largest last
