@@ -13,7 +13,10 @@ pytest.importorskip("rapidocr_onnxruntime")
 
 import media_files  # noqa: E402
 from test_telegram import run, until  # noqa: E402
-from test_telegram_capture import OWNER, link_id, reply_to, world  # noqa: E402,F401  (the fixture)
+import test_telegram_capture  # noqa: E402
+from test_telegram_capture import OWNER, link_id, reply_to  # noqa: E402
+
+world = test_telegram_capture.world  # the fixture: the daemon's fakes (Bot API, Leanote, Ollama)
 
 needs_espeak = pytest.mark.skipif(not media_files.has_espeak(), reason="espeak-ng is not installed (speech is made with it)")
 
