@@ -13,10 +13,11 @@ import discord
 
 from rag.capture import Attachment, Origin, Quote
 
-from bot.chat.texts import NO_CAPTURE, outbox_text
+from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.discord.bot import DiscordBot
 from bot.render import DISCORD_CONTENT
 from bot.usecases import capture
+from bot.usecases import media as media_case
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,13 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
                 ephemeral=True)
             return
         attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
-    if kind == "note":
-        receipt = await capture.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
-                                     once=once)
+    if kind == "note":  # a photo's text goes under it, a clip's words become the text (read on this machine)
+        async def wait(ahead: int) -> None:
+            if ahead:
+                await interaction.edit_original_response(content=waiting_text(ahead))
+
+        receipt = await media_case.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
+                                        once=once, on_wait=wait)
     elif kind == "append":
         receipt = await capture.append(bot.parts, person, text or "", once=once)
     else:
