@@ -297,9 +297,9 @@ class MediaConfig(Section):
     """Voice messages and photos, read on this machine (``rag.media``): the optional extras
     ``leanote-rag[speech]`` and ``leanote-rag[ocr]``; without them the bots say what to install."""
 
-    speech: Literal["faster-whisper", "off"] = Field(
+    speech: Annotated[Literal["faster-whisper", "off"], BeforeValidator(_on_off)] = Field(
         default="faster-whisper", description="voice messages and audio: transcribed by Whisper base (CTranslate2), or off")
-    ocr: Literal["rapidocr", "off"] = Field(
+    ocr: Annotated[Literal["rapidocr", "off"], BeforeValidator(_on_off)] = Field(
         default="rapidocr", description="photos and image files: their text recognised (PP-OCRv4, ONNX Runtime), or off")
     max_clip: Duration = Field(default=60.0, le=1800, description="the longest voice message or audio file transcribed")
     max_audio_mb: float = Field(default=10.0, gt=0, description="the largest audio file fetched for transcription")

@@ -6,6 +6,8 @@ tests of heard words skip, and those of what cannot be heard still run."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytest.importorskip("faster_whisper")
@@ -155,3 +157,30 @@ def test_without_speech_the_bot_says_so_and_a_voice_note_is_still_kept(world):
         assert note["Title"] == "语音备忘" and note["Files"]
 
     run(make().model_copy(update={"media": make().media.model_copy(update={"speech": "off"})}), tg, scenario)
+
+
+def test_without_the_extras_installed_the_bot_says_what_to_install(world, monkeypatch):
+    make, tg, ollama, leanote = world
+    monkeypatch.setitem(sys.modules, "faster_whisper", None)  # as on a default install
+    monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)
+
+    async def scenario(daemon):
+        tg.add_file("v-none", media_files.tone(1.0))
+        before = len(tg.sent_to(OWNER))
+        tg.send_voice(OWNER, "v-none", duration=1)
+        got = await reply_to(tg, OWNER, before)
+        assert "pip install 'leanote-rag[speech]'" in got["text"] and "v-none" not in tg.downloads
+        tg.add_file("p-none", media_files.text_png(["journalctl -u caddy -f"]))
+        before = len(tg.sent_to(OWNER))
+        tg.send_photo(OWNER, "p-none", caption="这是什么命令？")
+        got = await reply_to(tg, OWNER, before)
+        assert "pip install 'leanote-rag[ocr]'" in got["text"] and "p-none" not in tg.downloads
+        # a captured photo is kept all the same; the receipt says why its text was not read
+        before = len(tg.sent_to(OWNER))
+        tg.send_photo(OWNER, "p-none", caption="/note 命令截图")
+        got = await until(lambda: [m for m in tg.sent_to(OWNER)[before:] if "已记下" in m["text"]], 60, "the receipt")
+        assert "leanote-rag[ocr]" in got[0]["text"]
+        note = leanote.notes[link_id(got[0]["text"], leanote)]
+        assert note["Files"] and "Recognised text" not in note["Content"]
+
+    run(make(), tg, scenario)

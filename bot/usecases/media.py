@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 Waiting = Callable[[int], Awaitable[None]]
 
 _PUNCT = r"[\s,，:：;；.。!！、-]*"
-_NOTE = re.compile(rf"^\s*(?:/?note|记一下|记个笔记|记笔记|笔记){_PUNCT}", re.I)
-_REMEMBER = re.compile(rf"^\s*(?:/?remember|请记住|帮我记住|记住){_PUNCT}", re.I)
+_NOTE = re.compile(rf"^\s*(?:/?note\b|记一下|记个笔记|记笔记|笔记){_PUNCT}", re.I)
+_REMEMBER = re.compile(rf"^\s*(?:/?remember\b|请记住|帮我记住|记住){_PUNCT}", re.I)
 
 
 def speech_problem(parts: "Parts") -> str | None:

@@ -14,7 +14,7 @@ from typing import Awaitable, Callable, Iterator
 import numpy as np
 
 from rag.media import audio, ocr, speech
-from rag.media.base import NoSpeech, NoText, NotInstalled, TooBig, Reader, Reading, Transcriber, Transcript
+from rag.media.base import OCR_EXTRA, SPEECH_EXTRA, NoSpeech, NoText, NotInstalled, TooBig, Reader, Reading, Transcriber, Transcript
 from rag.media.queue import Line
 from rag.sections import MediaConfig
 
@@ -121,29 +121,40 @@ class Media:
 
     # --- doctor -------------------------------------------------------------------------------
 
-    def check(self) -> Iterator[tuple[str, bool, str, str]]:
-        """(name, ok, what was found, the fix) for speech and for OCR: each engine loaded and
-        tried on a tiny sample made here (a second of silence; "OK 42" drawn in an image)."""
+    def check(self) -> Iterator[tuple[str, str, str, str]]:
+        """(name, state, what was found, the fix) for speech and for OCR; state: "ok" (the
+        engine loaded and ran on a tiny sample made here: a second of silence, "OK 42" drawn in
+        an image), "off" (turned off in the config), "missing" (the extra is not installed) or
+        "broken" (it is, and failed)."""
         for kind, problem in (("speech", self.speech_problem()), ("ocr", self.ocr_problem())):
             name = "voice messages (speech)" if kind == "speech" else "photos (ocr)"
+            engine = self.cfg.speech if kind == "speech" else self.cfg.ocr
+            if engine == "off":
+                yield name, "off", f"off (media.{kind}: off)", ""
+                continue
             if problem:
-                off = (self.cfg.speech if kind == "speech" else self.cfg.ocr) == "off"
-                yield name, off, problem.split(" / ")[-1], "" if off else problem.split(": ", 1)[-1].split(" / ")[0]
+                extra = SPEECH_EXTRA if kind == "speech" else OCR_EXTRA
+                yield name, "missing", problem.split(" / ")[-1] + "; the bots say so when one is sent", extra
                 continue
             started = time.monotonic()
             try:
                 if kind == "speech":
-                    text, _ = self._engine("speech").transcribe(np.zeros(audio.RATE, dtype=np.float32), "en")
-                    detail = f"{self.cfg.speech} loaded and ran in {time.monotonic() - started:.1f} s"
+                    self._engine("speech").transcribe(np.zeros(audio.RATE, dtype=np.float32), "en")
+                    detail = f"{engine} (Whisper base) loaded and ran in {time.monotonic() - started:.1f} s"
                 else:
                     lines = self._engine("ocr").read(ocr.sample())
-                    detail = (f"{self.cfg.ocr} loaded and read {' '.join(lines) or 'nothing'!r} in "
-                              f"{time.monotonic() - started:.1f} s")
+                    detail = f"{engine} loaded and read {' '.join(lines) or 'nothing'!r} in " \
+                             f"{time.monotonic() - started:.1f} s"
             except Exception as err:  # noqa: BLE001 (doctor says what broke, whatever it is)
-                yield name, False, f"{type(err).__name__}: {err}", "reinstall the extra; see the log"
+                yield name, "broken", f"{type(err).__name__}: {err}", f"reinstall the extra: {extra_of(kind)} " \
+                    "--force-reinstall"
                 continue
-            yield name, True, detail, ""
+            yield name, "ok", detail, ""
 
     def close(self) -> None:
         self.line.close()
 
+
+
+def extra_of(kind: str) -> str:
+    return SPEECH_EXTRA if kind == "speech" else OCR_EXTRA

@@ -104,7 +104,6 @@ class Line:
             while jobs and jobs[0].future.cancelled():
                 self._drop(jobs[0])
             if jobs:
-                self._turns.rotate(-1)  # the next person goes next time
                 return jobs[0]
             self._turns.popleft()
             del self._jobs[person]
@@ -137,7 +136,10 @@ class Line:
                 self.running = None
                 if entry.future.done() or entry.step is None:
                     self._drop(entry)
-                    self._tell()
+                if entry.person in self._jobs:  # their turn is over: everyone else with work goes first
+                    self._turns.remove(entry.person)
+                    self._turns.append(entry.person)
+                self._tell()
 
     def _start(self, entry: _Entry) -> None:
         self._advance(entry, lambda: entry.job.send(None))
