@@ -4,6 +4,7 @@ loaded on first use, in the line's thread), the one line their work waits in, an
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -82,12 +83,14 @@ class Media:
         if len(data) > self.cfg.max_audio_mb * 1024 * 1024:
             raise TooBig(f"音频文件太大：最多 {self.cfg.max_audio_mb:g} MB。 / The audio file is too large: at most "
                          f"{self.cfg.max_audio_mb:g} MB (media.max_audio_mb).")
-        return await self.line.run(person, self.hearing(data), on_wait)
+        # decoded before it joins the line (a fraction of a second even for a long clip, and
+        # what cannot be decoded or is too long is said at once)
+        samples = await asyncio.to_thread(audio.decode, data, self.cfg.max_clip)
+        return await self.line.run(person, self.hearing(samples), on_wait)
 
-    def hearing(self, data: bytes) -> Iterator:
-        """The job of hearing a clip: decoding is one step, each piece one more."""
+    def hearing(self, samples: np.ndarray) -> Iterator:
+        """The job of hearing a clip: a step for each of its pieces."""
         started = time.monotonic()
-        samples: np.ndarray = yield lambda: audio.decode(data, self.cfg.max_clip)
         texts, languages = [], Counter()
         for piece in audio.pieces(samples, self.cfg.piece):
             text, language = yield lambda piece=piece: self._engine("speech").transcribe(piece, self.cfg.language)
