@@ -112,6 +112,7 @@ def test_a_transcript_says_what_it_asks_for():
 def test_words_are_tidied_loops_cut_to_one_and_chinese_simplified():
     assert speech.tidy("好的 好的 好的 好的 好的 我们开会", "en") == "好的 我们开会"
     assert speech.tidy("thank you. thank you. thank you. thank you.", "en") == "thank you."
+    assert speech.tidy("下午快到雲余余余余余余余余", "zh") == "下午快到雲余" and speech.tidy("哈哈哈", "zh") == "哈哈哈"
     pytest.importorskip("opencc")
     from opencc import OpenCC
     assert speech.tidy("這個報錯記住了", "zh", OpenCC("t2s").convert) == "这个报错记住了"

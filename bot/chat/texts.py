@@ -62,6 +62,9 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /remember 内容 — 记到“记住的事”里 a dated line in your memory note
 /save — 回复一条消息，把它存成笔记 reply to a message to save it
 /outbox — 还没写进 Leanote 的记录 captures waiting for Leanote
+🎙 语音消息 — 像打字一样提问；开头说“记一下…”或“记住…”就记下来 a voice message: asked as if typed; starting
+   "note …" or "remember …" it is captured (with /note as its caption too)
+🖼 图片加上问题作说明 — 按图里的文字回答 a photo with a question as its caption: answered from its text
 
 /about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
 /related 笔记id、标题或问题 — 相关的笔记 notes related to a note (its id or title) or a question

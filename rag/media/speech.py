@@ -32,6 +32,7 @@ SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 # (Systran/faster-whisper-base), as it loaded and transcribed here.
 MODEL_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
 _REPEAT = re.compile(r"(.{2,30}?)(?:[\s,，、.。]*\1){3,}")  # a phrase said four times and more in a row
+_STUCK = re.compile(r"(\w)\1{5,}")  # one character six times and more: the decoder stuck on it
 
 
 def installed() -> str | None:
@@ -85,7 +86,7 @@ def model_folder(models_dir: Path) -> Path:
 def tidy(text: str, language: str, to_simplified=None) -> str:
     """A piece's words as shown: loops cut to one saying, Chinese in Simplified characters."""
     text = " ".join(text.split())
-    text = _REPEAT.sub(r"\1", text)
+    text = _STUCK.sub(r"\1", _REPEAT.sub(r"\1", text))
     if language == "zh" and to_simplified is not None:
         text = to_simplified(text)
     return text
