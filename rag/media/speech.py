@@ -86,7 +86,7 @@ def model_folder(models_dir: Path) -> Path:
 def tidy(text: str, language: str, to_simplified=None) -> str:
     """A piece's words as shown: loops cut to one saying, Chinese in Simplified characters."""
     text = " ".join(text.split())
-    text = _STUCK.sub(r"\1", _REPEAT.sub(r"\1", text))
+    text = _REPEAT.sub(r"\1", _STUCK.sub(r"\1", text))
     if language == "zh" and to_simplified is not None:
         text = to_simplified(text)
     return text
