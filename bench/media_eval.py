@@ -240,6 +240,19 @@ def draw(lines: list[str], font_path: str, size: int, width: int = 720) -> "obje
     return image
 
 
+def phone_screenshot() -> tuple[list[str], bytes]:
+    """A phone's screenshot (1080×2340) of a chat: 30 lines, Chinese and English taking turns, 36 px."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    lines = [(SCREEN_ZH + PAGE_ZH)[i % 8] if i % 2 == 0 else SCREEN_EN[i % 4] for i in range(30)]
+    image = Image.new("RGB", (1080, 2340), (250, 250, 250))
+    pen = ImageDraw.Draw(image)
+    for i, line in enumerate(lines):
+        pen.text((30, 40 + i * 75), line, fill=(20, 20, 20), font=ImageFont.truetype(CJK_FONT if i % 2 == 0
+                                                                                      else LATIN_FONT, 36))
+    return lines, png(image)
+
+
 def photo_like(image) -> bytes:
     """A page as a phone photographs it: rotated, uneven light, a little blur and noise, JPEG."""
     from PIL import Image, ImageFilter
@@ -271,6 +284,8 @@ def part_ocr(tiny: bool, state: Path) -> dict:
             images.append(("photo_like_zh", PAGE_ZH, photo_like(draw(PAGE_ZH, CJK_FONT, 30))))
     if not tiny:
         images.append(("photo_like_en", SCREEN_EN, photo_like(draw(SCREEN_EN, LATIN_FONT, 24))))
+    if cjk and not tiny:
+        images.append(("phone_screenshot_1080x2340", *phone_screenshot()))
     media = Media(MediaConfig(threads=2), state)
     started = time.monotonic()
     reader = media._engine("ocr")

@@ -7,6 +7,7 @@ tests of heard words skip, and those of what cannot be heard still run."""
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -86,12 +87,23 @@ def test_what_cannot_be_heard_or_read_is_said_in_one_line_and_a_captured_photo_k
     make, tg, ollama, leanote = world
 
     async def scenario(daemon):
-        # a tone: sound, but no speech
+        # a tone: sound, but no speech; sent while someone else's clip is being heard, it says its place in
+        # line first (the other's job here is one step that waits for the test)
+        other = threading.Event()
+
+        def someone_elses():
+            yield lambda: other.wait(60)
+
+        daemon.parts.media.line.submit("telegram:222", someone_elses())
         tg.add_file("v-tone", media_files.tone(2.0))
         before = len(tg.sent_to(OWNER))
         tg.send_voice(OWNER, "v-tone", duration=2)
-        status = await status_and_reply(tg, OWNER, before, "No speech")
-        assert "No speech found" in status["text"]
+        status = await reply_to(tg, OWNER, before)
+        await until(lambda: "ahead of you" in status["text"], 30, "the place in line")
+        assert status["text"] == "⏳ 排队中，前面还有 1 个 / In line: 1 ahead of you"
+        other.set()
+        await until(lambda: "No speech" in status["text"], 60, "the clip's turn")
+        assert "No speech found" in status["text"] and any("Transcribing" in t for _, t in status["edits"])
         # bytes that are no audio
         tg.add_file("v-junk", b"this is not audio at all" * 20)
         before = len(tg.sent_to(OWNER))

@@ -153,15 +153,17 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
 
 def in_line(message: Message, doing: str = ""):
     """``on_wait`` for media work: a message saying how many are ahead, edited as that falls
-    (none is sent when nothing is ahead; ``doing`` then says what is being done, when given)."""
+    (none is sent when nothing is ahead; ``doing`` then says what is being done, when given, else
+    the message goes once its turn comes)."""
     shown: dict[str, Message] = {}
 
     async def tell(ahead: int) -> None:
         text = waiting_text(ahead) if ahead else doing
-        if not text:
-            return
         with suppress(TelegramError):
-            if "status" in shown:
+            if not text:  # its turn came: the "in line" message has said what it had to
+                if "status" in shown:
+                    await shown.pop("status").delete()
+            elif "status" in shown:
                 await shown["status"].edit_text(text)
             else:
                 shown["status"] = await message.reply_text(text)

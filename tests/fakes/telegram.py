@@ -5,7 +5,8 @@ bodies, ``{"ok": true, "result": ...}`` answers).
 Methods: getMe, deleteWebhook, getUpdates (long polling by offset; as in Telegram, an
 offset confirms every update below it, which is never sent again, also to a bot that
 restarts and asks without one; ``limit``; a negative offset), sendMessage,
-editMessageText, editMessageReplyMarkup, answerCallbackQuery, getFile, sendChatAction,
+editMessageText, editMessageReplyMarkup, deleteMessage (the message kept, marked ``deleted``),
+answerCallbackQuery, getFile, sendChatAction,
 setMyCommands, and file downloads (``GET /file/bot<token>/<file_path>``). Like Telegram
 it refuses an edit that changes nothing (400 "message is not modified"), HTML that does
 not parse (400 "can't parse entities"), ``getFile`` past 20 MB (400 "file is too big"),
@@ -359,6 +360,13 @@ class FakeTelegram(LocalServer):
                     if ready or left <= 0:
                         return 200, {"ok": True, "result": ready}
                     self.cond.wait(left)
+        if method == "deleteMessage":  # kept, marked: tests count messages by their place
+            with self.cond:
+                msg = self.messages.get(int(p.get("message_id", 0)))
+                if msg is None or msg.get("deleted"):
+                    return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message to delete not found"}
+                msg["deleted"] = True
+            return 200, {"ok": True, "result": True}
         if method in ("sendMessage", "editMessageText"):
             text = str(p.get("text", ""))
             if p.get("parse_mode") == "HTML":
