@@ -179,6 +179,9 @@ def part_speech(tiny: bool, state: Path) -> dict:
             rows.append({**row, f"{unit}_errors": e})
         out[language] = {"clips": rows, f"{unit}_error_rate": round(edits / total, 3),
                          "mean_clip_s": round(np.mean([r["seconds"] for r in rows]), 1)}
+        if not tiny:
+            given = sum(error(r["said"], r["heard_language_given"], unit)[0] for r in rows)
+            out[language][f"{unit}_error_rate_language_given"] = round(given / total, 3)
         for key in ("time_auto_s", "cpu_auto_s", "time_language_given_s", "cpu_language_given_s"):
             if key in rows[0]:
                 out[language][f"mean_{key}"] = round(float(np.mean([r[key] for r in rows])), 2)
