@@ -4,7 +4,7 @@
 for, and closes what it built, in the reverse order: the state, the index, the memory, the
 feedback store, the outbox, the answer service (with its reranker and LLM client), what is
 derived from the notes (``sync.derived``), the sync service (with its source), the daemon's
-schedule, the capture writer and the memory's LLM tier. ``apply`` hands every part that holds
+schedule, the capture writer, the memory's LLM tier and the media readers (voice, images). ``apply`` hands every part that holds
 settings the new ones on a reload. ``serve`` (``bot.serve.Daemon``), the command line (its
 door without a daemon, ``doctor``) and the tests build through it; no other module opens a
 store by its path or loads a model: ``doctor`` and the metrics read through it too. The use
@@ -31,6 +31,7 @@ from rag.errors import LeanoteRagError, UserError
 from rag.index import embed as embed_mod
 from rag.index.note_index import NoteIndex
 from rag.index.store import Store, open_store
+from rag.media.media import Media
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
 
@@ -255,6 +256,12 @@ class Parts:
     def note_url(self, note_id: str) -> str:
         """Where a note opens in Leanote."""
         return f"{self.settings.leanote.base_url.rstrip('/')}/note/{note_id}"
+
+    @property
+    def media(self) -> Media:
+        """Voice messages and images read on this machine (``rag.media``): the configured
+        engines, each loaded on first use, and the one line their work waits in."""
+        return self._once("media", lambda: Media(self.settings.media, self.settings.state_dir))
 
     @property
     def memory_jobs(self) -> MemoryJobs:

@@ -323,6 +323,28 @@ class CaptureConfig(Section):
     sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
 
 
+class MediaConfig(Section):
+    """Voice messages and photos, read on this machine (``rag.media``): the optional extras
+    ``leanote-rag[speech]`` and ``leanote-rag[ocr]``; without them the bots say what to install."""
+
+    speech: Annotated[Literal["faster-whisper", "off"], BeforeValidator(_on_off)] = Field(
+        default="faster-whisper", description="voice messages and audio: transcribed by Whisper base (CTranslate2), or off")
+    ocr: Annotated[Literal["rapidocr", "off"], BeforeValidator(_on_off)] = Field(
+        default="rapidocr", description="photos and image files: their text recognised (PP-OCRv4, ONNX Runtime), or off")
+    max_clip: Duration = Field(default=60.0, le=1800, description="the longest voice message or audio file transcribed")
+    max_audio_mb: float = Field(default=10.0, gt=0, description="the largest audio file fetched for transcription")
+    language: str = Field(
+        default="", description="the spoken language when everyone speaks one (zh, en, ...): saves the ~3 s a short "
+        "clip spends detecting it; empty: detected for each piece of a clip")
+    piece: Duration = Field(
+        default=15.0, ge=5, le=30,
+        description="a long clip is transcribed in pieces of at most this long (cut at a pause), taking turns with "
+        "other people's clips: a short clip waits for at most one piece of someone else's")
+    threads: int = Field(default=2, ge=1, le=64, description="CPU threads for one transcription or OCR (one runs at a time)")
+    max_image_mb: float = Field(default=10.0, gt=0, description="the largest image read for its text")
+    max_image_pixels: int = Field(default=40_000_000, ge=10_000, description="an image with more pixels is not read")
+
+
 class MemoryConfig(Section):
     """What the notes are about (``rag.memory.store``): entities and their mentions, kept beside the index."""
 

@@ -205,7 +205,7 @@ def test_commands_are_registered_for_the_tree():
     bot = build(host)
     assert {c.name for c in bot.tree.get_commands()} == names
     ask = bot.tree.get_command("ask")
-    assert [p.name for p in ask.parameters] == ["question", "private"]
+    assert [p.name for p in ask.parameters] == ["question", "private", "file"]  # file: a voice clip or an image
 
 
 def test_embeds_stay_within_discord_limits():

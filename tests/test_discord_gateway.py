@@ -128,8 +128,9 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         assert set(fake.commands_for(GUILD)) == COMMANDS
         assert fake.commands_for(None) == {}  # guild_ids configured: synced there only
         ask = fake.commands_for(GUILD)["ask"]
+        # (the question may be left out when a voice clip or an image is the question: a file)
         assert [(o["name"], o["type"], o.get("required", False)) for o in ask["options"]] == [
-            ("question", 3, True), ("private", 5, False)]
+            ("question", 3, False), ("private", 5, False), ("file", 11, False)]
 
         ollama.reply("一定要先把鸡蛋炒好盛出[1]。", "加一小勺糖", "（大概 5 克）[1]。", "能压住番茄的酸味[1]。", delay=0.3)
         it = await answer(fake, ONE, "番茄炒蛋怎么做才不酸？")

@@ -15,10 +15,11 @@ import discord
 
 from rag.capture import Attachment, Origin, Quote
 
-from bot.chat.texts import NO_CAPTURE, outbox_text
+from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.discord.bot import DiscordBot
 from bot.render import DISCORD_CONTENT
 from bot.usecases import capture, gaps
+from bot.usecases import media as media_case
 
 PLACE = "discord"  # where a Discord person's note for a gap is written: their next /note, wherever
 
@@ -98,9 +99,13 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
         draft = await asyncio.to_thread(gaps.take_draft, bot.parts, person, PLACE)
     if draft is not None:
         receipt = await gaps.write_draft(bot.parts, person, draft, text or "", once=once)
-    elif kind == "note":
-        receipt = await capture.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
-                                     once=once)
+    elif kind == "note":  # a photo's text goes under it, a clip's words become the text (read on this machine)
+        async def wait(ahead: int) -> None:
+            if ahead:
+                await interaction.edit_original_response(content=waiting_text(ahead))
+
+        receipt = await media_case.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
+                                        once=once, on_wait=wait)
     elif kind == "append":
         receipt = await capture.append(bot.parts, person, text or "", once=once)
     else:

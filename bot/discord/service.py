@@ -16,7 +16,7 @@ from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
 from bot.chat.texts import HELP
-from bot.discord import answering, buttons, capturing, commands, gaps
+from bot.discord import answering, buttons, capturing, commands, gaps, media
 from bot.discord.bot import DiscordBot
 from bot.usecases import gaps as gaps_case
 
@@ -42,9 +42,15 @@ def _register(bot: DiscordBot) -> None:
 
     @bot.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
     @app_commands.describe(question="问题 / the question",
-                           private="只有你能看到回答（默认是）/ only you see the answer (the default)")
-    async def ask(interaction: discord.Interaction, question: str, private: bool | None = None) -> None:
-        await answering.ask(bot, interaction, question, private)
+                           private="只有你能看到回答（默认是）/ only you see the answer (the default)",
+                           file="语音或图片（可选）：问它说的或图里写的 / a voice clip or an image (optional): "
+                                "ask what it says")
+    async def ask(interaction: discord.Interaction, question: str = "", private: bool | None = None,
+                  file: discord.Attachment | None = None) -> None:
+        if file is not None:
+            await media.ask(bot, interaction, question, file, private)
+        else:
+            await answering.ask(bot, interaction, question, private)
 
     @bot.tree.command(name="search", description="搜索笔记 / search your notes")
     @app_commands.describe(query="要找的词或问题 / words or a question to look for")
