@@ -8,7 +8,7 @@
   and renders what comes back;
 - ``root``: the composition root, which builds every store and model once;
 - ``serve``: ``leanote-rag serve``, one process for the sync's schedule and every door
-  (``notify``: systemd's notify protocol).
+  (``notify``: systemd's notify protocol; ``digests``: each person's digest job on the schedule).
 
 ``bot/`` stands on ``sync/`` and ``rag/``; neither imports it.
 """

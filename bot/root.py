@@ -4,7 +4,7 @@
 for, and closes what it built, in the reverse order: the state, the index, the memory, the
 feedback store, the outbox, the answer service (with its reranker and LLM client), what is
 derived from the notes (``sync.derived``), the sync service (with its source), the daemon's
-schedule, the capture writer and the memory's LLM tier. ``apply`` hands every part that holds
+schedule, the capture writer, the memory's LLM tier and the media readers (voice, images). ``apply`` hands every part that holds
 settings the new ones on a reload. ``serve`` (``bot.serve.Daemon``), the command line (its
 door without a daemon, ``doctor``) and the tests build through it; no other module opens a
 store by its path or loads a model: ``doctor`` and the metrics read through it too. The use
@@ -23,12 +23,15 @@ from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
 from rag.answer.feedback import KEEP_DAYS, FeedbackStore
 from rag.answer.feedback import path_for as feedback_path
+from rag.answer.gaps import GapStore
+from rag.answer.gaps import path_for as gaps_path
 from rag.answer.service import AnswerService
 from rag.config import Settings
 from rag.errors import LeanoteRagError, UserError
 from rag.index import embed as embed_mod
 from rag.index.note_index import NoteIndex
 from rag.index.store import Store, open_store
+from rag.media.media import Media
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
 
@@ -74,6 +77,8 @@ class Parts:
         self._order: list[str] = []  # as built: closed the other way round
         self._lock = threading.RLock()  # parts are asked for from worker threads too
         self._closed = False  # close() ran: a worker still running opens nothing again
+        # the daemon's digest schedule follows a person's new plan (``bot.digests``); None elsewhere
+        self.replan: Callable[[str], None] | None = None
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         with self._lock:
@@ -165,6 +170,18 @@ class Parts:
         return None
 
     @property
+    def gaps(self) -> GapStore:
+        """The questions each person's notes could not answer, and their digest plans
+        (``rag.answer.gaps``; made when first asked for)."""
+        return self._once("gaps", lambda: GapStore.open_for(self.settings))
+
+    def gaps_if_made(self) -> GapStore | None:
+        """The gaps store when a gap or a digest plan was ever kept, else None."""
+        if self.built("gaps") or gaps_path(self.settings).exists():
+            return self.gaps
+        return None
+
+    @property
     def outbox(self) -> Outbox:
         """The captures from chat waiting to be written into Leanote (``sync.writeback.outbox``)."""
         return self._once("outbox", lambda: Outbox.open_for(self.settings))
@@ -230,16 +247,29 @@ class Parts:
         its write runs, or the key of the capture that waits for Leanote."""
         return self._once("saving", dict)
 
+    @property
+    def announcers(self) -> dict[str, Callable]:
+        """How each running bot tells one of its people something privately (a gap a note
+        answers now, a digest): platform -> ``announce(person, text)`` (``bot.usecases.gaps``)."""
+        return self._once("announcers", dict)
+
     def note_url(self, note_id: str) -> str:
         """Where a note opens in Leanote."""
         return f"{self.settings.leanote.base_url.rstrip('/')}/note/{note_id}"
+
+    @property
+    def media(self) -> Media:
+        """Voice messages and images read on this machine (``rag.media``): the configured
+        engines, each loaded on first use, and the one line their work waits in."""
+        return self._once("media", lambda: Media(self.settings.media, self.settings.state_dir))
 
     @property
     def memory_jobs(self) -> MemoryJobs:
         """The memory's LLM tier (``sync.memory_jobs``): the answer service's LLM, when no
         answer wants it."""
         return self._once("memory_jobs", lambda: MemoryJobs(
-            self.settings, lambda: None if self._closed else self.memory, self.answers))
+            self.settings, lambda: None if self._closed else self.memory, self.answers,
+            index=lambda: None if self._closed else self.index))
 
     @property
     def answers(self) -> AnswerService:
@@ -261,9 +291,9 @@ class Parts:
     @property
     def derived(self) -> Derived:
         """What the passes keep in line with the index beside it: the memory, the related
-        notes and the feedback store (``sync.derived``)."""
+        notes, the feedback store and the notes to check the gaps against (``sync.derived``)."""
         return self._once("derived", lambda: Derived(self.settings, self.state, lambda: self.index.store, self.memory,
-                                                     self.feedback_if_made))
+                                                     self.feedback_if_made, self.gaps_if_made))
 
     @property
     def sync(self) -> SyncService:

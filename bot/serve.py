@@ -40,7 +40,9 @@ from bot.api import server as api
 from bot.api.client import find_daemon
 from bot.api.metrics import Metrics, attach_metrics
 from bot.notify import Notifier
+from bot.digests import DigestJobs
 from bot.root import Parts
+from bot.usecases import gaps as gaps_case
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class Daemon:
         self.systemd = Notifier()  # never waits; a no-op outside systemd (no NOTIFY_SOCKET)
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
         self._started = asyncio.Event()  # the schedule runs
+        self.digests: DigestJobs | None = None  # each person's digest job (``bot.digests``)
 
     # --- what the doors and the tests read ----------------------------------------------------
 
@@ -227,7 +230,11 @@ class Daemon:
             if not await self._open_when_free():
                 return
             schedule = self.parts.schedule
+            parts = self.parts
+            schedule.after.append(lambda: gaps_case.check(parts))  # gaps a changed note answers now
             await schedule.start()
+            self.digests = DigestJobs(parts, schedule, self.clock)  # on the sync's scheduler
+            parts.replan = self.digests.replan
             self._started.set()
             cfg = self.settings.sync
             log.info("serving: sync every %g s, reconcile daily at %s, index in %s",
@@ -238,6 +245,7 @@ class Daemon:
             # the memory's LLM tier: never while an answer holds the LLM (sync.memory_jobs)
             tasks.append(asyncio.create_task(self.parts.memory_jobs.run(self.stopping)))
             tasks.append(asyncio.create_task(self._measure_llm()))
+            tasks.append(asyncio.create_task(self.digests.start()))  # (a missed one waits for its bot)
             self.systemd.notify("READY=1\nSTATUS=serving")
             await self.stopping.wait()
         finally:

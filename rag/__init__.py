@@ -8,6 +8,7 @@ Three rooms, each importing only the ones after it:
 
 The modules here are the plumbing they share: ``config``, ``errors``, ``model`` (plain
 data), ``redact``, ``sqlite``, ``limits``, ``llm`` and ``speed`` (the chat model and its
-measured speed), ``capture`` (what a note saved from chat is); and ``eval``, which measures
-retrieval and answers. The ways in (the command line, the API, the bots) are not here.
+measured speed), ``capture`` (what a note saved from chat is), ``digest`` and ``digest_plan``
+(what a person's digest holds, and when it comes); and ``eval``, which measures retrieval and
+answers. The questions the notes could not answer are ``answer/gaps``. The ways in (the command line, the API, the bots) are not here.
 """

@@ -32,6 +32,7 @@ _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 KINDS = ("note", "append", "remember", "save")
+AUDIO_SUFFIXES = (".ogg", ".oga", ".opus", ".mp3", ".m4a", ".wav", ".flac", ".aac")
 # What can start Markdown (or HTML) inside a line, and at the start of one (headings, quotes,
 # lists, rules, setext underlines): backslash-escaped, as CommonMark allows for any ASCII punctuation.
 _INLINE_MARKUP = re.compile(r"[\\`*_\[\]()<>!~|&{}]")
@@ -99,6 +100,12 @@ class Attachment:
     @property
     def is_image(self) -> bool:
         return self.mime.startswith("image/")
+
+    @property
+    def is_audio(self) -> bool:
+        """A voice message or an audio file (by its type, or its name when the type says nothing)."""
+        return self.mime.startswith("audio/") or (
+            self.mime in ("application/octet-stream", "") and self.filename.lower().endswith(AUDIO_SUFFIXES))
 
 
 @dataclass
@@ -180,3 +187,14 @@ def answer_note(question: str, answer: str, citations: list[dict]) -> str:
             title = md_label(c.get("title") or c.get("note_id") or "note")
             lines.append(f"- {mark}[{title}]({md_url(c['url'])})" if c.get("url") else f"- {mark}{title}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def recognised(filename: str, lines: list[str]) -> str:
+    """The text read from an image, for under it in the note: marked as read by the machine
+    (never taken for the person's words), each line shown as written, searchable and citable."""
+    head = (f"**图中文字（机器识别，可能有误） / Recognised text** — {md_label(filename)} "
+            f"(read on the server by OCR; may contain errors):")
+    return head + "\n\n" + "\n>\n".join("> " + md_escape(line) for line in lines if line.strip()) + "\n"
+
+
+VOICE_MARK = "_🎙 由语音转写（机器识别，可能有误） / Transcribed from the voice message (may contain errors)_"

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
 SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
-from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
+from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
 
 
 class Settings(Section):
@@ -54,6 +54,7 @@ class Settings(Section):
     limits: LimitsConfig = LimitsConfig()
     capture: CaptureConfig = CaptureConfig()
     memory: MemoryConfig = MemoryConfig()
+    media: MediaConfig = MediaConfig()
     api: ApiConfig = ApiConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

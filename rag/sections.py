@@ -15,6 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from rag.digest_plan import parse_plan
+from rag.errors import UserError
+
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are immutable.
     ``LIVE``: the keys a running daemon takes from a reloaded config (SIGHUP); the others
@@ -100,6 +103,23 @@ def _on_off(value: Any) -> Any:
     return value
 
 
+_WINDOW = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+
+
+def window(value: str) -> tuple[int, int] | None:
+    """A daily window of local time, "HH:MM-HH:MM" (it may run past midnight), as minutes
+    after midnight (start, end); "" is None (any time)."""
+    if not value.strip():
+        return None
+    m = _WINDOW.match(value)
+    if not m or int(m.group(1)) > 23 or int(m.group(3)) > 24 or int(m.group(2)) > 59 or int(m.group(4)) > 59:
+        raise ValueError(f"{value!r} is not a daily window (example: 01:00-06:00)")
+    start, end = int(m.group(1)) * 60 + int(m.group(2)), int(m.group(3)) * 60 + int(m.group(4))
+    if start == end or end > 24 * 60:
+        raise ValueError(f"{value!r} is not a daily window (example: 01:00-06:00)")
+    return start, end
+
+
 # auto, on or off; written unquoted (``memory.llm: on``) it still means the word
 Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
 
@@ -181,11 +201,21 @@ class UserMap(Section):
     telegram_ids: list[int] = []
     discord_ids: list[int] = []
     admin: bool = Field(default=False, description="may run /sync")
+    digest: str | None = Field(default=None, description="a digest of the notes in a private chat: 'weekly mon 09:00' "
+                                                         "or 'daily 08:30' (each person may change it with /digest)")
+    timezone: str = Field(default="UTC", description="the person's IANA time zone (Asia/Shanghai): digests' times")
 
     @model_validator(mode="after")
     def _one_user(self) -> "UserMap":
         if bool(self.leanote_user_id) == bool(self.leanote_email):
             raise ValueError("give exactly one of leanote_user_id and leanote_email")
+        try:
+            if self.digest is not None:
+                parse_plan(self.digest, self.timezone)
+            else:
+                parse_plan(f"daily 00:00 {self.timezone}")
+        except UserError as err:
+            raise ValueError(str(err)) from None
         return self
 
 
@@ -293,6 +323,28 @@ class CaptureConfig(Section):
     sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
 
 
+class MediaConfig(Section):
+    """Voice messages and photos, read on this machine (``rag.media``): the optional extras
+    ``leanote-rag[speech]`` and ``leanote-rag[ocr]``; without them the bots say what to install."""
+
+    speech: Annotated[Literal["faster-whisper", "off"], BeforeValidator(_on_off)] = Field(
+        default="faster-whisper", description="voice messages and audio: transcribed by Whisper base (CTranslate2), or off")
+    ocr: Annotated[Literal["rapidocr", "off"], BeforeValidator(_on_off)] = Field(
+        default="rapidocr", description="photos and image files: their text recognised (PP-OCRv4, ONNX Runtime), or off")
+    max_clip: Duration = Field(default=60.0, le=1800, description="the longest voice message or audio file transcribed")
+    max_audio_mb: float = Field(default=10.0, gt=0, description="the largest audio file fetched for transcription")
+    language: str = Field(
+        default="", description="the spoken language when everyone speaks one (zh, en, ...): saves the ~3 s a short "
+        "clip spends detecting it; empty: detected for each piece of a clip")
+    piece: Duration = Field(
+        default=15.0, ge=5, le=30,
+        description="a long clip is transcribed in pieces of at most this long (cut at a pause), taking turns with "
+        "other people's clips: a short clip waits for at most one piece of someone else's")
+    threads: int = Field(default=2, ge=1, le=64, description="CPU threads for one transcription or OCR (one runs at a time)")
+    max_image_mb: float = Field(default=10.0, gt=0, description="the largest image read for its text")
+    max_image_pixels: int = Field(default=40_000_000, ge=10_000, description="an image with more pixels is not read")
+
+
 class MemoryConfig(Section):
     """What the notes are about (``rag.memory.store``): entities and their mentions, kept beside the index."""
 
@@ -307,6 +359,22 @@ class MemoryConfig(Section):
         description="auto: the LLM tier stays off where its backlog would take longer than this at the LLM's "
         "measured speed here (it says so in the log and in status; on runs it anyway)",
     )
+    questions: Switch = Field(
+        default="off",
+        description="the questions each note answers, written by the LLM in the background (one call per changed "
+        "note, only while no question waits for the LLM) and searched as entries pointing to the note: auto while "
+        "Ollama answers, on, off (retrieval.questions_weight: their weight in the search)",
+    )
+    questions_window: str = Field(
+        default="",
+        description="write the questions only in this daily window of local time, e.g. 01:00-06:00 (empty: any time)",
+    )
+
+    @field_validator("questions_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        window(value)
+        return value.strip()
     related_min_score: float = Field(
         default=0.7, ge=0.0, le=2.0,
         description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
@@ -491,6 +559,13 @@ class RetrievalConfig(Section):
     passage_chunks: int = Field(
         default=4, ge=1, le=20,
         description="chunks each of those notes may place in the results (never fewer than max_chunks_per_note)",
+    )
+    # The questions each note answers, written by the LLM in the background (rag.index.asked,
+    # memory.questions): a ranking of their own, their hits counted for the chunk they point to.
+    questions_weight: float = Field(
+        default=0.0, ge=0,
+        description="the written questions' ranking in the fusion, times the dense and sparse weights; 0: not "
+        "searched (they are still written when memory.questions is on)",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
     max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")

@@ -2,7 +2,9 @@
 
 Beside the index, three stores hold things made from notes: the memory's entities, facts
 and LLM jobs (``rag.memory.store``), its related-note pairs (``rag.memory.related``), and
-the feedback store's copies of the notes an answer cited (``rag.answer.feedback``).
+the feedback store's copies of the notes an answer cited (``rag.answer.feedback``); and the
+gaps store queues the notes indexed with new text, to be checked against the questions the
+notes could not answer (``rag.answer.gaps``; the daemon checks them after the pass).
 ``Derived`` is the one stage that keeps them in line; the sync calls it at four points:
 
 - ``follow``, right after each commit of the index (``sync.indexer``; a snapshot pass's commits
@@ -35,6 +37,7 @@ import sqlite3
 from typing import Callable, Iterable
 
 from rag.answer.feedback import FeedbackStore
+from rag.answer.gaps import GapStore
 from rag.config import Settings
 from rag.errors import LeanoteRagError
 from rag.index.note_index import PreparedNote
@@ -44,7 +47,8 @@ from rag.memory.entities import norm
 from rag.memory.store import MemoryStore
 from rag.model import Note
 
-from sync.memory_jobs import wanted as llm_wanted
+from rag.index import asked
+from sync.memory_jobs import questions_wanted, wanted as llm_wanted
 from sync.state import INDEXED, NoteRecord, State
 
 log = logging.getLogger(__name__)
@@ -74,8 +78,10 @@ class Derived:
     settings (the composition root sets it on a reload)."""
 
     def __init__(self, settings: Settings, state: State, store: Callable[[], Store], memory: MemoryStore | None,
-                 feedback: Callable[[], FeedbackStore | None] = lambda: None):
+                 feedback: Callable[[], FeedbackStore | None] = lambda: None,
+                 gaps: Callable[[], GapStore | None] = lambda: None):
         self.settings = settings
+        self.gaps = gaps
         self.state = state
         self.store = store
         self.memory = memory
@@ -168,18 +174,25 @@ class Derived:
         """The memory follows the index's transaction just committed: ``pending`` its rows
         (None: the note's row went), ``remember`` the notes prepared with new text (or never
         processed), ``retagged`` those whose metadata alone changed. A stop leaves the rest
-        of the notes to the next pass (``behind``)."""
+        of the notes to the next pass (``behind``). The notes with new text are queued to be
+        checked against the open knowledge gaps of their users (``rag.answer.gaps``)."""
+        if remember:
+            self._call(lambda: self._queue_gap_checks(remember), "gaps: queueing the changed notes", memory=False)
         memory = self.memory
         if memory is None:
             return
         base_url = self.settings.leanote.base_url
         llm_jobs = llm_wanted(self.settings)
+        asked_jobs = questions_wanted(self.settings)
         steps: list[tuple[str, str, Callable[[], object]]] = []
         # related notes: queue the changed notes and those whose pairs point at a changed or
         # removed one, before the memory drops those pairs; recomputed after the pass
         removed = [n for n, rec in pending.items() if rec is None or rec.status != INDEXED]
         changed = {n: p.note.user_id for n, p in remember.items()}
         steps.append(("", "memory: queueing related notes", lambda: memory.related_mark(changed, removed)))
+        store = self.store()
+        if removed and store is not None:  # their written questions' points (a kill before this: the worker's alignment)
+            steps.append(("", "index: removing written questions", lambda: asked.unindex_questions(store, removed)))
         for note_id, rec in pending.items():
             if rec is None or rec.status != INDEXED:
                 steps.append((note_id, "memory: removing", lambda n=note_id: memory.remove_note(n)))
@@ -192,10 +205,15 @@ class Derived:
             if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
                 # with the LLM tier on, its job is queued with the entities (sync.memory_jobs)
                 steps.append((note_id, "memory: processing", lambda p=prepared: memory.remember(
-                    p, base_url, queue_llm=llm_jobs)))
+                    p, base_url, queue_llm=llm_jobs, queue_asked=asked_jobs)))
         if pending or remember:  # facts whose newest statement went: the one before is active again
             steps.append(("", "memory: settling facts", memory.settle_facts))
         self._steps(steps)
+
+    def _queue_gap_checks(self, remember: dict[str, PreparedNote]) -> None:
+        store = self.gaps()
+        if store is not None:  # (none: no gap was ever kept)
+            store.changed({n: p.note.user_id for n, p in remember.items()})
 
     # --- around the pass ------------------------------------------------------------------
 
@@ -251,13 +269,15 @@ class Derived:
     def _align_feedback(self, indexed) -> bool:
         def forget() -> None:
             store = self.feedback()
-            if store is None:
-                return  # no answer was ever recorded
-            gone = sorted(store.named_notes() - indexed.keys())
-            if gone:
-                answers = store.forget_notes(gone)
-                log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
-                         answers, len(gone), some(gone))
+            if store is not None:  # (None: no answer was ever recorded)
+                gone = sorted(store.named_notes() - indexed.keys())
+                if gone:
+                    answers = store.forget_notes(gone)
+                    log.info("feedback: %d answer(s) no longer show %d note(s) the index no longer holds (%s)",
+                             answers, len(gone), some(gone))
+            gaps = self.gaps()
+            if gaps is not None:  # a closed gap names the note that answered it: not once it has gone
+                gaps.forget_notes(sorted(gaps.named_notes() - indexed.keys()))
 
         return self._call(forget, "feedback: comparing it with the index", default=_FAILED, memory=False) is not _FAILED
 

@@ -40,10 +40,13 @@ import time
 from collections import Counter
 from typing import Callable
 
+from rag.index import asked as asked_mod
 from rag.memory import extract as extract_mod
 from rag.config import Settings
 from rag.errors import LeanoteRagError
+from rag.memory.schema import ASKED_JOB, LLM_JOB
 from rag.memory.store import MemoryStore
+from rag.sections import window
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,22 @@ REPLY_TOKENS = 400  # what an extraction writes per call, for the estimate befor
 def wanted(settings: Settings) -> bool:
     """Are LLM jobs queued at all (``memory.llm`` not off and an LLM configured)?"""
     return settings.memory.enabled and settings.memory.llm != "off" and settings.ollama.enabled
+
+
+def questions_wanted(settings: Settings) -> bool:
+    """Are the notes' questions to be written (``memory.questions`` not off and an LLM configured)?"""
+    return settings.memory.enabled and settings.memory.questions != "off" and settings.ollama.enabled
+
+
+def in_window(spec: str, when: float) -> bool:
+    """Is ``when`` (epoch seconds) inside the daily window ``spec`` of local time ("" : always)?"""
+    span = window(spec)
+    if span is None:
+        return True
+    t = time.localtime(when)
+    minute = t.tm_hour * 60 + t.tm_min
+    start, end = span
+    return start <= minute < end if start < end else (minute >= start or minute < end)
 
 
 def answers_busy(answers) -> bool:
@@ -72,9 +91,11 @@ class Preempted(Exception):
 class MemoryJobs:
     def __init__(self, settings: Settings, memory: Callable[[], MemoryStore | None], answers,
                  *, clock: Callable[[], float] = time.time, delays=DELAYS, poll: float = 0.05,
-                 quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0, report_every: float = 300.0):
+                 quiet: float = 2.0, idle: float = 5.0, probe: float = 300.0, report_every: float = 300.0,
+                 index: Callable[[], object] = lambda: None):
         self.settings = settings
         self.memory = memory
+        self.index = index  # the NoteIndex the written questions go into (None: aligned later)
         self.answers = answers  # rag.answer.service.AnswerService: its chat model, _stream, answers_waiting_or_writing
         self.clock = clock
         self.delays = tuple(delays)
@@ -99,6 +120,9 @@ class MemoryJobs:
         # (rag.memory.extract); the next try goes on from there (the last job's only)
         self._partial: dict[tuple[str, str], list] = {}
         self.sections_done = 0  # sections read (a job of several makes progress before it ends)
+        # written questions (rag.index.asked): this run's counts, and when the index was last aligned
+        self.asked = Counter()  # done, dropped (bad generations), failed, preempted, stale
+        self._aligned_at = float("-inf")
 
     # --- when it may run --------------------------------------------------------------------
 
@@ -108,12 +132,15 @@ class MemoryJobs:
             self._busy_until = time.monotonic() + self.quiet
         return busy or time.monotonic() < self._busy_until
 
-    def ready(self) -> bool:
-        """May the LLM tier call the LLM now (apart from the answers' priority)?"""
+    def ready(self, switch: str | None = None) -> bool:
+        """May the LLM tier (``switch``: another job's switch, ``memory.questions``) call the
+        LLM now (apart from the answers' priority)?"""
         settings = self.settings
-        if not wanted(settings) or self.answers is None or self.answers.chat is None:
+        switch = settings.memory.llm if switch is None else switch
+        if not settings.memory.enabled or switch == "off" or not settings.ollama.enabled \
+                or self.answers is None or self.answers.chat is None:
             return False
-        if settings.memory.llm == "on":
+        if switch == "on":
             return True
         if not (getattr(self.answers, "_llm_failing", False) or self._failing):
             return True
@@ -172,18 +199,28 @@ class MemoryJobs:
             return max(self.poll, self._busy_until - time.monotonic())
         return self.idle
 
+    def _asking(self) -> bool:
+        """May the notes' questions be written now (``memory.questions``, its window)?"""
+        return self.ready(self.settings.memory.questions) and in_window(self.settings.memory.questions_window,
+                                                                        self.clock())
+
     async def step(self) -> bool:
         """Run the oldest due job if the LLM may be used now; True when one was taken."""
         memory = self.memory()
-        if memory is None or not self.ready():
+        kinds = [] if memory is None else [k for k, ok in ((LLM_JOB, self.ready()), (ASKED_JOB, self._asking())) if ok]
+        if not kinds:
             await self.report(memory, force=True)  # the batch ends here: the LLM may not be used now
             return False
         if self._busy():
             return False
-        if not await self._worth_it(memory):
+        if LLM_JOB in kinds and not await self._worth_it(memory):
+            kinds.remove(LLM_JOB)
+        if not kinds:
             return False
+        if ASKED_JOB in kinds:
+            await self._align(memory)
         await asyncio.to_thread(memory.settle_facts)
-        job = await asyncio.to_thread(memory.due_job, self.clock())
+        job = await asyncio.to_thread(memory.due_job, self.clock(), kinds)
         if job is None:
             await self.report(memory, force=True)  # nothing due any more
             return False
@@ -192,6 +229,8 @@ class MemoryJobs:
             log.debug("memory jobs: %s changed or went; its job is dropped", job["note_id"])
             return True
         self._probed = time.monotonic()
+        if job["kind"] == ASKED_JOB:
+            return await self._ask(memory, job)
         began = time.monotonic()
         try:
             result = await self._extract(job)
@@ -202,16 +241,7 @@ class MemoryJobs:
         except (LeanoteRagError, ValueError) as err:
             self.failed += 1
             self._failing = not isinstance(err, extract_mod.ExtractError)
-            self._count("failed", str(err))
-            if await asyncio.to_thread(memory.fail_job, job, str(err), self.delays):
-                self.parked += 1
-                self._count("parked")
-                log.warning("memory: extraction of %s parked after %d attempts: %s", job["note_id"],
-                            job["attempts"] + 1, err)
-            else:
-                log.debug("memory: extraction of %s failed (attempt %d), retried later: %s", job["note_id"],
-                          job["attempts"] + 1, err)
-            await self.report(memory)
+            await self._failed(memory, job, err, "extraction")
             return True
         self._failing = False
         stats = result.stats()
@@ -229,6 +259,81 @@ class MemoryJobs:
         await self.report(memory)
         return True
 
+    async def _failed(self, memory: MemoryStore, job: dict, err: Exception, what: str) -> None:
+        """An attempt failed: retried later, or parked once its delays are spent."""
+        self._count("failed", str(err))
+        if await asyncio.to_thread(memory.fail_job, job, str(err), self.delays):
+            self.parked += 1
+            self._count("parked")
+            log.warning("memory: %s of %s parked after %d attempts: %s", what, job["note_id"], job["attempts"] + 1, err)
+        else:
+            log.debug("memory: %s of %s failed (attempt %d), retried later: %s", what, job["note_id"],
+                      job["attempts"] + 1, err)
+        await self.report(memory)
+
+    async def _ask(self, memory: MemoryStore, job: dict) -> bool:
+        """Write the questions of the job's note (``rag.index.asked``), store them and put them in
+        the index; a generation that fails the checks is stored empty (counted, not asked again
+        at this text). Gives way to answers as an extraction does."""
+        if not job["digest"]:  # queued without one (``queue_missing_asked``): from the index
+            index = self.index()
+            found = None if index is None else await asyncio.to_thread(asked_mod.digest_from_index, index.store,
+                                                                        job["note_id"])
+            if found is None:
+                await self._failed(memory, job, LeanoteRagError("the note's chunks are not in the index (yet)"),
+                                   "writing the questions")
+                return True
+            job["title"], job["digest"] = found
+        try:
+            written = await self._preemptible(lambda: asked_mod.write(
+                self.answers._stream, job["digest"], job["title"], timeout=self.settings.ollama.timeout))
+        except Preempted:
+            self.asked["preempted"] += 1
+            log.debug("memory jobs: the questions of %s gave way to an answer", job["note_id"])
+            return False
+        except (LeanoteRagError, ValueError) as err:
+            self.asked["failed"] += 1
+            self._failing = True
+            await self._failed(memory, job, err, "writing the questions")
+            return True
+        self._failing = False
+        stored = await asyncio.to_thread(memory.store_asked, job, written.questions, written.stats())
+        if not stored:
+            self.asked["stale"] += 1
+            return True
+        self.asked["done" if written.ok else "dropped"] += 1
+        if not written.ok:
+            log.debug("memory: the questions written for %s were dropped: %s", job["note_id"], written.dropped)
+        index = self.index()
+        if index is not None and written.ok:
+            await asyncio.to_thread(asked_mod.index_questions, index, job["note_id"], job["user_id"],
+                                    job["content_hash"], written.questions)
+        return True
+
+    async def _align(self, memory: MemoryStore) -> None:
+        """Now and then (at the first job, then every ``OUTLOOK_EVERY``): the notes processed
+        without a job get one (``queue_missing_asked``), and the index's question points are
+        brought in line with the rows (``rag.index.asked.align``): a kill in between repaired."""
+        index = self.index()
+        if index is None or time.monotonic() - self._aligned_at < OUTLOOK_EVERY:
+            return
+        self._aligned_at = time.monotonic()
+
+        def work() -> tuple[int, int, int]:
+            queued = memory.queue_missing_asked()
+            rows = memory.asked_rows()
+            users = set(index.store.count_by_user()) | {u for u, _, _ in rows.values()}
+            return (*asked_mod.align(index, rows, users), queued)
+
+        try:
+            added, removed, queued = await asyncio.to_thread(work)
+        except Exception as err:  # the index is busy or gone: tried again later
+            log.warning("memory: aligning the written questions with the index failed: %s", err)
+            return
+        if added or removed or queued:
+            log.info("memory: written questions: %d note(s) put in the index, %d taken out, %d queued (indexed "
+                     "before the questions were on)", added, removed, queued)
+
     def state(self) -> dict:
         """The worker as the status shows it (this run's counts): ``{"done", "failed", "parked",
         "preempted", "gave_up", "text"}``; text says why it does not run, when it does not."""
@@ -238,8 +343,12 @@ class MemoryJobs:
                     "(memory.llm: auto; memory.llm: on runs it anyway)")
         elif self.outlook and self.outlook["too_long"]:
             text = f"not run: {self.outlook['text']}"
+        questions = dict(self.asked)
+        if self.settings.memory.questions != "off" and not in_window(self.settings.memory.questions_window,
+                                                                      self.clock()):
+            questions["text"] = f"waiting for its window ({self.settings.memory.questions_window})"
         return {"done": self.done, "failed": self.failed, "parked": self.parked, "preempted": self.preempted,
-                "sections_done": self.sections_done, "gave_up": self.gave_up, "text": text}
+                "sections_done": self.sections_done, "gave_up": self.gave_up, "text": text, "questions": questions}
 
     def estimate(self, memory: MemoryStore) -> dict:
         """How long the backlog would take here (in a thread: it reads the queue)."""
@@ -287,14 +396,25 @@ class MemoryJobs:
             self._partial = {key: []}  # the last job's only: another job's sections go
             replies = self._partial[key]
         before = len(replies)
-        task = asyncio.create_task(extract_mod.extract(
-            self.answers._stream, job["text"], job["title"], timeout=self.settings.ollama.timeout, replies=replies))
+        preempted = False
+        try:
+            return await self._preemptible(lambda: extract_mod.extract(
+                self.answers._stream, job["text"], job["title"], timeout=self.settings.ollama.timeout, replies=replies))
+        except Preempted:
+            preempted = True  # the sections read are kept for the next try
+            raise
+        finally:
+            self.sections_done += len(replies) - before
+            if not preempted:
+                self._partial.pop(key, None)
+
+    async def _preemptible(self, work: Callable):
+        """``work()``'s result, its task cancelled (``Preempted``) as soon as an answer wants the LLM."""
+        task = asyncio.create_task(work())
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.poll)
                 if done:
-                    self.sections_done += len(replies) - before
-                    self._partial.pop(key, None)
                     return task.result()
                 if self._busy():
                     task.cancel()
@@ -302,7 +422,6 @@ class MemoryJobs:
                         await task
                     except BaseException:
                         pass
-                    self.sections_done += len(replies) - before
                     raise Preempted()
         finally:
             if not task.done():
@@ -344,3 +463,6 @@ def _duration(seconds: float) -> str:
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+duration = _duration  # for the status's lines

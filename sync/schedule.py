@@ -21,7 +21,7 @@ import logging
 import sqlite3
 import threading
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -35,6 +35,15 @@ from sync.service import PassResult, SyncService
 from sync.state import State
 
 log = logging.getLogger(__name__)
+
+
+def cron(day: str, at: str, tz) -> CronTrigger:
+    """A trigger at ``at`` (HH:MM) every day (``day`` "*") or on one weekday (mon..sun), in the
+    time zone ``tz`` (a ``ZoneInfo``): the wall clock's time there, across DST changes."""
+    hour, minute = (int(x) for x in at.split(":"))
+    return CronTrigger(day_of_week=day, hour=hour, minute=minute, timezone=tz)
+
+
 SCHEDULER_LOG = "apscheduler.scheduler.serve"  # one per process, as every logger
 ROOM_LOOK = 2.0  # seconds between looks at the free space while the disk is full
 
@@ -67,6 +76,10 @@ class Schedule:
         self.user_ids: dict[str, str] = {}  # API account email -> Leanote user id, read after each pass
         self._soon: asyncio.TimerHandle | None = None  # a pass asked for after a write (``soon``)
         self._room_watch: asyncio.Task | None = None  # while the disk is full: looks for room
+        # what runs after each pass that did not fail (the knowledge gaps' check), one at a time,
+        # off the pass's bookkeeping: a slow one never delays the next pass
+        self.after: list[Callable[[], Awaitable[object]]] = []
+        self._after_task: asyncio.Task | None = None
 
     # --- start and stop -------------------------------------------------------------------
 
@@ -97,6 +110,8 @@ class Schedule:
         self.stopping.set()
         if self._soon is not None:
             self._soon.cancel()
+        if self._after_task is not None:
+            self._after_task.cancel()
         if self.scheduler and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if self._long_pass is not None:
@@ -148,6 +163,23 @@ class Schedule:
         logger.addFilter(self._long_pass)
         return logger
 
+    # --- other timed work on the same scheduler (the digests: ``bot.digests``) ------------------
+
+    def add_cron(self, job_id: str, work, args: list, day: str, at: str, tz, grace: float) -> None:
+        """``work(*args)`` at ``at`` on ``day`` in ``tz`` (``cron``), one run at a time; runs missed
+        while the loop was busy are one run (``coalesce``), a late one within ``grace`` seconds
+        still runs. Replaces a job of that id. Safe from a worker thread."""
+        self.scheduler.add_job(work, cron(day, at, tz), args=args, id=job_id, name=job_id, coalesce=True,
+                               max_instances=1, misfire_grace_time=int(grace), replace_existing=True)
+
+    def remove_cron(self, job_id: str) -> None:
+        if self.scheduler.get_job(job_id) is not None:
+            self.scheduler.remove_job(job_id)
+
+    def next_run(self, job_id: str) -> datetime | None:
+        job = self.scheduler.get_job(job_id) if self.scheduler is not None else None
+        return job.next_run_time if job is not None else None
+
     # --- passes ---------------------------------------------------------------------------
 
     async def _pass(self, reconcile: bool = False, force: bool = False) -> PassResult | None:
@@ -195,8 +227,19 @@ class Schedule:
                 await asyncio.to_thread(self._record_next_run, job.next_run_time.timestamp())
         except (sqlite3.Error, OSError) as err:  # bookkeeping for `status`: the next pass says what is wrong
             log.debug("after the pass: %s", err)
+        if result.fault is None and self.after and (self._after_task is None or self._after_task.done()):
+            self._after_task = asyncio.create_task(self._run_after())
         async with self.pass_done:
             self.pass_done.notify_all()
+
+    async def _run_after(self) -> None:
+        for work in self.after:
+            if self.stopping.is_set():
+                return
+            try:
+                await work()
+            except Exception:  # what follows a pass never stops the sync; the next pass tries again
+                log.exception("after the pass: %s failed", getattr(work, "__name__", "a step"))
 
     async def wait_for_pass(self, after: int) -> PassResult:
         """Wait until more than ``after`` passes have completed."""

@@ -44,6 +44,12 @@ PROTOCOL_LIBS = {
     "sentence_transformers": {"rag/index/embed.py", "rag/answer/rerank.py"},
     "FlagEmbedding": {"rag/answer/rerank.py"},
     "prometheus_client": {"bot/api/metrics.py"},
+    # voice and images, read on this machine (the speech and ocr extras)
+    "faster_whisper": {"rag/media/speech.py"},
+    "opencc": {"rag/media/speech.py"},
+    "av": {"rag/media/audio.py"},
+    "rapidocr_onnxruntime": {"rag/media/ocr.py"},
+    "PIL": {"rag/media/ocr.py"},
     # the command line is a door: the core holds none
     "click": {"bot/cli/"},
 }

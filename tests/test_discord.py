@@ -198,13 +198,14 @@ def test_errors_are_ephemeral_and_commands_work(world):
 
 
 def test_commands_are_registered_for_the_tree():
-    names = {"ask", "search", "reset", "status", "sync", "why", "help", "about", "related", "reject", "confirm"}
+    names = {"ask", "search", "reset", "status", "sync", "why", "help", "about", "related", "reject", "confirm", "gaps",
+             "digest", "forget"}
     settings = make_settings(__import__("pathlib").Path("/tmp"))
     host = SimpleNamespace(settings=settings, parts=None)
     bot = build(host)
     assert {c.name for c in bot.tree.get_commands()} == names
     ask = bot.tree.get_command("ask")
-    assert [p.name for p in ask.parameters] == ["question", "private"]
+    assert [p.name for p in ask.parameters] == ["question", "private", "file"]  # file: a voice clip or an image
 
 
 def test_embeds_stay_within_discord_limits():

@@ -29,7 +29,8 @@ from fakes.ollama import FakeOllama
 TOKEN = "MTAx.fake.discord-token"
 ONE, TWO, STRANGER = 310000000000000001, 310000000000000002, 310000000000000999
 GUILD, CHANNEL, OTHER_CHANNEL, ROLE = 320000000000000042, 320000000000004201, 320000000000004299, 330000000000000077
-COMMANDS = {"ask", "search", "reset", "status", "sync", "why", "help", "note", "append", "remember", "outbox", "Save to Leanote",
+COMMANDS = {"ask", "search", "reset", "status", "sync", "why", "help", "gaps", "forget", "digest", "note", "append", "remember",
+            "outbox", "Save to Leanote",
             "about", "related", "reject", "confirm"}
 
 
@@ -127,8 +128,9 @@ def test_the_bot_connects_syncs_its_guild_commands_and_streams_an_answer_into_an
         assert set(fake.commands_for(GUILD)) == COMMANDS
         assert fake.commands_for(None) == {}  # guild_ids configured: synced there only
         ask = fake.commands_for(GUILD)["ask"]
+        # (the question may be left out when a voice clip or an image is the question: a file)
         assert [(o["name"], o["type"], o.get("required", False)) for o in ask["options"]] == [
-            ("question", 3, True), ("private", 5, False)]
+            ("question", 3, False), ("private", 5, False), ("file", 11, False)]
 
         ollama.reply("一定要先把鸡蛋炒好盛出[1]。", "加一小勺糖", "（大概 5 克）[1]。", "能压住番茄的酸味[1]。", delay=0.3)
         it = await answer(fake, ONE, "番茄炒蛋怎么做才不酸？")

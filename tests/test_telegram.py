@@ -89,7 +89,7 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         assert tg.method_calls("sendChatAction")  # typing…
         assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "status", "sync", "note", "append",
                                                   "remember", "save", "outbox", "about", "related", "reject",
-                                                  "confirm", "help"]
+                                                  "confirm", "gaps", "digest", "forget", "help"]
 
     run(settings, tg, scenario)
 

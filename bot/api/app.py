@@ -10,7 +10,9 @@ passages' own links, ``bot.render.web_html``), ``POST /sync`` (a pass now; with 
 ``progress`` events and a ``result``; ``rebuild`` empties the index first), ``GET /metrics``
 (Prometheus; admin), ``GET /openapi.json``. The memory: ``GET /memory/about``,
 ``/memory/related``, ``/memory/find``, ``/memory/graph``, ``/memory/note/{id}``,
-``/memory/entity``, ``POST /memory/verdict``; ``GET /explorer`` is a page over them (its graph
+``/memory/entity``, ``POST /memory/verdict``. The caller's knowledge gaps: ``GET /gaps``,
+``POST /gaps/{id}/dismiss``, ``POST /gaps/{id}/note`` (the note for it, into Leanote through
+the outbox); ``GET /digest`` (what the caller's digest would say). ``GET /explorer`` is a page over them (its graph
 library, vis-network, is served from the ``pyvis`` package).
 
 Who calls (``bot.api.access``): the local socket's user may do everything; a TCP token may
@@ -46,7 +48,7 @@ from rag.memory import explore
 
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
 from bot.render import NoteLinks, web_html
-from bot.usecases import asking, memory, status as status_case, syncing
+from bot.usecases import asking, digest as digest_case, gaps as gaps_case, memory, status as status_case, syncing
 from bot.usecases.people import Person, accounts, leanote_user, resolve_user, users as users_case
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,11 @@ class VerdictIn(BaseModel):
     id: str = Field(description="a fact's or related pair's id (`fact_id`, `pair_id`)")
     verdict: str = Field(description="`rejected` (it goes, and extraction never brings it back) or `confirmed`")
     user: str | None = Field(default=None, description="whose memory (default: the only user the caller may query)")
+
+
+class NoteIn(BaseModel):
+    text: str = Field(description="the note's text (Markdown); its title is the gap's question")
+    user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
 
 
 class SyncIn(BaseModel):
@@ -242,6 +249,36 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     async def metrics(request: Request, who: Caller = Depends(admin)) -> Response:
         body, content_type = await asyncio.to_thread(daemon.metrics.exposition, request.headers.get("accept", ""))
         return Response(body, media_type=content_type)
+
+    # --- the caller's knowledge gaps and digest ---------------------------------------------------
+
+    @app.get("/gaps", summary="the questions the caller's notes could not answer, grouped by meaning, the most "
+                              "asked lately first (each with its wordings, count, last asked, state)")
+    async def gaps_list(user: str | None = None, state: list[str] = Query(default=["open"]),
+                        who: Caller = Depends(caller)) -> list[dict]:
+        bad = [s for s in state if s not in ("open", "closed", "dismissed")]
+        if bad:
+            raise UserError(f"unknown state {limits.echoed(bad[0])!r}: open, closed or dismissed")
+        asker = await person(who, user)
+        return [g.as_json() for g in await asyncio.to_thread(gaps_case.listing, parts(), asker, tuple(state))]
+
+    @app.post("/gaps/{gap_id}/dismiss", summary="dismiss one of the caller's gaps")
+    async def gaps_dismiss(gap_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        asker = await person(who, user)
+        return (await asyncio.to_thread(gaps_case.dismiss, parts(), asker, small(gap_id, "the gap id"))).as_json()
+
+    @app.post("/gaps/{gap_id}/note", summary="write the note for one of the caller's gaps (titled by its question)")
+    async def gaps_note(gap_id: str, body: NoteIn, who: Caller = Depends(caller)) -> dict:
+        asker = await person(who, body.user)
+        house = parts()
+        draft = await asyncio.to_thread(gaps_case.draft_for, house, asker, small(gap_id, "the gap id"), "api")
+        receipt = await gaps_case.write_draft(house, asker, draft, body.text, once=f"api:gap:{gap_id}")
+        return asdict(receipt)
+
+    @app.get("/digest", summary="what the caller's digest would say now (nothing is sent)")
+    async def digest_view(user: str | None = None, since: float | None = None, who: Caller = Depends(caller)) -> dict:
+        asker = await person(who, user)
+        return (await asyncio.to_thread(digest_case.compose, parts(), asker, since)).as_json()
 
     # --- the memory -------------------------------------------------------------------------
 

@@ -300,3 +300,35 @@ def attach_metrics(metrics: Metrics, parts: "Parts") -> None:
         parts.answers.observers.append(metrics.observe_answer)
     source = sync.source.name
     metrics.add_state_collector(lambda: parts.read_state(lambda state: state_snapshot(state, source)))
+    if parts.settings.memory.enabled and parts.settings.memory.questions != "off":
+        metrics.registry.register(_QuestionsCollector(lambda: parts.memory_to_read))
+
+
+class _QuestionsCollector(Collector):
+    """The written questions (``rag.memory.asked``): notes done, waiting, dropped, the ETA."""
+
+    def __init__(self, memory: Callable[[], object]):
+        self.memory = memory
+
+    def collect(self) -> Iterable[Metric]:
+        memory = self.memory()
+        if memory is None:
+            return
+        try:
+            c = memory.asked_counts()
+        except Exception as err:  # a scrape never fails for it
+            log.debug("metrics: cannot read the written questions: %s", err)
+            return
+        for name, doc, value in (
+                ("questions_notes", "Notes whose questions the LLM has written", c["notes"]),
+                ("questions_written", "Written questions in the index's entries", c["questions"]),
+                ("questions_jobs_pending", "Notes whose questions wait to be written", c["jobs_pending"]),
+                ("questions_generations_dropped", "Generations dropped by the checks (nothing indexed)",
+                 c["generations_dropped"]),
+                ("questions_output_tokens", "Tokens the LLM wrote for the questions", c["output_tokens"]),
+                ("questions_eta_seconds", "Time the waiting notes would take at the measured speed",
+                 c["eta_seconds"])):
+            if value is not None:
+                family = GaugeMetricFamily(f"{PREFIX}_{name}", doc)
+                family.add_metric([], float(value))
+                yield family

@@ -30,6 +30,23 @@ FRESH_START = "好的，重新开始。 / Fresh start."
 ADMINS_ONLY = "只有管理员可以 /sync。 / Only admins may /sync."
 SYNCING = "开始同步… / Syncing…"
 NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
+TRANSCRIBING = "🎙 正在转写… / Transcribing…"
+READING_IMAGE = "🔎 正在识别图中文字… / Reading the text in the image…"
+
+
+def waiting_text(ahead: int) -> str:
+    """Media work waiting in the machine's one line."""
+    return f"⏳ 排队中，前面还有 {ahead} 个 / In line: {ahead} ahead of you"
+
+
+def heard_line(line: str) -> str:
+    """A voice message's words, shown first on one line (a mishearing is seen; reply to correct it)."""
+    return f"🎙 「{line}」"
+
+
+def seen_line(line: str) -> str:
+    """A photo's text as read, shown first on one line."""
+    return f"🔎 「{line}」"
 
 HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I answer from your Leanote notes, with links to them.
 
@@ -45,11 +62,18 @@ HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I
 /remember 内容 — 记到“记住的事”里 a dated line in your memory note
 /save — 回复一条消息，把它存成笔记 reply to a message to save it
 /outbox — 还没写进 Leanote 的记录 captures waiting for Leanote
+🎙 语音消息 — 像打字一样提问；开头说“记一下…”或“记住…”就记下来 a voice message: asked as if typed; starting
+   "note …" or "remember …" it is captured (with /note as its caption too)
+🖼 图片加上问题作说明 — 按图里的文字回答 a photo with a question as its caption: answered from its text
 
 /about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
 /related 笔记id、标题或问题 — 相关的笔记 notes related to a note (its id or title) or a question
 /reject ID — 删掉一条错的事实或相关 reject a wrong fact or pair (ids from /about, /related)
-/confirm ID — 确认一条事实或相关 confirm a fact or pair"""
+/confirm ID — 确认一条事实或相关 confirm a fact or pair
+
+/gaps — 笔记还回答不了的问题 what your notes could not answer (write the note, or dismiss)
+/digest weekly mon 09:00 | daily 08:30 | off — 笔记摘要 a digest of your notes (private chat)
+/forget — 忘掉你的知识空白和摘要设置 forget your gaps and digest setting"""
 
 COMMANDS = [
     ("ask", "提问 / ask a question"),
@@ -67,6 +91,9 @@ COMMANDS = [
     ("related", "相关笔记 / related notes (note id or question)"),
     ("reject", "删掉一条错的事实或相关 / reject a fact or pair"),
     ("confirm", "确认一条事实或相关 / confirm a fact or pair"),
+    ("gaps", "笔记还答不上来的问题 / what your notes could not answer"),
+    ("digest", "笔记摘要 / a digest: weekly mon 09:00, daily 08:30, off"),
+    ("forget", "忘掉你的知识空白 / forget your gaps"),
     ("help", "帮助 / help"),
 ]
 
@@ -217,6 +244,9 @@ def status_text(report: dict, person: Person) -> str:
         worker = llm.get("worker") or {}
         lines.append(f"memory LLM jobs: {llm['done_last_hour']} done in the last hour, {llm['jobs_pending']} waiting"
                      + (f"; {worker['text']}" if worker.get("text") else ""))
+    line = status.questions_line((report.get("memory") or {}).get("questions")) if admin else ""
+    if line:
+        lines.append(line)
     if admin:
         lines += [f"problem: {p['problem']}" for p in report.get("problems", [])]
     return "\n".join(lines)

@@ -68,6 +68,7 @@ def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
         yield from _embedder(root)
         yield from _reranker(root)
         yield from _ollama(root)
+        yield from _media(root)
     yield from _api(settings)
     yield from _parts(settings, parts)
 
@@ -306,6 +307,13 @@ def _embedder(root: Parts) -> Iterator[Check]:
         fix = ("check embedder.host and that Ollama runs: curl {host}/api/tags".format(host=safe_url(settings.embedder.host))
                if settings.embedder.kind == "ollama" else "see docs/install.md in the repository")
         yield Check(name, False, str(err), fix)
+
+
+def _media(root: Parts) -> Iterator[Check]:
+    """Voice messages and photos: each engine loaded and tried on a tiny sample; an extra not
+    installed is worth knowing, not a failure (the bots say what to install)."""
+    for name, state, detail, fix in root.media.check():
+        yield Check(name, state != "broken", detail, fix, warn=state == "missing")
 
 
 def _reranker(root: Parts) -> Iterator[Check]:

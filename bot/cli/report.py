@@ -8,7 +8,7 @@ import click
 
 from sync.indexer import Summary
 
-from bot.usecases.status import when
+from bot.usecases.status import questions_line, when
 
 
 # What "parked" means to someone reading ``status``, and what they can do about it.
@@ -87,6 +87,9 @@ def print_status(report: dict) -> None:
                 click.echo(f"          parked {job['note_id']} after {job['attempts']} attempts: {job['error']}")
             if llm["jobs_parked"] > len(llm["parked"]):
                 click.echo(f"          ... and {llm['jobs_parked'] - len(llm['parked'])} more")
+        line = questions_line(memory.get("questions"))
+        if line:
+            click.echo(f"          {line}")
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

@@ -27,19 +27,24 @@ log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
 
 
-async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None) -> None:
+async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None,
+              heard: str | None = None) -> None:
+    """``heard``: the line a voice clip or an image was read as, shown above the answer (the
+    interaction was deferred already, while it was read)."""
     person = await bot.person(interaction)
     if person is None:
         return
     if not (question or "").strip():
-        await interaction.response.send_message(EMPTY, ephemeral=True)
+        await _say(interaction, EMPTY)
         return
     if not await bot.may_search(interaction):
         return
     question, notice = cut_message(bot.host.settings, question)
     if private is None:
         private = not bot.cfg.public_answers
-    await interaction.response.defer(thinking=True, ephemeral=private)
+    if not interaction.response.is_done():
+        await interaction.response.defer(thinking=True, ephemeral=private)
+    above = f"{heard}\n" if heard else ""
 
     reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
 
@@ -50,8 +55,8 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
-            await interaction.edit_original_response(
-                content=discord_plain_links(text, reading["links"], reading["web"])[-DISCORD_CONTENT:])
+            shown = discord_plain_links(text, reading["links"], reading["web"])
+            await interaction.edit_original_response(content=(above + shown)[-DISCORD_CONTENT:])
         except discord.HTTPException as err:
             if err.status == 429:
                 raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
@@ -73,12 +78,20 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         return
     sent: list[discord.WebhookMessage] = []
     try:
-        await _deliver(interaction, asked, private, notice, sent)
+        await _deliver(interaction, asked, private, notice, sent, heard)
     except Exception:  # Discord refused the answer (or a part of it): nobody is left with half of it
         log.exception("delivering a Discord answer failed")
         bot.count_error()
         await asking.undelivered(bot.parts, person, asked)
         await _undelivered(interaction, sent)
+
+
+async def _say(interaction: discord.Interaction, text: str) -> None:
+    """A one-line reply for the asker alone, before or after the interaction was deferred."""
+    if interaction.response.is_done():
+        await interaction.edit_original_response(content=text[:DISCORD_CONTENT])
+    else:
+        await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
 
 
 async def _error(interaction: discord.Interaction) -> None:
@@ -109,7 +122,7 @@ async def _undelivered(interaction: discord.Interaction, sent: list[discord.Webh
 
 
 async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None,
-                   sent: list[discord.WebhookMessage]) -> None:
+                   sent: list[discord.WebhookMessage], heard: str | None = None) -> None:
     answer = asked.answer
     if answer.citations:
         sources = discord_sources(answer.citations, label(answer.question, "sources"), answer.question)
@@ -121,7 +134,8 @@ async def _deliver(interaction: discord.Interaction, asked: asking.Asked, privat
     first, rest = embeds[0], embeds[1:]
     # the buttons go under the last part of the answer
     buttons = {"view": feedback_view(asked.answer_id)} if asked.answer_id else {}
-    await interaction.edit_original_response(content=None, embed=first, **({} if rest else buttons))
+    await interaction.edit_original_response(content=heard[:DISCORD_CONTENT] if heard else None, embed=first,
+                                             **({} if rest else buttons))
     for i, embed in enumerate(rest):
         sent.append(await interaction.followup.send(embed=embed, ephemeral=private, wait=True,
                                                     **(buttons if i == len(rest) - 1 else {})))

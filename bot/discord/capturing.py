@@ -3,20 +3,25 @@
 message with its author, channel, time, link and files; the same message saved again answers
 with the note it became). Only people the bot lets in may write; every reply is private (the
 capture's receipt: the note's link, queued, or why not). A file's size is checked against
-``capture.max_file_mb`` before it is downloaded."""
+``capture.max_file_mb`` before it is downloaded. After ✍️ under ``/gaps``, the next ``/note``
+(text alone) becomes the note for that gap, titled by its question."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import discord
 
 from rag.capture import Attachment, Origin, Quote
 
-from bot.chat.texts import NO_CAPTURE, outbox_text
+from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.discord.bot import DiscordBot
 from bot.render import DISCORD_CONTENT
-from bot.usecases import capture
+from bot.usecases import capture, gaps
+from bot.usecases import media as media_case
+
+PLACE = "discord"  # where a Discord person's note for a gap is written: their next /note, wherever
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +94,18 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
                 ephemeral=True)
             return
         attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
-    if kind == "note":
-        receipt = await capture.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
-                                     once=once)
+    draft = None
+    if kind == "note" and not files and origin is None:  # after ✍️ under /gaps: the note for that gap
+        draft = await asyncio.to_thread(gaps.take_draft, bot.parts, person, PLACE)
+    if draft is not None:
+        receipt = await gaps.write_draft(bot.parts, person, draft, text or "", once=once)
+    elif kind == "note":  # a photo's text goes under it, a clip's words become the text (read on this machine)
+        async def wait(ahead: int) -> None:
+            if ahead:
+                await interaction.edit_original_response(content=waiting_text(ahead))
+
+        receipt = await media_case.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
+                                        once=once, on_wait=wait)
     elif kind == "append":
         receipt = await capture.append(bot.parts, person, text or "", once=once)
     else:

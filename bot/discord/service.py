@@ -16,8 +16,9 @@ from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
 from bot.chat.texts import HELP
-from bot.discord import answering, buttons, capturing, commands
+from bot.discord import answering, buttons, capturing, commands, gaps, media
 from bot.discord.bot import DiscordBot
+from bot.usecases import gaps as gaps_case
 
 SAVE_MENU = "Save to Leanote"
 # Discord has no "reply /save": a message is saved from its menu (Apps → Save to Leanote).
@@ -30,7 +31,7 @@ def build(host) -> DiscordBot:
     to Leanote) and its buttons."""
     bot = DiscordBot(host)
     _register(bot)
-    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton)
+    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton, gaps.GapButton)
     return bot
 
 
@@ -41,9 +42,15 @@ def _register(bot: DiscordBot) -> None:
 
     @bot.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
     @app_commands.describe(question="问题 / the question",
-                           private="只有你能看到回答（默认是）/ only you see the answer (the default)")
-    async def ask(interaction: discord.Interaction, question: str, private: bool | None = None) -> None:
-        await answering.ask(bot, interaction, question, private)
+                           private="只有你能看到回答（默认是）/ only you see the answer (the default)",
+                           file="语音或图片（可选）：问它说的或图里写的 / a voice clip or an image (optional): "
+                                "ask what it says")
+    async def ask(interaction: discord.Interaction, question: str = "", private: bool | None = None,
+                  file: discord.Attachment | None = None) -> None:
+        if file is not None:
+            await media.ask(bot, interaction, question, file, private)
+        else:
+            await answering.ask(bot, interaction, question, private)
 
     @bot.tree.command(name="search", description="搜索笔记 / search your notes")
     @app_commands.describe(query="要找的词或问题 / words or a question to look for")
@@ -86,6 +93,19 @@ def _register(bot: DiscordBot) -> None:
     async def confirm(interaction: discord.Interaction, id: str) -> None:
         await buttons.verdict(bot, interaction, "confirmed", id)
 
+    @bot.tree.command(name="gaps", description="笔记还答不上来的问题 / what your notes could not answer")
+    async def gaps_(interaction: discord.Interaction) -> None:
+        await gaps.show(bot, interaction)
+
+    @bot.tree.command(name="forget", description="忘掉你的知识空白和摘要设置 / forget your gaps and digest setting")
+    async def forget(interaction: discord.Interaction) -> None:
+        await gaps.forget(bot, interaction)
+
+    @bot.tree.command(name="digest", description="笔记摘要 / a digest of your notes, in a direct message")
+    @app_commands.describe(when="weekly mon 09:00 | daily 08:30 | off（可加时区 a time zone may follow）")
+    async def digest_(interaction: discord.Interaction, when: str | None = None) -> None:
+        await gaps.plan(bot, interaction, when)
+
     @bot.tree.command(name="help", description="帮助 / help")
     async def help_(interaction: discord.Interaction) -> None:
         await interaction.response.send_message(DISCORD_HELP, ephemeral=True)
@@ -127,11 +147,20 @@ async def service(host) -> None:
     token_env = host.settings.discord.token_env
     token = secret(token_env, "discord.token_env")
     redact_in_logs(token)
+    bot = build(host)
+
+    async def tell(person: str, text: str) -> None:  # a gap a note answers now, a digest: a direct message
+        await gaps.tell(bot, person, text)
+
+    gaps_case.announce_with(host.parts, "discord", tell)
     try:
-        await build(host).run(token)
+        await bot.run(token)
     except discord.LoginFailure:
         raise ConfigError(f"Discord refused the token in {token_env}: copy the bot's token from the Discord "
                           f"developer portal there, then restart") from None
+    finally:
+        if host.parts is not None:
+            gaps_case.stop_announcing(host.parts, "discord", tell)
 
 
 service.label = "Discord bot"

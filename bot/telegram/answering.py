@@ -20,6 +20,7 @@ from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
 from bot.render import NoteLinks, telegram_messages, telegram_plain, telegram_sources
+from bot.telegram import gaps
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, seconds
 from bot.usecases import asking
 
@@ -47,6 +48,11 @@ async def on_text(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
         question = message.text.replace(f"@{me}", "").strip()
     else:
         question = message.text or ""
+        person = await tg.who(update)
+        if person is None:
+            return
+        if await gaps.drafted(tg, update, person):  # after ✍️ under /gaps: the note, not a question
+            return
     await answer(tg, update, question)
 
 

@@ -16,8 +16,10 @@ from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
 from bot.chat.access import STRANGER, Access
+from bot.chat.digest import split_lines
 from bot.chat.texts import COMMANDS, SORRY
 from bot.usecases import capture as capture_case
+from bot.usecases import gaps as gaps_case
 from bot.usecases.people import Person, person_key
 
 log = logging.getLogger(__name__)
@@ -97,10 +99,12 @@ class TelegramBot:
             log.info("telegram bot @%s is polling", self.app.bot.username)
             # a capture whose answer a kill cut off is told when it is written
             capture_case.announce_with(self.parts, "telegram", self.announce)
+            gaps_case.announce_with(self.parts, "telegram", self.tell)  # a gap a note answers now, a digest
             await self.host.stopping.wait()
         finally:
             if self.host.parts is not None:
                 capture_case.stop_announcing(self.host.parts, "telegram", self.announce)
+                gaps_case.stop_announcing(self.host.parts, "telegram", self.tell)
             with suppress(Exception):
                 if self.app.updater.running:
                     await self.app.updater.stop()
@@ -118,6 +122,12 @@ class TelegramBot:
         reply = ReplyParameters(int(message), allow_sending_without_reply=True) if message.isdigit() else None
         await self.retrying(lambda: self.app.bot.send_message(chat_id, text, reply_parameters=reply,
                                                               link_preview_options=NO_PREVIEW))
+
+    async def tell(self, person: str, text: str) -> None:
+        """Tell a person something in their private chat (a gap a note answers now, a digest)."""
+        chat_id = int(person.partition(":")[2])
+        for part in split_lines(text, PART):
+            await self.retrying(lambda p=part: self.app.bot.send_message(chat_id, p, link_preview_options=NO_PREVIEW))
 
     # --- who is asking --------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """A press on a button in Telegram. Under an answer (``fb:up|down:<id>``, ``why:<id>``,
 ``save:<id>``): only the person who asked may use them; "Why?" and the saved note's link go to
 the presser's private chat, and "Save as note" writes only into the presser's current Leanote
-user: the one the answer came from. Under ``/about`` and ``/related`` (``mem:<verdict>:<id>``):
+user: the one the answer came from. Under ``/gaps`` (``gap:w|x:<id>``): ``bot.telegram.gaps``.
+Under ``/about`` and ``/related`` (``mem:<verdict>:<id>``):
 the presser's own memory, whoever asked; an id of another Leanote user's memory does not
 resolve in the presser's, so nothing changes."""
 
@@ -18,6 +19,7 @@ from rag.answer.feedback import NotYours, UnknownAnswer
 
 from bot.chat.texts import (NO_TRACE_KEPT, REMAPPED_WHY, SAVING, not_saved_text, trace_text, verdict_reply)
 from bot.telegram.bot import TelegramBot
+from bot.telegram.gaps import on_gap_button
 from bot.usecases import answers
 from bot.usecases.people import Person, person_key
 
@@ -32,6 +34,13 @@ async def on_button(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
         _, verdict, item_id = query.data.split(":", 2) if query.data.count(":") == 2 else ("", "", "")
         if verdict in ("rejected", "confirmed"):
             await _memory_button(tg, query, verdict, item_id)
+        else:
+            await query.answer(EXPIRED, show_alert=True)
+        return
+    if (query.data or "").startswith("gap:"):  # under /gaps
+        _, act, gap_id = query.data.split(":", 2) if query.data.count(":") == 2 else ("", "", "")
+        if act in ("w", "x") and gap_id:
+            await on_gap_button(tg, query, act, gap_id)
         else:
             await query.answer(EXPIRED, show_alert=True)
         return

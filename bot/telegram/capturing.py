@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import suppress
 from datetime import datetime
 
 from telegram import (Message, MessageEntity, MessageOriginChannel, MessageOriginChat, MessageOriginHiddenUser,
@@ -17,9 +18,10 @@ from telegram.ext import ContextTypes
 
 from rag.capture import Attachment, Origin, Quote, md_escape, md_label, md_url
 
-from bot.chat.texts import NO_CAPTURE, outbox_text
+from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.telegram.bot import NO_PREVIEW, TelegramBot
 from bot.usecases import capture
+from bot.usecases import media as media_case
 from bot.usecases.people import Person
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,7 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
     files: list[Attachment] = []
     if source is not None:
         try:
-            files, problem = await _files(source, tg.host.settings.capture.max_file_mb)
+            files, problem = await fetch_files(source, tg.host.settings.capture.max_file_mb)
         except TelegramError as err:
             log.warning("could not fetch a file from Telegram: %s", err)
             problem = ("没能从 Telegram 取到这个文件，请再发一次。 / Could not fetch the file from Telegram; "
@@ -144,16 +146,45 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
         if problem:
             await update.effective_message.reply_text(problem)
             return
-    receipt = await capture.note(tg.parts, person, text, origin=origin, files=files, quote=quote, once=once_of(update))
+    receipt = await media_case.note(tg.parts, person, text, origin=origin, files=files, quote=quote,
+                                    once=once_of(update), on_wait=in_line(update.effective_message))
     await update.effective_message.reply_text(receipt.message, link_preview_options=NO_PREVIEW)
 
 
-async def _files(message: Message, max_mb: float) -> tuple[list[Attachment], str | None]:
+def in_line(message: Message, doing: str = ""):
+    """``on_wait`` for media work: a message saying how many are ahead, edited as that falls
+    (none is sent when nothing is ahead; ``doing`` then says what is being done, when given, else
+    the message goes once its turn comes)."""
+    shown: dict[str, Message] = {}
+
+    async def tell(ahead: int) -> None:
+        text = waiting_text(ahead) if ahead else doing
+        with suppress(TelegramError):
+            if not text:  # its turn came: the "in line" message has said what it had to
+                if "status" in shown:
+                    await shown.pop("status").delete()
+            elif "status" in shown:
+                await shown["status"].edit_text(text)
+            else:
+                shown["status"] = await message.reply_text(text)
+
+    tell.shown = shown
+    return tell
+
+
+async def fetch_files(message: Message, max_mb: float) -> tuple[list[Attachment], str | None]:
     """The photo (its largest size) or document of a message, fetched; or why not (too
     large: refused from the size Telegram tells, before any download)."""
     if message.photo:
         item = message.photo[-1]
         name, mime = f"photo_{item.file_unique_id}.jpg", "image/jpeg"
+    elif message.voice:
+        item = message.voice
+        name, mime = f"voice_{item.file_unique_id}.ogg", item.mime_type or "audio/ogg"
+    elif message.audio:
+        item = message.audio
+        name = item.file_name or f"audio_{item.file_unique_id}"
+        mime = item.mime_type or "audio/mpeg"
     elif message.document:
         item = message.document
         name = item.file_name or f"file_{item.file_unique_id}"
@@ -211,8 +242,9 @@ def markdown(text: str, entities, literal: bool = False) -> str:
 
 
 def capturable(message: Message) -> bool:
-    """Text, a caption, a photo or a document: what a capture can hold (not a sticker, a poll...)."""
-    return bool(message_text(message).strip() or message.photo or message.document)
+    """Text, a caption, a photo, a document or a voice message: what a capture can hold (not a
+    sticker, a poll...)."""
+    return bool(message_text(message).strip() or message.photo or message.document or message.voice or message.audio)
 
 
 def message_text(message: Message) -> str:

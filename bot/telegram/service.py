@@ -16,10 +16,12 @@ from rag.errors import ConfigError
 from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
-from bot.telegram import answering, buttons, capturing, commands
+from bot.telegram import answering, buttons, capturing, commands, gaps, media
 from bot.telegram.bot import TelegramBot
 
 MEDIA = filters.PHOTO | filters.Document.ALL
+IMAGES = filters.PHOTO | filters.Document.IMAGE
+VOICE = filters.VOICE | filters.AUDIO
 
 
 def build(host, token: str) -> TelegramBot:
@@ -46,8 +48,15 @@ def build(host, token: str) -> TelegramBot:
     a.add_handler(CommandHandler("related", on(commands.on_related)))
     a.add_handler(CommandHandler("reject", on(commands.on_reject)))
     a.add_handler(CommandHandler("confirm", on(commands.on_confirm)))
+    a.add_handler(CommandHandler("gaps", on(gaps.on_gaps)))
+    a.add_handler(CommandHandler("forget", on(gaps.on_forget)))
+    a.add_handler(CommandHandler("digest", on(gaps.on_digest)))
+    # a voice message or audio file: heard, then answered, or captured ("note …", "remember …", /note caption)
+    a.add_handler(MessageHandler(VOICE, on(media.on_voice)))
     # a photo or document: "/note ..." as its caption captures it, anywhere the bot listens
     a.add_handler(MessageHandler(MEDIA & filters.CaptionRegex(r"^/note(@\w+)?(\s|$)"), on(capturing.on_media_note)))
+    # a photo with a question as its caption: answered from the caption and the photo's text
+    a.add_handler(MessageHandler(IMAGES & filters.CAPTION, on(media.on_photo_question)))
     a.add_handler(MessageHandler(MEDIA & private, on(capturing.on_media_hint)))
     a.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, on(answering.on_text)))
     a.add_handler(CallbackQueryHandler(on(buttons.on_button)))

@@ -13,6 +13,8 @@ the API reads it back), or a type of the core's that has one (``rag.answer.types
 - ``memory``: about a name, related notes, confirm or reject a fact or pair, and the explorer's
   find, graph and note card;
 - ``capture``: a note, an addition to the last one, a line to remember, what waits in the outbox;
+- ``gaps``: the questions the person's notes could not answer: kept, listed, dismissed, written as
+  a note, closed when a synced note answers them; ``digest``: the person's digest and its plan;
 - ``running``: the status, a sync now, which users' notes a person may ask;
 - ``people``: the person, and which Leanote user an account's email is.
 

@@ -16,6 +16,7 @@ from rag.answer.types import Trace
 from rag.capture import Receipt
 from rag.errors import UserError
 
+from bot.usecases import gaps
 from bot.usecases.people import Person
 from bot.usecases.results import NotSaved, Why
 
@@ -39,8 +40,12 @@ def pressed(parts: "Parts", presser: str, answer_id: str) -> Record:
 
 
 def rate(parts: "Parts", person: Person, record: Record, verdict: str) -> Record:
-    """The asker's 👍 (``up``) or 👎 (``down``); a later press replaces it. In a worker thread."""
-    return parts.feedback.verdict(record.id, person.key, verdict)
+    """The asker's 👍 (``up``) or 👎 (``down``); a later press replaces it. In a worker thread.
+    A 👎 keeps the question as one of the person's gaps; a 👍 after it takes it back."""
+    done = parts.feedback.verdict(record.id, person.key, verdict)
+    if person.user_id == done.user_id:  # (not into another Leanote user's gaps)
+        gaps.rated(parts, person, done, verdict)
+    return done
 
 
 def why(person: Person, record: Record) -> Why | None:

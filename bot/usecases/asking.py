@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from bot.usecases import gaps
 from bot.usecases.people import Person
 from bot.usecases.results import Asked, Found, Why
 
@@ -23,7 +24,8 @@ async def ask(parts: "Parts", person: Person, question: str, *, on_token: "OnTok
     is read with what came before), with their fair share of the LLM (``rag.answer.fair``).
     ``on_token`` hears the text as it is written, ``on_sources`` the notes the evidence comes
     from, before the LLM reads. ``keep``: the answer is recorded for the buttons under it (a
-    chat door's 👍 / 👎 / Why? / Save as note); a failure to record it loses only the buttons."""
+    chat door's 👍 / 👎 / Why? / Save as note); a failure to record it loses only the buttons.
+    A question the notes could not answer is kept as one of the person's gaps (``gaps.noted``)."""
     answer = await parts.answers.ask(question, person.user_id, conversation=person.conversation, on_token=on_token,
                                      on_sources=on_sources, caller=person.key)
     answer_id = None
@@ -33,6 +35,7 @@ async def ask(parts: "Parts", person: Person, question: str, *, on_token: "OnTok
                                                 person.conversation)
         except Exception:
             log.exception("could not record an answer for its buttons")
+    await gaps.noted(parts, person, answer, answer_id)
     return Asked(answer, answer_id)
 
 

@@ -45,12 +45,14 @@ def unavailable(parts: "Parts") -> str | None:
 
 
 async def note(parts: "Parts", person: Person, text: str, *, origin: Origin | None = None,
-               files: list[Attachment] = (), quote: Quote | None = None, once: str = "") -> Receipt:
+               files: list[Attachment] = (), quote: Quote | None = None, title: str = "", once: str = "",
+               after: str = "") -> Receipt:
     """A new note in the person's inbox notebook: ``text`` is their own (kept as their
     Markdown), ``quote`` someone else's text (a forward, a saved message: shown as written),
-    ``origin`` where it came from, ``files`` attached."""
+    ``origin`` where it came from, ``files`` attached, ``after`` (Markdown) under them: what
+    was read from them (``bot.usecases.media.note``); ``title`` when not the text's first line."""
     return await _writer(parts).note(person.key, person.user_id, text, origin=origin, files=list(files), quote=quote,
-                                     once=once)
+                                     title=title, once=once, after=after)
 
 
 async def append(parts: "Parts", person: Person, text: str, once: str = "") -> Receipt:

@@ -34,7 +34,7 @@ from sync.writeback.logins import account_emails
 from sync.writeback.outbox import Outbox
 from sync.faults import check_disk, reading_state
 from sync.incremental import USN_BACK
-from sync.memory_jobs import outlook, wanted as llm_wanted
+from sync.memory_jobs import duration, outlook, wanted as llm_wanted
 from sync.state import State
 
 from bot.usecases.people import Person
@@ -69,6 +69,9 @@ async def status(parts: "Parts", person: Person, users: Iterable[str] | None = N
             llm = (body.get("memory") or {}).get("llm")
             if llm is not None and parts.built("memory_jobs"):  # the daemon's worker: this run
                 llm["worker"] = parts.memory_jobs.state()
+                questions = (body.get("memory") or {}).get("questions")
+                if questions is not None:
+                    questions["worker"] = llm["worker"].pop("questions")
         return body
 
     return await parts.answers.in_search_thread(report)
@@ -230,7 +233,7 @@ def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[st
             speed = load_speeds(settings.state_dir / SPEED_FILE).get(settings.ollama.model)
             llm["outlook"] = outlook(settings, *memory.llm_backlog(), settings.ollama.model, speed)
         llm["last_done"] = when(llm["last_done"])
-        return {**memory.counts(), "llm": llm}
+        return {**memory.counts(), "llm": llm, "questions": memory.asked_counts()}
     totals: dict = {"notes": {}, "entities": 0, "mentions": 0}
     for user in users:
         c = memory.counts(user)
@@ -240,7 +243,43 @@ def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[st
         totals["mentions"] += c["mentions"]
     totals["llm"] = _llm_totals([memory.llm_counts(user) for user in users])
     totals["llm"]["last_done"] = when(totals["llm"]["last_done"])
+    totals["questions"] = _asked_totals([memory.asked_counts(user) for user in users])
     return totals
+
+
+def questions_line(q: dict | None) -> str:
+    """The written questions in one line (status, /status): progress, ETA, drops, the worker."""
+    if not q or not (q["notes"] or q["jobs_pending"] or q["generations_dropped"]):
+        return ""
+    line = f"written questions: {q['notes']} notes ({q['questions']} questions, {q['output_tokens']} tokens written)"
+    if q["jobs_pending"]:
+        eta = f" (~{duration(q['eta_seconds'])} at {q['seconds_per_note']:g} s a note)" if q.get("eta_seconds") else ""
+        line += f", {q['jobs_pending']} waiting{eta}"
+    if q["generations_dropped"]:
+        line += f", {q['generations_dropped']} generations dropped"
+    if q.get("done_last_hour"):
+        line += f"; {q['done_last_hour']} in the last hour"
+    worker = q.get("worker") or {}
+    if worker.get("text"):
+        line += f"; {worker['text']}"
+    return line
+
+
+def _asked_totals(parts: list[dict]) -> dict:
+    """The written questions' counts (``MemoryStore.asked_counts``) of several users as one."""
+    out: dict = {"notes": 0, "questions": 0, "generations_dropped": 0, "dropped": {}, "jobs_pending": 0,
+                 "jobs_parked": 0, "output_tokens": 0, "done_last_hour": 0, "done_last_day": 0}
+    seconds = [(c["seconds_per_note"], c["notes"] + c["generations_dropped"]) for c in parts if c["seconds_per_note"]]
+    for c in parts:
+        for key in ("notes", "questions", "generations_dropped", "jobs_pending", "jobs_parked", "output_tokens",
+                    "done_last_hour", "done_last_day"):
+            out[key] += c[key]
+        for reason, n in c["dropped"].items():
+            out["dropped"][reason] = out["dropped"].get(reason, 0) + n
+    n = sum(w for _, w in seconds)
+    out["seconds_per_note"] = round(sum(s * w for s, w in seconds) / n, 1) if n else None
+    out["eta_seconds"] = round(out["seconds_per_note"] * out["jobs_pending"]) if n else None
+    return out
 
 
 def _llm_totals(parts: list[dict]) -> dict:

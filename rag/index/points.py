@@ -36,12 +36,39 @@ MANIFEST = "leanote-rag.json"  # next to an edge shard: embedder id, dimension, 
 _ID_NAMESPACE = uuid.UUID("6f9c3f43-6a53-4f7e-9f5c-2f1d2a7f6c11")
 
 
+# A person's written questions (rag.index.asked) are points of a tenant of their own: their
+# ``user_id`` is the person's with this suffix. No search of chunks sees them, BM25's IDF over
+# the person's chunks is unchanged, and their own search counts IDF over the questions alone.
+ASKED = "#asked"
+MAX_ASKED = 16  # written questions per note at most: their point ids are the note's q0..q15
+
+
+def asked_user(user_id: str) -> str:
+    """The tenant of a person's written questions."""
+    return f"{user_id}{ASKED}"
+
+
+def asked_point_id(note_id: str, n: int) -> str:
+    """Deterministic point id of a note's n-th written question."""
+    return _point_key(note_id, f"q{n}")[1]
+
+
+def asked_point_ids(note_id: str) -> list[str]:
+    """Every point id a note's written questions may have (to delete them without a lookup)."""
+    return [asked_point_id(note_id, n) for n in range(MAX_ASKED)]
+
+
+def people(counts: dict[str, int]) -> dict[str, int]:
+    """``count_by_user`` without the written questions' tenants."""
+    return {u: c for u, c in counts.items() if not u.endswith(ASKED)}
+
+
 def point_id(note_id: str, chunk_index: int) -> str:
     """Deterministic point id of a note's n-th chunk."""
     return _point_key(note_id, chunk_index)[1]
 
 
-def _point_key(note_id: str, chunk_index: int) -> tuple[int, str]:
+def _point_key(note_id: str, chunk_index: int | str) -> tuple[int, str]:
     """``point_id``'s UUID, ``uuid5(_ID_NAMESPACE, "{note_id}:{chunk_index}")``, as (its int, its
     text), made in a quarter of ``uuid5``'s time (what it does: SHA-1 of the namespace and the
     name, version and variant bits set)."""

@@ -52,6 +52,11 @@ longer matched one dropped, entities in more than ``ENTITY_MAX_SHARE`` of the no
 out, the rarest ``MAX_ENTITIES`` kept). The chunks holding their mentions are one more
 ranking, "entities" (``entity_ranking``: per chunk, each entity's IDF over the notes
 times ``1 + ln(mentions in the chunk)``), fused at ``ENTITY_WEIGHT``.
+
+Written questions (``rag.index.asked``, hybrid only, ``retrieval.questions_weight`` above 0):
+the questions each note answers, written by the LLM ahead of time, searched dense and BM25
+like the chunks; each hit counts for the chunk its question points to, two more rankings
+fused at the dense and sparse weights times ``questions_weight``.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from functools import lru_cache
 from rag import limits
 from rag.config import RetrievalConfig
 from rag.errors import UserError
+from rag.index import asked
 from rag.index.excerpt import CJK_RUN, question_terms
 from rag.index.note_index import NoteIndex
 from rag.index.lexical import CJK_CHAR, LATIN_WORDS, norm, query_vector, tokenize
@@ -210,7 +216,8 @@ def fuse(rankings: dict[str, list[Ranked]], cfg: RetrievalConfig, query: str | N
     # An expansion's rankings (rag.answer.expand) weigh as the question's own of the same kind,
     # so an expansion that repeats the question changes no ranking.
     dense, sparse = side_weights(cfg, query)
-    weights = {"dense": dense, "sparse": sparse, "hypothesis": dense, "terms": sparse, "entities": ENTITY_WEIGHT}
+    weights = {"dense": dense, "sparse": sparse, "hypothesis": dense, "terms": sparse, "entities": ENTITY_WEIGHT,
+               "asked_dense": dense * cfg.questions_weight, "asked_sparse": sparse * cfg.questions_weight}
     if cfg.fusion == "rrf":
         return rrf(rankings, cfg.rrf_k, weights)
     return dbsf(rankings, weights)
@@ -429,6 +436,8 @@ def search(
             rankings["terms"] = more_sparse
     if entities and retriever == "hybrid":
         rankings["entities"] = entities
+    if cfg.questions_weight > 0 and retriever == "hybrid":  # the notes' written questions (rag.index.asked)
+        rankings.update(asked.rankings(index.store, dense, sparse, user_id, limit, cfg.hnsw_ef))
     fused = fuse(rankings, cfg, query)
     if cfg.passages and retriever == "hybrid":
         chosen, payloads = passage_step(index, query, user_id, dense, sparse, rankings, fused, k, cfg, extra)

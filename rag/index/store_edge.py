@@ -19,7 +19,8 @@ import numpy as np
 
 from rag.state_dir import not_as_root, prepare_state_dir
 from rag.errors import BrokenState, IndexMismatch, NotIndexed, StoreLocked, Unavailable, UserError
-from rag.index.points import DENSE, KEYWORD_FIELDS, MANIFEST, SPARSE, PointData, _Counts, _point_key, settle
+from rag.index.points import (DENSE, KEYWORD_FIELDS, MANIFEST, SPARSE, PointData, _Counts, _point_key, people,
+                              settle)
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +331,7 @@ class EdgeStore(_Counts):
         qe = self._qe
         response = self._shard.facet(qe.FacetRequest(key="user_id", limit=100_000, exact=True))
         # An exact facet can list a value whose points were all deleted, with count 0.
-        return {str(h.value): h.count for h in response.hits if h.count > 0}
+        return people({str(h.value): h.count for h in response.hits if h.count > 0})
 
     def note_ids(self, user_id: str | None = None) -> set[str]:
         qe = self._qe

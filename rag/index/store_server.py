@@ -12,7 +12,7 @@ import numpy as np
 
 from rag.config import QdrantConfig, secret
 from rag.errors import NotIndexed, StoreLocked, Unavailable, UserError
-from rag.index.points import DENSE, KEYWORD_FIELDS, SPARSE, PointData, Ranked, _Counts, settle
+from rag.index.points import DENSE, KEYWORD_FIELDS, SPARSE, PointData, Ranked, _Counts, people, settle
 from rag.redact import safe_url
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class ServerStore(_Counts):
 
     def count_by_user(self) -> dict[str, int]:
         response = self._call(self._client.facet, self.collection, "user_id", limit=100_000, exact=True)
-        return {str(h.value): h.count for h in response.hits}
+        return people({str(h.value): h.count for h in response.hits})
 
     def note_ids(self, user_id: str | None = None) -> set[str]:
         flt = self._filter(user_id=user_id) if user_id else None

@@ -35,18 +35,24 @@ class LlmTier:
         payload = llm_payload(text, title, updated)
         self._write(lambda db: queue_llm(db, note_id, user_id, content_hash, payload, self.clock()))
 
-    def due_job(self, now: float | None = None) -> dict | None:
-        """The oldest due, unparked LLM job, or None."""
+    def due_job(self, now: float | None = None, kinds: Sequence[str] = (LLM_JOB,)) -> dict | None:
+        """The oldest due, unparked job of ``kinds`` (the LLM tier's; ``asked``: written
+        questions), or None."""
         now = self.clock() if now is None else now
+        if not kinds:
+            return None
+        marks = ",".join("?" * len(kinds))
         with self._lock:
             row = self.db.execute(
-                "SELECT note_id, user_id, content_hash, attempts, payload FROM jobs WHERE kind = ? AND parked = 0 "
-                "AND next_try <= ? ORDER BY created, note_id LIMIT 1", (LLM_JOB, now)).fetchone()
+                f"SELECT note_id, user_id, content_hash, attempts, payload, kind FROM jobs WHERE kind IN ({marks}) "
+                "AND parked = 0 AND next_try <= ? ORDER BY created, kind DESC, note_id LIMIT 1",
+                (*kinds, now)).fetchone()
         if row is None:
             return None
         payload = json.loads(row[4] or "{}")
-        return {"note_id": row[0], "user_id": row[1], "content_hash": row[2], "attempts": row[3],
-                "text": payload.get("text") or "", "title": payload.get("title") or "", "updated": payload.get("updated")}
+        return {"note_id": row[0], "user_id": row[1], "content_hash": row[2], "attempts": row[3], "kind": row[5],
+                "text": payload.get("text") or "", "title": payload.get("title") or "", "updated": payload.get("updated"),
+                "digest": payload.get("digest") or ""}
 
     def next_due(self) -> float | None:
         """When the next unparked LLM job is due, or None."""
@@ -61,7 +67,7 @@ class LlmTier:
             if self._job_current(db, job):
                 return True
             db.execute("DELETE FROM jobs WHERE note_id = ? AND kind = ? AND content_hash = ?",
-                       (job["note_id"], LLM_JOB, job["content_hash"]))
+                       (job["note_id"], job.get("kind", LLM_JOB), job["content_hash"]))
             return False
 
         return self._write(work)
@@ -81,7 +87,8 @@ class LlmTier:
         self._write(lambda db: db.execute(
             "UPDATE jobs SET attempts = ?, next_try = ?, error = ?, parked = ? WHERE note_id = ? AND kind = ? "
             "AND content_hash = ?",
-            (attempts, next_try, error[:500], int(parked), job["note_id"], LLM_JOB, job["content_hash"])))
+            (attempts, next_try, error[:500], int(parked), job["note_id"], job.get("kind", LLM_JOB),
+             job["content_hash"])))
         return parked
 
     def store_llm(self, job: dict, summary: str, facts: Sequence[dict], stats: dict,

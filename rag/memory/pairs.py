@@ -120,4 +120,32 @@ class RelatedPairs:
                                   (note_id, user_id)).fetchone()
         return None if row is None else {"note_id": note_id, "title": row[0], "notebook": row[1], "url": row[2]}
 
+    # --- for a digest (rag.digest) ----------------------------------------------------------------
+
+    def shown_notes(self, user_id: str) -> list[dict]:
+        """Every processed note of the user as it is shown: id, title, notebook, link and
+        Leanote's ``updated_at`` (ISO 8601, "" when the source gives none)."""
+        with self._lock:
+            rows = self.db.execute("SELECT note_id, title, notebook, url, updated_at FROM notes WHERE user_id = ?",
+                                   (user_id,)).fetchall()
+        return [{"note_id": n, "title": t, "notebook": nb, "url": u, "updated_at": up} for n, t, nb, u, up in rows]
+
+    def best_pairs(self, user_id: str, limit: int, min_score: float = 0.0) -> list[tuple[str, str, float]]:
+        """The user's related pairs, each once (a < b), the best first."""
+        with self._lock:
+            rows = self.db.execute("SELECT note_a, note_b, score FROM related WHERE user_id = ? AND note_a < note_b "
+                                   "AND score >= ? ORDER BY score DESC, note_a, note_b LIMIT ?",
+                                   (user_id, min_score, limit)).fetchall()
+        return [(a, b, s) for a, b, s in rows]
+
+    def link_words(self, user_id: str) -> dict[str, set[str]]:
+        """The words of each note's links (Markdown link texts, normalised), by note."""
+        with self._lock:
+            rows = self.db.execute("SELECT m.note_id, e.norm FROM mentions m JOIN entities e ON e.id = m.entity_id "
+                                   "WHERE m.user_id = ? AND e.kind = 'link'", (user_id,)).fetchall()
+        out: dict[str, set[str]] = {}
+        for note_id, words in rows:
+            out.setdefault(note_id, set()).add(words)
+        return out
+
     # --- end of related notes ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from rag.memory.extract import name_spans
 from rag.index.note_index import note_meta
 from rag.model import Chunk, Note
 
-from rag.memory.schema import LLM_JOB, MATCH_CHARS, RELATED_JOB, IN_BATCH
+from rag.memory.schema import ASKED_JOB, LLM_JOB, MATCH_CHARS, RELATED_JOB, IN_BATCH
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,21 @@ def llm_payload(text: str, title: str, updated: float | None) -> str:
     return json.dumps({"text": text, "title": title, "updated": updated}, ensure_ascii=False)
 
 
-def queue_llm(db: sqlite3.Connection, note_id: str, user_id: str, content_hash: str, payload: str, now: float) -> None:
+def queue_llm(db: sqlite3.Connection, note_id: str, user_id: str, content_hash: str, payload: str, now: float,
+              kind: str = LLM_JOB) -> None:
     db.execute(
         "INSERT OR REPLACE INTO jobs(note_id, kind, user_id, content_hash, attempts, next_try, error, parked, "
         "created, payload) VALUES (?,?,?,?,0,?,NULL,0,?,?)",
-        (note_id, LLM_JOB, user_id, content_hash, now, now, payload))
+        (note_id, kind, user_id, content_hash, now, now, payload))
+
+
+def queue_asked(db: sqlite3.Connection, note_id: str, user_id: str, content_hash: str, payload: str,
+                now: float) -> None:
+    """The note's written questions (``rag.index.asked``) as of ``content_hash``: those of another
+    text go; unless written at this text already, a job is queued."""
+    db.execute("DELETE FROM asked WHERE note_id = ? AND content_hash != ?", (note_id, content_hash))
+    if db.execute("SELECT 1 FROM asked WHERE note_id = ?", (note_id,)).fetchone() is None:
+        queue_llm(db, note_id, user_id, content_hash, payload, now, ASKED_JOB)
 
 
 def forget_note(db: sqlite3.Connection, note_id: str, keep_jobs: bool = False) -> set[int]:
@@ -101,8 +111,9 @@ def forget_note(db: sqlite3.Connection, note_id: str, keep_jobs: bool = False) -
     db.execute("DELETE FROM mentions WHERE note_id = ?", (note_id,))
     db.execute("DELETE FROM facts WHERE note_id = ?", (note_id,))
     db.execute("DELETE FROM related WHERE note_a = ? OR note_b = ?", (note_id, note_id))
-    if not keep_jobs:
+    if not keep_jobs:  # (kept: the note is processed again at once, which settles its written questions)
         db.execute("DELETE FROM jobs WHERE note_id = ?", (note_id,))
+        db.execute("DELETE FROM asked WHERE note_id = ?", (note_id,))
     return entity_ids
 
 

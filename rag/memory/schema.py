@@ -11,6 +11,7 @@ IN_BATCH = 500  # SQLite's variable limit is far above; keeps statements small
 MATCH_CHARS = 20_000
 RELATED_JOB = "related"  # a note whose related notes are due
 LLM_JOB = "llm"  # a note the LLM tier has yet to read
+ASKED_JOB = "asked"  # a note whose questions the LLM has yet to write (rag.index.asked)
 
 MIGRATIONS = [
     """
@@ -135,5 +136,19 @@ MIGRATIONS = [
     """
     ALTER TABLE facts ADD COLUMN subject_norm TEXT;
     CREATE INDEX facts_subject_norm ON facts(user_id, status, subject_norm)
+    """,
+    # the questions each note answers, written by the LLM (rag.index.asked, sync.memory_jobs):
+    # at the content hash they were written from; an empty list is a generation dropped
+    # (counted in ``stats``), not asked again until the note's text changes
+    """
+    CREATE TABLE asked (
+        note_id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        questions TEXT NOT NULL DEFAULT '[]',
+        stats TEXT NOT NULL DEFAULT '{}',
+        at REAL NOT NULL
+    );
+    CREATE INDEX asked_user ON asked(user_id)
     """,
 ]

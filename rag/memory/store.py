@@ -23,7 +23,9 @@ no call made for one user reaches another's rows.
 - ``facts``: the LLM tier's relations, each with the quote it rests on, its note, time,
   status (active or superseded) and what superseded it.
 - ``related``: related note pairs with their score and reasons (``rag.memory.related``).
-- ``jobs``: the LLM tier's queue (``sync.memory_jobs``) and related-notes recomputes.
+- ``jobs``: the LLM tier's queue (``sync.memory_jobs``: extractions and written questions)
+  and related-notes recomputes.
+- ``asked``: the questions each note answers, written by the LLM (``rag.memory.asked``).
 - ``corrections``: verdicts on facts and pairs, per user and keyed by content, not by
   note, so they outlive re-extraction; ``correction_log`` keeps every verdict given.
 """
@@ -40,6 +42,7 @@ from rag.state_dir import prepare_state_dir
 from rag.memory.entities import norm
 from rag.sqlite import LockedDB
 
+from rag.memory.asked import WrittenQuestions
 from rag.memory.corrections import Corrections
 from rag.memory.jobs import LlmTier
 from rag.memory.pairs import RelatedPairs
@@ -52,7 +55,7 @@ def path_for(settings: Settings) -> Path:
     return Path(settings.state_dir) / FILE
 
 
-class MemoryStore(NoteWrites, RelatedPairs, Corrections, LlmTier, Reads, LockedDB):
+class MemoryStore(NoteWrites, RelatedPairs, Corrections, LlmTier, WrittenQuestions, Reads, LockedDB):
     """One connection behind a lock: the sync thread writes, the API and bots read.
     ``busy_timeout``: seconds a write waits for another connection's write before it fails
     (``sqlite3.OperationalError``: the sync logs it and its next pass brings the memory in line)."""

@@ -9,6 +9,7 @@ import json
 import sqlite3
 from typing import Iterable, Sequence
 
+from rag.index import asked
 from rag.memory import entities as extraction
 from rag.memory.entities import VERSION, Entity
 from rag.index.note_index import PreparedNote
@@ -16,7 +17,7 @@ from rag.model import Note
 
 from rag.memory.schema import TIER_TERMS, IN_BATCH
 from rag.memory.rows import (Mention, NoteInfo, add_mentions, drop_orphans, forget_note, info_of, llm_payload,
-                             mentions_of, queue_llm, queue_related, settle_all)
+                             mentions_of, queue_asked, queue_llm, queue_related, settle_all)
 
 
 class NoteWrites:
@@ -101,6 +102,7 @@ class NoteWrites:
         terms: Iterable[str] = (),
         info: NoteInfo = NoteInfo(),
         llm_job: str | None = None,
+        asked_job: str | None = None,
     ) -> None:
         """The note's entities as of ``content_hash``, in one transaction: its old mentions
         go, the new ones come, entities left without mentions are deleted; with ``llm_job``
@@ -124,6 +126,10 @@ class NoteWrites:
             drop_orphans(db, old)
             if llm_job is not None:
                 queue_llm(db, note_id, user_id, content_hash, llm_job, self.clock())
+            if asked_job is not None:  # the note's written questions, unless written at this text
+                queue_asked(db, note_id, user_id, content_hash, asked_job, self.clock())
+            else:
+                db.execute("DELETE FROM asked WHERE note_id = ? AND content_hash != ?", (note_id, content_hash))
 
         self._write(work)
 
@@ -149,7 +155,7 @@ class NoteWrites:
         """Forget everything derived (the index is being rebuilt: it all comes back from the
         notes); the people's corrections stay."""
         def work(db: sqlite3.Connection) -> None:
-            for table in ("mentions", "entities", "notes", "df", "facts", "related", "jobs"):
+            for table in ("mentions", "entities", "notes", "df", "facts", "related", "jobs", "asked"):
                 db.execute(f"DELETE FROM {table}")
 
         self._write(work)
@@ -183,7 +189,8 @@ class NoteWrites:
 
         return self._write(work) if ids else 0
 
-    def remember(self, prepared: PreparedNote, base_url: str, *, queue_llm: bool = False) -> int:
+    def remember(self, prepared: PreparedNote, base_url: str, *, queue_llm: bool = False,
+                 queue_asked: bool = False) -> int:
         """Extract a prepared note's entities (the no-LLM tier) and put them in place of
         its old ones (with ``queue_llm``, its LLM extraction queued in the same
         transaction); how many entities it has."""
@@ -200,8 +207,11 @@ class NoteWrites:
         if queue_llm:
             updated = note.updated_at.timestamp() if note.updated_at is not None else None
             job = llm_payload(text, note.title, updated)
+        asked_job = None
+        if queue_asked:
+            asked_job = json.dumps({"digest": asked.digest(note.title, chunks), "title": note.title}, ensure_ascii=False)
         self.replace_note(note.user_id, note.id, prepared.content_hash, rows, terms=found.terms,
-                          info=info_of(note, base_url), llm_job=job)
+                          info=info_of(note, base_url), llm_job=job, asked_job=asked_job)
         return len(rows)
 
     def remember_meta(self, note: Note, base_url: str) -> None:

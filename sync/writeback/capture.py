@@ -147,12 +147,13 @@ class Capture(Logins, Writing):
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,
                    files: list[Attachment] = (), title: str = "", quote: Quote | None = None,
-                   once: str = "") -> Receipt:
+                   once: str = "", after: str = "") -> Receipt:
         """A new note in the inbox notebook: ``text`` is the person's own (their Markdown),
         ``quote`` someone else's text (a forward, a saved message: shown as written).
         ``once``: what the capture comes from (a chat message, a menu press on a message):
         the same again, from the same person into the same Leanote user, makes no second
-        note but answers with the first one's receipt (for every kind of capture)."""
+        note but answers with the first one's receipt (for every kind of capture). ``after``:
+        Markdown that goes under the files (the text read from a photo, marked as such)."""
         again = await self._again(person, user_id, once)
         if again is not None:
             return again
@@ -164,6 +165,8 @@ class Capture(Logins, Writing):
         draft = compose(text, extra_tags=list(self.settings.capture.tags), origin=origin, title=title,
                         when=datetime.now(), quote=quote)
         payload = {"title": draft.title, "content": draft.content, "tags": draft.tags}
+        if after.strip():
+            payload["after"] = after.strip() + "\n"
         return await self._submit(person, user_id, "note", payload, files,
                                   "\n\n".join(t for t in (text, quote.text if quote else "") if t), once)
 
@@ -198,6 +201,11 @@ class Capture(Logins, Writing):
             return Receipt("refused", "要记住什么？在 /remember 后面写上。 / Remember what? Write it after /remember.")
         line = f"- {datetime.now().strftime('%Y-%m-%d %H:%M')} {' '.join(text.split())}"
         return await self._submit(person, user_id, "remember", {"text": line}, [], text, once)
+
+    async def made(self, person: str, user_id: str, once: str) -> Receipt | None:
+        """The receipt of the capture already made from ``once``, or None: a door asks before it
+        reads a file again (a voice message Telegram sends twice is transcribed once)."""
+        return await self._again(person, user_id, once)
 
     async def _again(self, person: str, user_id: str, once: str) -> Receipt | None:
         """The receipt of the capture already made from ``once`` (written: "already", with its

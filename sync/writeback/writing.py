@@ -232,6 +232,8 @@ class Writing:
             files.append((local_id, f.filename, f.data, f.mime, f.is_image))
             link = "getImage" if f.is_image else "getAttach"
             body += f"\n{'!' if f.is_image else ''}[{md_label(f.filename)}](/api/file/{link}?fileId={local_id})\n"
+        if item.payload.get("after"):  # what was read from the files (a photo's text), under them
+            body += "\n" + item.payload["after"]
         self.outbox.sending(item, self.clock(), adding=True)
         created = writer.add_note(notebook_id, title, with_marker(body, item.key), item.payload.get("tags", []), files)
         return str(created["NoteId"])

@@ -387,6 +387,8 @@ class FakeDiscord:
         self.files: dict[int, dict] = {}  # attachment id -> its object, with "_data"
         self.downloads: list[str] = []  # file names fetched from the CDN, in order
         self.user_messages: dict[int, dict] = {}  # messages people wrote, by id
+        self.dm_channels: dict[int, int] = {}  # direct-message channel id -> the person's user id
+        self.dms: dict[int, list[str]] = {}  # what the bot sent each person in a direct message
 
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -541,13 +543,14 @@ class FakeDiscord:
         return self._interact(user_id, name, {"message": message["id"]}, data, guild_id, channel_id, roles, locale)
 
     def press(self, user_id: int, message: Message, custom_id: str, *, roles: list[int] | tuple = (),
-              locale: str = "en-US") -> Interaction:
+              locale: str = "en-US", forged: bool = False) -> Interaction:
         """A person clicks the button ``custom_id`` under a message of the bot's (where
-        that message is: its interaction's guild and channel)."""
+        that message is: its interaction's guild and channel). ``forged``: a custom id that is
+        not under it (a modified client's), sent all the same."""
         with self.lock:
             if message.deleted or not message.visible_to(user_id):
                 raise AssertionError(f"user {user_id} cannot see {message!r}, so cannot press its buttons")
-            if custom_id not in [b.get("custom_id") for b in message.buttons()]:
+            if not forged and custom_id not in [b.get("custom_id") for b in message.buttons()]:
                 raise LookupError(f"no button {custom_id!r} under {message!r}: it has "
                                   f"{[b.get('custom_id') for b in message.buttons()]}")
             payload = message.payload(self.app_id, self.bot)
@@ -707,6 +710,8 @@ class FakeDiscord:
             ("PUT", rf"/applications/{app}/guilds/(\d+)/commands", lambda m: self._put_commands(int(m[1]), body)),
             ("GET", rf"/applications/{app}/commands", lambda m: (200, self.commands.get(None, []))),
             ("GET", rf"/applications/{app}/guilds/(\d+)/commands", lambda m: (200, self.commands.get(int(m[1]), []))),
+            ("POST", r"/users/@me/channels", lambda m: self._open_dm(body)),
+            ("POST", r"/channels/(\d+)/messages", lambda m: self._channel_message(int(m[1]), body)),
         ]
         open_routes = [
             ("GET", r"/gateway", lambda m: (200, {"url": self.gateway_url})),
@@ -738,6 +743,33 @@ class FakeDiscord:
         with self.lock:
             self.unknown.append((method, path))
         return (*NOT_FOUND, {})
+
+    def _open_dm(self, body: dict) -> tuple[int, Any]:
+        """``POST /users/@me/channels`` (``recipient_id``): the person's DM channel, as Discord's."""
+        user_id = int(body.get("recipient_id") or 0)
+        if not user_id:
+            return 400, {"code": 50035, "message": "Invalid Form Body", "errors": {}}
+        with self.lock:
+            channel_id = next((c for c, u in self.dm_channels.items() if u == user_id), None) or snowflake()
+            self.dm_channels[channel_id] = user_id
+        return 200, {"id": str(channel_id), "type": 1, "last_message_id": None, "recipients": [_user(user_id)]}
+
+    def _channel_message(self, channel_id: int, body: dict) -> tuple[int, Any]:
+        """``POST /channels/{id}/messages``: only DM channels here (what the bot tells a person)."""
+        with self.lock:
+            user_id = self.dm_channels.get(channel_id)
+            if user_id is None:
+                return NOT_FOUND
+            problem = message_problem(body)
+            if problem:
+                return 400, problem
+            if not body.get("content"):
+                return EMPTY_MESSAGE
+            self.dms.setdefault(user_id, []).append(body["content"])
+        return 200, {"id": str(snowflake()), "channel_id": str(channel_id), "type": 0, "content": body["content"],
+                     "author": self.bot, "timestamp": _iso(), "edited_timestamp": None, "tts": False,
+                     "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
+                     "embeds": [], "pinned": False}
 
     def _app_info(self) -> dict:
         return {"id": str(self.app_id), "name": "notes-bot", "icon": None, "description": "", "summary": "",

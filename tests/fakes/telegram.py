@@ -5,7 +5,8 @@ bodies, ``{"ok": true, "result": ...}`` answers).
 Methods: getMe, deleteWebhook, getUpdates (long polling by offset; as in Telegram, an
 offset confirms every update below it, which is never sent again, also to a bot that
 restarts and asks without one; ``limit``; a negative offset), sendMessage,
-editMessageText, editMessageReplyMarkup, answerCallbackQuery, getFile, sendChatAction,
+editMessageText, editMessageReplyMarkup, deleteMessage (the message kept, marked ``deleted``),
+answerCallbackQuery, getFile, sendChatAction,
 setMyCommands, and file downloads (``GET /file/bot<token>/<file_path>``). Like Telegram
 it refuses an edit that changes nothing (400 "message is not modified"), HTML that does
 not parse (400 "can't parse entities"), ``getFile`` past 20 MB (400 "file is too big"),
@@ -16,7 +17,7 @@ have confirmed is sent again to the next poll, also to a bot started anew.
 
 Updates: ``say`` (text or a command), ``forward`` (with a ``forward_origin``: see
 ``origin_user``, ``origin_hidden``, ``origin_chat``, ``origin_channel``), ``reply``,
-``send_photo``, ``send_document`` (register the bytes first with ``add_file``) and
+``send_photo``, ``send_document``, ``send_voice`` (register the bytes first with ``add_file``) and
 ``press`` (a button under one of the bot's messages: a ``callback_query``).
 """
 
@@ -186,6 +187,22 @@ class FakeTelegram(LocalServer):
         return self._push(self._user_message(user_id, chat_id, chat_type, text=caption, document=file_id,
                                              file_name=file_name, mime_type=mime_type))
 
+    def send_voice(self, user_id: int, file_id: str, duration: int, caption: str = "", chat_id: int | None = None,
+                   chat_type: str = "private", audio: bool = False, file_name: str = "clip.ogg",
+                   mime_type: str = "audio/ogg") -> dict:
+        """A user sends a voice message (or, with ``audio``, an audio file) of ``duration``
+        seconds (a registered file id), with a caption."""
+        message = self._user_message(user_id, chat_id, chat_type, text=caption, voice=file_id)
+        if audio:
+            message["audio"] = {**message.pop("voice"), "file_name": file_name, "mime_type": mime_type}
+        message["audio" if audio else "voice"]["duration"] = duration
+        return self._push(message)
+
+    def send_again(self, message: dict) -> dict:
+        """A message a user sent, delivered again in a new update (as Telegram does when a
+        poll's confirmation was lost)."""
+        return self._push(dict(message))
+
     def add_file(self, file_id: str, data: bytes, file_size: int | None = None) -> None:
         """A file Telegram holds; ``file_size``: what Telegram says its size is (default: the real one)."""
         self.files[file_id] = {"data": data, "file_size": len(data) if file_size is None else file_size,
@@ -222,14 +239,18 @@ class FakeTelegram(LocalServer):
 
     def _user_message(self, user_id: int, chat_id: int | None, chat_type: str, text: str = "",
                       photo: str | None = None, document: str | None = None, file_name: str = "file.bin",
-                      mime_type: str = "application/octet-stream", command: bool = True) -> dict:
+                      mime_type: str = "application/octet-stream", command: bool = True,
+                      voice: str | None = None) -> dict:
         chat_id = chat_id if chat_id is not None else user_id
         with self.cond:
             message = {"message_id": self._next_message, "date": int(time.time()),
                        "chat": {"id": chat_id, "type": chat_type}, "from": _user(user_id)}
             self._next_message += 1
             self.chat_types[chat_id] = chat_type
-        media = photo or document
+        media = photo or document or voice
+        if voice:
+            message["voice"] = {"file_id": voice, "file_unique_id": f"u-{voice}", "duration": 1,
+                                "mime_type": "audio/ogg", "file_size": self.files[voice]["file_size"]}
         if photo:
             size = self.files[photo]["file_size"]
             message["photo"] = [  # Telegram sends several sizes, the largest last
@@ -339,6 +360,13 @@ class FakeTelegram(LocalServer):
                     if ready or left <= 0:
                         return 200, {"ok": True, "result": ready}
                     self.cond.wait(left)
+        if method == "deleteMessage":  # kept, marked: tests count messages by their place
+            with self.cond:
+                msg = self.messages.get(int(p.get("message_id", 0)))
+                if msg is None or msg.get("deleted"):
+                    return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message to delete not found"}
+                msg["deleted"] = True
+            return 200, {"ok": True, "result": True}
         if method in ("sendMessage", "editMessageText"):
             text = str(p.get("text", ""))
             if p.get("parse_mode") == "HTML":

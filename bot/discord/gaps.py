@@ -1,0 +1,118 @@
+"""Knowledge gaps in Discord: ``/gaps`` (ephemeral, with ✍️ write / ✖ dismiss under it:
+``GapButton``, custom id ``gap:w|x:<id>``), ``/forget``, and a gap a note answers now, told in a
+direct message. After ✍️ the person's next ``/note`` becomes the note for that gap
+(``bot.discord.capturing``). A press is checked against the presser: another person's gap id,
+forged or replayed, is refused and changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import discord
+
+from rag.answer.gaps import GapDone, UnknownGap
+from rag.digest_plan import USAGE, plan_text
+from rag.errors import UserError
+
+from bot.chat.digest import plan_reply, split_lines
+from bot.chat.gaps import DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, GapsReply, gaps_text, writing_text
+from bot.chat.texts import NO_CAPTURE
+from bot.discord.bot import DiscordBot
+from bot.discord.capturing import PLACE
+from bot.render import DISCORD_CONTENT
+from bot.usecases import digest, gaps
+
+
+async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
+    person = await bot.person(interaction)
+    if person is None:
+        return
+    reply = gaps_text(await asyncio.to_thread(gaps.listing, bot.parts, person))
+    await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True, view=gap_view(reply))
+
+
+async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
+    person = await bot.person(interaction)
+    if person is None:
+        return
+    gone = await asyncio.to_thread(gaps.forget, bot.parts, person)
+    await interaction.response.send_message(FORGOT.format(n=gone), ephemeral=True)
+
+
+async def plan(bot: DiscordBot, interaction: discord.Interaction, when: str | None) -> None:
+    """``/digest when:weekly mon 09:00 [TZ]`` (or daily 08:30, off); without it: the plan now."""
+    person = await bot.person(interaction)
+    if person is None:
+        return
+    if not (when or "").strip():
+        now = await asyncio.to_thread(digest.plan_of, bot.parts, person)
+        text = f"摘要 digest: {plan_text(now)}\n" + USAGE.format(tz=now.tz if now else "UTC")
+    else:
+        try:
+            text = plan_reply(await asyncio.to_thread(digest.set_plan, bot.parts, person, when),
+                              private=interaction.guild_id is None)
+        except UserError as err:
+            text = str(err)
+    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+
+
+async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap_id: str) -> None:
+    person = await bot.person(interaction)
+    if person is None:
+        return
+    try:
+        if act == "x":
+            gap = await asyncio.to_thread(gaps.dismiss, bot.parts, person, gap_id)
+            text = DISMISSED.format(q=gap.question)
+        elif not bot.can_capture:
+            text = NO_CAPTURE
+        else:
+            gap = await asyncio.to_thread(gaps.write, bot.parts, person, gap_id, PLACE)
+            text = writing_text(gap, how="note")
+    except UnknownGap:
+        text = NOT_YOUR_GAP
+    except GapDone as err:
+        text = str(err)
+    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+
+
+class GapButton(discord.ui.DynamicItem[discord.ui.Button], template=r"gap:(?P<act>w|x):(?P<id>[A-Za-z0-9_-]{1,32})"):
+    """✍️ write / ✖ dismiss under /gaps: the custom id holds the gap's id, so a press is
+    understood after a restart too."""
+
+    def __init__(self, act: str, gap_id: str, n: int | None = None):
+        icon, word = next((i, w) for a, i, w in GAP_BUTTONS if a == act)
+        label = f"{n} {word}" if n is not None else word
+        style = discord.ButtonStyle.primary if act == "w" else discord.ButtonStyle.secondary
+        super().__init__(discord.ui.Button(style=style, emoji=icon, label=label, custom_id=f"gap:{act}:{gap_id}"))
+        self.act, self.gap_id = act, gap_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Button, match, /):
+        return cls(match["act"], match["id"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        bot = getattr(interaction.client, "leanote_bot", None)
+        if bot is not None:
+            try:
+                await press(bot, interaction, self.act, self.gap_id)
+            except Exception as err:
+                await bot.failed(interaction, err)
+
+
+def gap_view(reply: GapsReply) -> discord.ui.View:
+    """Two gaps a row (✍️ n write, ✖ n dismiss), at most Discord's five rows."""
+    view = discord.ui.View(timeout=None)
+    for k, (n, gap_id) in enumerate(reply.items[:10]):
+        for act, _, _ in GAP_BUTTONS:
+            button = GapButton(act, gap_id, n)
+            button.row = k // 2
+            view.add_item(button)
+    return view
+
+
+async def tell(bot: DiscordBot, person: str, text: str) -> None:
+    """A direct message to a Discord person (a gap a note answers now, a digest)."""
+    channel = await bot.client.create_dm(discord.Object(id=int(person.partition(":")[2])))
+    for part in split_lines(text, DISCORD_CONTENT):
+        await channel.send(part)

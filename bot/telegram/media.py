@@ -1,0 +1,163 @@
+"""Voice messages, audio files and photos with a question, in Telegram.
+
+A voice message (or audio file) in a private chat, or in a group as a reply to the bot: a
+"🎙 transcribing…" message (with how many are ahead in the machine's line) that becomes the
+words heard, on one line, so a mishearing shows and can be corrected by replying with the right
+words; then the answer, as for a typed question. Said "note …" / "remember …", or sent with
+/note as its caption, it is captured instead (the clip attached to a note). A photo or image
+file whose caption is a question (not /note): its text is read, shown on one line, and the
+question answered from the caption and that text. What cannot be read is said in one line;
+without the extra installed, the reply says what to install."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from telegram import Message, Update
+from telegram.constants import ChatType
+from telegram.error import TelegramError
+from telegram.ext import ContextTypes
+
+from rag.media.base import MediaError, NoText
+from rag.media.audio import too_long
+
+from bot.chat.texts import READING_IMAGE, TRANSCRIBING, heard_line, seen_line
+from bot.telegram import answering
+from bot.telegram.bot import NO_PREVIEW, TelegramBot
+from bot.telegram.capturing import fetch_files, after_command, in_line, once_of
+from bot.usecases import media as media_case
+
+log = logging.getLogger(__name__)
+
+NOTE_CAPTION = re.compile(r"^/note(@\w+)?(\s|$)")
+NOT_FETCHED = "没能从 Telegram 取到这个文件，请再发一次。 / Could not fetch the file from Telegram; please send it again."
+
+
+def _for_me(update: Update, context: ContextTypes.DEFAULT_TYPE) -> bool:
+    """In a private chat always; in a group, a reply to the bot, or a caption naming it or starting with /note."""
+    message = update.effective_message
+    if update.effective_chat.type == ChatType.PRIVATE:
+        return True
+    caption = message.caption or ""
+    replied = message.reply_to_message is not None and message.reply_to_message.from_user is not None \
+        and message.reply_to_message.from_user.id == context.bot.id
+    return replied or f"@{context.bot.username}".lower() in caption.lower() or bool(NOTE_CAPTION.match(caption))
+
+
+def _caption(message: Message, username: str) -> str:
+    return (message.caption or "").replace(f"@{username}", "").strip()
+
+
+async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """A voice message or audio file: heard, then answered or captured."""
+    if not _for_me(update, context):
+        return
+    person = await tg.who(update)
+    if person is None:
+        return
+    message = update.effective_message
+    caption = _caption(message, context.bot.username or "")
+    command = "note" if NOTE_CAPTION.match(caption) else ""
+    problem = media_case.speech_problem(tg.parts)
+    if problem and not command:  # a /note keeps the clip without its words
+        await message.reply_text(problem)
+        return
+    clip = message.voice or message.audio
+    limit = tg.host.settings.media.max_clip
+    if clip.duration and clip.duration > limit and not command:
+        await message.reply_text(too_long(limit))  # said from what Telegram tells, before any download
+        return
+    try:
+        files, why = await fetch_files(message, min(tg.host.settings.media.max_audio_mb,
+                                               tg.host.settings.capture.max_file_mb))
+    except TelegramError as err:
+        log.warning("could not fetch a voice message from Telegram: %s", err)
+        files, why = [], NOT_FETCHED
+    if why:
+        await message.reply_text(why)
+        return
+    status = await message.reply_text(TRANSCRIBING)
+    waiting = in_line(message)
+    waiting.shown["status"] = status
+
+    async def wait(ahead: int) -> None:
+        if ahead:
+            await waiting(ahead)
+        else:
+            await _edit(status, TRANSCRIBING)
+
+    try:
+        got = await media_case.voice(tg.parts, person, files[0], command=command, typed=after_command(caption),
+                                     once=once_of(update), on_wait=wait)
+    except MediaError as err:
+        await _edit(status, str(err))
+        return
+    if got.transcript is None:  # captured before (the same message again), or kept without its words
+        await _edit(status, got.receipt.message)
+        return
+    await _edit(status, heard_line(got.transcript.line()))
+    if got.kind == "ask":
+        await answering.answer(tg, update, got.transcript.text)
+        return
+    await message.reply_text(got.receipt.message, link_preview_options=NO_PREVIEW)
+
+
+async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """A photo or image file with a question as its caption: answered from the caption and the image's text."""
+    message = update.effective_message
+    if not _for_me(update, context):
+        return
+    question = _caption(message, context.bot.username or "")
+    if not question:
+        return
+    person = await tg.who(update)
+    if person is None:
+        return
+    problem = media_case.ocr_problem(tg.parts)
+    if problem:
+        await message.reply_text(problem)
+        return
+    try:
+        files, why = await fetch_files(message, min(tg.host.settings.media.max_image_mb,
+                                               tg.host.settings.capture.max_file_mb))
+    except TelegramError as err:
+        log.warning("could not fetch a photo from Telegram: %s", err)
+        files, why = [], NOT_FETCHED
+    if why:
+        await message.reply_text(why)
+        return
+    try:
+        media_case.check_image(tg.parts, files[0].data)
+    except MediaError as err:
+        await message.reply_text(str(err))
+        return
+    status = await message.reply_text(READING_IMAGE)
+    waiting = in_line(message)
+    waiting.shown["status"] = status
+
+    async def wait(ahead: int) -> None:
+        if ahead:
+            await waiting(ahead)
+        else:
+            await _edit(status, READING_IMAGE)
+
+    try:
+        reading = await media_case.read(tg.parts, person, files[0].data, on_wait=wait)
+    except NoText as err:  # the words sent with it are still a question
+        await _edit(status, str(err))
+        reading = None
+    except MediaError as err:
+        await _edit(status, str(err))
+        return
+    if reading is not None:
+        await _edit(status, seen_line(" ".join(reading.lines)[:300]))
+    await answering.answer(tg, update, media_case.photo_question(question, reading))
+
+
+async def _edit(message: Message, text: str) -> None:
+    try:
+        await message.edit_text(text, link_preview_options=NO_PREVIEW)
+    except TelegramError as err:
+        if "not modified" not in str(err).lower():
+            log.info("could not edit a media status message: %s", err)

@@ -1,0 +1,199 @@
+"""Knowledge gaps: the questions a person's notes could not answer, brought back to them.
+
+- ``noted``: after an answer, a question that ended without a supported one becomes an ask
+  of a gap (``rag.answer.gaps``); ``rated``: a 👎 makes one, a later 👍 takes it back;
+- ``listing``: the person's gaps, the most asked lately first, with the words they were asked in;
+- ``dismiss``; ``write``: the next thing the person sends becomes a note titled by the
+  question (``take_draft`` / ``write_draft``, through the capture outbox, exactly once);
+- ``forget``: everything of the person's;
+- ``check``: after a sync pass (the daemon), the notes it indexed with new text against the open
+  gaps of their users; each gap one answers closes, and its person is told once
+  (``announce_with``: a platform's bot tells its people).
+
+Every gap is its person's and their Leanote user's: another person's id is refused as
+``UnknownGap``, whatever door it comes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from rag.answer.gaps import OUTCOMES, Draft, Gap, answering_note
+from rag.capture import Receipt
+
+from bot.usecases import capture
+from bot.usecases.people import Person
+
+if TYPE_CHECKING:
+    from rag.answer.feedback import Record
+    from rag.answer.types import Answer
+
+    from bot.root import Parts
+
+log = logging.getLogger(__name__)
+
+Announce = Callable[[str, str], Awaitable[None]]  # (person, text)
+TRIED = 3  # a gap's newest wordings a changed note is checked against
+
+
+def why_gap(answer: "Answer") -> str | None:
+    """Why an answer leaves a gap ("refused", "withdrawn"), or None: it is one the notes back,
+    or the LLM failed (the notes may hold it: not a gap)."""
+    trace = answer.trace
+    return OUTCOMES.get(trace.outcome) if trace is not None else None
+
+
+async def noted(parts: "Parts", person: Person, answer: "Answer", answer_id: str | None = None) -> str | None:
+    """Keep the question of an answer that was not a supported one as an ask of the person's
+    gaps: the gap's id, or None (not a gap). A failure loses the gap only (logged)."""
+    why = why_gap(answer)
+    if why is None:
+        return None
+    trace = answer.trace
+    try:
+        return await parts.answers.in_search_thread(_add, parts, person, trace.question, trace.standalone, why,
+                                                    answer_id)
+    except Exception:
+        log.exception("could not keep a knowledge gap")
+        return None
+
+
+def _add(parts: "Parts", person: Person, wording: str, standalone: str, why: str, answer_id: str | None) -> str:
+    vector = parts.index.embed_query([standalone])[0]
+    gap_id, _ = parts.gaps.add(person.key, person.user_id, wording, standalone, vector, why, answer_id)
+    return gap_id
+
+
+def rated(parts: "Parts", person: Person, record: "Record", verdict: str) -> None:
+    """After a 👍 / 👎 (in a worker thread): 👎 keeps the question as a gap, 👍 takes a 👎's back."""
+    try:
+        if verdict == "down":
+            _add(parts, person, record.question, record.standalone, "down", record.id)
+        elif parts.gaps_if_made() is not None:
+            parts.gaps.unask(record.id, person.key)
+    except Exception:
+        log.exception("could not keep a knowledge gap for a 👎")
+
+
+def listing(parts: "Parts", person: Person, states: tuple[str, ...] = ("open",)) -> list[Gap]:
+    """The person's gaps (open ones unless ``states`` says), the most asked lately first. In a
+    worker thread: a read."""
+    store = parts.gaps_if_made()
+    return store.gaps(person.key, person.user_id, states) if store is not None else []
+
+
+def dismiss(parts: "Parts", person: Person, gap_id: str) -> Gap:
+    """The person no longer wants to see the gap (``UnknownGap``: not theirs; ``GapDone``:
+    dismissed or answered already). In a worker thread."""
+    return parts.gaps.dismiss(gap_id, person.key)
+
+
+def write(parts: "Parts", person: Person, gap_id: str, place: str) -> Gap:
+    """What the person sends next in ``place`` (a chat, or a door's name) becomes a note titled
+    by the gap's question. In a worker thread."""
+    return parts.gaps.start_draft(gap_id, person.key, place)
+
+
+def draft_for(parts: "Parts", person: Person, gap_id: str, place: str) -> Draft:
+    """A note for the gap written at once (the API: its text comes with the request)."""
+    write(parts, person, gap_id, place)
+    return take_draft(parts, person, place)
+
+
+def take_draft(parts: "Parts", person: Person, place: str) -> Draft | None:
+    """The note the person is writing for a gap in ``place``, if any (in a worker thread)."""
+    store = parts.gaps_if_made()
+    found = store.draft(person.key) if store is not None else None
+    return found if found is not None and found.place == place and found.user_id == person.user_id else None
+
+
+async def write_draft(parts: "Parts", person: Person, draft: Draft, text: str, once: str = "") -> Receipt:
+    """``text`` as the note for the draft's gap: into the person's Leanote through the capture
+    outbox (``once``: the same message again writes nothing new). The draft goes once the
+    capture is taken (written or queued); the gap closes when the note is synced and answers it."""
+    receipt = await capture.note(parts, person, text, title=draft.title, once=once)
+    if receipt.status != "refused":
+        await asyncio.to_thread(parts.gaps.drop_draft, person.key, draft.gap_id)
+    return receipt
+
+
+def forget(parts: "Parts", person: Person) -> int:
+    """Everything kept of the person's gaps (and their digest plan, their draft): how many gaps went."""
+    store = parts.gaps_if_made()
+    return store.forget(person.key) if store is not None else 0
+
+
+# --- closing, after a pass (the daemon) -------------------------------------------------------------
+
+def closed_line(gap: Gap) -> str:
+    """What the person is told when a note answers their gap."""
+    times = f"asked {gap.count} times" if gap.count != 1 else "asked once"
+    return (f"你的笔记«{gap.note_title}»现在能回答«{gap.question}»了（问过 {gap.count} 次）。\n"
+            f"Your note «{gap.note_title}» now answers «{gap.question}» ({times}).\n{gap.note_url or ''}").strip()
+
+
+def close_answered(parts: "Parts") -> list[Gap]:
+    """The queued changed notes against the open gaps of their users: a gap closes (with the note)
+    when one changed note answers at least half of its newest wordings (``TRIED``): one wording
+    a note happens to share words with is not enough (bench/gaps.py: an English wording closed
+    by a note on a neighbouring subject, its Chinese ones not). In a worker thread; the queue
+    is emptied per user once checked, so a kill in between checks again."""
+    store = parts.gaps_if_made()
+    if store is None:
+        return []
+    closed: list[Gap] = []
+    for user_id, notes in store.pending_checks().items():
+        for gap in store.open_of_user(user_id):
+            tried = gap.wordings[:TRIED]
+            found = [answering_note(parts.index, parts.settings, w, user_id, notes) for w in tried]
+            votes: dict[str, list] = {}
+            for hit in found:
+                if hit is not None:
+                    votes.setdefault(hit.note_id, []).append(hit)
+            best = max(votes.values(), key=len, default=[])
+            if best and 2 * len(best) >= len(tried):
+                hit = best[0]
+                if store.close_gap(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id)):
+                    closed.append(store.get(gap.id, gap.person))
+        store.done_checks(user_id, notes)
+    return closed
+
+
+def announce_with(parts: "Parts", platform: str, announce: Announce) -> None:
+    """``announce(person, text)`` tells a person of ``platform`` (``telegram:111``) something in
+    their private chat (a closed gap, a digest): a bot registers it while it runs."""
+    parts.announcers[platform] = announce
+
+
+def stop_announcing(parts: "Parts", platform: str, announce: Announce) -> None:
+    if parts.announcers.get(platform) is announce:
+        del parts.announcers[platform]
+
+
+def announcer(parts: "Parts", person: str) -> Announce | None:
+    return parts.announcers.get(person.partition(":")[0])
+
+
+async def check(parts: "Parts") -> list[Gap]:
+    """After a pass: close the gaps the changed notes answer, then tell every person whose gap
+    closed and who has not been told (now, or a closing a restart or a bot's absence kept
+    untold), once each. The closed gaps."""
+    store = parts.gaps_if_made()
+    if store is None:
+        return []
+    closed = await parts.answers.in_search_thread(close_answered, parts)
+    for gap in closed:
+        log.info("gap %s closed: note %s now answers %r", gap.id, gap.note_id, gap.question)
+    for gap in await asyncio.to_thread(store.untold):
+        tell = announcer(parts, gap.person)
+        if tell is None:
+            continue  # told when its bot runs (the CLI's and the API's see it in their list)
+        try:
+            await tell(gap.person, closed_line(gap))
+        except Exception as err:
+            log.warning("could not tell %s that a gap closed: %s", gap.person, err)
+            continue
+        await asyncio.to_thread(store.told, gap.id)
+    return closed

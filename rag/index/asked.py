@@ -1,0 +1,308 @@
+"""Written questions: the questions a note answers, written ahead of time by the LLM.
+
+A question that does not use the note's words (a paraphrase, or English about a Chinese
+note) is hard for both retrievers; the note's own questions, written once per note in
+the background, are in the asker's words more often than the note is. They are indexed as
+extra entries pointing to the note (``rag.index.retrieve``, "Written questions") and are
+never shown or cited: the chunk they point to is.
+
+One call per note: its title, its heading outline and its first lines (``digest``), never
+more than ``DIGEST_CHARS``, so a long note costs what a short one does. The reply is a JSON
+object (Ollama's ``format``): ``questions`` in the note's language and ``english``. What a
+small model writes is checked (``check``), never trusted:
+
+- a reply that is not the object, or that ran to the output cap (``OUTPUT_TOKENS``: rambling),
+  is dropped whole;
+- a question that is empty, too long, not a question (no question mark), repeats the prompt (the instructions, the
+  title, the digest's labels, a run of the prompt's example the note does not hold), is in the wrong language (a Chinese note's questions
+  hold CJK; the English ones hold none), or repeats another, is dropped;
+- nothing left: the generation is dropped.
+
+Every drop is counted with its reason (``Written.dropped``); a dropped generation writes no
+entry. What the call cost (tokens, as the server reported them) comes back too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable
+
+from rag.speed import Usage
+
+PER_LANGUAGE = 4  # asked for: this many in the note's language, this many in English
+DIGEST_CHARS = 900  # what the model reads of a note (title, outline, first lines)
+OUTLINE_CHARS = 400
+OUTPUT_TOKENS = 256  # a reply that reaches it is rambling, and dropped (a good one is 40-150)
+MAX_QUESTION_CHARS = 160
+MIN_QUESTION_CHARS = 4
+CJK_NOTE = 30
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "questions": {"type": "array", "items": {"type": "string"}},
+        "english": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["questions", "english"],
+}
+EXAMPLE = {"questions": ["番茄炒蛋的鸡蛋要先炒吗？", "炒蛋怎么才嫩？"],
+           "english": ["Do I fry the eggs before the tomatoes?", "How do I keep scrambled eggs soft?"]}
+SYSTEM = f"""You read the start of one note from a person's own notes (technical notes, recipes; mostly Chinese).
+Write the questions this note answers, as the person would ask them months later without remembering the note's words: \
+everyday words, not the note's headings copied. Each is one short question ending with a question mark.
+Reply with JSON only: "questions": {PER_LANGUAGE} questions in the note's language (Chinese for a Chinese note); \
+"english": {PER_LANGUAGE} questions in English.
+Example for a note on frying tomatoes with eggs: {json.dumps(EXAMPLE, ensure_ascii=False)}"""
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN = re.compile(r"[A-Za-z]")
+_SPACES = re.compile(r"\s+")
+
+Stream = Callable[..., AsyncIterator[str]]  # (prompt, usage, options, format=..., timeout=...)
+
+
+@dataclass
+class Written:
+    """One note's written questions, or why there are none."""
+
+    questions: list[str] = field(default_factory=list)  # in the note's language, then English
+    english: int = 0  # how many of ``questions`` (the last ones) are the English ones
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count (questions, or "generation")
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+    server_seconds: float = 0.0  # reading and writing, as the server reported them (no waiting for its slot)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.questions)
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    def stats(self) -> dict:
+        return {"questions": len(self.questions), "english": self.english, "dropped": dict(self.dropped),
+                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                "seconds": round(self.seconds, 3), "server_seconds": round(self.server_seconds, 3)}
+
+
+def chinese(text: str) -> bool:
+    """Is a note written in Chinese? (At least ``CJK_NOTE`` CJK characters, or a tenth of them
+    in its prose's letters: code and names in Latin letters do not make it an English note.)"""
+    cjk = len(_CJK.findall(text))
+    return cjk >= CJK_NOTE or cjk * 10 > len(_LATIN.findall(text))
+
+
+def digest(title: str, chunks, limit: int = DIGEST_CHARS) -> str:
+    """What the model reads of a note: its title, its outline (the chunks' heading paths,
+    each once, cut at ``OUTLINE_CHARS``) and its first lines, ``limit`` characters in all."""
+    outline: list[str] = []
+    for c in chunks:
+        head = " > ".join(h for h in c.heading_path if h.strip() != title.strip())
+        if head and head not in outline:
+            outline.append(head)
+    lines = "\n".join(f"- {h}" for h in outline)[:OUTLINE_CHARS]
+    head = f"Title: {title}\n" + (f"Outline:\n{lines}\n" if lines else "")
+    head += "Start:\n"
+    body = "\n".join(c.text for c in chunks)
+    return head + body[: max(0, limit - len(head))]
+
+
+def prompt(digest_text: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": digest_text}]
+
+
+def _flat(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+def _grams(text: str) -> set[str]:
+    """A text's CJK character 4-grams and Latin word triples, lower case (what an echo shares)."""
+    text = text.lower()
+    out = {text[i:i + 4] for i in range(len(text) - 3) if all(_CJK.match(ch) for ch in text[i:i + 4])}
+    words = re.findall(r"[a-z0-9]+", text)
+    return out | {" ".join(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+_EXAMPLE_GRAMS = set().union(*(_grams(q) for qs in EXAMPLE.values() for q in qs))
+
+
+def echoes_example(question: str, digest_text: str) -> bool:
+    """Does the question repeat the prompt's example (a 4-character or three-word run of it that
+    the note does not hold)? Small models copy it into notes it has nothing to do with."""
+    own = _grams(digest_text)
+    return any(g in _EXAMPLE_GRAMS and g not in own for g in _grams(question))
+
+
+def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
+          cap: int = OUTPUT_TOKENS) -> Written:
+    """A reply's questions, checked (module docstring); ``digest_text``: what the model read."""
+    out = Written()
+    if usage is not None:
+        out.prompt_tokens, out.output_tokens = usage.prompt_tokens, usage.output_tokens
+        out.server_seconds = usage.prompt_seconds + usage.output_seconds
+        if usage.output_tokens >= cap:
+            out.drop("generation: ran to the output cap")
+            return out
+    try:
+        data = json.loads(reply)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list) \
+            or not isinstance(data.get("english"), list):
+        out.drop("generation: not the schema's object")
+        return out
+    zh = chinese(digest_text)
+    echoes = {_flat(title).casefold()} | {_flat(line).casefold() for line in SYSTEM.splitlines()}
+    seen: set[str] = set()
+    kept: dict[str, list[str]] = {"questions": [], "english": []}
+    for key in ("questions", "english"):
+        for q in data[key][: 2 * PER_LANGUAGE]:
+            q = _flat(q) if isinstance(q, str) else ""
+            key_q = q.casefold().rstrip("?？")
+            if len(q) < MIN_QUESTION_CHARS:
+                out.drop("empty")
+            elif len(q) > MAX_QUESTION_CHARS:
+                out.drop("too long")
+            elif q.casefold() in echoes or key_q in echoes or any(s in q for s in ("Title:", "Outline:", "Start:")) \
+                    or echoes_example(q, digest_text):
+                out.drop("echo")
+            elif not q.endswith(("?", "？")):
+                out.drop("not a question")
+            elif (key == "english" or not zh) and _CJK.search(q) or key == "questions" and zh and not _CJK.search(q):
+                out.drop("language")
+            elif key_q in seen:
+                out.drop("repeated")
+            else:
+                seen.add(key_q)
+                kept[key].append(q)
+        extra = len(data[key]) - 2 * PER_LANGUAGE
+        if extra > 0:
+            out.drop("too many", extra)
+    if not kept["questions"] and not kept["english"]:
+        out.drop("generation: nothing usable")
+        return out
+    out.questions = kept["questions"] + kept["english"]
+    out.english = len(kept["english"])
+    return out
+
+
+async def write(stream: Stream, digest_text: str, title: str, *, timeout: float | None = None,
+                clock: Callable[[], float] | None = None) -> Written:
+    """The questions one note answers, from its ``digest``: one call, checked."""
+    import time
+
+    clock = clock or time.monotonic
+    started = clock()
+    usage = Usage()
+    reply = "".join([p async for p in stream(prompt(digest_text), usage,
+                                             {"num_predict": OUTPUT_TOKENS, "temperature": 0},
+                                             format=SCHEMA, timeout=timeout)])
+    out = check(reply, digest_text, title, usage)
+    out.seconds = clock() - started
+    return out
+
+
+# --- in the index ----------------------------------------------------------------------------
+#
+# A note's written questions are points of the person's questions tenant (``points.asked_user``),
+# ids ``asked_point_id(note, n)``, each with the note's id, the question, the content hash it was
+# written from and the chunk it points to: the note's chunk nearest to it (dense). A search finds
+# them as it finds chunks (dense and BM25, BM25's IDF over the person's questions) and counts each
+# hit for its chunk (``rankings``): the chunk is what is shown and cited, the question never.
+
+
+def index_questions(index, note_id: str, user_id: str, content_hash: str, questions: list[str]) -> int:
+    """Put a note's written questions in the index in place of its old ones (none: they go).
+    ``index``: a ``rag.index.note_index.NoteIndex``. How many were written."""
+    from rag.index.lexical import document_vector
+    from rag.index.points import MAX_ASKED, PointData, asked_point_id, asked_point_ids, asked_user
+
+    questions = list(questions)[:MAX_ASKED]
+    points = []
+    if questions:
+        vectors = index.embed_query(questions)
+        nearest = index.store.nearest(list(vectors), user_id, 1, note_ids=[note_id])
+        for n, (q, vec, near) in enumerate(zip(questions, vectors, nearest)):
+            if not near:  # the note has no chunk (any more): nothing to point to
+                continue
+            payload = {"user_id": asked_user(user_id), "note_id": note_id, "kind": "question", "text": q,
+                       "chunk_id": near[0].id, "content_hash": content_hash}
+            points.append(PointData(asked_point_id(note_id, n), vec, document_vector(q, index.settings.bm25), payload))
+    index.store.upsert(points)
+    index.store.delete([pid for pid in asked_point_ids(note_id) if pid not in {p.id for p in points}])
+    return len(points)
+
+
+def digest_from_index(store, note_id: str, most: int = 64) -> tuple[str, str] | None:
+    """A note's (title, ``digest``) from its chunks in the index (its first ``most``), for a
+    job queued without one (notes indexed before the questions were turned on); None when
+    the note has no chunk there."""
+    from types import SimpleNamespace
+
+    from rag.index.points import point_id
+
+    found = store.payloads([point_id(note_id, i) for i in range(most)])
+    chunks = sorted(found.values(), key=lambda p: p.get("chunk_index", 0))
+    if not chunks:
+        return None
+    title = chunks[0].get("title", "")
+    return title, digest(title, [SimpleNamespace(text=p.get("text", ""), heading_path=tuple(p.get("heading_path") or ()))
+                                 for p in chunks])
+
+
+def unindex_questions(store, note_ids) -> None:
+    """The notes' written questions leave the index (``store``: a ``rag.index.store.Store``)."""
+    from rag.index.points import asked_point_ids
+
+    ids = [pid for n in note_ids for pid in asked_point_ids(n)]
+    if ids:
+        store.delete(ids)
+
+
+def align(index, rows: dict[str, tuple[str, str, list[str]]], users) -> tuple[int, int]:
+    """The index's question points in line with the written questions' rows (``MemoryStore.
+    asked_rows``: the truth): a note with questions and no points gets them, a note with points
+    and no questions loses them (``users``: whose tenants to look at). After a kill between
+    the row's commit and the points' write, or a note removed meanwhile. (added, removed)"""
+    from rag.index.points import asked_user
+
+    held: set[str] = set()
+    for user in users:
+        held |= index.store.note_ids(asked_user(user))
+    wanted = {n for n, (_, _, qs) in rows.items() if qs}
+    added = 0
+    for note_id in sorted(wanted - held):
+        user, content_hash, qs = rows[note_id]
+        added += bool(index_questions(index, note_id, user, content_hash, qs))
+    gone = sorted(held - wanted)
+    unindex_questions(index.store, gone)
+    return added, len(gone)
+
+
+def rankings(store, dense, sparse, user_id: str, limit: int, hnsw_ef: int = 128) -> dict:
+    """The written questions' candidates for a query, each counted for its chunk (the best
+    question of a chunk), as two more rankings: ``asked_dense`` and ``asked_sparse``. A
+    question whose chunk is gone, or was indexed from another text, counts for nothing."""
+    from rag.index.points import Ranked, asked_user
+
+    found_dense, found_sparse = store.search(dense, sparse, asked_user(user_id), limit, hnsw_ef)
+    ids = list({c.id for c in found_dense + found_sparse})
+    if not ids:
+        return {}
+    asked = store.payloads(ids)
+    chunks = store.payloads(list({p["chunk_id"] for p in asked.values() if p.get("chunk_id")}))
+
+    def mapped(found) -> list:
+        out, seen = [], set()
+        for c in found:
+            p = asked.get(c.id) or {}
+            chunk = chunks.get(p.get("chunk_id"))
+            if chunk is None or chunk.get("user_id") != user_id or chunk.get("content_hash") != p.get("content_hash") \
+                    or p["chunk_id"] in seen:
+                continue
+            seen.add(p["chunk_id"])
+            out.append(Ranked(p["chunk_id"], c.score, c.note_id))
+        return out
+
+    return {"asked_dense": mapped(found_dense), "asked_sparse": mapped(found_sparse)}

@@ -1,0 +1,174 @@
+"""The media core alone: the one line media work waits in (people take turns, a long clip
+goes in pieces, an error or a cancel reaches only its own job), how a clip is cut, how its
+words are tidied, what a transcript asks for, the refusals before any work, and what is
+said when an extra is missing. Steps are real threads held by events, not timers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from rag.media import audio, ocr, speech
+from rag.media.base import NotInstalled, TooBig, TooLong, Unreadable
+from rag.media.media import Media
+from rag.media.queue import Line
+from rag.sections import MediaConfig
+
+from bot.usecases.media import spoken
+
+
+def held(log: list, name: str, gate: threading.Event | None = None):
+    def step():
+        if gate is not None:
+            assert gate.wait(30), f"{name} was never let go"
+        log.append(name)
+        return name
+    return step
+
+
+def job(person: str, steps: int, log: list, gates: dict):
+    """A job of ``steps`` steps; step i waits for ``gates[(person, i)]`` when there is one."""
+    got = []
+    for i in range(1, steps + 1):
+        got.append((yield held(log, f"{person}{i}", gates.get((person, i)))))
+    return got
+
+
+def test_people_take_turns_a_step_at_a_time_and_each_hears_how_many_are_ahead():
+    line, log, told = Line(), [], {"b": [], "c": []}
+    gates = {("a", 1): threading.Event()}
+    long = line.submit("a", job("a", 3, log, gates))  # a long clip: three pieces
+    # while a's first piece runs, b and c each send a short one
+    short_b = line.submit("b", job("b", 1, log, {}), lambda n: told["b"].append(n))
+    short_c = line.submit("c", job("c", 1, log, {}), lambda n: told["c"].append(n))
+    gates[("a", 1)].set()
+    assert long.result(30) == ["a1", "a2", "a3"] and short_b.result(30) == ["b1"] and short_c.result(30) == ["c1"]
+    # b and c each waited for one piece of a's, never for the whole of it
+    assert log == ["a1", "b1", "c1", "a2", "a3"]
+    assert told["b"] == [1, 0] and told["c"] == [2, 1, 0]
+    line.close()
+
+
+def test_a_persons_own_jobs_keep_their_order_and_an_error_or_a_cancel_reaches_only_its_job():
+    line, log = Line(), []
+    gate = threading.Event()
+
+    def failing():
+        yield held(log, "x1", gate)
+        raise Unreadable("not audio")
+
+    first = line.submit("a", failing())
+    second = line.submit("a", job("a", 1, log, {}))
+    dropped = line.submit("b", job("b", 1, log, {}))
+    assert dropped.cancel()  # the person left before their turn
+    gate.set()
+    with pytest.raises(Unreadable):
+        first.result(30)
+    assert second.result(30) == ["a1"] and log == ["x1", "a1"]
+    line.close()
+
+
+def test_the_event_loop_hears_its_place_in_line_and_gets_the_result():
+    line, log, told = Line(), [], []
+    gate = threading.Event()
+    line.submit("a", job("a", 1, log, {("a", 1): gate}))
+
+    async def main():
+        async def on_wait(n):
+            told.append(n)
+            if n:
+                gate.set()
+        return await line.run("b", job("b", 2, log, {}), on_wait)
+
+    assert asyncio.run(main()) == ["b1", "b2"] and told == [1, 0]
+    line.close()
+
+
+def test_a_long_clip_is_cut_at_its_pauses_into_pieces_no_longer_than_asked():
+    rng = np.random.default_rng(7)
+    samples = rng.uniform(-0.5, 0.5, audio.RATE * 40).astype(np.float32)
+    quiet = slice(int(12.2 * audio.RATE), int(12.6 * audio.RATE))  # a pause in the last third of the first 15 s
+    samples[quiet] = 0
+    pieces = audio.pieces(samples, 15)
+    assert all(p.size <= 15 * audio.RATE for p in pieces) and len(pieces) in (3, 4)
+    assert quiet.start <= pieces[0].size <= quiet.stop  # cut inside the pause
+    assert np.array_equal(np.concatenate(pieces), samples)
+    assert len(audio.pieces(samples[: 5 * audio.RATE], 15)) == 1
+
+
+def test_a_transcript_says_what_it_asks_for():
+    assert spoken("Note, buy a new router.") == ("note", "buy a new router.")
+    assert spoken("记一下：周五交报告") == ("note", "周五交报告")
+    assert spoken("Remember, the parking spot is B2.") == ("remember", "the parking spot is B2.")
+    assert spoken("记住，车位号是 B2-117") == ("remember", "车位号是 B2-117")
+    assert spoken("How do I read the system journal?") == ("ask", "How do I read the system journal?")
+    assert spoken("notebooks are where?")[0] == "ask"  # a word that starts with "note" is not the command
+
+
+def test_words_are_tidied_loops_cut_to_one_and_chinese_simplified():
+    assert speech.tidy("好的 好的 好的 好的 好的 我们开会", "en") == "好的 我们开会"
+    assert speech.tidy("thank you. thank you. thank you. thank you.", "en") == "thank you."
+    assert speech.tidy("下午快到雲余余余余余余余余", "zh") == "下午快到雲余" and speech.tidy("哈哈哈", "zh") == "哈哈哈"
+    pytest.importorskip("opencc")
+    from opencc import OpenCC
+    assert speech.tidy("這個報錯記住了", "zh", OpenCC("t2s").convert) == "这个报错记住了"
+
+
+def test_what_is_too_long_too_large_or_no_audio_or_image_is_refused_before_any_model_loads(tmp_path):
+    pytest.importorskip("av")
+    pytest.importorskip("PIL")
+    import media_files
+
+    with pytest.raises(TooLong, match="at most 1 s"):
+        audio.decode(media_files.tone(2.0), max_seconds=1.0)
+    samples = audio.decode(media_files.tone(2.0), max_seconds=60)
+    assert abs(samples.size / audio.RATE - 2.0) < 0.1
+    with pytest.raises(Unreadable, match="could not be decoded as audio"):
+        audio.decode(b"RIFF....WAVEfmt " + b"\x00" * 200, max_seconds=60)
+    with pytest.raises(TooBig, match="too many pixels"):
+        ocr.open_image(media_files.text_png(["x"], width=400), max_mb=1, max_pixels=10_000)
+    with pytest.raises(TooBig, match="at most 0.001 MB"):
+        ocr.open_image(media_files.text_png(["x"]), max_mb=0.001, max_pixels=10 ** 8)
+    with pytest.raises(Unreadable, match="not an image"):
+        ocr.open_image(b"\x89PNG\r\n\x1a\nnot really", max_mb=1, max_pixels=10 ** 8)
+    media = Media(MediaConfig(max_audio_mb=0.001), tmp_path)
+    with pytest.raises(TooBig, match="media.max_audio_mb"):
+        asyncio.run(media.hear("a", b"x" * 2000))
+    assert not media._engines  # nothing was loaded for a refusal
+    media.close()
+
+
+def test_without_the_extras_the_part_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "faster_whisper", None)  # as if never installed
+    monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)
+    media = Media(MediaConfig(), tmp_path)
+    assert "pip install 'leanote-rag[speech]'" in media.speech_problem() and "faster-whisper" in media.speech_problem()
+    assert "pip install 'leanote-rag[ocr]'" in media.ocr_problem()
+    with pytest.raises(NotInstalled, match=r"leanote-rag\[speech\]"):
+        asyncio.run(media.hear("a", b"x"))
+    found = {name: (state, fix) for name, state, _, fix in media.check()}
+    assert found == {"voice messages (speech)": ("missing", "pip install 'leanote-rag[speech]'"),
+                     "photos (ocr)": ("missing", "pip install 'leanote-rag[ocr]'")}
+    off = Media(MediaConfig.model_validate({"speech": False, "ocr": "off"}), tmp_path)  # YAML's bare off
+    assert "media.speech: off" in off.speech_problem() and [s for _, s, _, _ in off.check()] == ["off", "off"]
+    media.close()
+    off.close()
+
+
+@pytest.mark.slow
+def test_the_model_is_joined_once_from_its_two_packages_and_checked(tmp_path):
+    if speech.installed():
+        pytest.skip(speech.installed())
+    folder = speech.model_folder(tmp_path / "models")
+    assert sorted(p.name for p in folder.iterdir()) == [".checked", "config.json", "model.bin", "tokenizer.json",
+                                                        "vocabulary.txt"]
+    made = (folder / "model.bin").stat().st_mtime_ns
+    assert speech.model_folder(tmp_path / "models") == folder and (folder / "model.bin").stat().st_mtime_ns == made
+    # a model.bin that is not the one checked is joined again
+    (folder / ".checked").write_text("something else\n")
+    speech.model_folder(tmp_path / "models")
+    assert (folder / ".checked").read_text().strip() == speech.MODEL_SHA256

@@ -1,0 +1,89 @@
+"""Voice clips and images through the real Discord door: the daemon's discord.py client on
+the fake Discord (REST, gateway, CDN), the real speech and OCR engines, a fake Ollama and a
+fake Leanote; clips and images are made here (``media_files``)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("faster_whisper")
+pytest.importorskip("rapidocr_onnxruntime")
+
+import media_files  # noqa: E402
+import test_discord_capture  # noqa: E402
+from conftest import until  # noqa: E402
+from fakes.discord import embed_text  # noqa: E402
+from test_discord_capture import CHANNEL, GUILD, ONE, ROLE, command, inbox, link, run, save_menu  # noqa: E402
+
+world = test_discord_capture.world  # the fixture: the fake Discord, Ollama and Leanote
+
+needs_espeak = pytest.mark.skipif(not media_files.has_espeak(), reason="espeak-ng is not installed (speech is made with it)")
+
+
+def slash(fake, name, options):
+    return fake.slash(ONE, name, options, guild_id=GUILD, channel_id=CHANNEL, roles=[ROLE])
+
+
+@pytest.mark.slow
+@needs_espeak
+def test_a_voice_clip_asked_shows_its_words_above_the_answer_and_a_saved_voice_message_becomes_a_note(world):
+    fake, ollama, leanote = world.fake, world.ollama, world.leanote
+
+    async def scenario(daemon):
+        # /ask with a voice clip: the words on one line above the answer from the notes
+        clip = fake.upload("voice-message.ogg", media_files.spoken("How do I read the system journal?"), "audio/ogg",
+                           channel_id=CHANNEL)
+        ollama.reply("Use journalctl [1].")
+        it = slash(fake, "ask", {"file": clip})
+        await until(lambda: it.final_embeds() and not it.thinking(), 90, "the answer")
+        first = it.messages()[0]
+        assert first.content.startswith("🎙 「") and "journal" in first.content.lower(), first.content
+        assert "Reading systemd journal logs" in embed_text(it.final_embeds()[-1])
+        assert "journal" in ollama.chats()[-1]["messages"][-1]["content"].lower()
+
+        # "Save to Leanote" on a voice message: a note whose text is what was said, the clip attached
+        voice = fake.upload("voice-message.ogg", media_files.spoken("Buy a new router for the study."), "audio/ogg",
+                            channel_id=CHANNEL)
+        message = fake.user_message(ONE, "", channel_id=CHANNEL, guild_id=GUILD, attachments=[voice])
+        it, text = await save_menu(fake, ONE, message)
+        await until(lambda: "已记下" in it.texts()[-1], 90, "the receipt")
+        note = inbox(leanote)[-1]
+        assert link(leanote, note) in it.texts()[-1]
+        assert "router" in note["Content"].lower() and "Transcribed from the voice message" in note["Content"]
+        assert note["Files"]
+
+    run(world.settings(), fake, scenario)
+
+
+@pytest.mark.slow
+def test_an_image_asked_or_noted_is_read_and_what_is_neither_is_refused(world):
+    fake, ollama, leanote = world.fake, world.ollama, world.leanote
+
+    async def scenario(daemon):
+        # /note with a screenshot: the image attached, its text under it, marked as recognised
+        shot = fake.upload("shot.png", media_files.text_png(["ConnectionTimeout after 30 seconds"]), "image/png",
+                           channel_id=CHANNEL)
+        it, text = await command(fake, ONE, "note", {"text": "上传报错", "file": shot})
+        await until(lambda: "已记下" in it.texts()[-1], 90, "the receipt")
+        note = inbox(leanote)[-1]
+        assert note["Content"].index("getImage") < note["Content"].index("Recognised text") \
+            < note["Content"].index("ConnectionTimeout")
+
+        # /ask with an image and a question: the image's text shown, the question asked with it
+        page = fake.upload("page.png", media_files.text_png(["$ journalctl -u caddy -f"]), "image/png",
+                           channel_id=CHANNEL)
+        ollama.reply("journalctl -u caddy -f [1].")
+        it = slash(fake, "ask", {"question": "这个命令我的笔记里有吗？", "file": page})
+        await until(lambda: it.final_embeds() and not it.thinking(), 90, "the answer")
+        assert it.messages()[0].content.startswith("🔎 「") and "caddy" in it.messages()[0].content
+        asked = ollama.chats()[-1]["messages"][-1]["content"]
+        assert "这个命令我的笔记里有吗" in asked and "journalctl" in asked
+
+        # a file that is neither a clip nor an image: refused before it is downloaded
+        doc = fake.upload("minutes.pdf", b"%PDF-1.4", "application/pdf", channel_id=CHANNEL)
+        downloads = len(fake.downloads)
+        it = slash(fake, "ask", {"question": "这是什么？", "file": doc})
+        await until(lambda: it.answered(), 30, "the refusal")
+        assert "neither" in it.texts()[-1] and it.ephemeral and len(fake.downloads) == downloads
+
+    run(world.settings(), fake, scenario)
