@@ -68,25 +68,10 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     if clip.duration and clip.duration > limit and not command:
         await message.reply_text(too_long(limit))  # said from what Telegram tells, before any download
         return
-    try:
-        files, why = await fetch_files(message, min(tg.host.settings.media.max_audio_mb,
-                                               tg.host.settings.capture.max_file_mb))
-    except TelegramError as err:
-        log.warning("could not fetch a voice message from Telegram: %s", err)
-        files, why = [], NOT_FETCHED
-    if why:
-        await message.reply_text(why)
+    files = await _fetch(tg, message, tg.host.settings.media.max_audio_mb, "a voice message")
+    if not files:
         return
-    status = await message.reply_text(TRANSCRIBING)
-    waiting = in_line(message)
-    waiting.shown["status"] = status
-
-    async def wait(ahead: int) -> None:
-        if ahead:
-            await waiting(ahead)
-        else:
-            await _edit(status, TRANSCRIBING)
-
+    status, wait = await _status(message, TRANSCRIBING)
     try:
         got = await media_case.voice(tg.parts, person, files[0], command=command, typed=after_command(caption),
                                      once=once_of(update), on_wait=wait)
@@ -118,30 +103,15 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
     if problem:
         await message.reply_text(problem)
         return
-    try:
-        files, why = await fetch_files(message, min(tg.host.settings.media.max_image_mb,
-                                               tg.host.settings.capture.max_file_mb))
-    except TelegramError as err:
-        log.warning("could not fetch a photo from Telegram: %s", err)
-        files, why = [], NOT_FETCHED
-    if why:
-        await message.reply_text(why)
+    files = await _fetch(tg, message, tg.host.settings.media.max_image_mb, "a photo")
+    if not files:
         return
     try:
         media_case.check_image(tg.parts, files[0].data)
     except MediaError as err:
         await message.reply_text(str(err))
         return
-    status = await message.reply_text(READING_IMAGE)
-    waiting = in_line(message)
-    waiting.shown["status"] = status
-
-    async def wait(ahead: int) -> None:
-        if ahead:
-            await waiting(ahead)
-        else:
-            await _edit(status, READING_IMAGE)
-
+    status, wait = await _status(message, READING_IMAGE)
     try:
         reading = await media_case.read(tg.parts, person, files[0].data, on_wait=wait)
     except NoText as err:  # the words sent with it are still a question
@@ -153,6 +123,36 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
     if reading is not None:
         await _edit(status, seen_line(" ".join(reading.lines)[:300]))
     await answering.answer(tg, update, media_case.photo_question(question, reading))
+
+
+async def _fetch(tg: TelegramBot, message: Message, max_mb: float, what: str) -> list:
+    """The message's file (at most ``max_mb``, and capture.max_file_mb), or [] when it could
+    not be fetched, the person told why."""
+    try:
+        files, why = await fetch_files(message, min(max_mb, tg.host.settings.capture.max_file_mb))
+    except TelegramError as err:
+        log.warning("could not fetch %s from Telegram: %s", what, err)
+        files, why = [], NOT_FETCHED
+    if why:
+        await message.reply_text(why)
+        return []
+    return files
+
+
+async def _status(message: Message, working: str):
+    """The one message that says the job's place in the machine's line, then ``working``
+    while it runs, then what came of it: the message and the ``on_wait`` that keeps it."""
+    status = await message.reply_text(working)
+    waiting = in_line(message)
+    waiting.shown["status"] = status
+
+    async def wait(ahead: int) -> None:
+        if ahead:
+            await waiting(ahead)
+        else:
+            await _edit(status, working)
+
+    return status, wait
 
 
 async def _edit(message: Message, text: str) -> None:
