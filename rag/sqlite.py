@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from typing import Self
+from typing import Any, Callable, Self
 from pathlib import Path
 
 from rag.errors import BrokenState, UserError
@@ -80,6 +80,21 @@ class LockedDB:
         self.path = Path(path)
         self._lock = threading.Lock()
         self.db = open_db(self.path, migrations, broken)
+        self._writes = 0  # this connection's commits through ``_write``
+
+    def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``work(db)`` in one transaction (BEGIN IMMEDIATE … COMMIT, ROLLBACK when it raises),
+        under the lock; what it returns."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(self.db)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            self._writes += 1
+            return result
 
     def close(self) -> None:
         with self._lock:

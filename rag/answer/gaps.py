@@ -177,17 +177,6 @@ class GapStore(LockedDB):
         prepare_state_dir(settings.state_dir)
         return cls(path_for(settings))
 
-    def _tx(self, work):
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                out = work(self.db)
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
-            return out
-
     # --- asks -------------------------------------------------------------------------------
 
     def add(self, person: str, user_id: str, wording: str, standalone: str, vector, why: str,
@@ -222,7 +211,7 @@ class GapStore(LockedDB):
             db.execute("UPDATE gaps SET count = count + 1, last = ? WHERE id = ?", (now, gap_id))
             return gap_id, new
 
-        return self._tx(work)
+        return self._write(work)
 
     def unask(self, answer_id: str, person: str) -> bool:
         """The answer's ask goes (its 👎 became 👍); its gap with it when it held no other."""
@@ -239,7 +228,7 @@ class GapStore(LockedDB):
                 db.execute("DELETE FROM gaps WHERE id = ?", (row[0],))
             return True
 
-        return self._tx(work)
+        return self._write(work)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -286,7 +275,7 @@ class GapStore(LockedDB):
         gap = self.get(gap_id, person)
         if gap.state != "open":
             raise GapDone(_done(gap))
-        self._tx(lambda db: db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id = ? AND "
+        self._write(lambda db: db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id = ? AND "
                                        "state = 'open'", (self.clock(), gap_id)))
         return self.get(gap_id, person)
 
@@ -295,7 +284,7 @@ class GapStore(LockedDB):
         gap = self.get(gap_id, person)
         if gap.state != "open":
             raise GapDone(_done(gap))
-        self._tx(lambda db: db.execute("INSERT OR REPLACE INTO drafts(person, user_id, gap_id, title, place, time) "
+        self._write(lambda db: db.execute("INSERT OR REPLACE INTO drafts(person, user_id, gap_id, title, place, time) "
                                        "VALUES (?, ?, ?, ?, ?, ?)", (person, gap.user_id, gap_id, gap.question, place,
                                                                      self.clock())))
         return gap
@@ -311,7 +300,7 @@ class GapStore(LockedDB):
         if gap_id is not None:
             sql += " AND gap_id = ?"
             args.append(gap_id)
-        return bool(self._tx(lambda db: db.execute(sql, args).rowcount))
+        return bool(self._write(lambda db: db.execute(sql, args).rowcount))
 
     def forget(self, person: str) -> int:
         """Everything of the person's: gaps, asks, a draft, a digest plan. How many gaps went."""
@@ -322,7 +311,7 @@ class GapStore(LockedDB):
             db.execute("DELETE FROM plans WHERE person = ?", (person,))
             return gone
 
-        return self._tx(work)
+        return self._write(work)
 
     # --- closing (what the sync and the daemon call) ----------------------------------------------
 
@@ -335,7 +324,7 @@ class GapStore(LockedDB):
             users = {r[0] for r in self.db.execute("SELECT DISTINCT user_id FROM gaps WHERE state = 'open'")}
         rows = [(n, u) for n, u in notes.items() if u in users]
         if rows:
-            self._tx(lambda db: db.executemany("INSERT OR IGNORE INTO checks(note_id, user_id) VALUES (?, ?)", rows))
+            self._write(lambda db: db.executemany("INSERT OR IGNORE INTO checks(note_id, user_id) VALUES (?, ?)", rows))
         return len(rows)
 
     def pending_checks(self) -> dict[str, set[str]]:
@@ -347,12 +336,12 @@ class GapStore(LockedDB):
         return out
 
     def done_checks(self, user_id: str, note_ids) -> None:
-        self._tx(lambda db: db.executemany("DELETE FROM checks WHERE note_id = ? AND user_id = ?",
+        self._write(lambda db: db.executemany("DELETE FROM checks WHERE note_id = ? AND user_id = ?",
                                            [(n, user_id) for n in note_ids]))
 
     def close_gap(self, gap_id: str, note_id: str, title: str, url: str) -> bool:
         """A note answers the gap now: closed, with the note, to be told (``untold``)."""
-        return bool(self._tx(lambda db: db.execute(
+        return bool(self._write(lambda db: db.execute(
             "UPDATE gaps SET state = 'closed', changed = ?, note_id = ?, note_title = ?, note_url = ?, told = 0 "
             "WHERE id = ? AND state = 'open'", (self.clock(), note_id, title, url, gap_id)).rowcount))
 
@@ -361,7 +350,7 @@ class GapStore(LockedDB):
         return self._gaps("state = 'closed' AND told = 0", ())
 
     def told(self, gap_id: str) -> None:
-        self._tx(lambda db: db.execute("UPDATE gaps SET told = 1 WHERE id = ?", (gap_id,)))
+        self._write(lambda db: db.execute("UPDATE gaps SET told = 1 WHERE id = ?", (gap_id,)))
 
     def named_notes(self) -> set[str]:
         """The notes closed gaps still name (by title and link)."""
@@ -373,16 +362,16 @@ class GapStore(LockedDB):
         """Notes that left the index: a gap they closed no longer names them."""
         ids = list(note_ids)
         if ids:
-            self._tx(lambda db: db.executemany(
+            self._write(lambda db: db.executemany(
                 "UPDATE gaps SET note_title = NULL, note_url = NULL WHERE note_id = ?", [(n,) for n in ids]))
 
     # --- digest plans ---------------------------------------------------------------------------
 
     def set_plan(self, plan: Plan | None, person: str) -> None:
         if plan is None:
-            self._tx(lambda db: db.execute("DELETE FROM plans WHERE person = ?", (person,)))
+            self._write(lambda db: db.execute("DELETE FROM plans WHERE person = ?", (person,)))
             return
-        self._tx(lambda db: db.execute(
+        self._write(lambda db: db.execute(
             "INSERT INTO plans(person, user_id, every, day, at, tz, last_sent) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(person) DO UPDATE SET user_id = excluded.user_id, every = excluded.every, "
             "day = excluded.day, at = excluded.at, tz = excluded.tz",
@@ -397,7 +386,7 @@ class GapStore(LockedDB):
         return next((p for p in self.plans() if p.person == person), None)
 
     def sent(self, person: str, when: float) -> None:
-        self._tx(lambda db: db.execute("UPDATE plans SET last_sent = ? WHERE person = ?", (when, person)))
+        self._write(lambda db: db.execute("UPDATE plans SET last_sent = ? WHERE person = ?", (when, person)))
 
 
 def _done(gap: Gap) -> str:

@@ -32,7 +32,6 @@ no call made for one user reaches another's rows.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Callable
@@ -65,7 +64,6 @@ class MemoryStore(NoteWrites, RelatedPairs, Corrections, LlmTier, WrittenQuestio
                          "as notes are indexed (`leanote-rag index --reconcile` processes them all)")
         self.db.execute(f"PRAGMA busy_timeout = {max(0, int(busy_timeout * 1000))}")
         self.clock = clock
-        self._writes = 0  # this connection's commits (``_names``)
         self._name_index: dict[str, tuple[tuple[int, int], dict[str, list[str]]]] = {}
         self._norm_subjects()
 
@@ -82,14 +80,3 @@ class MemoryStore(NoteWrites, RelatedPairs, Corrections, LlmTier, WrittenQuestio
             self._write(lambda db: db.executemany("UPDATE facts SET subject_norm = ? WHERE id = ?",
                                                   [(norm(s), i) for i, s in rows]))
 
-    def _write(self, work: Callable[[sqlite3.Connection], object]):
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(self.db)
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
-            self._writes += 1
-            return result
