@@ -116,9 +116,9 @@ class MemoryJobs:
         self._outlook_at = float("-inf")
         self._job_seconds: float | None = None  # running mean of an extraction's time here
         self.gave_up = False  # auto: off for this run, every extraction having given way (GIVE_UP_AFTER)
-        # the sections of a note read before a question cut its extraction off: (note, hash) -> replies
-        # (rag.memory.extract); the next try goes on from there (the last job's only)
-        self._partial: dict[tuple[str, str], list] = {}
+        # the sections of a note read before a question cut its extraction off: ((note, hash), replies)
+        # (rag.memory.extract); the next try of that job goes on from there
+        self._partial: tuple[tuple[str, str], list] | None = None
         self.sections_done = 0  # sections read (a job of several makes progress before it ends)
         # written questions (rag.index.asked): this run's counts, and when the index was last aligned
         self.asked = Counter()  # done, dropped (bad generations), failed, preempted, stale
@@ -391,10 +391,9 @@ class MemoryJobs:
         """The extraction, cancelled as soon as an answer wants the LLM; the sections it read
         are kept, and its next try reads only the rest."""
         key = (job["note_id"], job["content_hash"])
-        replies = self._partial.get(key)
-        if replies is None:
-            self._partial = {key: []}  # the last job's only: another job's sections go
-            replies = self._partial[key]
+        if self._partial is None or self._partial[0] != key:  # another job's sections go
+            self._partial = (key, [])
+        replies = self._partial[1]
         before = len(replies)
         preempted = False
         try:
@@ -406,7 +405,7 @@ class MemoryJobs:
         finally:
             self.sections_done += len(replies) - before
             if not preempted:
-                self._partial.pop(key, None)
+                self._partial = None
 
     async def _preemptible(self, work: Callable):
         """``work()``'s result, its task cancelled (``Preempted``) as soon as an answer wants the LLM."""
