@@ -339,8 +339,10 @@ class MediaConfig(Section):
     piece: Duration = Field(
         default=15.0, ge=5, le=30,
         description="a long clip is transcribed in pieces of at most this long (cut at a pause), taking turns with "
-        "other people's clips: a short clip waits for at most one piece of someone else's")
-    threads: int = Field(default=2, ge=1, le=64, description="CPU threads for one transcription or OCR (one runs at a time)")
+        "other people's long clips; a short clip (one piece) or an image does not wait for a long clip's piece: it runs "
+        "beside it")
+    threads: int = Field(default=2, ge=1, le=64, description="CPU threads for one transcription or OCR (at most two run at once: a long "
+                         "clip's piece and a short clip or an image beside it)")
     max_image_mb: float = Field(default=10.0, gt=0, description="the largest image read for its text")
     max_image_pixels: int = Field(default=40_000_000, ge=10_000, description="an image with more pixels is not read")
 

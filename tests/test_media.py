@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -30,6 +31,16 @@ def held(log: list, name: str, gate: threading.Event | None = None):
     return step
 
 
+def until(check, timeout: float = 30.0) -> bool:
+    """True once ``check()`` holds (the line's threads get there on their own; a generous deadline)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def job(person: str, steps: int, log: list, gates: dict):
     """A job of ``steps`` steps; step i waits for ``gates[(person, i)]`` when there is one."""
     got = []
@@ -50,6 +61,51 @@ def test_people_take_turns_a_step_at_a_time_and_each_hears_how_many_are_ahead():
     # b and c each waited for one piece of a's, never for the whole of it
     assert log == ["a1", "b1", "c1", "a2", "a3"]
     assert told["b"] == [1, 0] and told["c"] == [2, 1, 0]
+    line.close()
+
+
+def test_a_short_clip_runs_beside_a_long_clips_piece_instead_of_waiting_for_it():
+    line, log, told = Line(), [], {"b": [], "c": [], "d": []}
+    gates = {("a", 1): threading.Event(), ("b", 1): threading.Event(), ("c", 1): threading.Event()}
+    long = line.submit("a", job("a", 3, log, gates))  # a long clip: three pieces, the first held
+    assert until(lambda: line.running is not None)
+    # b's short clip starts at once beside a's piece, and is never told it waits
+    short_b = line.submit("b", job("b", 1, log, gates), lambda n: told["b"].append(n), quick=True)
+    assert until(lambda: line.quick is not None and line.quick.person == "b")
+    # c's short clip waits: the quick lane is b's; d's long clip waits for the main lane
+    short_c = line.submit("c", job("c", 1, log, gates), lambda n: told["c"].append(n), quick=True)
+    long_d = line.submit("d", job("d", 2, log, {}), lambda n: told["d"].append(n))
+    assert told["b"] == [0] and told["c"] == [2] and told["d"] == [3]
+    gates[("b", 1)].set()
+    assert short_b.result(30) == ["b1"]
+    assert until(lambda: line.quick is not None and line.quick.person == "c")  # the next short one, beside a
+    assert log == ["b1"]  # b was done while a's first piece still ran
+    gates[("c", 1)].set()
+    assert short_c.result(30) == ["c1"] and log == ["b1", "c1"] and told["c"] == [2, 0]
+    gates[("a", 1)].set()
+    assert long.result(30) == ["a1", "a2", "a3"] and long_d.result(30) == ["d1", "d2"]
+    assert log[2:] == ["a1", "d1", "a2", "d2", "a3"]  # the long ones still take turns piece by piece
+    line.close()
+
+
+def test_a_short_clip_behind_another_short_one_waits_and_a_persons_jobs_keep_their_order():
+    line, log = Line(), []
+    gates = {("a", 1): threading.Event(), ("b", 1): threading.Event()}
+    first = line.submit("a", job("a", 1, log, gates), quick=True)  # a short clip holds the main lane
+    second = line.submit("b", job("b", 1, log, gates), quick=True)
+    assert until(lambda: line.running is not None)
+    assert line.quick is None  # no second lane beside a short clip
+    gates[("b", 1)].set()
+    gates[("a", 1)].set()
+    assert first.result(30) == ["a1"] and second.result(30) == ["b1"] and log == ["a1", "b1"]
+    # a's long clip and then a's short one: the short one waits for a's own long one
+    gate = threading.Event()
+    long = line.submit("a", job("a", 2, log, {("a", 1): gate}))
+    assert until(lambda: line.running is not None)
+    short = line.submit("a", job("a", 1, log, {}), quick=True)
+    assert line.quick is None
+    gate.set()
+    assert long.result(30) == ["a1", "a2"] and short.result(30) == ["a1"] and log[2:] == ["a1", "a2", "a1"]
     line.close()
 
 
@@ -172,3 +228,32 @@ def test_the_model_is_joined_once_from_its_two_packages_and_checked(tmp_path):
     (folder / ".checked").write_text("something else\n")
     speech.model_folder(tmp_path / "models")
     assert (folder / ".checked").read_text().strip() == speech.MODEL_SHA256
+
+
+@pytest.mark.slow
+def test_two_clips_heard_at_the_same_time_each_get_their_own_words(tmp_path):
+    """The quick lane runs a short clip beside a long clip's piece: the real model heard from two
+    threads at once (faster-whisper's two workers) keeps each clip's words apart."""
+    import media_files
+
+    if speech.installed() or not media_files.has_espeak():
+        pytest.skip(speech.installed() or "espeak-ng is not installed")
+    media = Media(MediaConfig(language="en"), tmp_path)
+    engine = media._engine("speech")
+    long = audio.decode(media_files.spoken("Restart the web server after you change its configuration file. "
+                                           "Check the disk usage before you delete any old logs."), 60)
+    short = audio.decode(media_files.spoken("Where is the parking spot?"), 60)
+    start, heard = threading.Barrier(2), {}
+
+    def hear(name, samples):
+        start.wait(30)
+        heard[name] = engine.transcribe(samples, "en")[0].lower()
+
+    threads = [threading.Thread(target=hear, args=(name, samples)) for name, samples in (("long", long), ("short", short))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert "web server" in heard["long"] and "disk usage" in heard["long"] and "parking" not in heard["long"]
+    assert "parking" in heard["short"] and "server" not in heard["short"]
+    media.close()

@@ -86,7 +86,8 @@ class Media:
         # decoded before it joins the line (a fraction of a second even for a long clip, and
         # what cannot be decoded or is too long is said at once)
         samples = await asyncio.to_thread(audio.decode, data, self.cfg.max_clip)
-        return await self.line.run(person, self.hearing(samples), on_wait)
+        quick = samples.size <= self.cfg.piece * audio.RATE  # one piece: it need not wait behind a long clip's
+        return await self.line.run(person, self.hearing(samples), on_wait, quick)
 
     def hearing(self, samples: np.ndarray) -> Iterator:
         """The job of hearing a clip: a step for each of its pieces."""
@@ -108,7 +109,7 @@ class Media:
         if problem:
             raise NotInstalled(problem)
         self.check_image(data)
-        return await self.line.run(person, self.reading(data), on_wait)
+        return await self.line.run(person, self.reading(data), on_wait, quick=True)
 
     def check_image(self, data: bytes) -> None:
         """``TooBig`` or ``Unreadable`` for what is no image or too large, from its header alone:

@@ -103,7 +103,8 @@ class WhisperTranscriber:
         from opencc import OpenCC
 
         folder = model_folder(models_dir)
-        self.model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads)
+        # two workers: a short clip may run beside a long clip's piece (``rag.media.queue``, the quick lane)
+        self.model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads, num_workers=2)
         self._t2s = OpenCC("t2s").convert
         self._speech_in = lambda samples: get_speech_timestamps(samples, VadOptions())
 
