@@ -92,6 +92,18 @@ class NoteLinks:
 NO_LINKS = NoteLinks()
 
 
+class SourceLinks:
+    """The sources' links while an answer is written: none until the sources are found, then the
+    links their passages hold and their own web addresses (what a partial answer may show as links)."""
+
+    def __init__(self):
+        self.links, self.web = NO_LINKS, set()
+
+    def found(self, citations) -> None:
+        self.links = NoteLinks(citations)
+        self.web = {c.url for c in citations if _web(c.url)}
+
+
 def _web(url: str) -> bool:
     return url.lower().startswith(("http://", "https://"))
 

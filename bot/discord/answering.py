@@ -19,8 +19,8 @@ from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, sources_first
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import feedback_view
-from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, discord_pages, discord_plain_links,
-                        discord_sources)
+from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, SourceLinks, discord_pages,
+                        discord_plain_links, discord_sources)
 from bot.usecases import asking
 
 log = logging.getLogger(__name__)
@@ -46,16 +46,15 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         await interaction.response.defer(thinking=True, ephemeral=private)
     above = f"{heard}\n" if heard else ""
 
-    reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
+    reading = SourceLinks()  # the sources' links, once they are known
 
     def sources(found) -> None:
-        reading["links"] = NoteLinks(found)
-        reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
+        reading.found(found)
         pacer.show_first(sources_first(found, label(question, "reading")))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
-            shown = discord_plain_links(text, reading["links"], reading["web"])
+            shown = discord_plain_links(text, reading.links, reading.web)
             await interaction.edit_original_response(content=(above + shown)[-DISCORD_CONTENT:])
         except discord.HTTPException as err:
             if err.status == 429:

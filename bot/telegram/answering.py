@@ -19,7 +19,7 @@ from telegram.ext import ContextTypes
 from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
-from bot.render import NoteLinks, telegram_messages, telegram_plain, telegram_sources
+from bot.render import NoteLinks, SourceLinks, telegram_messages, telegram_plain, telegram_sources
 from bot.telegram import gaps
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, seconds
 from bot.usecases import asking
@@ -68,16 +68,15 @@ async def answer(tg: TelegramBot, update: Update, question: str) -> None:
     question, notice = cut_message(tg.host.settings, question)
     placeholder = await tg.retrying(lambda: update.effective_message.reply_text("…"))
 
-    reading = {"links": NoteLinks(), "web": set()}  # the sources' links, once they are known
+    reading = SourceLinks()  # the sources' links, once they are known
 
     def sources(found) -> None:
-        reading["links"] = NoteLinks(found)
-        reading["web"] = {c.url for c in found if c.url.startswith(("http://", "https://"))}
+        reading.found(found)
         pacer.show_first(sources_first(found, label(question, "reading")))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
-            await placeholder.edit_text(telegram_plain(text, reading["links"], reading["web"]),
+            await placeholder.edit_text(telegram_plain(text, reading.links, reading.web),
                                         parse_mode=ParseMode.HTML, link_preview_options=NO_PREVIEW)
         except RetryAfter as err:
             raise Wait(seconds(err)) from None
