@@ -28,9 +28,9 @@ COLOR = 0x2E7D32
 
 
 async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None,
-              heard: str | None = None) -> None:
+              heard: str | None = None, spoken: bool = False) -> None:
     """``heard``: the line a voice clip or an image was read as, shown above the answer (the
-    interaction was deferred already, while it was read)."""
+    interaction was deferred already, while it was read); ``spoken``: the question holds a clip's words."""
     person = await bot.person(interaction)
     if person is None:
         return
@@ -65,7 +65,8 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     bot.pacers.append(pacer)
     pacer.start()
     try:
-        asked = await asking.ask(bot.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True)
+        asked = await asking.ask(bot.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True,
+                                 heard=spoken)
     except Exception:
         log.exception("answering a Discord question failed")
         bot.count_error()

@@ -75,4 +75,4 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     except MediaError as err:
         await interaction.edit_original_response(content=str(err)[:DISCORD_CONTENT])
         return
-    await answering.ask(bot, interaction, asked, private, heard=line)
+    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio)

@@ -56,7 +56,8 @@ async def on_text(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     await answer(tg, update, question)
 
 
-async def answer(tg: TelegramBot, update: Update, question: str) -> None:
+async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = False) -> None:
+    """``heard``: the question is what a voice message was heard as."""
     person = await tg.who(update)
     if person is None:
         return
@@ -89,7 +90,8 @@ async def answer(tg: TelegramBot, update: Update, question: str) -> None:
     typing = asyncio.create_task(tg.typing(update.effective_chat.id))
     pacer.start()
     try:
-        asked = await asking.ask(tg.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True)
+        asked = await asking.ask(tg.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True,
+                                 heard=heard)
     except Exception:
         log.exception("answering a Telegram question failed")
         tg.count_error()

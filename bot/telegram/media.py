@@ -83,7 +83,7 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
         return
     await _edit(status, heard_line(got.transcript.line()))
     if got.kind == "ask":
-        await answering.answer(tg, update, got.transcript.text)
+        await answering.answer(tg, update, got.transcript.text, heard=True)
         return
     await message.reply_text(got.receipt.message, link_preview_options=NO_PREVIEW)
 

@@ -19,15 +19,16 @@ log = logging.getLogger(__name__)
 
 
 async def ask(parts: "Parts", person: Person, question: str, *, on_token: "OnToken | None" = None,
-              on_sources: "OnSources | None" = None, keep: bool = False) -> Asked:
+              on_sources: "OnSources | None" = None, keep: bool = False, heard: bool = False) -> Asked:
     """The answer to ``question`` from the person's notes, in their conversation (a follow-up
     is read with what came before), with their fair share of the LLM (``rag.answer.fair``).
     ``on_token`` hears the text as it is written, ``on_sources`` the notes the evidence comes
     from, before the LLM reads. ``keep``: the answer is recorded for the buttons under it (a
     chat door's 👍 / 👎 / Why? / Save as note); a failure to record it loses only the buttons.
-    A question the notes could not answer is kept as one of the person's gaps (``gaps.noted``)."""
+    A question the notes could not answer is kept as one of the person's gaps (``gaps.noted``).
+    ``heard``: the question is a voice clip's words (searched with the notes' words it sounds like)."""
     answer = await parts.answers.ask(question, person.user_id, conversation=person.conversation, on_token=on_token,
-                                     on_sources=on_sources, caller=person.key)
+                                     on_sources=on_sources, caller=person.key, heard=heard)
     answer_id = None
     if keep:
         try:  # a write to the feedback store

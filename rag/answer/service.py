@@ -46,6 +46,7 @@ from rag.answer.expand import Expander
 from rag.answer.fair import CALLER, FairSlots, Turns
 from rag.answer.gate import too_weak
 from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
+from rag.answer.alikes import sound_alikes
 from rag.answer.types import Answer, Candidate, Citation, Trace, extractive
 from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
@@ -88,6 +89,7 @@ class Turn:
     on_sources: "OnSources | None"
     question: str = ""
     standalone: str = ""
+    heard: bool = False  # the question is a transcript (rag.answer.alikes)
     trace: Trace | None = None
     shown_sources: bool = False
     started: float = field(default_factory=time.perf_counter)
@@ -203,24 +205,27 @@ class AnswerService:
         on_token: OnToken | None = None,
         on_sources: OnSources | None = None,
         caller: str | None = None,
+        heard: bool = False,
     ) -> Answer:
         """The answer to ``question`` from ``user_id``'s notes. ``caller`` (an API token, a
         chat person; default: the conversation, else the user) gets its fair share: at most
         ``bots.max_concurrent_llm`` of its answers under way at once, and the LLM's slots
-        in turn with other callers (``rag.answer.fair``)."""
+        in turn with other callers (``rag.answer.fair``). ``heard``: the question is what a voice
+        clip was heard as (its sound-alikes of the notes' words join the search: ``rag.answer.alikes``)."""
         key = caller or conversation or user_id
         async with self._turns.turn(key):
             token = CALLER.set(key)
             try:
-                return await self._ask(question, user_id, conversation, on_token, on_sources)
+                return await self._ask(question, user_id, conversation, on_token, on_sources, heard)
             finally:
                 CALLER.reset(token)
 
     async def _ask(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
-                   on_sources: OnSources | None) -> Answer:
+                   on_sources: OnSources | None, heard: bool = False) -> Answer:
         """The answer in stages, each named as the trace's timings name it; a stage that ends
         the answer (a listing, a refusal, the passages) returns it."""
         turn = await self._understand(question, user_id, conversation, on_token, on_sources)
+        turn.heard = heard
         listed = await self._listed(turn)
         if listed is not None:
             return listed
@@ -281,14 +286,19 @@ class AnswerService:
         person = f"{turn.user_id}\x00{turn.conversation or ''}"
         expanding = asyncio.create_task(self._expand(standalone, wait, person)) if wait else None
         hits = await self.in_search_thread(partial(search, self.index, standalone, turn.user_id, k, entities=entities))
+        terms, hypothesis = [], ""
+        if turn.heard:  # the candidates' words the transcript sounds like (rag.answer.alikes)
+            trace.alikes = await self.in_search_thread(sound_alikes, standalone, [h.text for h in hits])
+            terms += trace.alikes
         if expanding is not None:  # it ran while the first retrieval ran; its rankings join the fusion
             expansion, trace.expansion = await self._expansion(expanding, wait - turn.elapsed())
             if expansion is not None:
-                hits = await self.in_search_thread(
-                    partial(search, self.index, standalone, turn.user_id, k, expansion=(expansion.terms, expansion.answer),
-                            entities=entities))
+                terms, hypothesis = terms + expansion.terms, expansion.answer
         else:
             trace.expansion = why_not
+        if terms or hypothesis:
+            hits = await self.in_search_thread(
+                partial(search, self.index, standalone, turn.user_id, k, expansion=(terms, hypothesis), entities=entities))
         turn.mark("retrieve")
         trace.candidates = [
             Candidate(h.point_id, h.note_id, h.title, h.heading, h.dense_rank, h.dense_score, h.sparse_rank,

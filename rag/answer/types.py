@@ -81,6 +81,7 @@ class Trace:
     rerank: str = ""
     followup: str = ""  # a follow-up: how it was made standalone (rag.answer.followup), and why so
     expansion: str = ""  # the LLM's terms and hypothetical answer fused in, or why there were none
+    alikes: list[str] = field(default_factory=list)  # a heard question: the notes' words it sounds like
     budget: str = ""  # how the evidence was sized to the LLM's speed here, and what was cut
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
@@ -117,6 +118,8 @@ class Trace:
             rows.append(("rewritten", self.standalone))
         if self.followup:
             rows.append(("follow-up", self.followup))
+        if self.alikes:
+            rows.append(("sounds like", ", ".join(self.alikes)))
         if self.expansion:
             rows.append(("expansion", self.expansion))
         rows.append(("rerank", self.rerank))
