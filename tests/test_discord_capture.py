@@ -96,9 +96,9 @@ async def command(fake, user, name, options=None, channel=CHANNEL, roles=(ROLE,)
     return it, await reply(it, f"/{name}")
 
 
-async def save_menu(fake, user, message, channel=CHANNEL, roles=(ROLE,)):
+async def save_menu(fake, user, message, channel=CHANNEL, roles=(ROLE,), timeout=15.0):
     it = fake.message_command(user, SAVE_MENU, message, guild_id=GUILD, channel_id=channel, roles=list(roles))
-    return it, await reply(it, SAVE_MENU)
+    return it, await reply(it, SAVE_MENU, timeout)
 
 
 async def ask(fake, user, question, **options):

@@ -13,7 +13,7 @@ import media_files  # noqa: E402
 import test_discord_capture  # noqa: E402
 from conftest import until  # noqa: E402
 from fakes.discord import embed_text  # noqa: E402
-from test_discord_capture import CHANNEL, GUILD, ONE, ROLE, command, inbox, link, run, save_menu  # noqa: E402
+from test_discord_capture import CHANNEL, GUILD, ONE, ROLE, inbox, link, run, save_menu  # noqa: E402
 
 world = test_discord_capture.world  # the fixture: the fake Discord, Ollama and Leanote
 
@@ -45,7 +45,7 @@ def test_a_voice_clip_asked_shows_its_words_above_the_answer_and_a_saved_voice_m
         voice = fake.upload("voice-message.ogg", media_files.spoken("Buy a new router for the study."), "audio/ogg",
                             channel_id=CHANNEL)
         message = fake.user_message(ONE, "", channel_id=CHANNEL, guild_id=GUILD, attachments=[voice])
-        it, text = await save_menu(fake, ONE, message)
+        it, text = await save_menu(fake, ONE, message, timeout=90)  # (hearing it: seconds on a busy box)
         await until(lambda: "已记下" in it.texts()[-1], 90, "the receipt")
         note = inbox(leanote)[-1]
         assert link(leanote, note) in it.texts()[-1]
@@ -63,8 +63,8 @@ def test_an_image_asked_or_noted_is_read_and_what_is_neither_is_refused(world):
         # /note with a screenshot: the image attached, its text under it, marked as recognised
         shot = fake.upload("shot.png", media_files.text_png(["ConnectionTimeout after 30 seconds"]), "image/png",
                            channel_id=CHANNEL)
-        it, text = await command(fake, ONE, "note", {"text": "上传报错", "file": shot})
-        await until(lambda: "已记下" in it.texts()[-1], 90, "the receipt")
+        it = slash(fake, "note", {"text": "上传报错", "file": shot})  # (reading it may load the model first)
+        await until(lambda: it.answered() and not it.thinking() and "已记下" in it.texts()[-1], 90, "the receipt")
         note = inbox(leanote)[-1]
         assert note["Content"].index("getImage") < note["Content"].index("Recognised text") \
             < note["Content"].index("ConnectionTimeout")
