@@ -151,6 +151,47 @@ def cmd_generate(args) -> None:
                   f"q={len(written.questions)} drop={written.dropped} {note.title[:30]}", flush=True)
 
 
+def cmd_per_call(args) -> None:
+    """What one call per section would cost against the one call per note of ``--scope sections``:
+    the first ``--limit`` notes of the cache written in that scope, each of their shown sections
+    asked alone (its own prompt, the same instructions), the server's seconds and tokens summed."""
+    from dataclasses import replace
+
+    from rag.config import OllamaConfig
+    from rag.index.chunk import chunk_text
+    from rag.index.clean import clean
+    from rag.llm import OllamaChat
+
+    cache = read_cache(Path(args.cache))
+    settings = settings_for(Path(args.state))
+    notes = {n.id: n for n in open_source(settings).notes() if isinstance(n, Note)}
+    chat = OllamaChat(OllamaConfig(host=args.host, model=args.model, timeout=args.timeout, num_ctx=4096))
+
+    def stream(messages, usage, options, format=None, timeout=None):
+        return chat.stream(messages, usage=usage, options=options, format=format, timeout=timeout)
+
+    rows = [r for r in cache.values() if r.get("scope") == "sections" and not r.get("error") and r["note_id"] in notes]
+    out = []
+    for row in rows[: args.limit]:
+        note = notes[row["note_id"]]
+        shown = asked_sections.sections(note.title, chunk_text(clean(note.content, note.is_markdown), settings.chunking))
+        each = []
+        for s in shown:
+            alone = replace(s, number=1)
+            w = asyncio.run(asked_sections.write(stream, asked_sections.digest(note.title, [alone]), note.title,
+                                                 [list(s.chunks)], timeout=args.timeout))
+            each.append(w.stats())
+        one = {k: row[k] for k in ("prompt_tokens", "output_tokens", "server_seconds", "questions")}
+        per = {k: round(sum(e[k] for e in each), 2) for k in ("prompt_tokens", "output_tokens", "server_seconds",
+                                                               "questions")}
+        out.append({"note_id": note.id, "title": note.title, "sections": len(shown), "one_call": one,
+                    "per_section_calls": per})
+        print(json.dumps(out[-1], ensure_ascii=False), flush=True)
+    Path(args.out).write_text(json.dumps({"model": args.model, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                   time.gmtime()), "notes": out},
+                                         indent=1, ensure_ascii=False))
+
+
 def slice_ids(cache: dict[str, dict], notes: list[Note], limit: int = 0) -> set[str]:
     """The notes a sweep indexes: the gold notes and the notes the cache has, the first
     ``limit`` of them in the generation's order (0: all)."""
@@ -491,6 +532,14 @@ def main(argv=None) -> None:
     w.add_argument("--untied", action="store_true", help="sections' questions count for the note's nearest chunk, "
                    "not their own section's (what the tie is worth)")
     w.add_argument("--out", default="")
+    c = sub.add_parser("per-call", help="one call per section against one per note (--scope sections' cache)")
+    c.add_argument("--host", default="http://127.0.0.1:11436")
+    c.add_argument("--model", default="qwen2.5-coder:0.5b-instruct")
+    c.add_argument("--cache", required=True)
+    c.add_argument("--state", default="/tmp/lr-q-state")
+    c.add_argument("--limit", type=int, default=3)
+    c.add_argument("--timeout", type=float, default=900.0)
+    c.add_argument("--out", required=True)
     p = sub.add_parser("preempt")
     p.add_argument("--host", default="http://127.0.0.1:11436")
     p.add_argument("--model", default="qwen2.5-coder:0.5b-instruct")
@@ -506,6 +555,8 @@ def main(argv=None) -> None:
         cmd_generate(args)
     elif args.cmd == "sweep":
         cmd_sweep(args)
+    elif args.cmd == "per-call":
+        cmd_per_call(args)
     else:
         ap.print_help()
 
