@@ -187,9 +187,9 @@ def cmd_per_call(args) -> None:
         out.append({"note_id": note.id, "title": note.title, "sections": len(shown), "one_call": one,
                     "per_section_calls": per})
         print(json.dumps(out[-1], ensure_ascii=False), flush=True)
-    Path(args.out).write_text(json.dumps({"model": args.model, "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                   time.gmtime()), "notes": out},
-                                         indent=1, ensure_ascii=False))
+        Path(args.out).write_text(json.dumps({"model": args.model, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                       time.gmtime()), "notes": out},
+                                             indent=1, ensure_ascii=False))  # after each note: a stopped run keeps them
 
 
 def slice_ids(cache: dict[str, dict], notes: list[Note], limit: int = 0) -> set[str]:
