@@ -409,6 +409,9 @@ def test_a_long_notes_sections_are_spread_over_it_and_its_one_call_stays_under_t
     assert [s.number for s in shown] == list(range(1, asked_sections.MAX_SECTIONS + 1))
     d = asked_sections.digest("红烧肉", shown)
     assert len(d) <= asked_sections.PROMPT_CHARS and all(f"[{s.number}] 第{s.chunks[0]}节" in d for s in shown)
+    # every question a call may keep has a point of its own in the index
+    from rag.index.points import MAX_ASKED
+    assert asked_sections.MAX_SECTIONS * (asked_sections.OWN_PER_SECTION + asked_sections.ENGLISH_PER_SECTION) <= MAX_ASKED
     # no headings: one section per chunk
     plain = [Chunk(i, f"段落{i}", (), 0, 3) for i in range(3)]
     assert [s.chunks for s in asked_sections.sections("笔记", plain)] == [(0,), (1,), (2,)]
