@@ -390,7 +390,7 @@ def cmd_preempt(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="lr-preempt-"))
     settings = settings_for(tmp, ollama={"host": args.host, "model": args.model, "timeout": 600},
                             answer={"first_token_budget": 300},
-                            memory={"enabled": True, "llm": "off", "questions": "on"})
+                            memory={"enabled": True, "llm": "off", "questions": "on", "questions_scope": "note"})
     notes = [n for n in open_source(settings).notes() if isinstance(n, Note) and n.searchable]
     store = MemoryStore(tmp / "memory.sqlite")
     chat = OllamaChat(settings.ollama)

@@ -366,7 +366,7 @@ class MemoryConfig(Section):
         "Ollama answers, on, off (retrieval.questions_weight: their weight in the search)",
     )
     questions_scope: Literal["note", "sections"] = Field(
-        default="note",
+        default="sections",
         description="what the questions are written from: note (its title, outline and first lines; each question "
         "counts for the note's chunk nearest to it) or sections (its heading sections, a few questions each, each "
         "counting for its own section's chunk); changing it rewrites the questions on the next pass",

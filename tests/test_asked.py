@@ -120,7 +120,7 @@ def fake():
 
 @pytest.fixture
 def world(tmp_path, settings_factory, fake):
-    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "off", "questions": "on"})
+    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "off", "questions": "on", "questions_scope": "note"})
     clock = Clock()
     store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
     answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
@@ -237,7 +237,7 @@ def test_outside_its_window_nothing_is_written(world, settings_factory):
     now = time.localtime(w.clock())
     start = (now.tm_hour + 2) % 24
     settings = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "off", "questions": "on",
-                                                                     "questions_window": f"{start:02d}:00-{(start + 1) % 24:02d}:00"})
+                                                                     "questions_scope": "note", "questions_window": f"{start:02d}:00-{(start + 1) % 24:02d}:00"})
     jobs = MemoryJobs(settings, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
     add_note(w, "n1")
     assert run(jobs.step()) is False and w.fake.structured_chats() == []
