@@ -13,8 +13,12 @@ then the others in a seeded order, so that the notes written first are the dev s
 random draw of the rest; ``seeded`` all in the seeded order. A note already in the cache with
 the same content hash is skipped, so a run stopped goes on where it was.
 
+``--scope sections`` writes them per heading section (``rag.index.asked_sections``; the cache
+keeps each question's section as the chunks it points to); ``per-call`` measures one call per
+section against the note's one call.
+
 ``sweep`` indexes the slice of notes the cache covers (the gold notes and the other notes
-written so far, both users) once, then evaluates the dev questions and their English versions
+written so far, both users; ``--slice``: a fixed list of notes instead) once, then evaluates the dev questions and their English versions
 (tests/data/dev_en.jsonl) with the written questions off, and on at several settings
 (questions per note, the weight of their ranking in the fusion), and writes
 bench/note_questions_results.json (``--out``).
