@@ -13,8 +13,12 @@ then the others in a seeded order, so that the notes written first are the dev s
 random draw of the rest; ``seeded`` all in the seeded order. A note already in the cache with
 the same content hash is skipped, so a run stopped goes on where it was.
 
+``--scope sections`` writes them per heading section (``rag.index.asked_sections``; the cache
+keeps each question's section as the chunks it points to); ``per-call`` measures one call per
+section against the note's one call.
+
 ``sweep`` indexes the slice of notes the cache covers (the gold notes and the other notes
-written so far, both users) once, then evaluates the dev questions and their English versions
+written so far, both users; ``--slice``: a fixed list of notes instead) once, then evaluates the dev questions and their English versions
 (tests/data/dev_en.jsonl) with the written questions off, and on at several settings
 (questions per note, the weight of their ranking in the fusion), and writes
 bench/note_questions_results.json (``--out``).
@@ -36,7 +40,7 @@ from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: 
 
 from rag import config  # noqa: E402
 from rag.eval import load_questions  # noqa: E402
-from rag.index import asked  # noqa: E402
+from rag.index import asked, asked_sections  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.model import Note  # noqa: E402
 from sync.sources import open_source  # noqa: E402
@@ -125,15 +129,25 @@ def cmd_generate(args) -> None:
                 continue  # written by another run (two models sharing the work)
             chunks = chunk_text(clean(note.content, note.is_markdown), settings.chunking)
             started = time.perf_counter()
+            extra = {}
             try:
-                written = asyncio.run(asked.write(stream, asked.digest(note.title, chunks), note.title,
-                                                  timeout=args.timeout))
+                if args.scope == "sections":
+                    shown = asked_sections.sections(note.title, chunks)
+                    digest_text = asked_sections.digest(note.title, shown)
+                    extra = {"scope": "sections", "sections": len(shown), "chunks": len(chunks),
+                             "digest_chars": len(digest_text)}
+                    written = asyncio.run(asked_sections.write(stream, digest_text, note.title,
+                                                               [list(s.chunks) for s in shown], timeout=args.timeout))
+                else:
+                    written = asyncio.run(asked.write(stream, asked.digest(note.title, chunks), note.title,
+                                                      timeout=args.timeout))
                 error = None
             except Exception as err:  # a timeout: counted, the note written next run
                 written, error = asked.Written(), f"{type(err).__name__}: {err}"
             row = {"note_id": note.id, "user_id": note.user_id, "title": note.title,
                    "content_hash": note.content_hash(), "model": args.model, **written.stats(),
-                   "questions_text": written.questions, "wall_s": round(time.perf_counter() - started, 2),
+                   "questions_text": written.questions, **extra, "ties": written.ties,
+                   "wall_s": round(time.perf_counter() - started, 2),
                    "error": error}
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
             out.flush()
@@ -141,11 +155,77 @@ def cmd_generate(args) -> None:
                   f"q={len(written.questions)} drop={written.dropped} {note.title[:30]}", flush=True)
 
 
+def cmd_per_call(args) -> None:
+    """What one call per section would cost against the one call per note of ``--scope sections``:
+    the first ``--limit`` notes of the cache written in that scope, each of their shown sections
+    asked alone (its own prompt, the same instructions), the server's seconds and tokens summed."""
+    from dataclasses import replace
+
+    from rag.config import OllamaConfig
+    from rag.index.chunk import chunk_text
+    from rag.index.clean import clean
+    from rag.llm import OllamaChat
+
+    cache = read_cache(Path(args.cache))
+    settings = settings_for(Path(args.state))
+    notes = {n.id: n for n in open_source(settings).notes() if isinstance(n, Note)}
+    chat = OllamaChat(OllamaConfig(host=args.host, model=args.model, timeout=args.timeout, num_ctx=4096))
+
+    def stream(messages, usage, options, format=None, timeout=None):
+        return chat.stream(messages, usage=usage, options=options, format=format, timeout=timeout)
+
+    rows = [r for r in cache.values() if r.get("scope") == "sections" and not r.get("error") and r["note_id"] in notes]
+    out = []
+    for row in rows[: args.limit]:
+        note = notes[row["note_id"]]
+        shown = asked_sections.sections(note.title, chunk_text(clean(note.content, note.is_markdown), settings.chunking))
+        each = []
+        for s in shown:
+            alone = replace(s, number=1)
+            w = asyncio.run(asked_sections.write(stream, asked_sections.digest(note.title, [alone]), note.title,
+                                                 [list(s.chunks)], timeout=args.timeout))
+            each.append(w.stats())
+        one = {k: row[k] for k in ("prompt_tokens", "output_tokens", "server_seconds", "questions")}
+        per = {k: round(sum(e[k] for e in each), 2) for k in ("prompt_tokens", "output_tokens", "server_seconds",
+                                                               "questions")}
+        out.append({"note_id": note.id, "title": note.title, "sections": len(shown), "one_call": one,
+                    "per_section_calls": per})
+        print(json.dumps(out[-1], ensure_ascii=False), flush=True)
+        Path(args.out).write_text(json.dumps({"model": args.model, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                       time.gmtime()), "notes": out},
+                                             indent=1, ensure_ascii=False))  # after each note: a stopped run keeps them
+
+
 def slice_ids(cache: dict[str, dict], notes: list[Note], limit: int = 0) -> set[str]:
     """The notes a sweep indexes: the gold notes and the notes the cache has, the first
     ``limit`` of them in the generation's order (0: all)."""
     order = [n.id for n in ordered(notes, "dev") if n.id in cache]
     return set(order[:limit] if limit else order) | set(gold_notes())
+
+
+def recheck_sections(title: str, chunks, qs: list[str], english_n: int, ties: list[list[int]]) -> asked.Written:
+    """A cached sections generation checked again with this checkout's checks (its reply
+    rebuilt from the questions and their sections)."""
+    shown = asked_sections.sections(title, chunks)
+    number = {tuple(s.chunks): s.number for s in shown}
+    entries: dict[int, dict] = {}
+    for i, (q, tie) in enumerate(zip(qs, ties)):
+        n = number.get(tuple(tie), 0)
+        entries.setdefault(n, {"section": n, "questions": [], "english": []})[
+            "english" if i >= len(qs) - english_n else "questions"].append(q)
+    return asked_sections.check(json.dumps({"sections": list(entries.values())}, ensure_ascii=False),
+                                asked_sections.digest(title, shown), title, [list(s.chunks) for s in shown])
+
+
+def firsts(pairs: list, per: int) -> list:
+    """The first ``per`` of each section's questions ((question, ties) pairs; the note scope's, with
+    no ties: the note's first ``per``)."""
+    out, counted = [], Counter()
+    for q, tie in pairs:
+        counted[tuple(tie)] += 1
+        if counted[tuple(tie)] <= per:
+            out.append((q, tie))
+    return out
 
 
 def _grouped(report) -> dict:
@@ -175,6 +255,8 @@ def cmd_sweep(args) -> None:
     settings = settings_for(state_dir)
     notes = [item for item in open_source(settings).notes() if isinstance(item, Note)]
     keep = slice_ids(cache, notes, args.limit)
+    if args.slice:  # a fixed slice (the notes of an earlier sweep), whatever the cache covers of it
+        keep = set(json.loads(Path(args.slice).read_text())) | set(gold_notes())
     if args.whole:  # every note searched; the written questions still only those of the slice
         keep = {n.id for n in notes}
     kept = [n for n in notes if n.id in keep and n.searchable]
@@ -204,18 +286,26 @@ def cmd_sweep(args) -> None:
 
             # each cached generation checked again with this checkout's checks (a cache written
             # before a check was added keeps nothing it would drop now)
-            checked: dict[str, tuple[list[str], list[str]]] = {}
+            # note id -> (own, english): each a list of (question, ties: its section's chunks, [] the note's)
+            checked: dict[str, tuple[list, list]] = {}
             rechecked = Counter()
             for n in kept:
                 row = cache.get(n.id)
                 if not row or row["content_hash"] != n.content_hash() or not row.get("questions_text"):
                     continue
                 qs, english_n = row["questions_text"], row.get("english", 0)
-                digest_text = asked.digest(n.title, chunk_text(clean(n.content, n.is_markdown), settings.chunking))
-                w = asked.check(json.dumps({"questions": qs[: len(qs) - english_n], "english": qs[len(qs) - english_n:]},
-                                           ensure_ascii=False), digest_text, n.title)
+                chunks = chunk_text(clean(n.content, n.is_markdown), settings.chunking)
+                if row.get("scope") == "sections":
+                    w = recheck_sections(n.title, chunks, qs, english_n, row["ties"])
+                else:
+                    digest_text = asked.digest(n.title, chunks)
+                    w = asked.check(json.dumps({"questions": qs[: len(qs) - english_n],
+                                                "english": qs[len(qs) - english_n:]}, ensure_ascii=False),
+                                    digest_text, n.title)
                 rechecked.update(w.dropped)
-                checked[n.id] = (w.questions[: len(w.questions) - w.english], w.questions[len(w.questions) - w.english:])
+                ties = w.ties if w.ties and not args.untied else [[] for _ in w.questions]
+                pairs = list(zip(w.questions, ties))
+                checked[n.id] = (pairs[: len(pairs) - w.english], pairs[len(pairs) - w.english:])
             results["rechecked_dropped"] = dict(rechecked)
             results["notes_with_questions"] = sum(1 for own, eng in checked.values() if own or eng)
 
@@ -223,9 +313,10 @@ def cmd_sweep(args) -> None:
                 total = 0
                 for n in kept:
                     own, eng = checked.get(n.id, ([], []))
-                    if per_language is not None:
-                        own, eng = own[:per_language], eng[:per_language]
-                    total += asked.index_questions(index, n.id, n.user_id, n.content_hash(), own + eng)
+                    if per_language is not None:  # per section (a section's questions share their ties)
+                        own, eng = firsts(own, per_language), firsts(eng, per_language)
+                    total += asked.index_questions(index, n.id, n.user_id, n.content_hash(), [q for q, _ in own + eng],
+                                                   [t for _, t in own + eng])
                 return total
 
             rankings = asked.rankings
@@ -303,7 +394,7 @@ def cmd_preempt(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="lr-preempt-"))
     settings = settings_for(tmp, ollama={"host": args.host, "model": args.model, "timeout": 600},
                             answer={"first_token_budget": 300},
-                            memory={"enabled": True, "llm": "off", "questions": "on"})
+                            memory={"enabled": True, "llm": "off", "questions": "on", "questions_scope": "note"})
     notes = [n for n in open_source(settings).notes() if isinstance(n, Note) and n.searchable]
     store = MemoryStore(tmp / "memory.sqlite")
     chat = OllamaChat(settings.ollama)
@@ -385,6 +476,10 @@ def cmd_tiny() -> None:
             if isinstance(body.get("format"), dict):
                 digest_text = _content(body.get("messages") or [], "user", last=True)
                 title = digest_text.split("\n", 1)[0].removeprefix("Title: ").strip()
+                if "sections" in body["format"]["properties"]:  # questions_scope: sections, the first section's
+                    return Reply(_pieces(json.dumps({"sections": [{"section": 1, "questions": [f"{title}先做什么？"],
+                                                                   "english": [f"What comes first in {title}?"]}]},
+                                                    ensure_ascii=False)))
                 return Reply(_pieces(json.dumps({"questions": [f"{title}怎么做？"], "english": [f"How about {title}?"]},
                                                 ensure_ascii=False)))
             return super().unscripted(body)
@@ -392,11 +487,16 @@ def cmd_tiny() -> None:
     tiny_world()
     folder = Path(tempfile.mkdtemp(prefix="lr-tiny-questions-"))
     cache = folder / "questions.jsonl"
+    sections = folder / "sections.jsonl"
     with Asking(models=("stand-in",)) as fake:
         main(["generate", "--host", fake.url, "--model", "stand-in", "--cache", str(cache),
               "--state", str(folder / "gen"), "--timeout", "30"])
+        main(["generate", "--host", fake.url, "--model", "stand-in", "--cache", str(sections),
+              "--state", str(folder / "gen"), "--timeout", "30", "--scope", "sections"])
     main(["sweep", "--cache", str(cache), "--state", str(folder / "sweep"), "--per", "all", "--weights", "0.5",
           "--out", str(results_file("note_questions_results.json", True))])
+    main(["sweep", "--cache", str(sections), "--state", str(folder / "sweep-sections"), "--per", "1,all",
+          "--weights", "0.5", "--sides", "both,sparse", "--out", str(folder / "sections-results.json")])
 
 
 def main(argv=None) -> None:
@@ -419,6 +519,7 @@ def main(argv=None) -> None:
     g.add_argument("--stride", type=int, default=1, help="with --offset: every stride-th note first")
     g.add_argument("--offset", type=int, default=0)
     g.add_argument("--timeout", type=float, default=600.0)
+    g.add_argument("--scope", choices=("note", "sections"), default="note", help="memory.questions_scope")
     w = sub.add_parser("sweep")
     w.add_argument("--cache", required=True)
     w.add_argument("--state", default="/tmp/lr-q-sweep")
@@ -430,7 +531,19 @@ def main(argv=None) -> None:
     w.add_argument("--sides", default="both", help="both, dense, sparse: which of the questions' rankings")
     w.add_argument("--fresh", action="store_true")
     w.add_argument("--copy", default="", help="a state folder with the whole corpus indexed: copied, then sliced")
+    w.add_argument("--slice", default="", help="a JSON list of note ids to index (with the gold notes), whatever "
+                   "the cache covers")
+    w.add_argument("--untied", action="store_true", help="sections' questions count for the note's nearest chunk, "
+                   "not their own section's (what the tie is worth)")
     w.add_argument("--out", default="")
+    c = sub.add_parser("per-call", help="one call per section against one per note (--scope sections' cache)")
+    c.add_argument("--host", default="http://127.0.0.1:11436")
+    c.add_argument("--model", default="qwen2.5-coder:0.5b-instruct")
+    c.add_argument("--cache", required=True)
+    c.add_argument("--state", default="/tmp/lr-q-state")
+    c.add_argument("--limit", type=int, default=3)
+    c.add_argument("--timeout", type=float, default=900.0)
+    c.add_argument("--out", required=True)
     p = sub.add_parser("preempt")
     p.add_argument("--host", default="http://127.0.0.1:11436")
     p.add_argument("--model", default="qwen2.5-coder:0.5b-instruct")
@@ -446,6 +559,8 @@ def main(argv=None) -> None:
         cmd_generate(args)
     elif args.cmd == "sweep":
         cmd_sweep(args)
+    elif args.cmd == "per-call":
+        cmd_per_call(args)
     else:
         ap.print_help()
 

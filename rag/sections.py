@@ -367,6 +367,12 @@ class MemoryConfig(Section):
         "note, only while no question waits for the LLM) and searched as entries pointing to the note: auto while "
         "Ollama answers, on, off (retrieval.questions_weight: their weight in the search)",
     )
+    questions_scope: Literal["note", "sections"] = Field(
+        default="sections",
+        description="what the questions are written from: note (its title, outline and first lines; each question "
+        "counts for the note's chunk nearest to it) or sections (its heading sections, a few questions each, each "
+        "counting for its own section's chunk); changing it rewrites the questions on the next pass",
+    )
     questions_window: str = Field(
         default="",
         description="write the questions only in this daily window of local time, e.g. 01:00-06:00 (empty: any time)",

@@ -205,7 +205,8 @@ class Derived:
             if rec is not None and rec.status == INDEXED and rec.content_hash == prepared.content_hash:
                 # with the LLM tier on, its job is queued with the entities (sync.memory_jobs)
                 steps.append((note_id, "memory: processing", lambda p=prepared: memory.remember(
-                    p, base_url, queue_llm=llm_jobs, queue_asked=asked_jobs)))
+                    p, base_url, queue_llm=llm_jobs, queue_asked=asked_jobs,
+                    asked_scope=self.settings.memory.questions_scope)))
         if pending or remember:  # facts whose newest statement went: the one before is active again
             steps.append(("", "memory: settling facts", memory.settle_facts))
         self._steps(steps)

@@ -41,6 +41,7 @@ from collections import Counter
 from typing import Callable
 
 from rag.index import asked as asked_mod
+from rag.index import asked_sections
 from rag.memory import extract as extract_mod
 from rag.config import Settings
 from rag.errors import LeanoteRagError
@@ -274,19 +275,34 @@ class MemoryJobs:
     async def _ask(self, memory: MemoryStore, job: dict) -> bool:
         """Write the questions of the job's note (``rag.index.asked``), store them and put them in
         the index; a generation that fails the checks is stored empty (counted, not asked again
-        at this text). Gives way to answers as an extraction does."""
-        if not job["digest"]:  # queued without one (``queue_missing_asked``): from the index
+        at this text). Gives way to answers as an extraction does. In ``memory.questions_scope``: a
+        job queued in the other scope (or without its digest) reads the note from the index."""
+        scope = self.settings.memory.questions_scope
+        if not job["digest"] or job["scope"] != scope:  # (``queue_missing_asked``, or the scope changed)
             index = self.index()
-            found = None if index is None else await asyncio.to_thread(asked_mod.digest_from_index, index.store,
+            found = None if index is None else await asyncio.to_thread(asked_mod.chunks_from_index, index.store,
                                                                         job["note_id"])
             if found is None:
                 await self._failed(memory, job, LeanoteRagError("the note's chunks are not in the index (yet)"),
                                    "writing the questions")
                 return True
-            job["title"], job["digest"] = found
+            job["title"], chunks = found
+            if scope == "sections":
+                shown = asked_sections.sections(job["title"], chunks)
+                job["digest"], job["sections"] = asked_sections.digest(job["title"], shown), [list(s.chunks)
+                                                                                               for s in shown]
+            else:
+                job["digest"] = asked_mod.digest(job["title"], chunks)
+        if scope == "sections":
+            def call():
+                return asked_sections.write(self.answers._stream, job["digest"], job["title"], job["sections"],
+                                            timeout=self.settings.ollama.timeout)
+        else:
+            def call():
+                return asked_mod.write(self.answers._stream, job["digest"], job["title"],
+                                       timeout=self.settings.ollama.timeout)
         try:
-            written = await self._preemptible(lambda: asked_mod.write(
-                self.answers._stream, job["digest"], job["title"], timeout=self.settings.ollama.timeout))
+            written = await self._preemptible(call)
         except Preempted:
             self.asked["preempted"] += 1
             log.debug("memory jobs: the questions of %s gave way to an answer", job["note_id"])
@@ -297,7 +313,8 @@ class MemoryJobs:
             await self._failed(memory, job, err, "writing the questions")
             return True
         self._failing = False
-        stored = await asyncio.to_thread(memory.store_asked, job, written.questions, written.stats())
+        stored = await asyncio.to_thread(memory.store_asked, job, written.questions, written.stats(), scope,
+                                         written.ties)
         if not stored:
             self.asked["stale"] += 1
             return True
@@ -307,7 +324,7 @@ class MemoryJobs:
         index = self.index()
         if index is not None and written.ok:
             await asyncio.to_thread(asked_mod.index_questions, index, job["note_id"], job["user_id"],
-                                    job["content_hash"], written.questions)
+                                    job["content_hash"], written.questions, written.ties)
         return True
 
     async def _align(self, memory: MemoryStore) -> None:
@@ -320,9 +337,9 @@ class MemoryJobs:
         self._aligned_at = time.monotonic()
 
         def work() -> tuple[int, int, int]:
-            queued = memory.queue_missing_asked()
+            queued = memory.queue_missing_asked(self.settings.memory.questions_scope)
             rows = memory.asked_rows()
-            users = set(index.store.count_by_user()) | {u for u, _, _ in rows.values()}
+            users = set(index.store.count_by_user()) | {row[0] for row in rows.values()}
             return (*asked_mod.align(index, rows, users), queued)
 
         try:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from rag.answer.service import AnswerService
-from rag.index import asked
+from rag.index import asked, asked_sections
 from rag.index.note_index import NoteIndex
 from rag.index.points import asked_point_id, asked_user
 from rag.index.retrieve import search
@@ -120,7 +120,7 @@ def fake():
 
 @pytest.fixture
 def world(tmp_path, settings_factory, fake):
-    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "off", "questions": "on"})
+    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "off", "questions": "on", "questions_scope": "note"})
     clock = Clock()
     store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
     answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
@@ -237,7 +237,7 @@ def test_outside_its_window_nothing_is_written(world, settings_factory):
     now = time.localtime(w.clock())
     start = (now.tm_hour + 2) % 24
     settings = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5}, memory={"llm": "off", "questions": "on",
-                                                                     "questions_window": f"{start:02d}:00-{(start + 1) % 24:02d}:00"})
+                                                                     "questions_scope": "note", "questions_window": f"{start:02d}:00-{(start + 1) % 24:02d}:00"})
     jobs = MemoryJobs(settings, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
     add_note(w, "n1")
     assert run(jobs.step()) is False and w.fake.structured_chats() == []
@@ -296,15 +296,17 @@ def test_a_written_question_finds_its_note_and_the_chunk_is_what_is_cited(tmp_pa
         assert asked.align(index, {}, [user]) == (0, 1)
 
 
-def test_notes_indexed_before_the_questions_were_on_get_them_and_a_kill_is_repaired(tmp_path, use_embedder, fake):
+@pytest.mark.parametrize("scope", ["note", "sections"])
+def test_notes_indexed_before_the_questions_were_on_get_them_and_a_kill_is_repaired(tmp_path, use_embedder, fake,
+                                                                                    scope):
     """The real sync pass over the sample notes (the memory on, the questions off), then a daemon's
     worker with the questions on: every note is queued, its digest read from the index, its questions
-    stored and indexed; points lost in a kill come back, and a removed note's go."""
+    stored and indexed; points lost in a kill come back, and a removed note's go. In either scope."""
     from conftest import make_settings, run_pass
     from sync.memory_jobs import MemoryJobs
 
     settings = make_settings(tmp_path, ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5},
-                             memory={"llm": "off", "questions": "on"})
+                             memory={"llm": "off", "questions": "on", "questions_scope": scope})
     run_pass(make_settings(tmp_path, memory={"llm": "off"}), use_embedder)
     memory = MemoryStore(tmp_path / "data" / "memory.sqlite")
     answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
@@ -312,14 +314,20 @@ def test_notes_indexed_before_the_questions_were_on_get_them_and_a_kill_is_repai
         with NoteIndex.open(settings, embedder=use_embedder) as index:
             jobs = MemoryJobs(settings, lambda: memory, answers, poll=0.01, quiet=0.0, index=lambda: index)
             notes = len(memory.hashes())
-            fake.reply_structured(json.dumps({"questions": ["这篇笔记讲的是什么？"], "english": ["What is this note about?"]},
+            fake.reply_structured(sections_reply((1, ["这篇笔记讲的是什么？"], ["What is this note about?"]))
+                                  if scope == "sections" else
+                                  json.dumps({"questions": ["这篇笔记讲的是什么？"], "english": ["What is this note about?"]},
                                              ensure_ascii=False))
             assert run(jobs.step()) is True
             assert memory.asked_counts()["jobs_pending"] == notes - 1
-            (note_id,) = [n for n, (_, _, qs) in memory.asked_rows().items() if qs]
+            (note_id,) = [n for n, (_, _, qs, _) in memory.asked_rows().items() if qs]
             (chat,) = fake.structured_chats()
             assert chat["messages"][-1]["content"].startswith("Title: ")  # the digest, read from the index
-            user = memory.asked_rows()[note_id][0]
+            user, _, _, ties = memory.asked_rows()[note_id]
+            if scope == "sections":  # tied to the first section's chunks, as read from the index
+                assert "Sections:\n[1] " in chat["messages"][-1]["content"] and ties[0] and 0 in ties[0]
+            else:
+                assert ties == []
             assert index.store.note_ids(asked_user(user)) == {note_id}
             # killed after the row, before the points: the next alignment puts them back
             asked.unindex_questions(index.store, [note_id])
@@ -355,3 +363,151 @@ def test_metrics_show_the_written_questions(world):
     assert got["leanote_rag_questions_jobs_pending"] == 1 and got["leanote_rag_questions_generations_dropped"] == 0
     assert got["leanote_rag_questions_output_tokens"] > 0
     assert list(_QuestionsCollector(lambda: None).collect()) == []
+
+
+# --- per heading section (memory.questions_scope: sections) ------------------------------------------
+
+SECTIONS_DIGEST = "Title: 红烧肉\nSections:\n[1] 准备\n五花肉先焯水。\n[2] 炖\n小火炖一个小时，收汁。"
+
+
+def sections_reply(*entries) -> str:
+    return json.dumps({"sections": [{"section": n, "questions": own, "english": en} for n, own, en in entries]},
+                      ensure_ascii=False)
+
+
+def test_a_sections_reply_ties_each_question_to_its_sections_chunks_and_drops_a_section_not_shown():
+    reply = sections_reply((1, ["五花肉要先焯水吗？"], ["Do I blanch the pork first?"]),
+                           (2, ["要炖多久？", "汁怎么收？", "火候多大？"], ["How long does it simmer?"]),
+                           (7, ["第七节讲什么？", "还有吗？"], ["What else?"]))
+    w = asked_sections.check(reply, SECTIONS_DIGEST, "红烧肉", [[0], [1, 2]], Usage(output_tokens=120))
+    assert w.questions == ["五花肉要先焯水吗？", "要炖多久？", "汁怎么收？", "Do I blanch the pork first?",
+                           "How long does it simmer?"]
+    assert w.ties == [[0], [1, 2], [1, 2], [0], [1, 2]] and w.english == 2
+    assert w.dropped == {"no such section": 3, "too many": 1}  # section 7's three, the third of section 2's
+    assert w.stats()["sections_answered"] == 2
+    # nothing but sections that do not exist: the generation is dropped
+    w = asked_sections.check(sections_reply((0, ["有吗？"], []), (3, ["有吗？"], [])), SECTIONS_DIGEST, "红烧肉",
+                             [[0], [1, 2]], Usage(output_tokens=40))
+    assert not w.ok and w.dropped == {"no such section": 2, "generation: nothing usable": 1}
+    # the same checks as the note scope's: rambling to the cap, echoes, language
+    assert asked_sections.check(reply, SECTIONS_DIGEST, "红烧肉", [[0], [1, 2]],
+                                Usage(output_tokens=asked_sections.output_cap(2))).dropped == {
+        "generation: ran to the output cap": 1}
+    w = asked_sections.check(sections_reply((1, ["红烧肉？", "炒蛋怎么才嫩？"], ["炖多久？"])), SECTIONS_DIGEST, "红烧肉",
+                             [[0], [1, 2]], Usage(output_tokens=40))
+    assert w.dropped == {"echo": 2, "language": 1, "generation: nothing usable": 1}
+
+
+def long_note(sections: int, chars: int = 600) -> list[Chunk]:
+    return [Chunk(i, f"第{i}节" + "正文" * chars, ("红烧肉", f"第{i}节"), 0, 2 * chars) for i in range(sections)]
+
+
+def test_a_long_notes_sections_are_spread_over_it_and_its_one_call_stays_under_the_budget(world, settings_factory):
+    chunks = long_note(40)
+    shown = asked_sections.sections("红烧肉", chunks)
+    assert len(shown) == asked_sections.MAX_SECTIONS and shown[0].chunks == (0,) and shown[-1].chunks == (39,)
+    assert [s.number for s in shown] == list(range(1, asked_sections.MAX_SECTIONS + 1))
+    d = asked_sections.digest("红烧肉", shown)
+    assert len(d) <= asked_sections.PROMPT_CHARS and all(f"[{s.number}] 第{s.chunks[0]}节" in d for s in shown)
+    # every question a call may keep has a point of its own in the index
+    from rag.index.points import MAX_ASKED
+    assert asked_sections.MAX_SECTIONS * (asked_sections.OWN_PER_SECTION + asked_sections.ENGLISH_PER_SECTION) <= MAX_ASKED
+    # no headings: one section per chunk
+    plain = [Chunk(i, f"段落{i}", (), 0, 3) for i in range(3)]
+    assert [s.chunks for s in asked_sections.sections("笔记", plain)] == [(0,), (1,), (2,)]
+    w = world
+    settings = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5},
+                                memory={"llm": "off", "questions": "on", "questions_scope": "sections"})
+    jobs = MemoryJobs(settings, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
+    w.store.replace_note("u1", "n1", "h1", [], asked_job=asked_sections.payload("红烧肉", chunks))
+    w.fake.reply_structured(sections_reply((8, ["最后一节讲什么做法？"], ["What does the last part say?"])))
+    assert run(jobs.step()) is True
+    (chat,) = w.fake.structured_chats()
+    assert chat["format"] == asked_sections.SCHEMA
+    assert len(chat["messages"][-1]["content"]) <= asked_sections.PROMPT_CHARS
+    assert chat["options"]["num_predict"] == asked_sections.output_cap(asked_sections.MAX_SECTIONS)
+    assert w.store.asked_rows()["n1"][2:] == (["最后一节讲什么做法？", "What does the last part say?"], [[39], [39]])
+
+
+def test_switching_the_scope_rewrites_the_questions_on_the_next_pass(world, settings_factory):
+    w = world
+    add_note(w, "n1")
+    w.fake.reply_structured(GOOD)
+    assert run(w.jobs.step()) and w.store.asked_scope("n1") == "note"
+    assert w.store.queue_missing_asked("note") == 0
+    # the scope switched: the next pass queues the note again; its old questions stay until replaced
+    sections = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5},
+                                memory={"llm": "off", "questions": "on", "questions_scope": "sections"})
+    chunks = [Chunk(0, "五花肉先焯水。", ("红烧肉", "准备"), 0, 7), Chunk(1, "小火炖一个小时。", ("红烧肉", "炖"), 7, 15)]
+    w.store.replace_note("u1", "n1", "h1", [], asked_job=asked_sections.payload("红烧肉", chunks))
+    assert asked_jobs(w.store) == [("n1", "h1")] and w.store.asked_of("n1", "u1")[0] == "红烧肉要先焯水吗？"
+    jobs = MemoryJobs(sections, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
+    w.fake.reply_structured(sections_reply((2, ["要炖多久？"], ["How long does it simmer?"])))
+    assert run(jobs.step()) is True and w.store.asked_scope("n1") == "sections"
+    assert w.store.asked_rows()["n1"][2:] == (["要炖多久？", "How long does it simmer?"], [[1], [1]])
+    assert w.store.queue_missing_asked("sections") == 0 and asked_jobs(w.store) == []
+    # and back: the note scope's next pass (a job queued without a digest, read from the index then)
+    assert w.store.queue_missing_asked("note") == 1 and asked_jobs(w.store) == [("n1", "h1")]
+
+
+def test_rows_written_before_the_scope_existed_are_the_note_scopes(tmp_path):
+    import sqlite3
+
+    from rag.memory.schema import MIGRATIONS
+
+    path = tmp_path / "memory.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    for step in MIGRATIONS[:-1]:
+        for statement in step.split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+    db.execute("INSERT INTO asked(note_id, user_id, content_hash, questions, stats, at) VALUES "
+               "('n1', 'u1', 'h1', '[\"老问题？\"]', '{}', 1)")
+    db.close()
+    store = MemoryStore(path)
+    try:
+        assert store.asked_rows() == {"n1": ("u1", "h1", ["老问题？"], [])} and store.asked_scope("n1") == "note"
+    finally:
+        store.close()
+
+
+def test_a_sections_question_credits_its_own_sections_chunk(tmp_path, use_embedder):
+    from rag.index.points import point_id
+
+    settings = index_samples(tmp_path, use_embedder)
+    with NoteIndex.open(settings, embedder=use_embedder) as index:
+        user = next(iter(index.store.count_by_user()))
+        def chunks_of(note_id: str) -> list[dict]:
+            return sorted(index.store.payloads([point_id(note_id, i) for i in range(64)]).values(),
+                          key=lambda p: p["chunk_index"])
+
+        note_id = max(sorted(index.store.note_ids(user)), key=lambda n: len(chunks_of(n)))
+        target = SimpleNamespace(note_id=note_id)
+        chunks = chunks_of(note_id)
+        assert len(chunks) >= 2, "a sample note with two chunks"
+        content_hash = chunks[0]["content_hash"]
+        written = [QUESTION]
+        # untied (the note scope): the note's nearest chunk; tied to a section: that section's chunk
+        asked.index_questions(index, target.note_id, user, content_hash, written)
+        nearest = index.store.payloads([asked_point_id(target.note_id, 0)])[asked_point_id(target.note_id, 0)]
+        other = next(c["chunk_index"] for c in chunks if point_id(target.note_id, c["chunk_index"]) != nearest["chunk_id"])
+        assert asked.index_questions(index, target.note_id, user, content_hash, written, [[other]]) == 1
+        point = index.store.payloads([asked_point_id(target.note_id, 0)])[asked_point_id(target.note_id, 0)]
+        assert point["chunk_id"] == point_id(target.note_id, other) != nearest["chunk_id"]
+        found = asked.rankings(index.store, *query_vectors(index, QUESTION), user, 5)
+        assert found["asked_dense"][0].id == point_id(target.note_id, other)
+        # a tie to a chunk the note does not have (any more): the question is not indexed
+        assert asked.index_questions(index, target.note_id, user, content_hash, written, [[999]]) == 0
+        # the alignment keeps the tie
+        asked.unindex_questions(index.store, [target.note_id])
+        assert asked.align(index, {target.note_id: (user, content_hash, written, [[other]])}, [user]) == (1, 0)
+        point = index.store.payloads([asked_point_id(target.note_id, 0)])[asked_point_id(target.note_id, 0)]
+        assert point["chunk_id"] == point_id(target.note_id, other)
+
+
+def query_vectors(index, question: str):
+    """The dense and sparse vectors a search sends for ``question``."""
+    from rag.index.lexical import query_vector
+
+    return index.embed_query([question])[0], query_vector(question)

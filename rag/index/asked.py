@@ -67,6 +67,9 @@ class Written:
 
     questions: list[str] = field(default_factory=list)  # in the note's language, then English
     english: int = 0  # how many of ``questions`` (the last ones) are the English ones
+    # per question, the chunks (their indexes) of the section it was written for; none: the note's
+    # nearest chunk (``questions_scope: note``); see ``rag.index.asked_sections``
+    ties: list[list[int]] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count (questions, or "generation")
     prompt_tokens: int = 0
     output_tokens: int = 0
@@ -82,6 +85,7 @@ class Written:
 
     def stats(self) -> dict:
         return {"questions": len(self.questions), "english": self.english, "dropped": dict(self.dropped),
+                **({"sections_answered": len({tuple(t) for t in self.ties})} if self.ties else {}),
                 "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
                 "seconds": round(self.seconds, 3), "server_seconds": round(self.server_seconds, 3)}
 
@@ -127,11 +131,39 @@ def _grams(text: str) -> set[str]:
 _EXAMPLE_GRAMS = set().union(*(_grams(q) for qs in EXAMPLE.values() for q in qs))
 
 
-def echoes_example(question: str, digest_text: str) -> bool:
+def echoes_example(question: str, digest_text: str, example_grams: set[str] | None = None) -> bool:
     """Does the question repeat the prompt's example (a 4-character or three-word run of it that
     the note does not hold)? Small models copy it into notes it has nothing to do with."""
+    grams = _EXAMPLE_GRAMS if example_grams is None else example_grams
     own = _grams(digest_text)
-    return any(g in _EXAMPLE_GRAMS and g not in own for g in _grams(question))
+    return any(g in grams and g not in own for g in _grams(question))
+
+
+def echoes_of(title: str, system: str) -> set[str]:
+    """What a question must not be: the title, a line of the instructions (case-folded)."""
+    return {_flat(title).casefold()} | {_flat(line).casefold() for line in system.splitlines()}
+
+
+def verdict(q: str, english: bool, zh: bool, echoes: set[str], seen: set[str], digest_text: str,
+            example_grams: set[str] | None = None) -> str | None:
+    """Why a question (flattened) is dropped, or None: it is kept (and added to ``seen``).
+    ``english``: one of the English ones; ``zh``: the note is Chinese."""
+    key_q = q.casefold().rstrip("?？")
+    if len(q) < MIN_QUESTION_CHARS:
+        return "empty"
+    if len(q) > MAX_QUESTION_CHARS:
+        return "too long"
+    if q.casefold() in echoes or key_q in echoes or any(s in q for s in ("Title:", "Outline:", "Start:", "Sections:")) \
+            or echoes_example(q, digest_text, example_grams):
+        return "echo"
+    if not q.endswith(("?", "？")):
+        return "not a question"
+    if (english or not zh) and _CJK.search(q) or not english and zh and not _CJK.search(q):
+        return "language"
+    if key_q in seen:
+        return "repeated"
+    seen.add(key_q)
+    return None
 
 
 def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
@@ -153,28 +185,16 @@ def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
         out.drop("generation: not the schema's object")
         return out
     zh = chinese(digest_text)
-    echoes = {_flat(title).casefold()} | {_flat(line).casefold() for line in SYSTEM.splitlines()}
+    echoes = echoes_of(title, SYSTEM)
     seen: set[str] = set()
     kept: dict[str, list[str]] = {"questions": [], "english": []}
     for key in ("questions", "english"):
         for q in data[key][: 2 * PER_LANGUAGE]:
             q = _flat(q) if isinstance(q, str) else ""
-            key_q = q.casefold().rstrip("?？")
-            if len(q) < MIN_QUESTION_CHARS:
-                out.drop("empty")
-            elif len(q) > MAX_QUESTION_CHARS:
-                out.drop("too long")
-            elif q.casefold() in echoes or key_q in echoes or any(s in q for s in ("Title:", "Outline:", "Start:")) \
-                    or echoes_example(q, digest_text):
-                out.drop("echo")
-            elif not q.endswith(("?", "？")):
-                out.drop("not a question")
-            elif (key == "english" or not zh) and _CJK.search(q) or key == "questions" and zh and not _CJK.search(q):
-                out.drop("language")
-            elif key_q in seen:
-                out.drop("repeated")
+            reason = verdict(q, key == "english", zh, echoes, seen, digest_text)
+            if reason:
+                out.drop(reason)
             else:
-                seen.add(key_q)
                 kept[key].append(q)
         extra = len(data[key]) - 2 * PER_LANGUAGE
         if extra > 0:
@@ -207,24 +227,32 @@ async def write(stream: Stream, digest_text: str, title: str, *, timeout: float 
 #
 # A note's written questions are points of the person's questions tenant (``points.asked_user``),
 # ids ``asked_point_id(note, n)``, each with the note's id, the question, the content hash it was
-# written from and the chunk it points to: the note's chunk nearest to it (dense). A search finds
+# written from and the chunk it points to: the note's chunk nearest to it (dense), or with
+# ``memory.questions_scope: sections`` the nearest of its own section's chunks. A search finds
 # them as it finds chunks (dense and BM25, BM25's IDF over the person's questions) and counts each
 # hit for its chunk (``rankings``): the chunk is what is shown and cited, the question never.
 
 
-def index_questions(index, note_id: str, user_id: str, content_hash: str, questions: list[str]) -> int:
+def index_questions(index, note_id: str, user_id: str, content_hash: str, questions: list[str],
+                    ties: list[list[int]] | None = None) -> int:
     """Put a note's written questions in the index in place of its old ones (none: they go).
-    ``index``: a ``rag.index.note_index.NoteIndex``. How many were written."""
+    ``index``: a ``rag.index.note_index.NoteIndex``; ``ties``: per question the indexes of the
+    chunks it may point to (its section's; none or empty: any of the note's). How many were written."""
     from rag.index.lexical import document_vector
-    from rag.index.points import MAX_ASKED, PointData, asked_point_id, asked_point_ids, asked_user
+    from rag.index.points import MAX_ASKED, PointData, asked_point_id, asked_point_ids, asked_user, point_id
 
     questions = list(questions)[:MAX_ASKED]
+    ties = list(ties or [])
+    allowed = [{point_id(note_id, i) for i in ties[n]} if n < len(ties) and ties[n] else None
+               for n in range(len(questions))]
     points = []
     if questions:
         vectors = index.embed_query(questions)
-        nearest = index.store.nearest(list(vectors), user_id, 1, note_ids=[note_id])
+        wide = any(allowed)  # a section's chunks may be far down the note's nearest
+        nearest = index.store.nearest(list(vectors), user_id, NOTE_CHUNKS if wide else 1, note_ids=[note_id])
         for n, (q, vec, near) in enumerate(zip(questions, vectors, nearest)):
-            if not near:  # the note has no chunk (any more): nothing to point to
+            near = [c for c in near if allowed[n] is None or c.id in allowed[n]]
+            if not near:  # the note (the section) has no chunk (any more): nothing to point to
                 continue
             payload = {"user_id": asked_user(user_id), "note_id": note_id, "kind": "question", "text": q,
                        "chunk_id": near[0].id, "content_hash": content_hash}
@@ -234,10 +262,12 @@ def index_questions(index, note_id: str, user_id: str, content_hash: str, questi
     return len(points)
 
 
-def digest_from_index(store, note_id: str, most: int = 64) -> tuple[str, str] | None:
-    """A note's (title, ``digest``) from its chunks in the index (its first ``most``), for a
-    job queued without one (notes indexed before the questions were turned on); None when
-    the note has no chunk there."""
+NOTE_CHUNKS = 64  # the most of a note's chunks read back from the index, or searched for a section's
+
+
+def chunks_from_index(store, note_id: str, most: int = NOTE_CHUNKS) -> tuple[str, list] | None:
+    """A note's title and chunks (index, text, heading path) from the index (its first ``most``),
+    for a job queued without its digest; None when the note has no chunk there."""
     from types import SimpleNamespace
 
     from rag.index.points import point_id
@@ -246,9 +276,17 @@ def digest_from_index(store, note_id: str, most: int = 64) -> tuple[str, str] | 
     chunks = sorted(found.values(), key=lambda p: p.get("chunk_index", 0))
     if not chunks:
         return None
-    title = chunks[0].get("title", "")
-    return title, digest(title, [SimpleNamespace(text=p.get("text", ""), heading_path=tuple(p.get("heading_path") or ()))
-                                 for p in chunks])
+    return chunks[0].get("title", ""), [SimpleNamespace(index=p.get("chunk_index", 0), text=p.get("text", ""),
+                                                        heading_path=tuple(p.get("heading_path") or ()))
+                                        for p in chunks]
+
+
+def digest_from_index(store, note_id: str, most: int = NOTE_CHUNKS) -> tuple[str, str] | None:
+    """A note's (title, ``digest``) from its chunks in the index (its first ``most``), for a
+    job queued without one (notes indexed before the questions were turned on); None when
+    the note has no chunk there."""
+    found = chunks_from_index(store, note_id, most)
+    return None if found is None else (found[0], digest(*found))
 
 
 def unindex_questions(store, note_ids) -> None:
@@ -260,7 +298,7 @@ def unindex_questions(store, note_ids) -> None:
         store.delete(ids)
 
 
-def align(index, rows: dict[str, tuple[str, str, list[str]]], users) -> tuple[int, int]:
+def align(index, rows: dict[str, tuple], users) -> tuple[int, int]:
     """The index's question points in line with the written questions' rows (``MemoryStore.
     asked_rows``: the truth): a note with questions and no points gets them, a note with points
     and no questions loses them (``users``: whose tenants to look at). After a kill between
@@ -270,11 +308,11 @@ def align(index, rows: dict[str, tuple[str, str, list[str]]], users) -> tuple[in
     held: set[str] = set()
     for user in users:
         held |= index.store.note_ids(asked_user(user))
-    wanted = {n for n, (_, _, qs) in rows.items() if qs}
+    wanted = {n for n, row in rows.items() if row[2]}
     added = 0
     for note_id in sorted(wanted - held):
-        user, content_hash, qs = rows[note_id]
-        added += bool(index_questions(index, note_id, user, content_hash, qs))
+        user, content_hash, qs, *ties = rows[note_id]
+        added += bool(index_questions(index, note_id, user, content_hash, qs, ties[0] if ties else None))
     gone = sorted(held - wanted)
     unindex_questions(index.store, gone)
     return added, len(gone)

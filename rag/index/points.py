@@ -40,7 +40,7 @@ _ID_NAMESPACE = uuid.UUID("6f9c3f43-6a53-4f7e-9f5c-2f1d2a7f6c11")
 # ``user_id`` is the person's with this suffix. No search of chunks sees them, BM25's IDF over
 # the person's chunks is unchanged, and their own search counts IDF over the questions alone.
 ASKED = "#asked"
-MAX_ASKED = 16  # written questions per note at most: their point ids are the note's q0..q15
+MAX_ASKED = 24  # written questions per note at most (8 sections x 3): their point ids are the note's q0..q23
 
 
 def asked_user(user_id: str) -> str:

@@ -19,9 +19,11 @@ from rag.memory.schema import ASKED_JOB
 
 
 class WrittenQuestions:
-    def store_asked(self, job: dict, questions: list[str], stats: dict) -> bool:
-        """The job's note's written questions (none: the generation was dropped), in place of
-        its old ones. False (nothing stored, the job dropped) when the note changed or went."""
+    def store_asked(self, job: dict, questions: list[str], stats: dict, scope: str = "note",
+                    ties: list[list[int]] | None = None) -> bool:
+        """The job's note's written questions (none: the generation was dropped) of ``scope``, with
+        per question the chunks of its section (``ties``; none: the note's), in place of its old
+        ones. False (nothing stored, the job dropped) when the note changed or went."""
         stats = {**stats, "at": self.clock()}
 
         def work(db: sqlite3.Connection) -> bool:
@@ -29,35 +31,43 @@ class WrittenQuestions:
                        (job["note_id"], ASKED_JOB, job["content_hash"]))
             if not self._job_current(db, job):
                 return False
-            db.execute("INSERT OR REPLACE INTO asked(note_id, user_id, content_hash, questions, stats, at) "
-                       "VALUES (?,?,?,?,?,?)", (job["note_id"], job["user_id"], job["content_hash"],
-                                                json.dumps(questions, ensure_ascii=False),
-                                                json.dumps(stats, ensure_ascii=False), stats["at"]))
+            db.execute("INSERT OR REPLACE INTO asked(note_id, user_id, content_hash, questions, stats, at, scope, ties) "
+                       "VALUES (?,?,?,?,?,?,?,?)", (job["note_id"], job["user_id"], job["content_hash"],
+                                                    json.dumps(questions, ensure_ascii=False),
+                                                    json.dumps(stats, ensure_ascii=False), stats["at"], scope,
+                                                    json.dumps(ties or [])))
             return True
 
         return self._write(work)
 
-    def queue_missing_asked(self) -> int:
-        """A job for each processed note with neither written questions at its text nor a job
-        (its notes indexed before the questions were turned on): their digest is read from the
-        index when the job runs. How many were queued."""
+    def queue_missing_asked(self, scope: str = "note") -> int:
+        """A job for each processed note with neither written questions of ``scope`` at its text
+        nor a job (its notes indexed before the questions were turned on, or written in the other
+        scope): their digest is read from the index when the job runs. How many were queued."""
         def work(db: sqlite3.Connection) -> int:
             now = self.clock()
             cur = db.execute(
                 "INSERT INTO jobs(note_id, kind, user_id, content_hash, attempts, next_try, error, parked, created, "
                 "payload) SELECT n.note_id, ?, n.user_id, n.content_hash, 0, ?, NULL, 0, ?, '{}' FROM notes n "
-                "WHERE NOT EXISTS (SELECT 1 FROM asked a WHERE a.note_id = n.note_id AND a.content_hash = n.content_hash) "
-                "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.note_id = n.note_id AND j.kind = ?)",
-                (ASKED_JOB, now, now, ASKED_JOB))
+                "WHERE NOT EXISTS (SELECT 1 FROM asked a WHERE a.note_id = n.note_id AND a.content_hash = n.content_hash "
+                "AND a.scope = ?) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.note_id = n.note_id AND j.kind = ?)",
+                (ASKED_JOB, now, now, scope, ASKED_JOB))
             return cur.rowcount
 
         return self._write(work)
 
-    def asked_rows(self) -> dict[str, tuple[str, str, list[str]]]:
-        """Every note's written questions: note id -> (user, content hash, questions)."""
+    def asked_rows(self) -> dict[str, tuple[str, str, list[str], list[list[int]]]]:
+        """Every note's written questions: note id -> (user, content hash, questions, ties: per
+        question the chunks it points to, none: the note's)."""
         with self._lock:
-            rows = self.db.execute("SELECT note_id, user_id, content_hash, questions FROM asked").fetchall()
-        return {n: (u, h, json.loads(q)) for n, u, h, q in rows}
+            rows = self.db.execute("SELECT note_id, user_id, content_hash, questions, ties FROM asked").fetchall()
+        return {n: (u, h, json.loads(q), json.loads(t)) for n, u, h, q, t in rows}
+
+    def asked_scope(self, note_id: str) -> str | None:
+        """The scope a note's questions were written in (None: none written)."""
+        with self._lock:
+            row = self.db.execute("SELECT scope FROM asked WHERE note_id = ?", (note_id,)).fetchone()
+        return row[0] if row else None
 
     def asked_of(self, note_id: str, user_id: str) -> list[str]:
         """A note's written questions (none when not written, or dropped)."""

@@ -52,7 +52,8 @@ class LlmTier:
         payload = json.loads(row[4] or "{}")
         return {"note_id": row[0], "user_id": row[1], "content_hash": row[2], "attempts": row[3], "kind": row[5],
                 "text": payload.get("text") or "", "title": payload.get("title") or "", "updated": payload.get("updated"),
-                "digest": payload.get("digest") or ""}
+                "digest": payload.get("digest") or "", "scope": payload.get("scope") or "note",
+                "sections": payload.get("sections") or []}
 
     def next_due(self) -> float | None:
         """When the next unparked LLM job is due, or None."""

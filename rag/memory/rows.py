@@ -91,11 +91,12 @@ def queue_llm(db: sqlite3.Connection, note_id: str, user_id: str, content_hash: 
 
 
 def queue_asked(db: sqlite3.Connection, note_id: str, user_id: str, content_hash: str, payload: str,
-                now: float) -> None:
+                now: float, scope: str = "note") -> None:
     """The note's written questions (``rag.index.asked``) as of ``content_hash``: those of another
-    text go; unless written at this text already, a job is queued."""
+    text go; unless written at this text and ``scope`` already, a job is queued (questions of the
+    other scope stay until the new ones replace them)."""
     db.execute("DELETE FROM asked WHERE note_id = ? AND content_hash != ?", (note_id, content_hash))
-    if db.execute("SELECT 1 FROM asked WHERE note_id = ?", (note_id,)).fetchone() is None:
+    if db.execute("SELECT 1 FROM asked WHERE note_id = ? AND scope = ?", (note_id, scope)).fetchone() is None:
         queue_llm(db, note_id, user_id, content_hash, payload, now, ASKED_JOB)
 
 

@@ -151,4 +151,11 @@ MIGRATIONS = [
     );
     CREATE INDEX asked_user ON asked(user_id)
     """,
+    # what the questions were written from (memory.questions_scope: note or sections) and, per
+    # question, the chunks of the section it was written for ([]: the note's nearest chunk); the
+    # rows written before are the note scope's
+    """
+    ALTER TABLE asked ADD COLUMN scope TEXT NOT NULL DEFAULT 'note';
+    ALTER TABLE asked ADD COLUMN ties TEXT NOT NULL DEFAULT '[]'
+    """,
 ]

@@ -9,7 +9,7 @@ import json
 import sqlite3
 from typing import Iterable, Sequence
 
-from rag.index import asked
+from rag.index import asked, asked_sections
 from rag.memory import entities as extraction
 from rag.memory.entities import VERSION, Entity
 from rag.index.note_index import PreparedNote
@@ -127,7 +127,8 @@ class NoteWrites:
             if llm_job is not None:
                 queue_llm(db, note_id, user_id, content_hash, llm_job, self.clock())
             if asked_job is not None:  # the note's written questions, unless written at this text
-                queue_asked(db, note_id, user_id, content_hash, asked_job, self.clock())
+                queue_asked(db, note_id, user_id, content_hash, asked_job, self.clock(),
+                            json.loads(asked_job).get("scope") or "note")
             else:
                 db.execute("DELETE FROM asked WHERE note_id = ? AND content_hash != ?", (note_id, content_hash))
 
@@ -190,10 +191,11 @@ class NoteWrites:
         return self._write(work) if ids else 0
 
     def remember(self, prepared: PreparedNote, base_url: str, *, queue_llm: bool = False,
-                 queue_asked: bool = False) -> int:
+                 queue_asked: bool = False, asked_scope: str = "note") -> int:
         """Extract a prepared note's entities (the no-LLM tier) and put them in place of
         its old ones (with ``queue_llm``, its LLM extraction queued in the same
-        transaction); how many entities it has."""
+        transaction; with ``queue_asked``, its written questions of ``asked_scope``);
+        how many entities it has."""
         note = prepared.note
         chunks = [pc.chunk for pc in prepared.chunks]
         points = [pc.point_id for pc in prepared.chunks]
@@ -209,7 +211,9 @@ class NoteWrites:
             job = llm_payload(text, note.title, updated)
         asked_job = None
         if queue_asked:
-            asked_job = json.dumps({"digest": asked.digest(note.title, chunks), "title": note.title}, ensure_ascii=False)
+            asked_job = asked_sections.payload(note.title, chunks) if asked_scope == "sections" else \
+                json.dumps({"scope": "note", "digest": asked.digest(note.title, chunks), "title": note.title},
+                           ensure_ascii=False)
         self.replace_note(note.user_id, note.id, prepared.content_hash, rows, terms=found.terms,
                           info=info_of(note, base_url), llm_job=job, asked_job=asked_job)
         return len(rows)
