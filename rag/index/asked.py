@@ -166,20 +166,28 @@ def verdict(q: str, english: bool, zh: bool, echoes: set[str], seen: set[str], d
     return None
 
 
-def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
-          cap: int = OUTPUT_TOKENS) -> Written:
-    """A reply's questions, checked (module docstring); ``digest_text``: what the model read."""
+def opened(reply: str, usage: Usage | None, cap: int) -> tuple[Written, object]:
+    """What a reply cost (as the server reported it) and its JSON (None: not JSON). A reply that
+    ran to the output cap is dropped (``out.dropped`` says so) and not read."""
     out = Written()
     if usage is not None:
         out.prompt_tokens, out.output_tokens = usage.prompt_tokens, usage.output_tokens
         out.server_seconds = usage.prompt_seconds + usage.output_seconds
         if usage.output_tokens >= cap:
             out.drop("generation: ran to the output cap")
-            return out
+            return out, None
     try:
-        data = json.loads(reply)
+        return out, json.loads(reply)
     except ValueError:
-        data = None
+        return out, None
+
+
+def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
+          cap: int = OUTPUT_TOKENS) -> Written:
+    """A reply's questions, checked (module docstring); ``digest_text``: what the model read."""
+    out, data = opened(reply, usage, cap)
+    if out.dropped:
+        return out
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list) \
             or not isinstance(data.get("english"), list):
         out.drop("generation: not the schema's object")

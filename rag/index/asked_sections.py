@@ -130,18 +130,9 @@ def check(reply: str, digest_text: str, title: str, chunks_of: list[list[int]], 
           cap: int | None = None) -> asked.Written:
     """A reply's questions, checked (module docstring); ``chunks_of``: the chunks of section
     n + 1. The kept questions: the note's language first, then English, ``ties`` beside them."""
-    out = asked.Written()
-    cap = output_cap(len(chunks_of)) if cap is None else cap
-    if usage is not None:
-        out.prompt_tokens, out.output_tokens = usage.prompt_tokens, usage.output_tokens
-        out.server_seconds = usage.prompt_seconds + usage.output_seconds
-        if usage.output_tokens >= cap:
-            out.drop("generation: ran to the output cap")
-            return out
-    try:
-        data = json.loads(reply)
-    except ValueError:
-        data = None
+    out, data = asked.opened(reply, usage, output_cap(len(chunks_of)) if cap is None else cap)
+    if out.dropped:
+        return out
     entries = data.get("sections") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         out.drop("generation: not the schema's object")
