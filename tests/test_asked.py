@@ -86,6 +86,24 @@ def test_rambling_to_the_output_cap_is_dropped_whole_and_bad_questions_one_by_on
     assert w.dropped == {"repeated": 1, "not a question": 1, "too long": 1, "language": 2}
 
 
+def test_a_question_that_only_restates_a_heading_is_dropped_and_one_that_adds_to_it_stays():
+    digest = ("Title: 全双工通信的 WebSocket\nOutline:\n- WebSocket 握手\n- 数据帧\nStart:\n"
+              "WebSocket 是浏览器和服务器之间的全双工长连接协议。握手时客户端发 Upgrade 头。")
+    reply = json.dumps({"questions": ["WebSocket 握手是什么？", "数据帧的作用是什么？", "数据帧的结构是什么？",
+                                      "握手时客户端要发哪些头？"],
+                        "english": ["What is WebSocket?", "What is the WebSocket handshake?"]}, ensure_ascii=False)
+    w = asked.check(reply, digest, "全双工通信的 WebSocket", Usage(output_tokens=80))
+    assert w.questions == ["数据帧的结构是什么？", "握手时客户端要发哪些头？", "What is the WebSocket handshake?"]
+    assert w.dropped == {"restates a heading": 3}
+    # a section's question is read against its own heading (with the title), not another section's
+    digest = "Title: Dockerfile 最佳实践\nSections:\n[1] 指令 > COPY(复制文件)\nCOPY 复制文件。\n[2] 指令 > ADD\nADD 还能解压。"
+    w = asked_sections.check(sections_reply((1, ["COPY(复制文件) 的用法是什么？", "ADD 和 COPY 怎么选？"], ["What is COPY?"]),
+                                            (2, ["ADD 是什么？"], ["When does ADD unpack an archive?"])),
+                             digest, "Dockerfile 最佳实践", [[0], [1]], Usage(output_tokens=80))
+    assert w.questions == ["ADD 和 COPY 怎么选？", "When does ADD unpack an archive?"] and w.ties == [[0], [1]]
+    assert w.dropped == {"restates a heading": 3}
+
+
 def test_the_digest_is_bounded_and_holds_title_outline_and_first_lines():
     chunks = [Chunk(i, "正文" * 400, ("番茄炒蛋", f"第{i}步"), 0, 800) for i in range(30)]
     d = asked.digest("番茄炒蛋", chunks)
@@ -389,10 +407,7 @@ def test_a_sections_reply_ties_each_question_to_its_sections_chunks_and_drops_a_
     w = asked_sections.check(sections_reply((0, ["有吗？"], []), (3, ["有吗？"], [])), SECTIONS_DIGEST, "红烧肉",
                              [[0], [1, 2]], Usage(output_tokens=40))
     assert not w.ok and w.dropped == {"no such section": 2, "generation: nothing usable": 1}
-    # the same checks as the note scope's: rambling to the cap, echoes, language
-    assert asked_sections.check(reply, SECTIONS_DIGEST, "红烧肉", [[0], [1, 2]],
-                                Usage(output_tokens=asked_sections.output_cap(2))).dropped == {
-        "generation: ran to the output cap": 1}
+    # the same checks as the note scope's: echoes, language (a reply cut at the cap: the next test)
     w = asked_sections.check(sections_reply((1, ["红烧肉？", "炒蛋怎么才嫩？"], ["炖多久？"])), SECTIONS_DIGEST, "红烧肉",
                              [[0], [1, 2]], Usage(output_tokens=40))
     assert w.dropped == {"echo": 2, "language": 1, "generation: nothing usable": 1}
@@ -400,6 +415,28 @@ def test_a_sections_reply_ties_each_question_to_its_sections_chunks_and_drops_a_
 
 def long_note(sections: int, chars: int = 600) -> list[Chunk]:
     return [Chunk(i, f"第{i}节" + "正文" * chars, ("红烧肉", f"第{i}节"), 0, 2 * chars) for i in range(sections)]
+
+
+def test_a_sections_reply_cut_at_the_cap_keeps_the_sections_it_finished_and_is_counted():
+    cap = Usage(output_tokens=asked_sections.output_cap(2))
+    whole = sections_reply((1, ["五花肉要先焯水吗？"], ["Do I blanch the pork first?"]),
+                           (2, ["要炖多久？", "汁怎么收？"], ["How long does it simmer?"]))
+    cut = whole[: whole.index('"How long')]  # the model ran on and the cap cut section 2's entry
+    w = asked_sections.check(cut, SECTIONS_DIGEST, "红烧肉", [[0], [1, 2]], cap)
+    assert w.questions == ["五花肉要先焯水吗？", "Do I blanch the pork first?"] and w.ties == [[0], [0]]
+    assert w.dropped == {asked_sections.CUT: 1}
+    # cut before its first section was finished: nothing to keep, the generation is dropped
+    for nothing in (whole[:30], '{"sections": ', "五花肉" * 50):
+        w = asked_sections.check(nothing, SECTIONS_DIGEST, "红烧肉", [[0], [1, 2]], cap)
+        assert not w.ok and w.dropped == {"generation: ran to the output cap": 1}
+    # rambling on past the sections shown is still checked entry by entry
+    ramble = sections_reply((1, ["五花肉要先焯水吗？"], []), (1, ["五花肉要先焯水吗？"], []), (9, ["还有吗？"], []))
+    w = asked_sections.check(ramble[:-2], SECTIONS_DIGEST, "红烧肉", [[0], [1, 2]], cap)
+    assert w.questions == ["五花肉要先焯水吗？"]
+    assert w.dropped == {asked_sections.CUT: 1, "repeated": 1, "no such section": 1}
+    # the note scope still drops such a reply whole
+    assert asked.check(GOOD, DIGEST, "红烧肉", Usage(output_tokens=asked.OUTPUT_TOKENS)).dropped == {
+        "generation: ran to the output cap": 1}
 
 
 def test_a_long_notes_sections_are_spread_over_it_and_its_one_call_stays_under_the_budget(world, settings_factory):

@@ -15,7 +15,8 @@ small model writes is checked (``check``), never trusted:
   is dropped whole;
 - a question that is empty, too long, not a question (no question mark), repeats the prompt (the instructions, the
   title, the digest's labels, a run of the prompt's example the note does not hold), is in the wrong language (a Chinese note's questions
-  hold CJK; the English ones hold none), or repeats another, is dropped;
+  hold CJK; the English ones hold none), repeats another, or only restates a heading (``restates``: "<heading>是什么？",
+  "What is <heading>?" — both retrievers already match the heading in the chunk itself), is dropped;
 - nothing left: the generation is dropped.
 
 Every drop is counted with its reason (``Written.dropped``); a dropped generation writes no
@@ -145,9 +146,10 @@ def echoes_of(title: str, system: str) -> set[str]:
 
 
 def verdict(q: str, english: bool, zh: bool, echoes: set[str], seen: set[str], digest_text: str,
-            example_grams: set[str] | None = None) -> str | None:
+            example_grams: set[str] | None = None, headings: list[str] = ()) -> str | None:
     """Why a question (flattened) is dropped, or None: it is kept (and added to ``seen``).
-    ``english``: one of the English ones; ``zh``: the note is Chinese."""
+    ``english``: one of the English ones; ``zh``: the note is Chinese; ``headings``: what it may
+    not only restate (``restates``)."""
     key_q = q.casefold().rstrip("?？")
     if len(q) < MIN_QUESTION_CHARS:
         return "empty"
@@ -162,8 +164,46 @@ def verdict(q: str, english: bool, zh: bool, echoes: set[str], seen: set[str], d
         return "language"
     if key_q in seen:
         return "repeated"
+    if restates(q, english, list(headings)):
+        return "restates a heading"
     seen.add(key_q)
     return None
+
+
+# what a question adds to a heading without saying anything of its own: question words, and the
+# words a small model puts after a heading to make it a question ("的作用是什么", "the purpose of")
+_ASKING_ZH = re.compile("|".join(sorted("""是什么 什么 有哪些 哪些 哪个 如何 怎么样 怎么 怎样 为什么 为何 是否 吗 呢 的 了 是 有 和 与 及
+    作用 用法 方法 步骤 区别 过程 场景 特点 原理 意思 含义 介绍 使用 进行 可以 能 要 该 一些 主要""".split(),
+                                     key=len, reverse=True)))
+_ASKING_EN = frozenset("""what whats is are was the a an of to in on for how do does did i you we it its and or with
+    use used using purpose mean means meaning why when which can could should there this that be main some about
+    work works way ways""".split())
+
+
+def _units(text: str, english: bool) -> set[str]:
+    """A text's content: its CJK characters (not in the English questions) and Latin words, lower case."""
+    text = text.lower()
+    words = set(re.findall(r"[a-z0-9]+", text))
+    return words | (set() if english else set(_CJK.findall(text)))
+
+
+def headings_of(digest_text: str, title: str) -> list[str]:
+    """The headings a note scope question may not only restate: the title, and each line of the
+    digest's outline read with the title."""
+    outline = digest_text.split("\nOutline:\n", 1)[1].split("\nStart:\n", 1)[0] if "\nOutline:\n" in digest_text else ""
+    return [title] + [f"{title} {line[2:]}" for line in outline.splitlines() if line.startswith("- ")]
+
+
+def restates(q: str, english: bool, headings: list[str]) -> bool:
+    """Does a question only restate one of the headings (each read with the ones above it, a
+    note scope question: with the title)? Nothing of it but question words is outside that heading:
+    "WebSocket 握手是什么？" for "WebSocket 握手", "What is WebSocket?" for "全双工通信的 WebSocket";
+    "What is the structure of WebSocket data frames?" for "WebSocket 数据帧结构" says something of its
+    own in English, and stays."""
+    own = _units(_ASKING_ZH.sub(" ", q.lower()), english) - _ASKING_EN
+    if not own:
+        return False  # nothing but question words: not this check's to judge
+    return any(own <= _units(h, False) for h in headings if h.strip())
 
 
 def opened(reply: str, usage: Usage | None, cap: int) -> tuple[Written, object]:
@@ -195,11 +235,12 @@ def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
     zh = chinese(digest_text)
     echoes = echoes_of(title, SYSTEM)
     seen: set[str] = set()
+    headings = headings_of(digest_text, title)
     kept: dict[str, list[str]] = {"questions": [], "english": []}
     for key in ("questions", "english"):
         for q in data[key][: 2 * PER_LANGUAGE]:
             q = _flat(q) if isinstance(q, str) else ""
-            reason = verdict(q, key == "english", zh, echoes, seen, digest_text)
+            reason = verdict(q, key == "english", zh, echoes, seen, digest_text, headings=headings)
             if reason:
                 out.drop(reason)
             else:

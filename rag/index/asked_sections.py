@@ -15,15 +15,20 @@ not for whichever chunk of the note is nearest.
   question), each shown as ``[n] heading path`` (``HEADING_CHARS``) and its first
   ``SECTION_CHARS`` characters, ``PROMPT_CHARS`` in all; at most ``64 + OUTPUT_PER_SECTION``
   tokens per section written.
+- **A reply cut at the output cap** (the model wrote more than asked and ran on) keeps the
+  sections it finished before the cut (``complete_entries``), each checked as any other; the
+  cut one is lost. (In the note scope such a reply is dropped whole.)
 - **The reply** is a JSON object (Ollama's ``format``): ``sections``, a list of ``{section,
   questions, english}``. Each question is checked as in the note scope (``asked.verdict``); an
   entry naming a section that was not shown is dropped (``no such section``, its questions
-  counted), and a section's questions past two (English: one) are dropped (``too many``).
+  counted), and a section's questions past two (English: one) are dropped (``too many``); a
+  question that only restates its section's heading (with the title) is dropped (``asked.restates``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -118,6 +123,35 @@ def payload(title: str, chunks) -> str:
                        "sections": [list(s.chunks) for s in shown]}, ensure_ascii=False)
 
 
+CAPPED = "generation: ran to the output cap"
+CUT = "generation: cut at the output cap (its finished sections kept)"
+
+
+def complete_entries(reply: str) -> list:
+    """The section entries a reply cut at the output cap finished: the JSON objects of its
+    ``sections`` list up to the one the cap cut (none: the list never began)."""
+    start = reply.find("[", max(0, reply.find('"sections"')))
+    if '"sections"' not in reply or start < 0:
+        return []
+    decoder, at, out = json.JSONDecoder(), start + 1, []
+    while True:
+        while at < len(reply) and reply[at] in " \t\r\n,":
+            at += 1
+        if at >= len(reply) or reply[at] != "{":
+            return out
+        try:
+            entry, at = decoder.raw_decode(reply, at)
+        except ValueError:
+            return out
+        out.append(entry)
+
+
+def paths_of(digest_text: str, n: int) -> list[str]:
+    """Each shown section's heading path, read back from the digest's ``[k] path`` lines."""
+    found = dict(re.findall(r"^\[(\d+)\] (.*)$", digest_text, flags=re.M))
+    return [found.get(str(k), "") for k in range(1, n + 1)]
+
+
 def output_cap(n_sections: int) -> int:
     return 64 + OUTPUT_PER_SECTION * max(1, n_sections)
 
@@ -127,12 +161,17 @@ def prompt(digest_text: str) -> list[dict]:
 
 
 def check(reply: str, digest_text: str, title: str, chunks_of: list[list[int]], usage: Usage | None = None,
-          cap: int | None = None) -> asked.Written:
+          cap: int | None = None, paths: list[str] | None = None) -> asked.Written:
     """A reply's questions, checked (module docstring); ``chunks_of``: the chunks of section
-    n + 1. The kept questions: the note's language first, then English, ``ties`` beside them."""
+    n + 1; ``paths``: its heading path (none: read from the digest), which a question may not only
+    restate. The kept questions: the note's language first, then English, ``ties`` beside them."""
     out, data = asked.opened(reply, usage, output_cap(len(chunks_of)) if cap is None else cap)
     if out.dropped:
-        return out
+        entries = complete_entries(reply) if CAPPED in out.dropped else []
+        if not entries:
+            return out
+        out.dropped = {CUT: 1}  # the sections the model finished before the cap, each checked as any other
+        data = {"sections": entries}
     entries = data.get("sections") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         out.drop("generation: not the schema's object")
@@ -143,6 +182,7 @@ def check(reply: str, digest_text: str, title: str, chunks_of: list[list[int]], 
     own: list[tuple[str, list[int]]] = []
     english: list[tuple[str, list[int]]] = []
     per: dict[tuple[int, str], int] = {}
+    paths = paths if paths is not None else paths_of(digest_text, len(chunks_of))
     for entry in entries:
         if not isinstance(entry, dict):
             out.drop("generation: not the schema's object")
@@ -159,7 +199,8 @@ def check(reply: str, digest_text: str, title: str, chunks_of: list[list[int]], 
                     out.drop("too many")
                     continue
                 q = asked._flat(q)
-                reason = asked.verdict(q, key == "english", zh, echoes, seen, digest_text, _EXAMPLE_GRAMS)
+                reason = asked.verdict(q, key == "english", zh, echoes, seen, digest_text, _EXAMPLE_GRAMS,
+                                       [f"{title} {paths[n - 1]}"])
                 if reason:
                     out.drop(reason)
                 else:
