@@ -31,6 +31,9 @@ SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
 
 
+QUESTIONS_WEIGHT = 0.1  # retrieval.questions_weight unset while memory.questions is auto or on
+
+
 class Settings(Section):
     # sections a running daemon takes whole from a reloaded config
     LIVE_SECTIONS: ClassVar[tuple[str, ...]] = ("users", "exclude", "answer", "retrieval", "bots", "log_level")
@@ -60,6 +63,15 @@ class Settings(Section):
 
     # Where the file was read from; relative paths were resolved against its folder.
     config_path: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _questions_searched_when_written(self) -> "Settings":
+        # Written questions turned on are searched at the weight measured not to lose a dev hit
+        # (docs/memory.md), unless retrieval.questions_weight says otherwise.
+        if self.memory.questions != "off" and "questions_weight" not in self.retrieval.model_fields_set:
+            # (the sections are frozen once built; this is still their building)
+            object.__setattr__(self, "retrieval", self.retrieval.model_copy(update={"questions_weight": QUESTIONS_WEIGHT}))
+        return self
 
     @model_validator(mode="after")
     def _answer_fits_timeout(self) -> "Settings":

@@ -573,7 +573,8 @@ class RetrievalConfig(Section):
     questions_weight: float = Field(
         default=0.0, ge=0,
         description="the written questions' ranking in the fusion, times the dense and sparse weights; 0: not "
-        "searched (they are still written when memory.questions is on)",
+        "searched (they are still written when memory.questions is on); unset: 0.1 while memory.questions is "
+        "auto or on, 0 while it is off",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
     max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")

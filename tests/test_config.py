@@ -72,6 +72,19 @@ def test_a_budget_that_leaves_the_answer_no_time_is_refused_naming_both_keys(tmp
                                "ollama: {enabled: false}\n").ollama.enabled is False
 
 
+def test_written_questions_turned_on_are_searched_unless_their_weight_says_otherwise(tmp_path):
+    """memory.questions on or auto without retrieval.questions_weight: they are searched at the
+    measured weight (a user who turns them on should not also have to find the weight)."""
+    def weight(text: str) -> float:
+        return load_text(tmp_path, "source: {kind: files, path: x}\n" + text).retrieval.questions_weight
+
+    assert weight("") == 0 and weight("memory: {questions: off}\n") == 0
+    assert weight("memory: {questions: auto}\n") == config_mod.QUESTIONS_WEIGHT == 0.1
+    assert weight("memory: {questions: on}\nretrieval: {questions_weight: 0}\n") == 0
+    assert weight("memory: {questions: on}\nretrieval: {questions_weight: 0.3}\n") == 0.3
+    assert config_mod.load(REPO / "config.yaml").retrieval.questions_weight == 0  # the shipped config: off
+
+
 def test_bad_values_are_reported_with_their_path(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_text(tmp_path, "source: {kind: files, path: x}\nretrieval: {top_k: 0}\nembedder: {kind: bert}\n")
