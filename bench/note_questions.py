@@ -13,8 +13,8 @@ then the others in a seeded order, so that the notes written first are the dev s
 random draw of the rest; ``seeded`` all in the seeded order. A note already in the cache with
 the same content hash is skipped, so a run stopped goes on where it was.
 
-``--scope title`` is a variant measured here and not a setting: the note scope's call reading the
-title alone. ``--scope sections`` writes them per heading section (``rag.index.asked_sections``; the cache
+``--scope title`` writes them from the title alone (the note scope's call reading nothing else).
+``--scope sections`` writes them per heading section (``rag.index.asked_sections``; the cache
 keeps each question's section as the chunks it points to); ``per-call`` measures one call per
 section against the note's one call.
 
@@ -141,8 +141,8 @@ def cmd_generate(args) -> None:
                                                                [list(s.chunks) for s in shown], timeout=args.timeout))
                 elif args.scope == "title":  # the variant that reads nothing but the title
                     extra = {"scope": "title"}
-                    written = asyncio.run(asked.write(titled(stream), f"Title: {note.title}\n", note.title,
-                                                      timeout=args.timeout))
+                    written = asyncio.run(asked.write(stream, asked.title_digest(note.title), note.title,
+                                                      timeout=args.timeout, system=asked.TITLE_SYSTEM))
                 else:
                     written = asyncio.run(asked.write(stream, asked.digest(note.title, chunks), note.title,
                                                       timeout=args.timeout))
@@ -158,16 +158,6 @@ def cmd_generate(args) -> None:
             out.flush()
             print(f"[{i}/{len(todo)}] {row['wall_s']:6.1f}s out={written.output_tokens:4d} "
                   f"q={len(written.questions)} drop={written.dropped} {note.title[:30]}", flush=True)
-
-
-TITLE_SYSTEM = asked.SYSTEM.replace("You read the start of one note", "You read the title of one note")
-
-
-def titled(stream):
-    """``stream`` with the note scope's instructions told that the model reads only the title."""
-    def call(messages, *a, **kw):
-        return stream([{**messages[0], "content": TITLE_SYSTEM}, *messages[1:]], *a, **kw)
-    return call
 
 
 def cmd_per_call(args) -> None:
@@ -313,10 +303,11 @@ def cmd_sweep(args) -> None:
                 if row.get("scope") == "sections":
                     w = recheck_sections(n.title, chunks, qs, english_n, row["ties"])
                 else:
-                    digest_text = asked.digest(n.title, chunks)
+                    title_only = row.get("scope") == "title"
+                    digest_text = asked.title_digest(n.title) if title_only else asked.digest(n.title, chunks)
                     w = asked.check(json.dumps({"questions": qs[: len(qs) - english_n],
                                                 "english": qs[len(qs) - english_n:]}, ensure_ascii=False),
-                                    digest_text, n.title)
+                                    digest_text, n.title, system=asked.TITLE_SYSTEM if title_only else asked.SYSTEM)
                 rechecked.update(w.dropped)
                 ties = w.ties if w.ties and not args.untied else [[] for _ in w.questions]
                 pairs = list(zip(w.questions, ties))
@@ -535,7 +526,7 @@ def main(argv=None) -> None:
     g.add_argument("--offset", type=int, default=0)
     g.add_argument("--timeout", type=float, default=600.0)
     g.add_argument("--scope", choices=("note", "sections", "title"), default="note",
-                   help="memory.questions_scope (title: a bench variant, the title alone)")
+                   help="memory.questions_scope")
     w = sub.add_parser("sweep")
     w.add_argument("--cache", required=True)
     w.add_argument("--state", default="/tmp/lr-q-sweep")

@@ -31,7 +31,7 @@ SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
 
 
-QUESTIONS_WEIGHT = 0.1  # retrieval.questions_weight unset while memory.questions is auto or on
+QUESTIONS_WEIGHT = 0.25  # retrieval.questions_weight unset while memory.questions is auto or on
 
 
 class Settings(Section):

@@ -367,10 +367,11 @@ class MemoryConfig(Section):
         "note, only while no question waits for the LLM) and searched as entries pointing to the note: auto while "
         "Ollama answers, on, off (retrieval.questions_weight: their weight in the search)",
     )
-    questions_scope: Literal["note", "sections"] = Field(
-        default="sections",
-        description="what the questions are written from: note (its title, outline and first lines; each question "
-        "counts for the note's chunk nearest to it) or sections (its heading sections, a few questions each, each "
+    questions_scope: Literal["title", "note", "sections"] = Field(
+        default="title",
+        description="what the questions are written from: title (the note's title alone: the cheapest, and the "
+        "one measured over the whole corpus), note (its title, outline and first lines) — each question counting "
+        "for the note's chunk nearest to it — or sections (its heading sections, a few questions each, each "
         "counting for its own section's chunk); changing it rewrites the questions on the next pass",
     )
     questions_window: str = Field(
@@ -573,7 +574,7 @@ class RetrievalConfig(Section):
     questions_weight: float = Field(
         default=0.0, ge=0,
         description="the written questions' ranking in the fusion, times the dense and sparse weights; 0: not "
-        "searched (they are still written when memory.questions is on); unset: 0.1 while memory.questions is "
+        "searched (they are still written when memory.questions is on); unset: 0.25 while memory.questions is "
         "auto or on, 0 while it is off",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")

@@ -287,7 +287,9 @@ class MemoryJobs:
                                    "writing the questions")
                 return True
             job["title"], chunks = found
-            if scope == "sections":
+            if scope == "title":
+                job["digest"] = asked_mod.title_digest(job["title"])
+            elif scope == "sections":
                 shown = asked_sections.sections(job["title"], chunks)
                 job["digest"], job["sections"] = asked_sections.digest(job["title"], shown), [list(s.chunks)
                                                                                                for s in shown]
@@ -300,7 +302,8 @@ class MemoryJobs:
         else:
             def call():
                 return asked_mod.write(self.answers._stream, job["digest"], job["title"],
-                                       timeout=self.settings.ollama.timeout)
+                                       timeout=self.settings.ollama.timeout,
+                                       system=asked_mod.TITLE_SYSTEM if scope == "title" else asked_mod.SYSTEM)
         try:
             written = await self._preemptible(call)
         except Preempted:

@@ -487,6 +487,31 @@ def test_switching_the_scope_rewrites_the_questions_on_the_next_pass(world, sett
     assert w.store.queue_missing_asked("note") == 1 and asked_jobs(w.store) == [("n1", "h1")]
 
 
+def test_the_title_scope_sends_the_title_alone_and_its_questions_replace_the_note_scopes(world, settings_factory):
+    w = world
+    add_note(w, "n1")
+    w.fake.reply_structured(GOOD)
+    assert run(w.jobs.step()) and w.store.asked_scope("n1") == "note"
+    titled = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5},
+                              memory={"llm": "off", "questions": "on", "questions_scope": "title"})
+    assert titled.retrieval.questions_weight == 0.25  # turned on, and searched
+    assert w.store.queue_missing_asked("title") == 1  # a note written in another scope is written again
+    w.store.replace_note("u1", "n1", "h1", [], asked_job=json.dumps(
+        {"scope": "title", "title": "红烧肉", "digest": asked.title_digest("红烧肉")}, ensure_ascii=False))
+    jobs = MemoryJobs(titled, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
+    w.fake.reply_structured(json.dumps({"questions": ["红烧肉怎么做才不腻？", "红烧肉是什么？"],
+                                        "english": ["Why is my braised pork too greasy?"]},
+                                       ensure_ascii=False))
+    assert run(jobs.step()) is True and w.store.asked_scope("n1") == "title"
+    assert w.store.asked_rows()["n1"][2] == ["红烧肉怎么做才不腻？", "Why is my braised pork too greasy?"]
+    chat = w.fake.structured_chats()[-1]
+    assert chat["messages"][0]["content"] == asked.TITLE_SYSTEM and chat["messages"][-1]["content"] == "Title: 红烧肉\n"
+    # the title scope's own instructions are what an echo is checked against
+    echo = json.dumps({"questions": [asked.TITLE_SYSTEM.splitlines()[0]], "english": []})
+    assert asked.check(echo, asked.title_digest("红烧肉"), "红烧肉", Usage(output_tokens=40),
+                       system=asked.TITLE_SYSTEM).dropped.get("echo") == 1
+
+
 def test_rows_written_before_the_scope_existed_are_the_note_scopes(tmp_path):
     import sqlite3
 

@@ -79,7 +79,7 @@ def test_written_questions_turned_on_are_searched_unless_their_weight_says_other
         return load_text(tmp_path, "source: {kind: files, path: x}\n" + text).retrieval.questions_weight
 
     assert weight("") == 0 and weight("memory: {questions: off}\n") == 0
-    assert weight("memory: {questions: auto}\n") == config_mod.QUESTIONS_WEIGHT == 0.1
+    assert weight("memory: {questions: auto}\n") == config_mod.QUESTIONS_WEIGHT == 0.25
     assert weight("memory: {questions: on}\nretrieval: {questions_weight: 0}\n") == 0
     assert weight("memory: {questions: on}\nretrieval: {questions_weight: 0.3}\n") == 0.3
     assert config_mod.load(REPO / "config.yaml").retrieval.questions_weight == 0  # the shipped config: off

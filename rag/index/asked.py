@@ -7,7 +7,8 @@ extra entries pointing to the note (``rag.index.retrieve``, "Written questions")
 never shown or cited: the chunk they point to is.
 
 One call per note: its title, its heading outline and its first lines (``digest``), never
-more than ``DIGEST_CHARS``, so a long note costs what a short one does. The reply is a JSON
+more than ``DIGEST_CHARS``, so a long note costs what a short one does; with
+``memory.questions_scope: title``, its title alone (``title_digest``, ``TITLE_SYSTEM``). The reply is a JSON
 object (Ollama's ``format``): ``questions`` in the note's language and ``english``. What a
 small model writes is checked (``check``), never trusted:
 
@@ -55,6 +56,8 @@ everyday words, not the note's headings copied. Each is one short question endin
 Reply with JSON only: "questions": {PER_LANGUAGE} questions in the note's language (Chinese for a Chinese note); \
 "english": {PER_LANGUAGE} questions in English.
 Example for a note on frying tomatoes with eggs: {json.dumps(EXAMPLE, ensure_ascii=False)}"""
+# ``memory.questions_scope: title``: the same call reading nothing but the note's title
+TITLE_SYSTEM = SYSTEM.replace("You read the start of one note", "You read the title of one note")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 _SPACES = re.compile(r"\s+")
@@ -113,8 +116,13 @@ def digest(title: str, chunks, limit: int = DIGEST_CHARS) -> str:
     return head + body[: max(0, limit - len(head))]
 
 
-def prompt(digest_text: str) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": digest_text}]
+def title_digest(title: str) -> str:
+    """What the model reads of a note in ``memory.questions_scope: title``."""
+    return f"Title: {title}\n"
+
+
+def prompt(digest_text: str, system: str = SYSTEM) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": digest_text}]
 
 
 def _flat(text: str) -> str:
@@ -223,8 +231,9 @@ def opened(reply: str, usage: Usage | None, cap: int) -> tuple[Written, object]:
 
 
 def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
-          cap: int = OUTPUT_TOKENS) -> Written:
-    """A reply's questions, checked (module docstring); ``digest_text``: what the model read."""
+          cap: int = OUTPUT_TOKENS, system: str = SYSTEM) -> Written:
+    """A reply's questions, checked (module docstring); ``digest_text``: what the model read,
+    ``system``: its instructions."""
     out, data = opened(reply, usage, cap)
     if out.dropped:
         return out
@@ -233,7 +242,7 @@ def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
         out.drop("generation: not the schema's object")
         return out
     zh = chinese(digest_text)
-    echoes = echoes_of(title, SYSTEM)
+    echoes = echoes_of(title, system)
     seen: set[str] = set()
     headings = headings_of(digest_text, title)
     kept: dict[str, list[str]] = {"questions": [], "english": []}
@@ -257,17 +266,18 @@ def check(reply: str, digest_text: str, title: str, usage: Usage | None = None,
 
 
 async def write(stream: Stream, digest_text: str, title: str, *, timeout: float | None = None,
-                clock: Callable[[], float] | None = None) -> Written:
-    """The questions one note answers, from its ``digest``: one call, checked."""
+                clock: Callable[[], float] | None = None, system: str = SYSTEM) -> Written:
+    """The questions one note answers, from its ``digest`` (or ``title_digest`` with
+    ``TITLE_SYSTEM``): one call, checked."""
     import time
 
     clock = clock or time.monotonic
     started = clock()
     usage = Usage()
-    reply = "".join([p async for p in stream(prompt(digest_text), usage,
+    reply = "".join([p async for p in stream(prompt(digest_text, system), usage,
                                              {"num_predict": OUTPUT_TOKENS, "temperature": 0},
                                              format=SCHEMA, timeout=timeout)])
-    out = check(reply, digest_text, title, usage)
+    out = check(reply, digest_text, title, usage, system=system)
     out.seconds = clock() - started
     return out
 

@@ -212,8 +212,9 @@ class NoteWrites:
         asked_job = None
         if queue_asked:
             asked_job = asked_sections.payload(note.title, chunks) if asked_scope == "sections" else \
-                json.dumps({"scope": "note", "digest": asked.digest(note.title, chunks), "title": note.title},
-                           ensure_ascii=False)
+                json.dumps({"scope": asked_scope, "title": note.title,
+                            "digest": asked.title_digest(note.title) if asked_scope == "title"
+                            else asked.digest(note.title, chunks)}, ensure_ascii=False)
         self.replace_note(note.user_id, note.id, prepared.content_hash, rows, terms=found.terms,
                           info=info_of(note, base_url), llm_job=job, asked_job=asked_job)
         return len(rows)
