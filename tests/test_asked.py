@@ -500,12 +500,14 @@ def test_the_title_scope_sends_the_title_alone_and_its_questions_replace_the_not
         {"scope": "title", "title": "红烧肉", "digest": asked.title_digest("红烧肉")}, ensure_ascii=False))
     jobs = MemoryJobs(titled, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
     w.fake.reply_structured(json.dumps({"questions": ["红烧肉怎么做才不腻？", "红烧肉是什么？"],
-                                        "english": ["Why is my braised pork too greasy?"]},
+                                        "english": ["How do I keep braised pork from being greasy?"]},
                                        ensure_ascii=False))
     assert run(jobs.step()) is True and w.store.asked_scope("n1") == "title"
-    assert w.store.asked_rows()["n1"][2] == ["红烧肉怎么做才不腻？", "Why is my braised pork too greasy?"]
+    assert w.store.asked_rows()["n1"][2] == ["红烧肉怎么做才不腻？", "How do I keep braised pork from being greasy?"]
     chat = w.fake.structured_chats()[-1]
     assert chat["messages"][0]["content"] == asked.TITLE_SYSTEM and chat["messages"][-1]["content"] == "Title: 红烧肉\n"
+    # (it opens like the prompt's example, "How do I keep scrambled eggs soft?", and is kept: an echo
+    # must copy the example's subject)
     # the title scope's own instructions are what an echo is checked against
     echo = json.dumps({"questions": [asked.TITLE_SYSTEM.splitlines()[0]], "english": []})
     assert asked.check(echo, asked.title_digest("红烧肉"), "红烧肉", Usage(output_tokens=40),

@@ -137,12 +137,25 @@ def _grams(text: str) -> set[str]:
     return out | {" ".join(words[i:i + 3]) for i in range(len(words) - 2)}
 
 
-_EXAMPLE_GRAMS = set().union(*(_grams(q) for qs in EXAMPLE.values() for q in qs))
+# the example's own subject: a three-word run of it counts as copied only with one of these in it
+# ("How do I keep …" is how anyone asks; "keep scrambled eggs" is the example)
+EXAMPLE_SUBJECT = frozenset({"tomato", "tomatoes", "egg", "eggs", "scrambled", "fry", "soft"})
+
+
+def example_grams(questions, subject=EXAMPLE_SUBJECT) -> set[str]:
+    """What an echo of an example shares with it: its CJK 4-grams, and its three-word runs that
+    hold one of its ``subject`` words."""
+    grams = set().union(*(_grams(q) for q in questions))
+    return {g for g in grams if " " not in g or subject & set(g.split())}
+
+
+_EXAMPLE_GRAMS = example_grams(q for qs in EXAMPLE.values() for q in qs)
 
 
 def echoes_example(question: str, digest_text: str, example_grams: set[str] | None = None) -> bool:
-    """Does the question repeat the prompt's example (a 4-character or three-word run of it that
-    the note does not hold)? Small models copy it into notes it has nothing to do with."""
+    """Does the question repeat the prompt's example (a 4-character run of it, or a three-word run
+    with its subject in it, that the note does not hold)? Small models copy it into notes it has
+    nothing to do with."""
     grams = _EXAMPLE_GRAMS if example_grams is None else example_grams
     own = _grams(digest_text)
     return any(g in grams and g not in own for g in _grams(question))

@@ -65,8 +65,7 @@ Each is one short question ending with a question mark.
 Reply with JSON only: "sections": one object per section with "section": its number, "questions": 1 or 2 \
 questions in the note's language (Chinese for a Chinese note), "english": 1 question in English.
 Example for a note on frying tomatoes with eggs ([1] 材料 [2] 做法): {json.dumps(EXAMPLE, ensure_ascii=False)}"""
-_EXAMPLE_GRAMS = set().union(*(asked._grams(q) for s in EXAMPLE["sections"] for k in ("questions", "english")
-                               for q in s[k]))
+_EXAMPLE_GRAMS = asked.example_grams(q for s in EXAMPLE["sections"] for k in ("questions", "english") for q in s[k])
 
 
 @dataclass(frozen=True)
