@@ -41,7 +41,7 @@ from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: 
 
 from rag import config  # noqa: E402
 from rag.eval import load_questions  # noqa: E402
-from rag.index import asked, asked_sections  # noqa: E402
+from rag.index import asked, asked_scopes, asked_sections  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.model import Note  # noqa: E402
 from sync.sources import open_source  # noqa: E402
@@ -130,22 +130,12 @@ def cmd_generate(args) -> None:
                 continue  # written by another run (two models sharing the work)
             chunks = chunk_text(clean(note.content, note.is_markdown), settings.chunking)
             started = time.perf_counter()
-            extra = {}
+            payload = asked_scopes.job(args.scope, note.title, chunks)
+            extra = {"scope": args.scope}
+            if args.scope == "sections":
+                extra.update(sections=len(payload["sections"]), chunks=len(chunks), digest_chars=len(payload["digest"]))
             try:
-                if args.scope == "sections":
-                    shown = asked_sections.sections(note.title, chunks)
-                    digest_text = asked_sections.digest(note.title, shown)
-                    extra = {"scope": "sections", "sections": len(shown), "chunks": len(chunks),
-                             "digest_chars": len(digest_text)}
-                    written = asyncio.run(asked_sections.write(stream, digest_text, note.title,
-                                                               [list(s.chunks) for s in shown], timeout=args.timeout))
-                elif args.scope == "title":  # the variant that reads nothing but the title
-                    extra = {"scope": "title"}
-                    written = asyncio.run(asked.write(stream, asked.title_digest(note.title), note.title,
-                                                      timeout=args.timeout, system=asked.TITLE_SYSTEM))
-                else:
-                    written = asyncio.run(asked.write(stream, asked.digest(note.title, chunks), note.title,
-                                                      timeout=args.timeout))
+                written = asyncio.run(asked_scopes.write(stream, payload, timeout=args.timeout))
                 error = None
             except Exception as err:  # a timeout: counted, the note written next run
                 written, error = asked.Written(), f"{type(err).__name__}: {err}"
@@ -304,7 +294,7 @@ def cmd_sweep(args) -> None:
                     w = recheck_sections(n.title, chunks, qs, english_n, row["ties"])
                 else:
                     title_only = row.get("scope") == "title"
-                    digest_text = asked.title_digest(n.title) if title_only else asked.digest(n.title, chunks)
+                    digest_text = asked_scopes.job("title" if title_only else "note", n.title, chunks)["digest"]
                     w = asked.check(json.dumps({"questions": qs[: len(qs) - english_n],
                                                 "english": qs[len(qs) - english_n:]}, ensure_ascii=False),
                                     digest_text, n.title, system=asked.TITLE_SYSTEM if title_only else asked.SYSTEM)

@@ -41,7 +41,7 @@ from collections import Counter
 from typing import Callable
 
 from rag.index import asked as asked_mod
-from rag.index import asked_sections
+from rag.index import asked_scopes
 from rag.memory import extract as extract_mod
 from rag.config import Settings
 from rag.errors import LeanoteRagError
@@ -286,24 +286,11 @@ class MemoryJobs:
                 await self._failed(memory, job, LeanoteRagError("the note's chunks are not in the index (yet)"),
                                    "writing the questions")
                 return True
-            job["title"], chunks = found
-            if scope == "title":
-                job["digest"] = asked_mod.title_digest(job["title"])
-            elif scope == "sections":
-                shown = asked_sections.sections(job["title"], chunks)
-                job["digest"], job["sections"] = asked_sections.digest(job["title"], shown), [list(s.chunks)
-                                                                                               for s in shown]
-            else:
-                job["digest"] = asked_mod.digest(job["title"], chunks)
-        if scope == "sections":
-            def call():
-                return asked_sections.write(self.answers._stream, job["digest"], job["title"], job["sections"],
-                                            timeout=self.settings.ollama.timeout)
-        else:
-            def call():
-                return asked_mod.write(self.answers._stream, job["digest"], job["title"],
-                                       timeout=self.settings.ollama.timeout,
-                                       system=asked_mod.TITLE_SYSTEM if scope == "title" else asked_mod.SYSTEM)
+            job.update(asked_scopes.job(scope, found[0], found[1]))
+
+        def call():
+            return asked_scopes.write(self.answers._stream, job, timeout=self.settings.ollama.timeout)
+
         try:
             written = await self._preemptible(call)
         except Preempted:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from rag.answer.service import AnswerService
-from rag.index import asked, asked_sections
+from rag.index import asked, asked_scopes, asked_sections
 from rag.index.note_index import NoteIndex
 from rag.index.points import asked_point_id, asked_user
 from rag.index.retrieve import search
@@ -456,7 +456,7 @@ def test_a_long_notes_sections_are_spread_over_it_and_its_one_call_stays_under_t
     settings = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5},
                                 memory={"llm": "off", "questions": "on", "questions_scope": "sections"})
     jobs = MemoryJobs(settings, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
-    w.store.replace_note("u1", "n1", "h1", [], asked_job=asked_sections.payload("红烧肉", chunks))
+    w.store.replace_note("u1", "n1", "h1", [], asked_job=json.dumps(asked_scopes.job("sections", "红烧肉", chunks), ensure_ascii=False))
     w.fake.reply_structured(sections_reply((8, ["最后一节讲什么做法？"], ["What does the last part say?"])))
     assert run(jobs.step()) is True
     (chat,) = w.fake.structured_chats()
@@ -476,7 +476,7 @@ def test_switching_the_scope_rewrites_the_questions_on_the_next_pass(world, sett
     sections = settings_factory(ollama={"host": w.fake.url, "timeout": 10}, answer={"first_token_budget": 5},
                                 memory={"llm": "off", "questions": "on", "questions_scope": "sections"})
     chunks = [Chunk(0, "五花肉先焯水。", ("红烧肉", "准备"), 0, 7), Chunk(1, "小火炖一个小时。", ("红烧肉", "炖"), 7, 15)]
-    w.store.replace_note("u1", "n1", "h1", [], asked_job=asked_sections.payload("红烧肉", chunks))
+    w.store.replace_note("u1", "n1", "h1", [], asked_job=json.dumps(asked_scopes.job("sections", "红烧肉", chunks), ensure_ascii=False))
     assert asked_jobs(w.store) == [("n1", "h1")] and w.store.asked_of("n1", "u1")[0] == "红烧肉要先焯水吗？"
     jobs = MemoryJobs(sections, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
     w.fake.reply_structured(sections_reply((2, ["要炖多久？"], ["How long does it simmer?"])))
@@ -496,8 +496,8 @@ def test_the_title_scope_sends_the_title_alone_and_its_questions_replace_the_not
                               memory={"llm": "off", "questions": "on", "questions_scope": "title"})
     assert titled.retrieval.questions_weight == 0.25  # turned on, and searched
     assert w.store.queue_missing_asked("title") == 1  # a note written in another scope is written again
-    w.store.replace_note("u1", "n1", "h1", [], asked_job=json.dumps(
-        {"scope": "title", "title": "红烧肉", "digest": asked.title_digest("红烧肉")}, ensure_ascii=False))
+    w.store.replace_note("u1", "n1", "h1", [], asked_job=json.dumps(asked_scopes.job("title", "红烧肉", []),
+                                                                     ensure_ascii=False))
     jobs = MemoryJobs(titled, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
     w.fake.reply_structured(json.dumps({"questions": ["红烧肉怎么做才不腻？", "红烧肉是什么？"],
                                         "english": ["How do I keep braised pork from being greasy?"]},

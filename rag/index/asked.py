@@ -142,14 +142,14 @@ def _grams(text: str) -> set[str]:
 EXAMPLE_SUBJECT = frozenset({"tomato", "tomatoes", "egg", "eggs", "scrambled", "fry", "soft"})
 
 
-def example_grams(questions, subject=EXAMPLE_SUBJECT) -> set[str]:
+def echo_grams(questions, subject=EXAMPLE_SUBJECT) -> set[str]:
     """What an echo of an example shares with it: its CJK 4-grams, and its three-word runs that
     hold one of its ``subject`` words."""
     grams = set().union(*(_grams(q) for q in questions))
     return {g for g in grams if " " not in g or subject & set(g.split())}
 
 
-_EXAMPLE_GRAMS = example_grams(q for qs in EXAMPLE.values() for q in qs)
+_EXAMPLE_GRAMS = echo_grams(q for qs in EXAMPLE.values() for q in qs)
 
 
 def echoes_example(question: str, digest_text: str, example_grams: set[str] | None = None) -> bool:
@@ -351,14 +351,6 @@ def chunks_from_index(store, note_id: str, most: int = NOTE_CHUNKS) -> tuple[str
     return chunks[0].get("title", ""), [SimpleNamespace(index=p.get("chunk_index", 0), text=p.get("text", ""),
                                                         heading_path=tuple(p.get("heading_path") or ()))
                                         for p in chunks]
-
-
-def digest_from_index(store, note_id: str, most: int = NOTE_CHUNKS) -> tuple[str, str] | None:
-    """A note's (title, ``digest``) from its chunks in the index (its first ``most``), for a
-    job queued without one (notes indexed before the questions were turned on); None when
-    the note has no chunk there."""
-    found = chunks_from_index(store, note_id, most)
-    return None if found is None else (found[0], digest(*found))
 
 
 def unindex_questions(store, note_ids) -> None:

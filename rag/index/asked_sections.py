@@ -65,7 +65,7 @@ Each is one short question ending with a question mark.
 Reply with JSON only: "sections": one object per section with "section": its number, "questions": 1 or 2 \
 questions in the note's language (Chinese for a Chinese note), "english": 1 question in English.
 Example for a note on frying tomatoes with eggs ([1] 材料 [2] 做法): {json.dumps(EXAMPLE, ensure_ascii=False)}"""
-_EXAMPLE_GRAMS = asked.example_grams(q for s in EXAMPLE["sections"] for k in ("questions", "english") for q in s[k])
+_EXAMPLE_GRAMS = asked.echo_grams(q for s in EXAMPLE["sections"] for k in ("questions", "english") for q in s[k])
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,6 @@ def digest(title: str, shown: list[Section], limit: int = PROMPT_CHARS) -> str:
     return head + "\n".join(parts)
 
 
-def payload(title: str, chunks) -> str:
-    """A job's payload (``sync.memory_jobs``): the prompt text and each section's chunks."""
-    shown = sections(title, chunks)
-    return json.dumps({"scope": "sections", "title": title, "digest": digest(title, shown),
-                       "sections": [list(s.chunks) for s in shown]}, ensure_ascii=False)
-
-
 CAPPED = "generation: ran to the output cap"
 CUT = "generation: cut at the output cap (its finished sections kept)"
 
@@ -160,10 +153,10 @@ def prompt(digest_text: str) -> list[dict]:
 
 
 def check(reply: str, digest_text: str, title: str, chunks_of: list[list[int]], usage: Usage | None = None,
-          cap: int | None = None, paths: list[str] | None = None) -> asked.Written:
+          cap: int | None = None) -> asked.Written:
     """A reply's questions, checked (module docstring); ``chunks_of``: the chunks of section
-    n + 1; ``paths``: its heading path (none: read from the digest), which a question may not only
-    restate. The kept questions: the note's language first, then English, ``ties`` beside them."""
+    n + 1 (its heading path, which a question may not only restate, read from the digest). The
+    kept questions: the note's language first, then English, ``ties`` beside them."""
     out, data = asked.opened(reply, usage, output_cap(len(chunks_of)) if cap is None else cap)
     if out.dropped:
         entries = complete_entries(reply) if CAPPED in out.dropped else []
@@ -181,7 +174,7 @@ def check(reply: str, digest_text: str, title: str, chunks_of: list[list[int]], 
     own: list[tuple[str, list[int]]] = []
     english: list[tuple[str, list[int]]] = []
     per: dict[tuple[int, str], int] = {}
-    paths = paths if paths is not None else paths_of(digest_text, len(chunks_of))
+    paths = paths_of(digest_text, len(chunks_of))
     for entry in entries:
         if not isinstance(entry, dict):
             out.drop("generation: not the schema's object")

@@ -9,7 +9,7 @@ import json
 import sqlite3
 from typing import Iterable, Sequence
 
-from rag.index import asked, asked_sections
+from rag.index import asked_scopes
 from rag.memory import entities as extraction
 from rag.memory.entities import VERSION, Entity
 from rag.index.note_index import PreparedNote
@@ -211,10 +211,7 @@ class NoteWrites:
             job = llm_payload(text, note.title, updated)
         asked_job = None
         if queue_asked:
-            asked_job = asked_sections.payload(note.title, chunks) if asked_scope == "sections" else \
-                json.dumps({"scope": asked_scope, "title": note.title,
-                            "digest": asked.title_digest(note.title) if asked_scope == "title"
-                            else asked.digest(note.title, chunks)}, ensure_ascii=False)
+            asked_job = json.dumps(asked_scopes.job(asked_scope, note.title, chunks), ensure_ascii=False)
         self.replace_note(note.user_id, note.id, prepared.content_hash, rows, terms=found.terms,
                           info=info_of(note, base_url), llm_job=job, asked_job=asked_job)
         return len(rows)
