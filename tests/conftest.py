@@ -17,6 +17,7 @@ import pytest
 from rag import config as config_mod
 from rag.http import tls
 from rag.index import embed as embed_mod
+from bot.api.client import ONE_SHOT
 from bot.root import Parts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -321,14 +322,17 @@ def free_port() -> int:
 
 def unix_http(sock, base_url: str = "http://x", **options) -> httpx.Client:
     """An HTTP client to the daemon's Unix socket (``sock``), sharing the process's TLS context:
-    a poll loop building one per try would spend its CPU reading the CA bundle."""
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock), verify=tls()), base_url=base_url, **options)
+    a poll loop building one per try would spend its CPU reading the CA bundle. A connection per
+    request, as the CLI's client (``bot.api.client.ONE_SHOT``): one kept idle past the daemon's
+    ``api.idle_timeout`` (a slow pass on a busy box) may close under the next request."""
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock), verify=tls(), limits=ONE_SHOT),
+                        base_url=base_url, **options)
 
 
 def unix_ahttp(sock, base_url: str = "http://x", **options) -> httpx.AsyncClient:
     """``unix_http``, asynchronous."""
-    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock), verify=tls()), base_url=base_url,
-                             **options)
+    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock), verify=tls(), limits=ONE_SHOT),
+                             base_url=base_url, **options)
 
 
 def write_config(path: Path, text: str) -> Path:

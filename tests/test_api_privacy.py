@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from rag.index.note_index import NoteIndex
+from bot.api.client import ONE_SHOT
 from bot.serve import Daemon
 
 from conftest import SCENARIO, free_port, make_settings, until, within, unix_ahttp
@@ -57,7 +58,7 @@ def world(tmp_path, monkeypatch):
 
 def clients(settings):
     """HTTP clients of the TCP listener and of the Unix socket."""
-    tcp = httpx.AsyncClient(base_url=f"http://{settings.api.listen}", timeout=30)
+    tcp = httpx.AsyncClient(base_url=f"http://{settings.api.listen}", timeout=30, limits=ONE_SHOT)  # (unix_http)
     local = unix_ahttp(settings.api.socket, timeout=30)
     return tcp, local
 

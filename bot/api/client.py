@@ -47,13 +47,18 @@ def _raise(status: int, body: Any) -> None:
     raise LeanoteRagError(message)
 
 
+ONE_SHOT = httpx.Limits(max_keepalive_connections=0)
+
+
 class DaemonClient:
     """Calls to the daemon's API over its Unix socket."""
 
     def __init__(self, path: Path, timeout: float = 600.0):
         self.path = Path(path)
-        self._http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.path), verify=tls()), base_url=BASE,
-                                  timeout=httpx.Timeout(timeout, connect=5.0))
+        # a connection per call: the daemon closes one idle for api.idle_timeout, and a call sent on it
+        # as it closes would fail with "Server disconnected" (a new one costs little on a Unix socket)
+        self._http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.path), verify=tls(), limits=ONE_SHOT),
+                                  base_url=BASE, timeout=httpx.Timeout(timeout, connect=5.0))
 
     def close(self) -> None:
         self._http.close()
