@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bot.api.client import ONE_SHOT
 from rag.index.note_index import NoteIndex
 from sync.sources.files import stable_id
 
@@ -159,7 +160,7 @@ def test_the_cli_goes_through_the_daemon_and_prints_the_same(world, tmp_path):
 def test_tcp_needs_a_token_and_keeps_each_token_to_its_users(world):
     assert world.cli("index")[0] == 0
     world.serve()
-    with httpx.Client(base_url=world.url, timeout=10) as http:
+    with httpx.Client(base_url=world.url, timeout=10, limits=ONE_SHOT) as http:
         assert http.get("/search", params={"q": "番茄"}).status_code == 401
         wrong = http.get("/search", params={"q": "番茄"}, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.json()["kind"] == "auth"
@@ -197,7 +198,7 @@ def test_metrics_parse_and_move_after_a_sync_and_an_answer(world):
     assert world.cli("index")[0] == 0
     world.serve()
     me = {"Authorization": f"Bearer {TOKEN_ME}"}
-    with httpx.Client(base_url=world.url, timeout=30) as http:
+    with httpx.Client(base_url=world.url, timeout=30, limits=ONE_SHOT) as http:  # (CLI runs between calls)
         assert http.get("/metrics", headers={"Authorization": f"Bearer {TOKEN_OTHER}"}).status_code == 403
         before = samples(http.get("/metrics", headers=me).text)
         world.ollama.reply("加一小勺糖[1]。")
