@@ -13,7 +13,7 @@ from rag.digest import Digest, compute
 from rag.digest_plan import Plan, parse_plan
 
 from bot.usecases import gaps
-from bot.usecases.people import Person
+from bot.usecases.people import Person, entry_of
 
 if TYPE_CHECKING:
     from bot.root import Parts
@@ -34,7 +34,8 @@ def configured(parts: "Parts") -> dict[str, tuple[str, str, str]]:
 
 
 def _default_tz(parts: "Parts", person: Person) -> str:
-    return configured(parts).get(person.key, ("", "UTC", ""))[1]
+    entry = entry_of(parts.settings, person.key)
+    return entry.timezone if entry is not None else "UTC"
 
 
 def plan_of(parts: "Parts", person: Person) -> Plan | None:
