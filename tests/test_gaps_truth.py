@@ -153,3 +153,33 @@ def test_the_store_clock_is_the_parts_clock(tmp_path):
     clock = Clock(1000.0)
     with Parts(make_settings(tmp_path), clock=clock) as parts:
         assert isinstance(parts.gaps, GapStore) and parts.gaps.clock is clock
+
+
+# --- one pipeline: a command line pass closes what a daemon pass would ------------------------------
+
+NGINX = ("# Nginx rate limiting\n\nTo configure rate limiting in nginx, define a zone with limit_req_zone "
+         "$binary_remote_addr zone=one:10m rate=5r/s; and use limit_req zone=one burst=10 in the location.\n")
+
+
+@pytest.mark.slow
+def test_a_command_line_index_closes_the_gaps_a_daemon_pass_would(tmp_path, capsys):
+    import json
+    import shutil
+
+    from bot.cli import main
+    from conftest import EXAMPLES, THREADS
+
+    notes = tmp_path / "notes"
+    shutil.copytree(EXAMPLES, notes)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("source:\n  kind: files\n  path: notes\nstate_dir: data\nollama: {enabled: false}\n"
+                   f"rerank: {{kind: none}}\nembedder: {{threads: {THREADS}}}\n")
+    assert main(["--config", str(cfg), "index"]) == 0
+    assert main(["--config", str(cfg), "ask", "How do I configure nginx rate limiting?"]) == 0
+    (notes / "运维" / "nginx.md").write_text(NGINX)
+    assert main(["--config", str(cfg), "index"]) == 0
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "gaps", "--json", "--state", "closed"]) == 0
+    closed = json.loads(capsys.readouterr().out)
+    assert [(g["wordings"], g["note_title"]) for g in closed] == [
+        (["How do I configure nginx rate limiting?"], "Nginx rate limiting")]
