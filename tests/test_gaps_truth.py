@@ -183,3 +183,56 @@ def test_a_command_line_index_closes_the_gaps_a_daemon_pass_would(tmp_path, caps
     closed = json.loads(capsys.readouterr().out)
     assert [(g["wordings"], g["note_title"]) for g in closed] == [
         (["How do I configure nginx rate limiting?"], "Nginx rate limiting")]
+
+
+# --- a digest that tells the truth ------------------------------------------------------------------
+
+LIMITS = ("# Nginx 限流配置\n\nnginx 限流用 limit_req_zone 定义 zone，在 location 里写 limit_req zone=one burst=10。"
+          "排查过的问题见《Nginx 限流排查记录》。\n")
+TROUBLE = ("# Nginx 限流排查记录\n\nnginx limit_req 限流后返回 503：burst 太小，调到 burst=20 nodelay。"
+           "配置方法见《Nginx 限流配置》。\n")
+
+
+@pytest.mark.slow
+def test_a_digest_after_a_first_index_tells_added_and_edited_as_the_index_saw_them(tmp_path):
+    """A folder copied in a moment ago (every file's time is now) and indexed: the digest lists
+    none of its notes (they are what the notes were, neither new nor edited). Then one edited,
+    three added: exactly those, each as what it is; two that name each other in 《》 are linked."""
+    import os
+    import shutil
+
+    from bot.usecases import digest as digest_case
+    from conftest import EXAMPLES
+
+    notes = tmp_path / "notes"
+    shutil.copytree(EXAMPLES, notes)
+    now = time.time()
+    for f in notes.rglob("*"):
+        if f.is_file():
+            os.utime(f, (now, now))
+    settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes)}, ollama={"enabled": False},
+                             rerank={"kind": "none"})
+    me = Person("telegram:1", "local")
+    with Parts(settings, create=True) as parts:
+        since = time.time() - 1  # a plan made before the first index (the config's, at the daemon's start)
+        parts.sync.run_pass(False, True)
+        first = digest_case.compose(parts, me, since, time.time() + 1)
+        assert first.changed == [] and first.this_day == []  # a folder's ids say nothing of when a note was made
+        egg = notes / "生活" / "菜谱" / "番茄炒蛋.md"
+        egg.write_text(egg.read_text() + "\n\n出锅前加一小勺糖提鲜。\n")
+        (notes / "运维" / "nginx.md").write_text(NGINX)
+        (notes / "运维" / "限流配置.md").write_text(LIMITS)
+        (notes / "运维" / "限流排查.md").write_text(TROUBLE)
+        parts.sync.run_pass(False, True)
+        later = digest_case.compose(parts, me, since, time.time() + 1)
+        assert sorted((c["title"], c["kind"]) for c in later.changed) == [
+            ("Nginx rate limiting", "added"), ("Nginx 限流排查记录", "added"), ("Nginx 限流配置", "added"),
+            ("番茄炒蛋", "edited")]
+        titles = {n["note_id"]: n["title"] for n in parts.memory_to_read.shown_notes("local")}
+        related = {frozenset((titles[a], titles[b])) for a, b, _ in parts.memory_to_read.best_pairs("local", 500)}
+        quoting = frozenset(("Nginx 限流配置", "Nginx 限流排查记录"))
+        assert quoting in related  # related, and they name each other: not "not linked yet"
+        assert quoting not in {frozenset((p["a"]["title"], p["b"]["title"])) for p in later.pairs}
+        assert later.pairs  # others are still shown
+        # a week on, nothing changed since: nothing to say about changes
+        assert digest_case.compose(parts, me, time.time() + 1, time.time() + 2).changed == []
