@@ -9,11 +9,11 @@ person's open gaps (``rag.answer.gaps``), and a note's creation time from its id
 are MongoDB ObjectIds: the first 8 hex digits are the creation time in Unix seconds; a folder's
 notes have ids made from their paths, which say nothing of time). Nothing here calls the LLM.
 
-**Added and edited** (``_change``) are what the index saw: a note it first saw since the last
-digest is added, one whose text it saw change is edited. The notes its user's first complete pass
-found are what the notes were, neither: one of them is edited once its text changes after that
-pass; before, only a Leanote note's own times count (made since: added; updated since: edited),
-never a file's (a folder copied in a moment ago has every file's time new).
+**Added and edited** (``_change``): a Leanote note by its own times (made since the last digest:
+added; else updated since: edited). A file of a folder by what the index saw, never by the file's
+time or id (a folder copied in a moment ago has every file's time new, and ids made from paths):
+the notes its user's first complete pass found are what the notes were, neither added nor edited;
+one first seen after that pass is added, one whose text changed after it is edited.
 """
 
 from __future__ import annotations
@@ -85,23 +85,23 @@ def _from_leanote(note: dict) -> bool:
 
 def _change(note: dict, since: float, now: float, first_index: float | None) -> tuple[str, float] | None:
     """Whether the note was added or edited in (``since``, ``now``], and when; None: neither."""
-    first, changed = note.get("first_seen"), note.get("changed_at")
 
     def within(t: float | None) -> bool:
         return t is not None and since < t <= now
 
-    if first is not None and first_index is not None and first > first_index:  # seen after the first pass
+    if _from_leanote(note):  # Leanote's own times: when it was made (its id) and last updated
+        updated, created = _time_of(note.get("updated_at", "")), created_of(note["note_id"])
+        if within(updated):
+            return ("added" if created is not None and created > since else "edited"), updated
+        return None
+    first, changed = note.get("first_seen"), note.get("changed_at")  # a file's: what the index saw
+    if first is None or first_index is None:  # kept from before this was kept, or the first pass is not over
+        return None
+    if first > first_index:
         if within(first):
             return "added", max(first, changed or first)
         return ("edited", changed) if within(changed) else None
-    if first_index is not None and changed is not None and changed > first_index and within(changed):
-        return "edited", changed
-    if not _from_leanote(note):
-        return None
-    updated, created = _time_of(note.get("updated_at", "")), created_of(note["note_id"])
-    if within(updated):
-        return ("added" if created is not None and created > since else "edited"), updated
-    return None
+    return ("edited", changed) if changed is not None and changed > first_index and within(changed) else None
 
 
 def compute(memory, gaps: GapStore | None, person: str, user_id: str, since: float, now: float, tz: str,
