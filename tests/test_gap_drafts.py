@@ -124,6 +124,7 @@ def test_telegram_a_draft_never_traps_the_person(tg_world):
         await write_pressed(listed, gap.id)
         await said("/note limit_req_zone $binary_remote_addr zone=one:10m rate=5r/s;", "已记下")
         assert len(notes_titled(leanote, Q_EN)) == 2 and draft(daemon) is None
+        assert len(leanote.notes) == 2  # and not a second note of its own as well
 
         # ✍️ then ✖ on the same gap: the next message is a question again, not that gap's note
         await write_pressed(listed, gap.id)
