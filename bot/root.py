@@ -173,7 +173,7 @@ class Parts:
     def gaps(self) -> GapStore:
         """The questions each person's notes could not answer, and their digest plans
         (``rag.answer.gaps``; made when first asked for)."""
-        return self._once("gaps", lambda: GapStore.open_for(self.settings))
+        return self._once("gaps", lambda: GapStore.open_for(self.settings, clock=self.clock))
 
     def gaps_if_made(self) -> GapStore | None:
         """The gaps store when a gap or a digest plan was ever kept, else None."""

@@ -42,7 +42,7 @@ from bot.api.metrics import Metrics, attach_metrics
 from bot.notify import Notifier
 from bot.digests import DigestJobs
 from bot.root import Parts
-from bot.usecases import gaps as gaps_case
+from bot.usecases import syncing
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class Daemon:
                 return
             schedule = self.parts.schedule
             parts = self.parts
-            schedule.after.append(lambda: gaps_case.check(parts))  # gaps a changed note answers now
+            schedule.after.append(lambda: syncing.after_pass(parts))  # as after a pass made by `index` alone
             await schedule.start()
             self.digests = DigestJobs(parts, schedule, self.clock)  # on the sync's scheduler
             parts.replan = self.digests.replan

@@ -3,10 +3,17 @@ could not answer, the notes from this day in earlier years, and related notes th
 link each other yet. Plain data (``Digest``); the bots render it, the daemon sends it on the
 person's plan (``parse_plan``: ``weekly mon 09:00``, ``daily 08:30``, in their time zone).
 
-What it reads: the memory's notes (title, notebook, link, Leanote's ``updated_at``) and
-related pairs (``rag.memory``), the person's open gaps (``rag.answer.gaps``), and a note's
-creation time from its id (Leanote's ids are MongoDB ObjectIds: the first 8 hex digits are
-the creation time in Unix seconds). Nothing here calls the LLM.
+What it reads: the memory's notes (title, notebook, link, Leanote's ``updated_at``, and when
+the index first saw each and last saw its text change) and related pairs (``rag.memory``), the
+person's open gaps (``rag.answer.gaps``), and a note's creation time from its id (Leanote's ids
+are MongoDB ObjectIds: the first 8 hex digits are the creation time in Unix seconds; a folder's
+notes have ids made from their paths, which say nothing of time). Nothing here calls the LLM.
+
+**Added and edited** (``_change``): a Leanote note by its own times (made since the last digest:
+added; else updated since: edited). A file of a folder by what the index saw, never by the file's
+time or id (a folder copied in a moment ago has every file's time new, and ids made from paths):
+the notes its user's first complete pass found are what the notes were, neither added nor edited;
+one first seen after that pass is added, one whose text changed after it is edited.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from rag.answer.gaps import Gap, GapStore
 from rag.digest_plan import zone
 
 _OBJECT_ID = re.compile(r"^[0-9a-f]{24}$")
+_QUOTED = re.compile(r"《([^《》\n]{1,100})》")  # a title named in a note's text: a link to that note
 _NOT_WORD = re.compile(r"[\W_]+")
 _HEAD = re.compile(r"[（(：:—]")
 
@@ -69,22 +77,50 @@ class Digest:
         return data
 
 
+def _from_leanote(note: dict) -> bool:
+    """Does the note come from Leanote (its id an ObjectId, its updated time Leanote's), not a
+    file of a folder (its link a ``file:`` URL)?"""
+    return not note.get("url", "").startswith("file:")
+
+
+def _change(note: dict, since: float, now: float, first_index: float | None) -> tuple[str, float] | None:
+    """Whether the note was added or edited in (``since``, ``now``], and when; None: neither."""
+
+    def within(t: float | None) -> bool:
+        return t is not None and since < t <= now
+
+    if _from_leanote(note):  # Leanote's own times: when it was made (its id) and last updated
+        updated, created = _time_of(note.get("updated_at", "")), created_of(note["note_id"])
+        if within(updated):
+            return ("added" if created is not None and created > since else "edited"), updated
+        return None
+    first, changed = note.get("first_seen"), note.get("changed_at")  # a file's: what the index saw
+    if first is None or first_index is None:  # kept from before this was kept, or the first pass is not over
+        return None
+    if first > first_index:
+        if within(first):
+            return "added", max(first, changed or first)
+        return ("edited", changed) if within(changed) else None
+    return ("edited", changed) if changed is not None and changed > first_index and within(changed) else None
+
+
 def compute(memory, gaps: GapStore | None, person: str, user_id: str, since: float, now: float, tz: str,
-            min_score: float = 0.0) -> Digest:
+            min_score: float = 0.0, text_of=None) -> Digest:
     """The digest of ``user_id``'s notes for ``person`` over (``since``, ``now``], days as in
-    ``tz``. ``memory`` None (off, not made yet): the gaps alone."""
+    ``tz``. ``memory`` None (off, not made yet): the gaps alone. ``text_of(note_id)``: a note's
+    text, to see the titles it names in 《》 (None: link texts alone)."""
     where = zone(tz)
     digest = Digest(person, user_id, since, now, tz)
     notes = memory.shown_notes(user_id) if memory is not None else []
     shown = {n["note_id"]: n for n in notes}
+    first_index = memory.first_index(user_id) if memory is not None else None
     changed = []
     for n in notes:
-        updated = _time_of(n["updated_at"])
-        if updated is None or not since < updated <= now:
-            continue
-        created = created_of(n["note_id"])
-        kind = "added" if created is not None and created > since else "edited"
-        changed.append({**n, "kind": kind, "updated": updated})
+        found = _change(n, since, now, first_index)
+        if found is not None:
+            kind, when = found
+            changed.append({k: n[k] for k in ("note_id", "title", "notebook", "url", "updated_at")}
+                           | {"kind": kind, "updated": when})
     changed.sort(key=lambda c: (-c["updated"], c["note_id"]))
     digest.changed, digest.changed_more = changed[:CHANGED_SHOWN], max(0, len(changed) - CHANGED_SHOWN)
 
@@ -95,7 +131,7 @@ def compute(memory, gaps: GapStore | None, person: str, user_id: str, since: flo
     today = datetime.fromtimestamp(now, where)
     earlier = []
     for n in notes:
-        created = created_of(n["note_id"])
+        created = created_of(n["note_id"]) if _from_leanote(n) else None
         if created is None:
             continue
         day = datetime.fromtimestamp(created, where)
@@ -105,7 +141,7 @@ def compute(memory, gaps: GapStore | None, person: str, user_id: str, since: flo
     digest.this_day = earlier[:THIS_DAY_SHOWN]
 
     if memory is not None:
-        digest.pairs = _unlinked_pairs(memory, user_id, shown, {c["note_id"] for c in changed}, min_score)
+        digest.pairs = _unlinked_pairs(memory, user_id, shown, {c["note_id"] for c in changed}, min_score, text_of)
     return digest
 
 
@@ -124,20 +160,32 @@ def names(label: str, title: str) -> bool:
     return len(words) >= 2 and (words in whole or (len(head) >= 2 and head in words))
 
 
-def _unlinked_pairs(memory, user_id: str, shown: dict[str, dict], changed: set[str], min_score: float) -> list[dict]:
-    """Related pairs whose notes do not link each other (neither's link texts name the other,
-    ``names``), those touching a changed note first, then the best."""
+def _unlinked_pairs(memory, user_id: str, shown: dict[str, dict], changed: set[str], min_score: float,
+                    text_of=None) -> list[dict]:
+    """Related pairs whose notes do not link each other (neither's link texts, nor a title it
+    names in 《》, name the other: ``names``), those touching a changed note first, then the best.
+    Notes' texts are read only for the pairs looked at, until enough are found."""
     links = memory.link_words(user_id)
+    quoted: dict[str, set[str]] = {}
 
-    def linked(a: str, b: str) -> bool:
-        return any(names(w, shown[b]["title"]) for w in links.get(a, ())) or \
-            any(names(w, shown[a]["title"]) for w in links.get(b, ()))
+    def quotes(note_id: str) -> set[str]:
+        if note_id not in quoted:
+            quoted[note_id] = set(_QUOTED.findall(text_of(note_id) or "")) if text_of is not None else set()
+        return quoted[note_id]
 
+    def names_other(a: str, b: str) -> bool:
+        title = shown[b]["title"]
+        return any(names(w, title) for w in links.get(a, ())) or any(names(q, title) for q in quotes(a))
+
+    candidates = sorted(((a in changed or b in changed, score, a, b)
+                         for a, b, score in memory.best_pairs(user_id, 500, min_score) if a in shown and b in shown),
+                        key=lambda f: (not f[0], -f[1], f[2], f[3]))
     found = []
-    for a, b, score in memory.best_pairs(user_id, 500, min_score):
-        if a in shown and b in shown and not linked(a, b):
-            found.append((a in changed or b in changed, score, a, b))
-    found.sort(key=lambda f: (not f[0], -f[1], f[2], f[3]))
+    for _, score, a, b in candidates:
+        if not (names_other(a, b) or names_other(b, a)):
+            found.append((score, a, b))
+            if len(found) == PAIRS_SHOWN:
+                break
     return [{"a": {k: shown[a][k] for k in ("note_id", "title", "url")},
              "b": {k: shown[b][k] for k in ("note_id", "title", "url")}, "score": round(score, 4)}
-            for _, score, a, b in found[:PAIRS_SHOWN]]
+            for score, a, b in found]

@@ -321,6 +321,9 @@ class CaptureConfig(Section):
         "after it went out (at least twice sync.http_timeout): a slow Leanote may still apply it",
     )
     sync_after: Duration = Field(default=1.0, description="a pass this long after a write (writes close together: one pass)")
+    draft_wait: Duration = Field(
+        default=1800.0, description="after ✍️ under /gaps, how long the bot waits for the text of that gap's note "
+        "(then the next message is a question again)")
 
 
 class MediaConfig(Section):

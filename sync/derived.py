@@ -105,6 +105,8 @@ class Derived:
         cut short holds fewer notes than there are)."""
         self.feedback_due |= unsettled
         self.align(memory=self.memory_due or unsettled, feedback=self.feedback_due and complete)
+        if complete and self.memory is not None and self._down is None:  # a user's first: what their notes were
+            self._call(self.memory.first_indexed, "memory: noting the first complete pass")
 
     # --- the policy -----------------------------------------------------------------------
 

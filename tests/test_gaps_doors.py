@@ -95,7 +95,7 @@ def test_telegram_gaps_from_asking_to_a_note_that_answers_them(tg_world):
         # ✍️: what the owner sends next becomes the note, titled by the question, written once
         before = len(tg.sent_to(OWNER))
         tg.press(OWNER, OWNER, mid(tg, listed), f"gap:w:{mine.id}")
-        await new_message(tg, OWNER, before, "send me the text")
+        await new_message(tg, OWNER, before, "Your next message becomes the note")
         before = len(tg.sent_to(OWNER))
         tg.say(OWNER, "limit_req_zone $binary_remote_addr zone=one:10m rate=5r/s;")
         receipt = await new_message(tg, OWNER, before, "已记下")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 import discord
 
 from rag.capture import Attachment, Origin, Quote
 
+from bot.chat.gaps import not_written_text
 from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.discord.bot import DiscordBot
 from bot.render import DISCORD_CONTENT
@@ -99,6 +101,8 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
         draft = await asyncio.to_thread(gaps.take_draft, bot.parts, person, PLACE)
     if draft is not None:
         receipt = await gaps.write_draft(bot.parts, person, draft, text or "", once=once)
+        if receipt.status == "refused":  # said with it: the draft is over (✍️ again to retry)
+            receipt = replace(receipt, message=not_written_text(draft, receipt.message))
     elif kind == "note":  # a photo's text goes under it, a clip's words become the text (read on this machine)
         async def wait(ahead: int) -> None:
             if ahead:

@@ -1,8 +1,10 @@
 """Knowledge gaps in Discord: ``/gaps`` (ephemeral, with ✍️ write / ✖ dismiss under it:
 ``GapButton``, custom id ``gap:w|x:<id>``), ``/forget``, and a gap a note answers now, told in a
 direct message. After ✍️ the person's next ``/note`` becomes the note for that gap
-(``bot.discord.capturing``). A press is checked against the presser: another person's gap id,
-forged or replayed, is refused and changes nothing."""
+(``bot.discord.capturing``), with ✖ cancel under the reply (``gap:c:<id>``); any other command
+ends it (``before_command``, the command tree's check, and ``after_command``, which says so). A
+press is checked against the presser: another person's gap id, forged or replayed, is refused and
+changes nothing."""
 
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ from rag.digest_plan import USAGE, plan_text
 from rag.errors import UserError
 
 from bot.chat.digest import plan_reply, split_lines
-from bot.chat.gaps import DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, GapsReply, gaps_text, writing_text
+from bot.chat.gaps import (CANCEL_BUTTON, DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, NOTHING_WAITS, GapsReply,
+                           ended_text, gaps_text, writing_text)
 from bot.chat.texts import NO_CAPTURE
 from bot.discord.bot import DiscordBot
 from bot.discord.capturing import PLACE
 from bot.render import DISCORD_CONTENT
-from bot.usecases import digest, gaps
+from bot.usecases import capture, digest, gaps
+from bot.usecases.people import Person
+
+ENDED = "gap_draft_ended"  # the draft a command ended, kept on the interaction until the command is done
 
 
 async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
     person = await bot.person(interaction)
     if person is None:
         return
-    reply = gaps_text(await asyncio.to_thread(gaps.listing, bot.parts, person))
+    reply = gaps_text(await asyncio.to_thread(gaps.shown, bot.parts, person), how="note")
     await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True, view=gap_view(reply))
 
 
@@ -60,28 +66,61 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap
     person = await bot.person(interaction)
     if person is None:
         return
+    view = discord.utils.MISSING
     try:
         if act == "x":
             gap = await asyncio.to_thread(gaps.dismiss, bot.parts, person, gap_id)
             text = DISMISSED.format(q=gap.question)
+        elif act == "c":
+            ended = await asyncio.to_thread(gaps.end_draft, bot.parts, person, gap_id)
+            text = ended_text(ended) if ended is not None else NOTHING_WAITS
         elif not bot.can_capture:
             text = NO_CAPTURE
+        elif why := capture.unavailable(bot.parts):  # said now: a note that cannot be written is never begun
+            text = why
         else:
             gap = await asyncio.to_thread(gaps.write, bot.parts, person, gap_id, PLACE)
-            text = writing_text(gap, how="note")
+            text = writing_text(gap, bot.host.settings.capture.draft_wait, how="note")
+            view = discord.ui.View(timeout=None)
+            view.add_item(GapButton("c", gap_id))
     except UnknownGap:
         text = NOT_YOUR_GAP
     except GapDone as err:
         text = str(err)
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True, view=view)
 
 
-class GapButton(discord.ui.DynamicItem[discord.ui.Button], template=r"gap:(?P<act>w|x):(?P<id>[A-Za-z0-9_-]{1,32})"):
-    """✍️ write / ✖ dismiss under /gaps: the custom id holds the gap's id, so a press is
-    understood after a restart too."""
+async def before_command(bot: DiscordBot, interaction: discord.Interaction) -> bool:
+    """Before every command (the tree's check; always True: the command runs): while a note
+    begun with ✍️ waits, a ``/note`` of text alone is that note (``bot.discord.capturing``), any
+    other command ends it; ``after_command`` says so once the command has answered."""
+    if interaction.type != discord.InteractionType.application_command or \
+            getattr(bot.host, "parts", None) is None or bot.parts.gaps_if_made() is None:
+        return True
+    data = interaction.data or {}
+    if data.get("name") == "note" and not any(o.get("name") == "file" for o in data.get("options") or ()):
+        return True
+    person = bot.access.person("discord", interaction.user.id)
+    if isinstance(person, Person):
+        ended = await asyncio.to_thread(gaps.end_draft, bot.parts, person)
+        if ended is not None:
+            interaction.extras[ENDED] = ended
+    return True
+
+
+async def after_command(bot: DiscordBot, interaction: discord.Interaction) -> None:
+    """After a command that ended a waiting draft: the person is told, privately."""
+    ended = interaction.extras.get(ENDED)
+    if ended is not None and interaction.response.is_done():
+        await interaction.followup.send(ended_text(ended)[:DISCORD_CONTENT], ephemeral=True)
+
+
+class GapButton(discord.ui.DynamicItem[discord.ui.Button], template=r"gap:(?P<act>w|x|c):(?P<id>[A-Za-z0-9_-]{1,32})"):
+    """✍️ write / ✖ dismiss under /gaps, ✖ cancel under the ✍️ reply: the custom id holds the
+    gap's id, so a press is understood after a restart too."""
 
     def __init__(self, act: str, gap_id: str, n: int | None = None):
-        icon, word = next((i, w) for a, i, w in GAP_BUTTONS if a == act)
+        icon, word = next((i, w) for a, i, w in GAP_BUTTONS + (CANCEL_BUTTON,) if a == act)
         label = f"{n} {word}" if n is not None else word
         style = discord.ButtonStyle.primary if act == "w" else discord.ButtonStyle.secondary
         super().__init__(discord.ui.Button(style=style, emoji=icon, label=label, custom_id=f"gap:{act}:{gap_id}"))

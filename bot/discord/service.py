@@ -40,6 +40,15 @@ def _register(bot: DiscordBot) -> None:
     async def on_error(interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
         await bot.failed(interaction, getattr(error, "original", error))
 
+    async def before(interaction: discord.Interaction) -> bool:  # a note begun with ✍️: written or ended
+        return await gaps.before_command(bot, interaction)
+
+    bot.tree.interaction_check = before
+
+    @bot.client.event
+    async def on_app_command_completion(interaction: discord.Interaction, command) -> None:
+        await gaps.after_command(bot, interaction)
+
     @bot.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
     @app_commands.describe(question="问题 / the question",
                            private="只有你能看到回答（默认是）/ only you see the answer (the default)",

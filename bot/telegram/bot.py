@@ -194,14 +194,17 @@ class TelegramBot:
             return
         await message.reply_text("已私信给你。 / Sent to you privately.")
 
-    async def to_presser(self, query, text: str, answered: bool = False) -> None:
-        """Send ``text`` to whoever pressed, in their private chat (a group sees nothing of it)."""
+    async def to_presser(self, query, text: str, answered: bool = False, markup=None) -> None:
+        """Send ``text`` to whoever pressed, in their private chat (a group sees nothing of it);
+        ``markup``: buttons under its last part."""
         user_id = query.from_user.id
         message = query.message
         private = message is not None and message.chat.type == ChatType.PRIVATE and message.chat.id == user_id
         try:
-            for part in chunks(text):
-                await self.app.bot.send_message(user_id, part, link_preview_options=NO_PREVIEW)
+            parts = chunks(text)
+            for i, part in enumerate(parts):
+                await self.app.bot.send_message(user_id, part, link_preview_options=NO_PREVIEW,
+                                                reply_markup=markup if i == len(parts) - 1 else None)
         except Forbidden:  # never opened a private chat with the bot
             if not answered:
                 await query.answer(f"请先私聊我（@{self.app.bot.username}）。 / Open a private chat with "

@@ -1,7 +1,8 @@
 """A press on a button in Telegram. Under an answer (``fb:up|down:<id>``, ``why:<id>``,
 ``save:<id>``): only the person who asked may use them; "Why?" and the saved note's link go to
 the presser's private chat, and "Save as note" writes only into the presser's current Leanote
-user: the one the answer came from. Under ``/gaps`` (``gap:w|x:<id>``): ``bot.telegram.gaps``.
+user: the one the answer came from. Under ``/gaps`` (``gap:w|x:<id>``) and a note begun for a gap
+(``gap:c|s|a:<id>``): ``bot.telegram.gaps``.
 Under ``/about`` and ``/related`` (``mem:<verdict>:<id>``):
 the presser's own memory, whoever asked; an id of another Leanote user's memory does not
 resolve in the presser's, so nothing changes."""
@@ -18,6 +19,7 @@ from telegram.ext import ContextTypes
 from rag.answer.feedback import NotYours, UnknownAnswer
 
 from bot.chat.texts import (NO_TRACE_KEPT, REMAPPED_WHY, SAVING, not_saved_text, trace_text, verdict_reply)
+from bot.telegram.answering import answer
 from bot.telegram.bot import TelegramBot
 from bot.telegram.gaps import on_gap_button
 from bot.usecases import answers
@@ -37,10 +39,12 @@ async def on_button(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
         else:
             await query.answer(EXPIRED, show_alert=True)
         return
-    if (query.data or "").startswith("gap:"):  # under /gaps
+    if (query.data or "").startswith("gap:"):  # under /gaps, and under the note begun for a gap
         _, act, gap_id = query.data.split(":", 2) if query.data.count(":") == 2 else ("", "", "")
-        if act in ("w", "x") and gap_id:
-            await on_gap_button(tg, query, act, gap_id)
+        if act in ("w", "x", "c", "s", "a") and gap_id:
+            question = await on_gap_button(tg, query, act, gap_id)
+            if question is not None:  # ❓ under a question typed while a draft waited: answered now
+                await answer(tg, update, question)
         else:
             await query.answer(EXPIRED, show_alert=True)
         return

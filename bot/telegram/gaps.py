@@ -1,29 +1,41 @@
 """Knowledge gaps in Telegram: ``/gaps`` (in the person's private chat, with ✍️ write / ✖ dismiss
 under it: ``gap:w:<id>``, ``gap:x:<id>``), ``/forget``, the note written for a gap (the next text
-the person sends in their private chat after ✍️), and a gap a note answers now, told privately.
-A press is checked against the presser: another person's gap id, forged or forwarded, is refused
-and changes nothing; a press on a gap dismissed or answered already says so."""
+the person sends in their private chat after ✍️, or their next ``/note``), and a gap a note
+answers now, told privately. A press is checked against the presser: another person's gap id,
+forged or forwarded, is refused and changes nothing; a press on a gap dismissed or answered
+already says so.
+
+The note begun with ✍️ (``bot.usecases.gaps``) says what happens next, with ✖ cancel under it
+(``gap:c:<id>``); any other command in the private chat ends it, and says so (``on_command``,
+which runs before every command); a question typed while it waits is asked about, with
+💾 save as the note (``gap:s:<id>``) and ❓ answer it (``gap:a:<id>``) under the bot's reply to
+it: the question's text is read back from that reply's ``reply_to_message`` when pressed."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.constants import ChatType
-from telegram.error import Forbidden
-from telegram.ext import ContextTypes
+from telegram.error import Forbidden, TelegramError
+from telegram.ext import ApplicationHandlerStop, ContextTypes
 
-from rag.answer.gaps import GapDone, UnknownGap
+from rag.answer.gaps import Draft, GapDone, UnknownGap
 from rag.digest_plan import USAGE, plan_text
 from rag.errors import UserError
 
 from bot.chat.digest import plan_reply
-from bot.chat.gaps import DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, GapsReply, gaps_text, writing_text
+from bot.chat.gaps import (CANCEL_BUTTON, CONFIRM_BUTTONS, DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP,
+                           NOTHING_WAITS, GapsReply, confirm_text, ended_text, gaps_text, not_written_text,
+                           writing_text)
 from bot.chat.texts import NO_CAPTURE
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
 from bot.telegram.capturing import after_command, markdown, once_of
-from bot.usecases import digest, gaps
+from bot.usecases import capture, digest, gaps
 from bot.usecases.people import Person
+
+_NOTE = re.compile(r"^/note(@\w+)?(\s|$)")
 
 
 def place_of(user_id: int) -> str:
@@ -43,7 +55,7 @@ async def on_gaps(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     person = await tg.who(update)
     if person is None:
         return
-    reply = gaps_text(await asyncio.to_thread(gaps.listing, tg.parts, person))
+    reply = gaps_text(await asyncio.to_thread(gaps.shown, tg.parts, person))
     parts = chunks(reply.text)
     user_id = update.effective_user.id
     message = update.effective_message
@@ -89,39 +101,130 @@ async def on_digest(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     await message.reply_text(plan_reply(plan, private=update.effective_chat.type == ChatType.PRIVATE))
 
 
-async def on_gap_button(tg: TelegramBot, query, act: str, gap_id: str) -> None:
-    """✍️ or ✖ under /gaps: the presser's own gap only."""
+def _buttons(gap_id: str, which) -> InlineKeyboardMarkup:
+    return InlineKeyboardMarkup([[InlineKeyboardButton(f"{icon} {word}", callback_data=f"gap:{act}:{gap_id}")
+                                  for act, icon, word in which]])
+
+
+async def on_gap_button(tg: TelegramBot, query, act: str, gap_id: str) -> str | None:
+    """✍️ or ✖ under /gaps, ✖ cancel under the ✍️ reply, 💾 / ❓ under a question typed while
+    a draft waits: the presser's own gap and draft only. The question to answer after ❓, else
+    None."""
     person = tg.presser(query.from_user.id)
     if not isinstance(person, Person):
         await query.answer(person[:200], show_alert=True)
-        return
+        return None
+    if act in ("c", "s", "a"):
+        return await _draft_button(tg, query, person, act, gap_id)
     try:
         if act == "x":
             gap = await asyncio.to_thread(gaps.dismiss, tg.parts, person, gap_id)
             await query.answer(DISMISSED.format(q=gap.question)[:200])
-            return
-        if not tg.parts.can_capture:
-            await query.answer(NO_CAPTURE, show_alert=True)
-            return
+            return None
+        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts)
+        if why:  # said now: a note that cannot be written is never begun
+            await query.answer(why[:200], show_alert=True)
+            return None
         gap = await asyncio.to_thread(gaps.write, tg.parts, person, gap_id, place_of(query.from_user.id))
     except UnknownGap:
         await query.answer(NOT_YOUR_GAP, show_alert=True)
-        return
+        return None
     except GapDone as err:
         await query.answer(str(err)[:200], show_alert=True)
-        return
-    await tg.to_presser(query, writing_text(gap))
+        return None
+    await tg.to_presser(query, writing_text(gap, tg.host.settings.capture.draft_wait),
+                        markup=_buttons(gap_id, [CANCEL_BUTTON]))
+    return None
+
+
+async def _draft_button(tg: TelegramBot, query, person: Person, act: str, gap_id: str) -> str | None:
+    if act == "c":
+        ended = await asyncio.to_thread(gaps.end_draft, tg.parts, person, gap_id)
+        await query.answer((ended_text(ended) if ended is not None else NOTHING_WAITS)[:200],
+                           show_alert=ended is None)
+        await _no_buttons(query)
+        return None
+    asked = query.message.reply_to_message if query.message is not None else None
+    text = markdown(asked.text or "", asked.entities) if asked is not None else ""
+    if act == "a":  # answer it: the draft ends (said), the question is answered
+        ended = await asyncio.to_thread(gaps.end_draft, tg.parts, person, gap_id)
+        await query.answer(ended_text(ended)[:200] if ended is not None else None)
+        await _no_buttons(query)
+        if not text.strip():
+            await tg.to_presser(query, "请再发一次这个问题。 / Please send the question again.", answered=True)
+            return None
+        return text
+    draft = await asyncio.to_thread(gaps.take_draft, tg.parts, person, place_of(query.from_user.id))
+    if draft is None or draft.gap_id != gap_id:
+        await query.answer(NOTHING_WAITS[:200], show_alert=True)
+        await _no_buttons(query)
+        return None
+    if not text.strip():
+        await query.answer("找不到那条消息了：请再发一次。 / That message is gone: please send it again.",
+                           show_alert=True)
+        return None
+    await query.answer()
+    await _no_buttons(query)
+    said = await _write(tg, person, draft, text, f"telegram:{asked.chat.id}:{asked.message_id}")
+    await tg.to_presser(query, said, answered=True)
+    return None
+
+
+async def _no_buttons(query) -> None:
+    """The buttons under a message go once pressed (its draft ended)."""
+    if query.message is not None and getattr(query.message, "reply_markup", None):
+        try:
+            await query.edit_message_reply_markup(None)
+        except TelegramError:
+            pass
+
+
+async def _write(tg: TelegramBot, person: Person, draft: Draft, text: str, once: str) -> str:
+    """The note for the draft's gap; what to tell the person (refused: why, and that it ended)."""
+    receipt = await gaps.write_draft(tg.parts, person, draft, text, once=once)
+    return not_written_text(draft, receipt.message) if receipt.status == "refused" else receipt.message
 
 
 async def drafted(tg: TelegramBot, update: Update, person: Person) -> bool:
-    """A text in a private chat after ✍️: the note for the gap (True), else False (a question)."""
+    """A text in a private chat after ✍️: the note for the gap (True); one that looks like a
+    question is asked about first (True); else False (no draft waits: a question)."""
     if not tg.parts.can_capture:
         return False
     draft = await asyncio.to_thread(gaps.take_draft, tg.parts, person, place_of(update.effective_user.id))
     if draft is None:
         return False
     message = update.effective_message
-    receipt = await gaps.write_draft(tg.parts, person, draft, markdown(message.text or "", message.entities),
-                                     once=once_of(update))
-    await message.reply_text(receipt.message, link_preview_options=NO_PREVIEW)
+    text = markdown(message.text or "", message.entities)
+    if gaps.looks_like_question(text):
+        await message.reply_text(confirm_text(draft), do_quote=True,
+                                 reply_markup=_buttons(draft.gap_id, CONFIRM_BUTTONS + (CANCEL_BUTTON,)))
+        return True
+    said = await _write(tg, person, draft, text, once_of(update))
+    await message.reply_text(said, link_preview_options=NO_PREVIEW)
     return True
+
+
+async def on_command(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """Before every command in a private chat: while a note begun with ✍️ waits, ``/note text``
+    is that note (and nothing else runs), any other command ends it (said, then the command
+    runs). ``/note`` alone leaves it waiting."""
+    user, message = update.effective_user, update.effective_message
+    if user is None or message is None or getattr(tg.host, "parts", None) is None or \
+            tg.parts.gaps_if_made() is None:
+        return
+    person = tg.presser(user.id)
+    if not isinstance(person, Person):
+        return
+    if _NOTE.match(message.text or ""):
+        text = after_command(markdown(message.text or "", message.entities))
+        if not text or not tg.parts.can_capture:
+            return
+        draft = await asyncio.to_thread(gaps.take_draft, tg.parts, person, place_of(user.id))
+        if draft is None:
+            return
+        said = await _write(tg, person, draft, text, once_of(update))
+        await message.reply_text(said, link_preview_options=NO_PREVIEW)
+        raise ApplicationHandlerStop
+    ended = await asyncio.to_thread(gaps.end_draft, tg.parts, person)
+    if ended is not None:
+        await message.reply_text(ended_text(ended))

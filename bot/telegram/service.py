@@ -30,6 +30,8 @@ def build(host, token: str) -> TelegramBot:
     a = tg.app
     on = lambda handler: partial(handler, tg)  # noqa: E731  (each handler takes the bot first)
     private = filters.ChatType.PRIVATE
+    # before any command in a private chat: a note begun with ✍️ under /gaps is written (/note) or ends
+    a.add_handler(MessageHandler(filters.COMMAND & private & ~filters.FORWARDED, on(gaps.on_command)), group=-1)
     # a forward in a private chat is a capture, never a question or a command: first
     a.add_handler(MessageHandler(filters.FORWARDED & private, on(capturing.on_forward)))
     a.add_handler(CommandHandler(["start", "help"], on(commands.on_help)))

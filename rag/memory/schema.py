@@ -158,4 +158,15 @@ MIGRATIONS = [
     ALTER TABLE asked ADD COLUMN scope TEXT NOT NULL DEFAULT 'note';
     ALTER TABLE asked ADD COLUMN ties TEXT NOT NULL DEFAULT '[]'
     """,
+    # what the index saw of each note, for the digest's "added" and "edited" (rag.digest): when
+    # it was first processed and when its text last changed (rows from before: unknown, NULL),
+    # and when each user's first complete pass ended (the notes it held are what the notes were)
+    """
+    ALTER TABLE notes ADD COLUMN first_seen REAL;
+    ALTER TABLE notes ADD COLUMN changed_at REAL;
+    CREATE TABLE first_index (
+        user_id TEXT PRIMARY KEY,
+        at REAL NOT NULL
+    )
+    """,
 ]

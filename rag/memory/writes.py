@@ -110,12 +110,19 @@ class NoteWrites:
         terms = sorted(set(terms))
 
         def work(db: sqlite3.Connection) -> None:
+            now = self.clock()
+            # when the index first saw the note (a row from before this was kept: long ago) and
+            # when its text last changed (processed again at the same text: unchanged)
+            seen = db.execute("SELECT content_hash, first_seen, changed_at FROM notes WHERE note_id = ? AND user_id = ?",
+                              (note_id, user_id)).fetchone()
+            first, changed = (now, now) if seen is None else (
+                seen[1] if seen[1] is not None else 0.0, seen[2] if seen[0] == content_hash else now)
             old = forget_note(db, note_id, keep_jobs=True)
             db.execute(
                 "INSERT INTO notes(note_id, user_id, content_hash, version, tier, processed_at, title, notebook, url, "
-                "updated_at, terms) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (note_id, user_id, content_hash, VERSION, TIER_TERMS, self.clock(), info.title, info.notebook,
-                 info.url, info.updated_at, json.dumps(terms, ensure_ascii=False)),
+                "updated_at, terms, first_seen, changed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (note_id, user_id, content_hash, VERSION, TIER_TERMS, now, info.title, info.notebook,
+                 info.url, info.updated_at, json.dumps(terms, ensure_ascii=False), first, changed),
             )
             db.executemany(
                 "INSERT INTO df(user_id, term, notes) VALUES (?, ?, 1) "
@@ -156,10 +163,18 @@ class NoteWrites:
         """Forget everything derived (the index is being rebuilt: it all comes back from the
         notes); the people's corrections stay."""
         def work(db: sqlite3.Connection) -> None:
-            for table in ("mentions", "entities", "notes", "df", "facts", "related", "jobs", "asked"):
+            for table in ("mentions", "entities", "notes", "df", "facts", "related", "jobs", "asked", "first_index"):
                 db.execute(f"DELETE FROM {table}")
 
         self._write(work)
+
+    def first_indexed(self) -> None:
+        """A complete pass ended: each user whose notes the memory holds and whose first one
+        this is gets its time (``first_index``): the notes seen until now are what their notes
+        were, neither added nor edited (``rag.digest``)."""
+        now = self.clock()
+        self._write(lambda db: db.execute("INSERT OR IGNORE INTO first_index(user_id, at) "
+                                          "SELECT DISTINCT user_id, ? FROM notes", (now,)))
 
     def remove_note(self, note_id: str) -> None:
         """Everything derived from the note goes: mentions, its terms' counts, facts,

@@ -18,7 +18,8 @@ have confirmed is sent again to the next poll, also to a bot started anew.
 Updates: ``say`` (text or a command), ``forward`` (with a ``forward_origin``: see
 ``origin_user``, ``origin_hidden``, ``origin_chat``, ``origin_channel``), ``reply``,
 ``send_photo``, ``send_document``, ``send_voice`` (register the bytes first with ``add_file``) and
-``press`` (a button under one of the bot's messages: a ``callback_query``).
+``press`` (a button under one of the bot's messages: a ``callback_query``; a message of the bot's
+sent as a reply, ``reply_parameters``, carries the message it answers as ``reply_to_message``).
 """
 
 from __future__ import annotations
@@ -218,6 +219,9 @@ class FakeTelegram(LocalServer):
             message = self._message(message_id, chat_id, bot_message["text"])
             if bot_message.get("reply_markup"):
                 message["reply_markup"] = bot_message["reply_markup"]
+            replied = self.user_messages.get(bot_message.get("reply_to") or 0)
+            if replied is not None:  # as Telegram: the message it answers, without that one's own reply
+                message["reply_to_message"] = {k: v for k, v in replied.items() if k != "reply_to_message"}
             self.updates.append({"update_id": self._next_update, "callback_query": {
                 "id": query_id, "from": _user(user_id), "message": message, "chat_instance": f"ci{chat_id}",
                 "data": data}})
@@ -382,9 +386,12 @@ class FakeTelegram(LocalServer):
                 if method == "sendMessage":
                     mid = self._next_message
                     self._next_message += 1
+                    reply = p.get("reply_parameters") or {}
                     self.messages[mid] = {"chat_id": int(p["chat_id"]), "text": text, "parse_mode": p.get("parse_mode"),
                                           "edits": [], "preview_off": _no_preview(p),
-                                          "reply_markup": p.get("reply_markup") or None}
+                                          "reply_markup": p.get("reply_markup") or None,
+                                          "reply_to": int(reply.get("message_id") or p.get("reply_to_message_id") or 0)
+                                          if isinstance(reply, dict) else 0}
                     return 200, {"ok": True, "result": self._message(mid, p["chat_id"], text)}
                 mid = int(p["message_id"])
                 msg = self.messages.get(mid)
