@@ -17,7 +17,7 @@ from rag.redact import redact_in_logs, safe_url
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
 from bot.chat.texts import HELP
 from bot.discord import answering, buttons, capturing, commands, gaps, media
-from bot.discord.bot import DiscordBot
+from bot.discord.bot import DiscordBot, quiet_voice_warnings
 from bot.usecases import gaps as gaps_case
 
 SAVE_MENU = "Save to Leanote"
@@ -178,8 +178,12 @@ def check(settings) -> Iterator[CheckResult]:
         return
     discord.http.Route.BASE = cfg.api_base.rstrip("/")
 
+    quiet_voice_warnings()
+
     async def login():
-        client = discord.Client(intents=discord.Intents.none())
+        # the intents the bot runs with (none privileged: it reads only what interactions carry);
+        # with none at all discord.py warns that the guilds intent seems disabled
+        client = discord.Client(intents=discord.Intents.default())
         try:
             await client.login(token)
             return client.user
