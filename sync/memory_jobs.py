@@ -385,7 +385,7 @@ class MemoryJobs:
         questions = dict(self.asked)
         if self.settings.memory.questions != "off" and not in_window(self.settings.memory.questions_window,
                                                                       self.clock()):
-            questions["text"] = f"waiting for its window ({self.settings.memory.questions_window})"
+            questions["text"] = f"written only {self.settings.memory.questions_window} (memory.questions_window)"
         return {"done": self.done, "failed": self.failed, "parked": self.parked, "preempted": self.preempted,
                 "sections_done": self.sections_done, "gave_up": self.gave_up, "text": text, "questions": questions}
 
@@ -506,9 +506,9 @@ def outlook(settings: Settings, jobs: int, chars: int, model: str, speed, job_se
     if out["seconds"] is not None:
         bound = settings.memory.llm_auto_max
         out["too_long"] = settings.memory.llm == "auto" and out["seconds"] > bound
-        out["text"] = f"~{_duration(out['seconds'])} for {jobs} notes ({out['basis']})" + (
-            f": off (memory.llm: auto; over memory.llm_auto_max {_duration(bound)}; memory.llm: on runs it anyway)"
-            if out["too_long"] else "")
+        out["text"] = f"~{_duration(out['seconds'])} to read {jobs} notes ({out['basis']})" + (
+            f": not run, as that is longer than memory.llm_auto_max ({_duration(bound)}); measured again when the "
+            "box is quiet (memory.llm: on runs it anyway)" if out["too_long"] else "")
     return out
 
 

@@ -738,5 +738,5 @@ def test_a_long_note_cut_off_by_a_question_goes_on_from_the_sections_read_and_st
     assert (counts["done_last_hour"], counts["done_last_day"]) == (0, 1)
     assert memory_counts(w.settings, w.store, ["u2"])["llm"]["done_last_day"] == 0  # another user's count: none
     report = {"accounts": [], "users": [], "skipped": [], "memory": {"llm": {**counts, "worker": w.jobs.state()}}}
-    assert "memory LLM jobs: 0 done in the last hour, 0 waiting" in status_text(
+    assert "summaries and facts by the LLM: 0 notes in the last hour, 0 waiting" in status_text(
         report, Person(user_id="u1", admin=True, key="k"))

@@ -299,16 +299,29 @@ def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[st
     return totals
 
 
+def sync_line(a: dict) -> str:
+    """Where an account's sync stands against its server (a status account), in words: how many
+    of the server's changes are left to sync."""
+    if a["server_usn"] is None:
+        return "not compared with the server yet"
+    if a["lag"] is not None and a["lag"] < 0:
+        return ("the server holds fewer changes than were synced (Leanote restored from a backup?): the next sync "
+                "compares every note with it")
+    if not a["lag"]:
+        return "up to date with the server"
+    return f"{a['lag']} change{'s' if a['lag'] != 1 else ''} on the server not synced yet"
+
+
 def questions_line(q: dict | None) -> str:
     """The written questions in one line (status, /status): progress, ETA, drops, the worker."""
     if not q or not (q["notes"] or q["jobs_pending"] or q["generations_dropped"]):
         return ""
-    line = f"written questions: {q['notes']} notes ({q['questions']} questions, {q['output_tokens']} tokens written)"
+    line = f"questions written for search: {q['notes']} notes ({q['questions']} questions)"
     if q["jobs_pending"]:
         eta = f" (~{duration(q['eta_seconds'])} at {q['seconds_per_note']:g} s a note)" if q.get("eta_seconds") else ""
-        line += f", {q['jobs_pending']} waiting{eta}"
+        line += f", {q['jobs_pending']} notes waiting{eta}"
     if q["generations_dropped"]:
-        line += f", {q['generations_dropped']} generations dropped"
+        line += f", {q['generations_dropped']} notes' questions thrown away (they failed the checks)"
     if q.get("done_last_hour"):
         line += f"; {q['done_last_hour']} in the last hour"
     worker = q.get("worker") or {}
