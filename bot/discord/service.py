@@ -16,7 +16,7 @@ from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
 from bot.chat.texts import HELP
-from bot.discord import answering, buttons, capturing, commands, gaps, media
+from bot.discord import answering, buttons, capturing, commands, gaps, media, unasked
 from bot.discord.bot import DiscordBot, quiet_voice_warnings
 from bot.usecases import gaps as gaps_case
 
@@ -31,7 +31,7 @@ def build(host) -> DiscordBot:
     to Leanote) and its buttons."""
     bot = DiscordBot(host)
     _register(bot)
-    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton, gaps.GapButton)
+    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton, gaps.GapButton, unasked.UnaskedButton)
     return bot
 
 
