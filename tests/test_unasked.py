@@ -48,3 +48,25 @@ def test_no_dev_question_is_taken_for_a_reminder():
         pytest.skip("the shared dev questions are not here")
     questions = [json.loads(line)["question"] for line in path.read_text(encoding="utf-8").splitlines() if line]
     assert len(questions) >= 50 and [q for q in questions if not_a_question(q)] == []
+
+
+def test_what_is_kept_for_the_button_is_bounded_and_each_persons_own(tmp_path):
+    """Kept for "Save as note": a person's newest PER_PERSON, MOST in all, none older than KEEP;
+    another person's id is gone for the presser."""
+    from types import SimpleNamespace
+
+    from bot.usecases import unasked
+    from bot.usecases.people import Person
+
+    parts = SimpleNamespace(unasked={})
+    now = [1000.0]
+    alice, bob = Person(user_id="u1", key="telegram:1"), Person(user_id="u1", key="telegram:2")
+    assert unasked.check(parts, alice, "how do I back up?", clock=lambda: now[0]) is None  # a question: nothing kept
+    kept = [unasked.check(parts, alice, f"remind me to water plant {i}", clock=lambda: now[0]) for i in range(7)]
+    assert sorted(u.id for u in parts.unasked.values()) == sorted(u.id for u in kept[-unasked.PER_PERSON:])
+    assert unasked.kept(parts, alice, kept[-1].id).text == "remind me to water plant 6"
+    with pytest.raises(unasked.Gone):
+        unasked.kept(parts, bob, kept[-1].id)
+    now[0] += unasked.KEEP + 1
+    unasked.check(parts, bob, "别忘了带伞", clock=lambda: now[0])
+    assert [u.person for u in parts.unasked.values()] == ["telegram:2"]

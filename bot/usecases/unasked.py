@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from bot.root import Parts
 
 KEEP = 24 * 3600.0  # how long "Save as note" under the reply works
-PER_PERSON = 20  # the newest kept per person; older ones go
+PER_PERSON = 5  # the newest kept per person (a clip may be megabytes); older ones go
+MOST = 200  # and at most this many in all
 
 
 class Gone(UserError):
@@ -51,6 +52,8 @@ def check(parts: "Parts", person: Person, text: str, clip: Attachment | None = N
         del held[key]
     mine = sorted((u for u in held.values() if u.person == person.key), key=lambda u: u.at)
     for old in mine[: max(0, len(mine) - PER_PERSON + 1)]:
+        del held[old.id]
+    for old in sorted(held.values(), key=lambda u: u.at)[: max(0, len(held) - MOST + 1)]:
         del held[old.id]
     item = Unasked(secrets.token_hex(6), person.key, text.strip(), clip, now)
     held[item.id] = item
