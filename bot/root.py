@@ -253,6 +253,12 @@ class Parts:
         answers now, a digest): platform -> ``announce(person, text)`` (``bot.usecases.gaps``)."""
         return self._once("announcers", dict)
 
+    @property
+    def unasked(self) -> dict:
+        """Messages that asked nothing, kept a while for the "Save as note" under the reply
+        (``bot.usecases.unasked``): id -> ``Unasked``."""
+        return self._once("unasked", dict)
+
     def note_url(self, note_id: str) -> str:
         """Where a note opens in Leanote."""
         return f"{self.settings.leanote.base_url.rstrip('/')}/note/{note_id}"

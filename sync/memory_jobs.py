@@ -20,9 +20,10 @@ the summary, the facts and the typed entities (``MemoryStore.store_llm``).
   at once (closing the stream stops Ollama's generation) and the job goes back to the
   queue as it was, no attempt counted. The sections of a long note already read are
   kept: the next try reads only the rest. The price is the work of the cancelled call;
-  the answer waits at most ``poll`` seconds longer. ``auto`` stops for the run when
-  ``GIVE_UP_AFTER`` tries gave way and not one section was ever read: work that cannot
-  finish between questions here only burns the CPU.
+  the answer waits at most ``poll`` seconds longer. ``auto`` pauses when ``GIVE_UP_AFTER``
+  tries in a row gave way and not one section was read meanwhile: work that cannot finish
+  between questions here only burns the CPU. It resumes once no question has come for
+  ``RESUME_IDLE`` (the box idle, at night): the questions that stopped it are gone.
 - **The status** shows the jobs done in the last hour and day (each note's result carries
   when it was done) and, from the daemon, this run's counts and why the tier does not run.
 - **The log** says what the tier did in one line per batch (when nothing is due any more,
@@ -82,7 +83,8 @@ def answers_busy(answers) -> bool:
     return answers.answers_waiting_or_writing > 0
 
 
-GIVE_UP_AFTER = 3  # auto: extractions cancelled by questions, none finished: off for this run
+GIVE_UP_AFTER = 3  # auto: extractions cancelled by questions in a row, none finished: paused
+RESUME_IDLE = 1800.0  # ... until no question has come for this long (seconds, the worker's clock)
 
 
 class Preempted(Exception):
@@ -116,7 +118,12 @@ class MemoryJobs:
         self.outlook: dict | None = None
         self._outlook_at = float("-inf")
         self._job_seconds: float | None = None  # running mean of an extraction's time here
-        self.gave_up = False  # auto: off for this run, every extraction having given way (GIVE_UP_AFTER)
+        self.gave_up = False  # auto: paused, every extraction having given way (GIVE_UP_AFTER) ...
+        self._asked_at = clock()  # ... until RESUME_IDLE after the last question seen (self.clock())
+        self._fruitless = 0  # extractions in a row that gave way with no section read
+        self._remeasured = float("-inf")  # self.clock() of the last speed measurement when idle
+        if answers is not None and hasattr(answers, "observers"):
+            answers.observers.append(self._answered)  # every finished question, however short
         # the sections of a note read before a question cut its extraction off: ((note, hash), replies)
         # (rag.memory.extract); the next try of that job goes on from there
         self._partial: tuple[tuple[str, str], list] | None = None
@@ -131,7 +138,30 @@ class MemoryJobs:
         busy = answers_busy(self.answers)
         if busy:
             self._busy_until = time.monotonic() + self.quiet
+            self._asked_at = self.clock()
         return busy or time.monotonic() < self._busy_until
+
+    def _idle(self) -> bool:
+        """Has no question come for ``RESUME_IDLE`` (the worker's clock)?"""
+        return self.clock() - self._asked_at >= RESUME_IDLE
+
+    async def _remeasure(self) -> None:
+        """The LLM's speed measured again (``rag.answer.sizing.measure_speed``: one short reply),
+        giving way to a question as a job does."""
+        from rag.answer.sizing import measure_speed
+
+        try:
+            line = await self._preemptible(lambda: measure_speed(self.answers.chat, self.answers.speeds,
+                                                                 self.settings))
+            log.info("memory: the box is quiet, the LLM's speed measured again: %s", line)
+        except Preempted:
+            pass
+        except LeanoteRagError as err:
+            log.info("memory: the LLM's speed could not be measured again: %s", err)
+
+    def _answered(self, _answer) -> None:
+        """An answer finished (``AnswerService.observers``): someone is asking."""
+        self._asked_at = self.clock()
 
     def ready(self, switch: str | None = None) -> bool:
         """May the LLM tier (``switch``: another job's switch, ``memory.questions``) call the
@@ -346,14 +376,16 @@ class MemoryJobs:
         "preempted", "gave_up", "text"}``; text says why it does not run, when it does not."""
         text = ""
         if self.gave_up:
-            text = (f"stopped for this run: {self.preempted} extractions gave way to questions and none finished "
-                    "(memory.llm: auto; memory.llm: on runs it anyway)")
+            quiet = max(0.0, RESUME_IDLE - (self.clock() - self._asked_at))
+            text = (f"paused: questions kept coming before a note was read, so none was finished; resumes after "
+                    f"{_duration(RESUME_IDLE)} without a question (~{_duration(quiet)} from now if none comes; "
+                    "memory.llm: on runs it anyway)")
         elif self.outlook and self.outlook["too_long"]:
             text = f"not run: {self.outlook['text']}"
         questions = dict(self.asked)
         if self.settings.memory.questions != "off" and not in_window(self.settings.memory.questions_window,
                                                                       self.clock()):
-            questions["text"] = f"waiting for its window ({self.settings.memory.questions_window})"
+            questions["text"] = f"written only {self.settings.memory.questions_window} (memory.questions_window)"
         return {"done": self.done, "failed": self.failed, "parked": self.parked, "preempted": self.preempted,
                 "sections_done": self.sections_done, "gave_up": self.gave_up, "text": text, "questions": questions}
 
@@ -362,8 +394,13 @@ class MemoryJobs:
         jobs, chars = memory.llm_backlog()
         chat = self.answers.chat if self.answers is not None else None
         speed = self.answers.speeds.get(chat.model) if chat is not None else None
-        measured = self._job_seconds if self.done >= 3 else None
+        measured = self._job_seconds_used
         return outlook(self.settings, jobs, chars, chat.model if chat else "", speed, measured, self.done)
+
+    @property
+    def _job_seconds_used(self) -> float | None:
+        """The extractions' own mean time, once enough ran to estimate the backlog by."""
+        return self._job_seconds if self.done >= 3 else None
 
     async def _worth_it(self, memory: MemoryStore) -> bool:
         """auto: not where the backlog would take longer than memory.llm_auto_max here
@@ -371,15 +408,27 @@ class MemoryJobs:
         settings = self.settings
         if settings.memory.llm != "auto":
             return True
-        if self.done == 0 and self.sections_done == 0 and self.preempted >= GIVE_UP_AFTER:
-            # Every job so far gave way to a question before it ended (on 2 cores a 3,000-token
-            # job restarted from the beginning after each one: 5 cancels in 4 minutes, none done).
-            # Work that cannot finish between questions here burns the CPU for nothing.
+        if self.gave_up and self._idle():
+            # the questions that stopped it are gone (the box idle, at night): another go
+            self.gave_up, self._fruitless = False, 0
+            log.info("memory: summaries and facts resume: no question for %s", _duration(RESUME_IDLE))
+        if self.gave_up or self._fruitless >= GIVE_UP_AFTER:
+            # The last jobs all gave way to a question before one section was read (on 2 cores a
+            # 3,000-token job restarted from the beginning after each one: 5 cancels in 4 minutes,
+            # none done). Work that cannot finish between questions here burns the CPU for nothing.
             if not self.gave_up:
                 self.gave_up = True
-                log.info("memory: LLM extraction stops for this run: %d extractions gave way to questions and none "
-                         "finished (memory.llm: auto; memory.llm: on runs it anyway)", self.preempted)
+                log.info("memory: summaries and facts paused: a question came before each of the last %d notes "
+                         "was read, and none was finished; they resume after %s without a question "
+                         "(memory.llm: on runs them anyway)", self._fruitless, _duration(RESUME_IDLE))
             return False
+        if self.outlook and self.outlook["too_long"] and self._job_seconds_used is None and self._idle() \
+                and self._remeasured < self._asked_at:
+            # The backlog looked too long at a speed measured while the box was busy: measured again
+            # now that it is quiet (once per quiet stretch), and estimated again at once.
+            self._remeasured = self.clock()
+            await self._remeasure()
+            self._outlook_at = float("-inf")
         if time.monotonic() - self._outlook_at >= OUTLOOK_EVERY:
             self._outlook_at = time.monotonic()
             before = self.outlook
@@ -411,6 +460,8 @@ class MemoryJobs:
             raise
         finally:
             self.sections_done += len(replies) - before
+            # a try that read nothing before a question cut it off; any progress ends the streak
+            self._fruitless = self._fruitless + 1 if preempted and len(replies) == before else 0
             if not preempted:
                 self._partial = None
 
@@ -455,9 +506,9 @@ def outlook(settings: Settings, jobs: int, chars: int, model: str, speed, job_se
     if out["seconds"] is not None:
         bound = settings.memory.llm_auto_max
         out["too_long"] = settings.memory.llm == "auto" and out["seconds"] > bound
-        out["text"] = f"~{_duration(out['seconds'])} for {jobs} notes ({out['basis']})" + (
-            f": off (memory.llm: auto; over memory.llm_auto_max {_duration(bound)}; memory.llm: on runs it anyway)"
-            if out["too_long"] else "")
+        out["text"] = f"~{_duration(out['seconds'])} to read {jobs} notes ({out['basis']})" + (
+            f": not run, as that is longer than memory.llm_auto_max ({_duration(bound)}); measured again when the "
+            "box is quiet (memory.llm: on runs it anyway)" if out["too_long"] else "")
     return out
 
 

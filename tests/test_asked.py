@@ -170,7 +170,7 @@ def test_the_worker_writes_a_notes_questions_and_the_status_shows_them(world):
     assert chat["format"] == asked.SCHEMA and DIGEST in chat["messages"][-1]["content"]
     counts = memory_counts(w.settings, w.store, None)["questions"]
     assert counts["notes"] == 1 and counts["questions"] == 4 and counts["jobs_pending"] == 0
-    assert questions_line(counts).startswith("written questions: 1 notes (4 questions, ")
+    assert questions_line(counts).startswith("questions written for search: 1 notes (4 questions)")
     assert run(w.jobs.step()) is False  # nothing more to do: the LLM is not called again
     assert len(w.fake.structured_chats()) == 1
 
@@ -259,7 +259,7 @@ def test_outside_its_window_nothing_is_written(world, settings_factory):
     jobs = MemoryJobs(settings, lambda: w.store, w.answers, clock=w.clock, poll=0.01, quiet=0.0)
     add_note(w, "n1")
     assert run(jobs.step()) is False and w.fake.structured_chats() == []
-    assert jobs.state()["questions"]["text"].startswith("waiting for its window")
+    assert jobs.state()["questions"]["text"].startswith("written only ")
     w.clock.t += 2 * 3600  # inside it
     w.fake.reply_structured(GOOD)
     assert run(jobs.step()) is True and w.store.asked_of("n1", "u1")

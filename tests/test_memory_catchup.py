@@ -111,9 +111,9 @@ def test_status_says_what_a_parked_note_means_and_what_to_do(tmp_path, capsys):
         capsys.readouterr()
         assert main(["--config", str(cfg), "status"]) == 0
     out = capsys.readouterr().out
-    assert "0 jobs pending, 1 parked" in out
+    assert "0 notes waiting, 1 given up on" in out
     said = " ".join(out.split())
-    assert ("parked: the LLM failed on these notes at every try and no longer reads them. They are still searched "
+    assert ("given up: the LLM failed on these notes at every try and no longer reads them. They are still searched "
             "and answered from, without the facts and summary the LLM adds.") in said
-    assert "a parked note is tried again when its text changes" in said
-    assert "after 1 attempts:" in out
+    assert "a note given up on is tried again when its text changes" in said
+    assert "after 1 try:" in out

@@ -575,6 +575,33 @@ def test_auto_stays_off_where_the_backlog_would_take_longer_than_its_bound_and_s
     assert run(w.jobs.step()) is True
 
 
+def test_a_backlog_too_long_at_a_speed_measured_under_load_is_measured_again_once_the_box_is_idle(world, caplog):
+    """The speed probed while the box was busy made the backlog look days long, and auto never ran
+    it, not even through a quiet night. Once no question has come for RESUME_IDLE, the worker
+    measures the speed again (one short reply) and estimates anew: the box is fast now, it runs.
+    Measured once per quiet stretch, not at every step."""
+    from rag.speed import Speed
+    from sync.memory_jobs import RESUME_IDLE
+
+    w = world
+    for i in range(40):
+        add_note(w, f"n{i}", POSTGRES * 20, updated=100.0 + i)
+    model = w.settings.ollama.model
+    w.answers.speeds._speeds[model] = Speed(read_tps=20.0, write_tps=5.0, probe_tps=20.0, samples=3)  # under load
+    w.jobs.settings = w.settings.model_copy(update={"memory": w.settings.memory.model_copy(
+        update={"llm": "auto", "llm_auto_max": 3600.0})})
+    assert run(w.jobs.step()) is False and w.jobs.outlook["too_long"]
+    w.clock.t += RESUME_IDLE - 60  # quiet, but not yet for long: no new measurement
+    assert run(w.jobs.step()) is False and w.fake.probes() == []
+    w.clock.t += 60
+    w.fake.reply_structured(ATLAS_PG)
+    with caplog.at_level(logging.INFO, logger="sync.memory_jobs"):
+        assert run(w.jobs.step()) is True  # measured again (fast), estimated again, and run
+    assert len(w.fake.probes()) == 1 and w.answers.speeds.get(model).read_tps > 20.0
+    assert not w.jobs.outlook["too_long"] and w.jobs.done == 1
+    assert any("resumes" in r.getMessage() for r in caplog.records)
+
+
 def test_auto_stops_for_the_run_when_every_extraction_gives_way_to_a_question(tmp_path, settings_factory, fake):
     """On 2 cores each question cancelled the running extraction, which then began again from the
     start: 5 cancels in 4 minutes, none done, the CPU busy between questions. memory.llm: auto now
@@ -605,6 +632,65 @@ def test_auto_stops_for_the_run_when_every_extraction_gives_way_to_a_question(tm
         jobs.settings = settings.model_copy(update={"memory": settings.memory.model_copy(update={"llm": "on"})})
         w.fake.reply_structured(ATLAS_PG)
         assert await jobs.step() is True and jobs.done == 1  # memory.llm: on runs it anyway
+
+    try:
+        run(scenario())
+    finally:
+        answers.close()
+        store.close()
+
+
+def test_a_tier_stopped_by_questions_resumes_once_the_box_is_idle_and_stops_again_if_they_come_back(
+        tmp_path, settings_factory, fake, caplog):
+    """Stopped after GIVE_UP_AFTER extractions gave way, the tier used to stay off until a restart,
+    also through a whole quiet night. Now it waits for RESUME_IDLE without a question (on the
+    worker's clock): a question in between starts the wait again; then it runs, and status says
+    why it waits and when it runs again. Questions coming back as often stop it again."""
+    from sync.memory_jobs import GIVE_UP_AFTER, RESUME_IDLE
+
+    settings = settings_factory(ollama={"host": fake.url, "timeout": 10}, answer={"first_token_budget": 5},
+                                memory={"llm": "auto"})
+    clock = Clock()
+    store = MemoryStore(tmp_path / "memory.sqlite", clock=clock)
+    answers = AnswerService(settings, index=None, chat=OllamaChat(settings.ollama))
+    jobs = MemoryJobs(settings, lambda: store, answers, clock=clock, poll=0.01, quiet=0.0)
+    w = SimpleNamespace(settings=settings, clock=clock, store=store, answers=answers, jobs=jobs, fake=fake)
+    pieces = [ATLAS_PG[i:i + 10] for i in range(0, len(ATLAS_PG), 10)]
+
+    async def give_way(times: int) -> None:
+        for _ in range(times):
+            before = len(w.fake.structured_chats())
+            w.fake.reply_structured(*pieces, stall_after=3)
+            step = asyncio.create_task(jobs.step())
+            await until(lambda: len(w.fake.structured_chats()) > before, what="the extraction to call the LLM")
+            async with answers.llm_slot():  # a question
+                assert await within(step, "the extraction to give way", 10) is False
+
+    async def scenario():
+        add_note(w, "n1", POSTGRES, updated=100.0)
+        add_note(w, "n2", POSTGRES_2025, updated=101.0)
+        await give_way(GIVE_UP_AFTER)
+        asked = len(w.fake.structured_chats())
+        assert await jobs.step() is False and jobs.gave_up
+        text = jobs.state()["text"]
+        assert "resume" in text and f"{RESUME_IDLE // 60:.0f} min" in text, text
+        # the evening goes on: a question now and then; each starts the quiet wait again
+        clock.t += RESUME_IDLE - 60
+        async with answers.llm_slot():
+            assert await jobs.step() is False
+        clock.t += RESUME_IDLE - 60
+        assert await jobs.step() is False and jobs.gave_up
+        assert len(w.fake.structured_chats()) == asked  # nothing started meanwhile
+        # the night: no question for RESUME_IDLE; the tier runs again
+        clock.t += 61
+        w.fake.reply_structured(ATLAS_PG)
+        with caplog.at_level(logging.INFO, logger="sync.memory_jobs"):
+            assert await jobs.step() is True
+        assert jobs.done == 1 and not jobs.gave_up and jobs.state()["text"] == ""
+        assert any("resume: no question for 30 min" in r.getMessage() for r in caplog.records)
+        # the morning: questions cut it off again as often, and it stops again
+        await give_way(GIVE_UP_AFTER)
+        assert await jobs.step() is False and jobs.gave_up
 
     try:
         run(scenario())
@@ -652,5 +738,5 @@ def test_a_long_note_cut_off_by_a_question_goes_on_from_the_sections_read_and_st
     assert (counts["done_last_hour"], counts["done_last_day"]) == (0, 1)
     assert memory_counts(w.settings, w.store, ["u2"])["llm"]["done_last_day"] == 0  # another user's count: none
     report = {"accounts": [], "users": [], "skipped": [], "memory": {"llm": {**counts, "worker": w.jobs.state()}}}
-    assert "memory LLM jobs: 0 done in the last hour, 0 waiting" in status_text(
+    assert "summaries and facts by the LLM: 0 notes in the last hour, 0 waiting" in status_text(
         report, Person(user_id="u1", admin=True, key="k"))

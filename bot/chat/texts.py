@@ -205,8 +205,7 @@ def status_text(report: dict, person: Person) -> str:
     lines = []
     for a in report["accounts"]:
         if admin:
-            lag = f"USN {a['cursor_usn']}/{a['server_usn']} " if a["server_usn"] is not None else ""
-            line = f"{a['account']}: {lag}last sync {_minute(a['last_success'])}"
+            line = f"{a['account']}: {status.sync_line(a)}; last sync {_minute(a['last_success'])}"
             if a["last_error"]:
                 line += f"; failing: {a['last_error'][:200]}"
         else:
@@ -242,8 +241,8 @@ def status_text(report: dict, person: Person) -> str:
     llm = (report.get("memory") or {}).get("llm") or {}
     if admin and (llm.get("jobs_pending") or llm.get("done_last_day")):
         worker = llm.get("worker") or {}
-        lines.append(f"memory LLM jobs: {llm['done_last_hour']} done in the last hour, {llm['jobs_pending']} waiting"
-                     + (f"; {worker['text']}" if worker.get("text") else ""))
+        lines.append(f"summaries and facts by the LLM: {llm['done_last_hour']} notes in the last hour, "
+                     f"{llm['jobs_pending']} waiting" + (f"; {worker['text']}" if worker.get("text") else ""))
     line = status.questions_line((report.get("memory") or {}).get("questions")) if admin else ""
     if line:
         lines.append(line)

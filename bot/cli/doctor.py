@@ -19,13 +19,13 @@ from rag.index import embed as embed_mod
 from rag.model import NOTEBOOK_SEP, rule_key
 from rag.redact import safe_url
 from rag.speed import FILE as SPEED_FILE
-from rag.speed import meaning
 
 from sync.faults import MIN_FREE, free_bytes
 from sync.state import State
 
 from bot.api.client import find_daemon
 from bot.root import Parts
+from bot.usecases.status import answers_here
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ def checks() -> list[PartCheck]:
 
 def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
     """Every check, in order; ``parts``: the checks of the parts ``serve`` runs (``checks()``:
-    the bots')."""
+    the bots'). What a library logs while a part is checked is a line of the report after
+    that part's (``_said``), not a log line in the middle of it."""
     try:
         settings: Settings = app.settings
     except LeanoteRagError as err:
@@ -62,15 +63,60 @@ def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
         return
     yield Check("config", True, f"{settings.config_path or 'defaults'} is valid")
     with Parts(settings) as root:
-        yield from _source(root)
-        yield from _state(root)
-        yield from _index(root)
-        yield from _embedder(root)
-        yield from _reranker(root)
-        yield from _ollama(root)
-        yield from _media(root)
-    yield from _api(settings)
+        for section in (_source, _state, _index, _embedder, _reranker, _ollama, _media):
+            yield from _said(section(root))
+    yield from _said(_api(settings))
     yield from _parts(settings, parts)
+
+
+class _Hold(logging.Handler):
+    """While held (``with``): the warnings logged anywhere are kept here instead of printed (the
+    root's other handlers pass them by)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+        self._others: list[logging.Handler] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @staticmethod
+    def _below(record: logging.LogRecord) -> bool:  # the other handlers' filter meanwhile
+        return record.levelno < logging.WARNING
+
+    def __enter__(self) -> "_Hold":
+        root = logging.getLogger()
+        self._others = list(root.handlers)
+        for handler in self._others:
+            handler.addFilter(self._below)
+        root.addHandler(self)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        for handler in self._others:
+            handler.removeFilter(self._below)
+
+
+def _said(section: Iterable[Check], name: str = "") -> Iterator[Check]:
+    """``section``'s checks, then what was logged while they ran, each once, as a WARN line of the
+    last check's name (or ``name``)."""
+    hold, checks = _Hold(), iter(section)
+    while True:
+        with hold:
+            check = next(checks, None)
+        if check is None:
+            break
+        name = check.name
+        yield check
+    seen: set[str] = set()
+    for record in hold.records:
+        text = " ".join((record.getMessage().splitlines() or [""])[0].split())[:300]
+        if text and text not in seen:
+            seen.add(text)
+            yield Check(name or record.name, True, f"{record.name} said while it was checked: {text}", warn=True)
 
 
 def _api(settings: Settings) -> Iterator[Check]:
@@ -95,13 +141,17 @@ def _api(settings: Settings) -> Iterator[Check]:
 def _parts(settings: Settings, parts: Iterable[PartCheck]) -> Iterator[Check]:
     """The parts' own checks (the chat bots')."""
     for check in parts:
-        name = check.__module__.rsplit(".", 1)[-1]
-        try:
-            for name, ok, detail, fix in check(settings):
-                yield Check(name, ok, detail, fix)
-        except Exception as err:  # a broken check must not hide the others
-            log.debug("check %s failed", name, exc_info=True)
-            yield Check(name, False, f"the check itself failed: {type(err).__name__}: {err}", "run with --debug")
+        yield from _said(_part(settings, check), check.__module__.rsplit(".", 1)[-1])
+
+
+def _part(settings: Settings, check: PartCheck) -> Iterator[Check]:
+    name = check.__module__.rsplit(".", 1)[-1]
+    try:
+        for name, ok, detail, fix in check(settings):
+            yield Check(name, ok, detail, fix)
+    except Exception as err:  # a broken check must not hide the others
+        log.debug("check %s failed", name, exc_info=True)
+        yield Check(name, False, f"the check itself failed: {type(err).__name__}: {err}", "run with --debug")
 
 
 def _state(root: Parts) -> Iterator[Check]:
@@ -337,7 +387,7 @@ def _reranker(root: Parts) -> Iterator[Check]:
 def _ollama(root: Parts) -> Iterator[Check]:
     import asyncio
 
-    from rag.answer.sizing import answer_prompt, measure_speed
+    from rag.answer.sizing import measure_speed
     from rag.errors import ModelMissing
     from rag.llm import NotOllama
     from rag.speed import SpeedBook
@@ -364,7 +414,7 @@ def _ollama(root: Parts) -> Iterator[Check]:
         book.flush()
         speed = book.get(cfg.model)
         measured = speed.describe(cfg.model) if speed.samples else f"{cfg.model}: speed not measured yet (ask a question)"
-        means = meaning(cfg.model, speed, settings.answer.first_token_budget, *answer_prompt(settings, speed))
+        means = answers_here(settings, cfg.model, speed)
         if means:
             measured += f": {means}"
         yield Check(name, True, f"{detail}; {measured}")

@@ -8,34 +8,31 @@ import click
 
 from sync.indexer import Summary
 
-from bot.usecases.status import questions_line, when
+from bot.usecases.status import questions_line, sync_line, when
 
 
-# What "parked" means to someone reading ``status``, and what they can do about it.
+# What a note given up on means to someone reading ``status``, and what they can do about it.
 PARKED = (
-    "parked: the LLM failed on these notes at every try and no longer reads them. They are still searched",
+    "given up: the LLM failed on these notes at every try and no longer reads them. They are still searched",
     "and answered from, without the facts and summary the LLM adds. Fix what the error says (is Ollama up?",
-    "does the model reply with the JSON asked for?); a parked note is tried again when its text changes.",
+    "does the model reply with the JSON asked for?); a note given up on is tried again when its text changes.",
 )
+BACKENDS = {"edge": "embedded Qdrant", "server": "Qdrant server"}
 
 
 def print_status(report: dict) -> None:
-    click.echo(f"index:    {report['index']} ({report['backend']})")
-    click.echo(f"embedder: {report['embedder']} (dim {report['dim']})")
+    click.echo(f"index:    {report['index']} ({BACKENDS.get(report['backend'], report['backend'])})")
+    click.echo(f"embedder: {report['embedder']} ({report['dim']} dimensions)")
     source = report["source"]
     click.echo(f"source:   {source.get('text') or (source['kind'] + ' ' + (source['path'] or '')).strip()}")
     for u in report["users"]:
-        click.echo(f"user {u['user_id']}: {u['notes']} notes, {u['chunks']} chunks")
+        click.echo(f"user {u['user_id']}: {u['notes']} notes, searched as {u['chunks']} passages")
     for a in report["accounts"]:
-        lag = f"cursor {a['cursor_usn']} / server {a['server_usn']} (lag {a['lag']})" if a["server_usn"] is not None else ""
-        if a["lag"] is not None and a["lag"] < 0:
-            lag = (f"cursor {a['cursor_usn']} / server {a['server_usn']} (the server's USN is below the one synced: "
-                   f"Leanote restored from a backup? The next pass compares every note with it)")
-        line = f"account {a['account']}: {lag} last success {a['last_success'] or 'never'}"
+        line = f"account {a['account']}: {sync_line(a)}; last synced {a['last_success'] or 'never'}"
         if a["last_error"]:
             line += f"; failing since {a['failing_since']}: {a['last_error']}"
         if a["next_run"]:
-            line += f"; next run {a['next_run']}"
+            line += f"; next sync {a['next_run']}"
         click.echo(line)
         back = a.get("usn_went_back")
         if back:
@@ -65,31 +62,7 @@ def print_status(report: dict) -> None:
                    f"waiting for it: {f['error']}")
     memory = report.get("memory")
     if memory:
-        tiers = ", ".join(f"{n} by {tier}" for tier, n in sorted(memory["notes"].items())) or "none yet"
-        click.echo(f"memory:   notes processed: {tiers}; {memory['entities']} entities, {memory['mentions']} mentions")
-        llm = memory.get("llm")
-        if llm:
-            facts = ", ".join(f"{n} {s}" for s, n in sorted(llm["facts_by_status"].items()))
-            click.echo(f"          LLM tier: {llm['jobs_pending']} jobs pending, {llm['jobs_parked']} parked; "
-                       f"{llm['facts']} facts" + (f" ({facts})" if facts else ""))
-            if llm.get("done_last_day") or llm.get("jobs_pending"):
-                click.echo(f"          LLM jobs done: {llm['done_last_hour']} in the last hour, {llm['done_last_day']} "
-                           f"in the last day" + (f" (the last at {llm['last_done']})" if llm["last_done"] else ""))
-            worker = llm.get("worker")
-            if worker and worker["text"]:
-                click.echo(f"          LLM tier {worker['text']}")
-            if llm.get("outlook") and llm["outlook"]["text"]:
-                click.echo(f"          backlog: {llm['outlook']['text']}")
-            if llm["jobs_parked"]:
-                for line in PARKED:
-                    click.echo(f"          {line}")
-            for job in llm["parked"]:
-                click.echo(f"          parked {job['note_id']} after {job['attempts']} attempts: {job['error']}")
-            if llm["jobs_parked"] > len(llm["parked"]):
-                click.echo(f"          ... and {llm['jobs_parked'] - len(llm['parked'])} more")
-        line = questions_line(memory.get("questions"))
-        if line:
-            click.echo(f"          {line}")
+        _print_memory(memory)
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")
@@ -97,6 +70,42 @@ def print_status(report: dict) -> None:
             click.echo(f"  {s['origin']}: {s['reason']}")
         if len(skipped) > 10:
             click.echo(f"  ... and {len(skipped) - 10} more (status --json lists them all)")
+
+
+def _print_memory(memory: dict) -> None:
+    read = sum(memory["notes"].values())
+    by_llm = memory["notes"].get("llm", 0)
+    click.echo(f"memory:   {read} notes read for names and terms" + (f", {by_llm} of them also summarised by the LLM"
+                                                                   if by_llm else "")
+               + f"; {memory['entities']} names, mentioned {memory['mentions']} times")
+    llm = memory.get("llm")
+    if llm:
+        facts = ", ".join(f"{n} {FACT_STATUS.get(s, s)}" for s, n in sorted(llm["facts_by_status"].items()))
+        click.echo(f"          summaries and facts by the LLM: {llm['jobs_pending']} notes waiting"
+                   + (f", {llm['jobs_parked']} given up on" if llm["jobs_parked"] else "")
+                   + f"; {llm['facts']} facts" + (f" ({facts})" if facts else ""))
+        if llm.get("done_last_day") or llm.get("jobs_pending"):
+            click.echo(f"          notes summarised: {llm['done_last_hour']} in the last hour, {llm['done_last_day']} "
+                       f"in the last day" + (f" (the last at {llm['last_done']})" if llm["last_done"] else ""))
+        worker = llm.get("worker")
+        if worker and worker["text"]:
+            click.echo(f"          summaries and facts {worker['text']}")
+        if llm.get("outlook") and llm["outlook"]["text"]:
+            click.echo(f"          the notes waiting: {llm['outlook']['text']}")
+        if llm["jobs_parked"]:
+            for line in PARKED:
+                click.echo(f"          {line}")
+        for job in llm["parked"]:
+            click.echo(f"          given up on {job['note_id']} after {job['attempts']} tr"
+                       f"{'y' if job['attempts'] == 1 else 'ies'}: {job['error']}")
+        if llm["jobs_parked"] > len(llm["parked"]):
+            click.echo(f"          ... and {llm['jobs_parked'] - len(llm['parked'])} more")
+    line = questions_line(memory.get("questions"))
+    if line:
+        click.echo(f"          {line}")
+
+
+FACT_STATUS = {"active": "current", "superseded": "replaced by newer notes"}
 
 
 def print_pass(summary: dict, failures: dict[str, str], as_json: bool) -> None:

@@ -21,6 +21,22 @@ from bot.usecases.people import Person
 log = logging.getLogger(__name__)
 
 
+class _NoVoiceChannels(logging.Filter):
+    """discord.py warns at every client it makes that PyNaCl and davey are not installed, "voice
+    will NOT be supported": voice *channels*, which this bot never joins (its voice clips are
+    files, heard by ``rag.media``). Said in the log of a bot that hears voice, it misleads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.WARNING and "voice will NOT be supported" in record.getMessage())
+
+
+def quiet_voice_warnings() -> None:
+    """Drop discord.py's warnings about voice channels (once, however many clients are made)."""
+    logger = logging.getLogger("discord.client")
+    if not any(isinstance(f, _NoVoiceChannels) for f in logger.filters):
+        logger.addFilter(_NoVoiceChannels())
+
+
 class DiscordBot:
     """One client for the daemon ``host`` (``settings``, ``parts``, ``stopping``, ``metrics``)."""
 
@@ -29,6 +45,7 @@ class DiscordBot:
         # discord.py keeps the REST base (login, command sync, interaction callbacks and
         # follow-ups) in one class attribute; one client runs per process.
         discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
+        quiet_voice_warnings()
         self.access = Access(host)
         # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
         self.client = discord.Client(intents=discord.Intents.default(), allowed_mentions=discord.AllowedMentions.none())

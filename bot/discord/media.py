@@ -15,7 +15,7 @@ from rag.capture import Attachment
 from rag.media.base import MediaError, NoText
 
 from bot.chat.texts import READING_IMAGE, TRANSCRIBING, heard_line, seen_line, waiting_text
-from bot.discord import answering
+from bot.discord import answering, unasked
 from bot.discord.bot import DiscordBot
 from bot.render import DISCORD_CONTENT
 from bot.usecases import media as media_case
@@ -62,6 +62,9 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         if kind.is_audio:
             heard = await media_case.hear(bot.parts, person, data, wait)
             line, asked = heard_line(heard.line()), "\n\n".join(t for t in (question.strip(), heard.text) if t)
+            clip = Attachment(file.filename, data, kind.mime)
+            if not question.strip() and await unasked.offer(bot, interaction, person, heard.text, line, clip):
+                return  # a reminder, a to-do said: not asked as a question
         else:
             try:
                 reading = await media_case.read(bot.parts, person, data, wait)

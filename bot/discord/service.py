@@ -16,8 +16,8 @@ from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
 from bot.chat.texts import HELP
-from bot.discord import answering, buttons, capturing, commands, gaps, media
-from bot.discord.bot import DiscordBot
+from bot.discord import answering, buttons, capturing, commands, gaps, media, unasked
+from bot.discord.bot import DiscordBot, quiet_voice_warnings
 from bot.usecases import gaps as gaps_case
 
 SAVE_MENU = "Save to Leanote"
@@ -31,7 +31,7 @@ def build(host) -> DiscordBot:
     to Leanote) and its buttons."""
     bot = DiscordBot(host)
     _register(bot)
-    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton, gaps.GapButton)
+    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton, gaps.GapButton, unasked.UnaskedButton)
     return bot
 
 
@@ -187,8 +187,12 @@ def check(settings) -> Iterator[CheckResult]:
         return
     discord.http.Route.BASE = cfg.api_base.rstrip("/")
 
+    quiet_voice_warnings()
+
     async def login():
-        client = discord.Client(intents=discord.Intents.none())
+        # the intents the bot runs with (none privileged: it reads only what interactions carry);
+        # with none at all discord.py warns that the guilds intent seems disabled
+        client = discord.Client(intents=discord.Intents.default())
         try:
             await client.login(token)
             return client.user

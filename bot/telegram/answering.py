@@ -20,7 +20,7 @@ from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
 from bot.render import NoteLinks, SourceLinks, telegram_messages, telegram_plain, telegram_sources
-from bot.telegram import gaps
+from bot.telegram import gaps, unasked
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, seconds
 from bot.usecases import asking
 
@@ -53,6 +53,8 @@ async def on_text(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
             return
         if await gaps.drafted(tg, update, person):  # after ✍️ under /gaps: the note, not a question
             return
+    if await unasked.offer(tg, update, question):  # a reminder, a to-do: not answered as a question
+        return
     await answer(tg, update, question)
 
 

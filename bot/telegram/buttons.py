@@ -22,6 +22,7 @@ from bot.chat.texts import (NO_TRACE_KEPT, REMAPPED_WHY, SAVING, not_saved_text,
 from bot.telegram.answering import answer
 from bot.telegram.bot import TelegramBot
 from bot.telegram.gaps import on_gap_button
+from bot.telegram.unasked import on_button as on_unasked_button
 from bot.usecases import answers
 from bot.usecases.people import Person, person_key
 
@@ -38,6 +39,9 @@ async def on_button(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
             await _memory_button(tg, query, verdict, item_id)
         else:
             await query.answer(EXPIRED, show_alert=True)
+        return
+    if (query.data or "").startswith("nq:"):  # under the reply to a message that asked nothing
+        await on_unasked_button(tg, query, query.data[3:])
         return
     if (query.data or "").startswith("gap:"):  # under /gaps, and under the note begun for a gap
         _, act, gap_id = query.data.split(":", 2) if query.data.count(":") == 2 else ("", "", "")

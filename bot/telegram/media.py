@@ -23,7 +23,7 @@ from rag.media.base import MediaError, NoText
 from rag.media.audio import too_long
 
 from bot.chat.texts import READING_IMAGE, TRANSCRIBING, heard_line, seen_line
-from bot.telegram import answering
+from bot.telegram import answering, unasked
 from bot.telegram.bot import NO_PREVIEW, TelegramBot
 from bot.telegram.capturing import fetch_files, after_command, in_line, once_of
 from bot.usecases import media as media_case
@@ -83,7 +83,8 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
         return
     await _edit(status, heard_line(got.transcript.line()))
     if got.kind == "ask":
-        await answering.answer(tg, update, got.transcript.text, heard=True)
+        if not await unasked.offer(tg, update, got.transcript.text, clip=files[0]):  # a reminder: not asked
+            await answering.answer(tg, update, got.transcript.text, heard=True)
         return
     await message.reply_text(got.receipt.message, link_preview_options=NO_PREVIEW)
 

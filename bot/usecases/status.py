@@ -23,10 +23,11 @@ from rag.redact import safe_url
 from rag.config import Settings
 from rag.memory.store import MemoryStore
 from rag.speed import FILE as SPEED_FILE
+from rag.speed import SIZES, Speed, model_size
 from rag.speed import load as load_speeds
-from rag.answer.sizing import answer_prompt
-from rag.speed import meaning
+from rag.answer.sizing import fit, plan_for
 from rag.index.store import Store
+from rag.model import Hit
 
 from rag.errors import DiskFull, Unavailable
 
@@ -173,12 +174,63 @@ def _speed(model: str, speed, settings: Settings, everyone: bool) -> dict:
     when only for a caller who may see every account."""
     out = {"read_tps": speed.read_tps and round(speed.read_tps, 1),
            "write_tps": speed.write_tps and round(speed.write_tps, 1),
-           "text": speed.describe(model), "means": meaning(model, speed, settings.answer.first_token_budget, *answer_prompt(settings, speed))}
+           "text": speed.describe(model), "means": answers_here(settings, model, speed)}
     if everyone:
         out.update(replies=speed.samples, updated=when(speed.updated))
     else:
         out["text"] = re.sub(r" \(\d+ repl(?:y|ies)\)$", "", out["text"])
     return out
+
+
+# A note's prose as the sizing reads it (Chinese: the larger token estimate), for a question whose
+# best passages each fill an evidence block.
+_PROSE = "番茄炒蛋先把鸡蛋打散，加少许盐搅匀；油热后倒入蛋液，凝固后盛出。"
+
+
+def _sized(settings: Settings, model: str, speed: Speed) -> tuple[int, float, str]:
+    """What the answer sizing (``rag.answer.sizing``) gives a question here at ``speed``: the
+    evidence's characters, the seconds from the search to the first token, and why the LLM is
+    not asked at all ("": it is)."""
+    cfg = settings.answer
+    text = (_PROSE * (cfg.block_chars // len(_PROSE) + 1))[: cfg.block_chars]
+    top = [Hit(point_id=f"p{i}", note_id=f"n{i}", user_id="", title="", notebook="", heading="", url="", text=text,
+               chunk_index=0, char_start=0, char_end=len(text), score=1.0 - i / 100) for i in range(cfg.top_k)]
+    question = "番茄炒蛋怎么做？"
+    plan = plan_for(settings, model, speed, question, top, elapsed=0.0)
+    blocks, prompt, _ = fit(settings, question, top, plan)
+    return sum(len(b.text) for b in blocks), plan.prompt_tokens(prompt) / speed.read_tps, plan.too_slow
+
+
+def answers_here(settings: Settings, model: str, speed: Speed) -> str | None:
+    """What answers do at the speed measured here, in the words of a person waiting: how much of
+    the notes the LLM reads and when it starts writing, as the answer sizing works it out (the
+    evidence is cut to ``answer.first_token_budget``, never below the best passage whole); and
+    what the next model size would do, or the largest that reads all the evidence in time.
+    None before a reading speed is known."""
+    if not speed.read_tps:
+        return None
+    cfg = settings.answer
+    chars, first, too_slow = _sized(settings, model, speed)
+    if too_slow:
+        return f"too slow here to answer within ollama.timeout ({too_slow}): answers are the best passages, cited"
+    budget = f"answer.first_token_budget, {cfg.first_token_budget:g} s"
+    if chars >= min(cfg.total_chars, cfg.top_k * cfg.block_chars):
+        why = "all the answer settings allow"
+    elif first > cfg.first_token_budget:
+        why = f"of {cfg.total_chars:,}: the least an answer reads, which takes longer than {budget}, here"
+    else:
+        why = f"of {cfg.total_chars:,}: cut to start within {budget}"
+    line = (f"answers here read ~{chars:,} characters of evidence ({why}) and start writing "
+            f"{'over ' if speed.bound else ''}~{first:.0f} s after the search")
+    size = model_size(model)
+    bigger = next((s for s in SIZES if size and s > size), None)
+    if bigger is not None:
+        scaled = Speed(read_tps=speed.read_tps * size / bigger, calibration=speed.calibration,
+                       write_tps=speed.write_tps and speed.write_tps * size / bigger)
+        b_chars, b_first, b_slow = _sized(settings, model, scaled)
+        line += (f"; a {bigger:g}B would be too slow to answer within ollama.timeout" if b_slow else
+                 f"; a {bigger:g}B would read ~{b_chars:,} characters and start ~{b_first:.0f} s after it")
+    return line
 
 
 SHARED_FAILURE = "the last sync failed (the admin can see why)"
@@ -247,16 +299,29 @@ def memory_counts(settings: Settings, memory: MemoryStore | None, users: list[st
     return totals
 
 
+def sync_line(a: dict) -> str:
+    """Where an account's sync stands against its server (a status account), in words: how many
+    of the server's changes are left to sync."""
+    if a["server_usn"] is None:
+        return "not compared with the server yet"
+    if a["lag"] is not None and a["lag"] < 0:
+        return ("the server holds fewer changes than were synced (Leanote restored from a backup?): the next sync "
+                "compares every note with it")
+    if not a["lag"]:
+        return "up to date with the server"
+    return f"{a['lag']} change{'s' if a['lag'] != 1 else ''} on the server not synced yet"
+
+
 def questions_line(q: dict | None) -> str:
     """The written questions in one line (status, /status): progress, ETA, drops, the worker."""
     if not q or not (q["notes"] or q["jobs_pending"] or q["generations_dropped"]):
         return ""
-    line = f"written questions: {q['notes']} notes ({q['questions']} questions, {q['output_tokens']} tokens written)"
+    line = f"questions written for search: {q['notes']} notes ({q['questions']} questions)"
     if q["jobs_pending"]:
         eta = f" (~{duration(q['eta_seconds'])} at {q['seconds_per_note']:g} s a note)" if q.get("eta_seconds") else ""
-        line += f", {q['jobs_pending']} waiting{eta}"
+        line += f", {q['jobs_pending']} notes waiting{eta}"
     if q["generations_dropped"]:
-        line += f", {q['generations_dropped']} generations dropped"
+        line += f", {q['generations_dropped']} notes' questions thrown away (they failed the checks)"
     if q.get("done_last_hour"):
         line += f"; {q['done_last_hour']} in the last hour"
     worker = q.get("worker") or {}
