@@ -20,7 +20,7 @@ from bot.chat.texts import NO_CAPTURE
 from bot.discord.bot import DiscordBot
 from bot.discord.capturing import PLACE
 from bot.render import DISCORD_CONTENT
-from bot.usecases import digest, gaps
+from bot.usecases import capture, digest, gaps
 
 
 async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -28,7 +28,8 @@ async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     reply = gaps_text(await asyncio.to_thread(gaps.listing, bot.parts, person))
-    await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True, view=gap_view(reply))
+    await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True,
+                                            view=gap_view(reply, capture.offered(bot.parts)))
 
 
 async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -64,8 +65,8 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap
         if act == "x":
             gap = await asyncio.to_thread(gaps.dismiss, bot.parts, person, gap_id)
             text = DISMISSED.format(q=gap.question)
-        elif not bot.can_capture:
-            text = NO_CAPTURE
+        elif not bot.can_capture or capture.unavailable(bot.parts, person):
+            text = NO_CAPTURE if not bot.can_capture else capture.unavailable(bot.parts, person)
         else:
             gap = await asyncio.to_thread(gaps.write, bot.parts, person, gap_id, PLACE)
             text = writing_text(gap, how="note")
@@ -100,11 +101,14 @@ class GapButton(discord.ui.DynamicItem[discord.ui.Button], template=r"gap:(?P<ac
                 await bot.failed(interaction, err)
 
 
-def gap_view(reply: GapsReply) -> discord.ui.View:
-    """Two gaps a row (✍️ n write, ✖ n dismiss), at most Discord's five rows."""
+def gap_view(reply: GapsReply, can_write: bool = True) -> discord.ui.View:
+    """Two gaps a row (✍️ n write, where capture has somewhere to write; ✖ n dismiss), at most
+    Discord's five rows."""
     view = discord.ui.View(timeout=None)
     for k, (n, gap_id) in enumerate(reply.items[:10]):
         for act, _, _ in GAP_BUTTONS:
+            if act == "w" and not can_write:
+                continue
             button = GapButton(act, gap_id, n)
             button.row = k // 2
             view.add_item(button)

@@ -131,7 +131,7 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
     """A new note from ``text`` and the photo or document of ``source``; the receipt as the reply."""
     if not await _can_capture(tg, update):
         return
-    why = capture.unavailable(tg.parts)
+    why = capture.unavailable(tg.parts, person)
     if why:  # said before any file is fetched
         await update.effective_message.reply_text(why)
         return
