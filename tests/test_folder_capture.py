@@ -331,3 +331,71 @@ def test_file_names_from_titles_are_safe_everywhere():
     assert safe_name("CON") == "CON_" and safe_name("   ") == "note" and safe_name("...") == "note"
     long = safe_name("很长的标题" * 40)
     assert len(long.encode("utf-8")) <= 150 and long.startswith("很长的标题")
+
+
+# --- the command line and the API ------------------------------------------------------------------
+
+def test_the_command_lines_note_writes_into_the_folder_with_or_without_a_daemon(tmp_path, notes_dir, capsys):
+    """`leanote-rag note` without a daemon writes the file itself; with one, through its API
+    (POST /note): the same file, the same receipt, once per --once id; the daemon's pass makes
+    it searchable."""
+    import uuid
+
+    from bot.cli import main
+    from bot.serve import Daemon
+    from conftest import within
+
+    sock = Path(f"/tmp/lr-note-{uuid.uuid4().hex[:8]}.sock")
+    cfg = tmp_path / "notes.yaml"
+    cfg.write_text(f"source: {{kind: files, path: '{notes_dir}'}}\nstate_dir: '{tmp_path / 'data'}'\n"
+                   f"ollama: {{enabled: false}}\nrerank: {{kind: none}}\napi: {{socket: '{sock}'}}\n"
+                   f"capture: {{sync_after: 0.2s}}\nsync: {{interval: 1h, watch: false}}\n", encoding="utf-8")
+    assert main(["--config", str(cfg), "index"]) == 0
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "note", "路由器密码改了 #家里\n新密码写在抽屉里的卡片上", "--once", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "已记下 ✅ Inbox/路由器密码改了.md" in out and "leanote-rag index" in out
+    path = notes_dir / "Inbox" / "路由器密码改了.md"
+    assert "家里" in _front_matter(path.read_text(encoding="utf-8"))["tags"]
+    assert main(["--config", str(cfg), "note", "路由器密码改了 #家里\n新密码写在抽屉里的卡片上", "--once", "a"]) == 0
+    assert "Already saved: Inbox/路由器密码改了.md" in capsys.readouterr().out
+    assert main(["--config", str(cfg), "note", "  "]) == 2  # nothing to note: said, nothing written
+    assert "What should I note" in capsys.readouterr().err
+    assert [p.name for p in (notes_dir / "Inbox").iterdir()] == ["路由器密码改了.md"]
+
+    settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes_dir)}, ollama={"enabled": False},
+                             rerank={"kind": "none"}, api={"socket": str(sock)}, capture={"sync_after": "0.2s"},
+                             sync={"interval": "1h", "watch": False})
+
+    async def scenario():
+        daemon = Daemon(settings, services=[])
+        task = asyncio.create_task(daemon.run())
+        try:
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
+            await until(lambda: sock.exists(), what="the API's socket")
+            code = await asyncio.to_thread(main, ["--config", str(cfg), "note", "--title", "车位", "停在 B2 区 17 号"])
+            out = capsys.readouterr().out
+            assert code == 0 and "已记下 ✅ Inbox/车位.md" in out and "leanote-rag index" not in out, out
+            code = await asyncio.to_thread(main, ["--config", str(cfg), "note", "路由器密码改了", "--once", "a"])
+            out = capsys.readouterr().out  # the same --once through the daemon: the note written before
+            assert code == 0 and "Already saved: Inbox/路由器密码改了.md" in out, out
+            assert sorted(p.name for p in (notes_dir / "Inbox").iterdir()) == ["路由器密码改了.md", "车位.md"]
+
+            async def found():
+                code = await asyncio.to_thread(main, ["--config", str(cfg), "search", "车停在哪个区", "-k", "1"])
+                return code == 0 and "车位" in capsys.readouterr().out
+
+            for _ in range(100):
+                if await found():
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the note written through the daemon was never found")
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        sock.unlink(missing_ok=True)

@@ -74,6 +74,26 @@ async def note(parts: "Parts", person: Person, text: str, *, origin: Origin | No
                                      title=title, once=once, after=after)
 
 
+def note_once(once: str) -> str:
+    """What a note asked for by the command line or the API comes from: the caller's own id for
+    it (``--once``), the same with a daemon or without."""
+    return f"note:{once}" if once else ""
+
+
+async def note_here(parts: "Parts", person: Person, text: str, title: str = "", once: str = "") -> Receipt:
+    """A note taken and written by this process (the command line with no daemon running): the
+    writer runs until the note is written, or found queued (then it waits in the outbox, and the
+    daemon writes it when it runs)."""
+    writer = parts.capture()
+    stopping = asyncio.Event()
+    running = asyncio.create_task(writer.run(stopping))
+    try:
+        return await writer.note(person.key, person.user_id, text, title=title, once=once)
+    finally:
+        stopping.set()
+        await running
+
+
 async def append(parts: "Parts", person: Person, text: str, once: str = "") -> Receipt:
     """More text at the end of the last note the person captured."""
     return await _writer(parts).append(person.key, person.user_id, text, once=once)
