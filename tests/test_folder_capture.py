@@ -13,7 +13,7 @@ from urllib.parse import unquote
 import pytest
 
 from rag.capture import MARKER_RE
-from sync.sources.files import _front_matter
+from sync.sources.files import _front_matter, stable_id
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama
@@ -90,18 +90,12 @@ def test_notes_appends_memory_and_photos_become_files_in_the_folder_searchable_w
         assert meta["title"] == "买一个新的路由器" and {"home", "todo", "captured"} <= set(meta["tags"])
         assert "旧的那台总掉线" in text and len(marked(first)) == 1
 
-        # the watcher sees it, the pass indexes it: /search finds it, by its path and a snippet
-        async def found():
-            before = len(tg.sent_to(OWNER))
-            tg.say(OWNER, "/search 书房信号差")
-            reply = (await reply_to(tg, OWNER, before))["text"]
-            return reply if "Inbox/买一个新的路由器.md" in reply else None
-
-        deadline = asyncio.get_running_loop().time() + 30
-        hit = None
-        while hit is None and asyncio.get_running_loop().time() < deadline:
-            hit = await found()
-        assert hit and "书房信号差" in hit and "%E" not in hit, hit
+        # the watcher sees it, the pass indexes it (no pass is asked for by the write here): /search
+        # finds it, by its path in the folder and the lines that match
+        await until(lambda: daemon.parts.read_state(lambda state: state.note(stable_id(f"file:{rel}"))), 60,
+                    "the file indexed")
+        hit = (await said(tg, OWNER, "/search 书房信号差"))["text"]
+        assert "Inbox/买一个新的路由器.md" in hit and "书房信号差" in hit and "%E" not in hit, hit
 
         # the same title again: a second file beside it, the first untouched
         got = await said(tg, OWNER, "/note 买一个新的路由器\n要带 Wi-Fi 6")
@@ -399,3 +393,69 @@ def test_the_command_lines_note_writes_into_the_folder_with_or_without_a_daemon(
         asyncio.run(scenario())
     finally:
         sock.unlink(missing_ok=True)
+
+
+# --- journeys on a folder install ------------------------------------------------------------------
+
+NGINX_Q = "How do I configure nginx rate limiting?"
+
+
+@pytest.mark.slow
+def test_a_gap_written_with_its_button_becomes_a_file_that_answers_it(folder_world):
+    """Asked, refused, /gaps, ✍️, the text sent: a file named by the question in the folder's
+    Inbox, indexed after the watcher sees it; the gap closes and the question is answered."""
+    settings, tg, ollama, notes = folder_world
+
+    async def scenario(daemon):
+        tg.say(OWNER, NGINX_Q)
+        store = lambda: daemon.parts.gaps_if_made()  # noqa: E731
+        await until(lambda: store() and store().gaps(f"telegram:{OWNER}", "local"), 30, "the gap")
+        [gap] = store().gaps(f"telegram:{OWNER}", "local")
+        listed = await said(tg, OWNER, "/gaps")
+        mid = next(i for i, m in tg.messages.items() if m is listed)
+        assert ("✍️ 1", f"gap:w:{gap.id}") in tg.buttons(mid)
+        before = len(tg.sent_to(OWNER))
+        tg.press(OWNER, OWNER, mid, f"gap:w:{gap.id}")
+        await until(lambda: [m for m in tg.sent_to(OWNER)[before:] if "send me the text" in m["text"]])
+        got = await said(tg, OWNER, "To configure rate limiting in nginx, define a zone with limit_req_zone "
+                                    "$binary_remote_addr zone=one:10m rate=5r/s; and use limit_req zone=one burst=10.")
+        assert "已记下" in got["text"], got["text"]
+        path = notes / shown_path(got["text"])
+        assert path.name == "How do I configure nginx rate limiting.md"
+        assert _front_matter(path.read_text(encoding="utf-8"))["title"] == gap.question
+        told = await until(lambda: [m for m in tg.sent_to(OWNER) if "now answers" in m["text"]], 60,
+                           "the gap closed by the file")
+        assert gap.question in told[0]["text"]
+        ollama.reply("Define a zone with limit_req_zone and use limit_req zone=one burst=10 [1].")
+        tg.say(OWNER, NGINX_Q)
+        answered = await until(lambda: [m for m in tg.sent_to(OWNER) if "来源" in m["text"] or "Sources" in m["text"]],
+                               60, "the answer")
+        assert "Inbox/How do I configure nginx rate limiting.md" in answered[-1]["text"]
+
+    run_with_watcher(settings, tg, scenario)
+
+
+@pytest.mark.slow
+def test_a_voice_note_is_captured_into_the_folder_with_its_clip(folder_world):
+    pytest.importorskip("faster_whisper")
+    import media_files
+
+    if not media_files.has_espeak():
+        pytest.skip("espeak-ng is not installed (speech is made with it)")
+    settings, tg, ollama, notes = folder_world
+    settings = settings.model_copy(update={"media": settings.media.model_copy(update={"speech": "faster-whisper"})})
+
+    async def scenario(daemon):
+        clip = media_files.spoken("Note, buy a new router for the study.")
+        tg.add_file("v-note", clip)
+        before = len(tg.sent_to(OWNER))
+        tg.send_voice(OWNER, "v-note", duration=3)
+        receipt = await until(lambda: [m for m in tg.sent_to(OWNER)[before:] if "已记下" in m["text"]], 120,
+                              "the receipt")
+        path = notes / shown_path(receipt[0]["text"])
+        text = path.read_text(encoding="utf-8")
+        assert "router" in text.lower() and "Transcribed from the voice message" in text
+        link = re.search(r"\[[^\]]*\]\(([^)]+\.ogg)\)", text)
+        assert link and (path.parent / unquote(link.group(1))).read_bytes() == clip
+
+    run_with_watcher(settings, tg, scenario)

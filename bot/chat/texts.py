@@ -348,9 +348,10 @@ def sync_text(done: SyncRequest) -> str:
 
 
 def outbox_text(items: list) -> str:
-    """``/outbox``: this person's captures not yet in Leanote, and those Leanote refused."""
+    """``/outbox``: this person's captures not yet written (into Leanote or the notes folder), and
+    those refused."""
     if not items:
-        return "没有待写入的记录。 / Nothing waiting: every capture is in Leanote."
+        return "没有待写入的记录。 / Nothing waiting: every capture is written."
     lines = []
     for item in items:
         when = time.strftime("%m-%d %H:%M", time.localtime(item.created))
