@@ -276,7 +276,7 @@ def test_without_a_capture_target_the_bots_offer_no_capture_and_say_why(tmp_path
             assert "ask" in names and not {"note", "append", "remember", "save", "outbox"} & set(names)
             got = await said(tg, OWNER, "/help")
             assert "/note" not in got["text"] and "mongodump" in got["text"] and "capture.accounts" in got["text"]
-            for command in ("/note 记一下", "/append 再加一句", "/remember 车位 B2"):
+            for command in ("/note 记一下", "/append 再加一句", "/remember 车位 B2", "/outbox"):
                 got = await said(tg, OWNER, command)
                 assert "read-only" in got["text"] and "capture.accounts" in got["text"], (command, got["text"])
             tg.add_file("v-1", b"OggS" + b"\x00" * 200)
