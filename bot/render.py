@@ -27,6 +27,7 @@ sources (the notes' own addresses, made by the answer service) are links; a file
 from __future__ import annotations
 
 import html
+import os
 import re
 from functools import lru_cache
 from urllib.parse import unquote, urlsplit
@@ -454,12 +455,30 @@ def telegram_messages(markdown: str, sources: str = "", limit: int = TELEGRAM_LI
     return parts
 
 
-def telegram_sources(citations, title: str = "来源") -> str:
+def file_place(url: str, root=None) -> str:
+    """A note file's ``file://`` address as a person reads it: its path in the notes folder
+    (``root``) when it is there, else the whole path; "" for any other address."""
+    if not url.lower().startswith("file://"):
+        return ""
+    path = unquote(urlsplit(url).path)
+    if root is not None:
+        for base in {str(root).rstrip("/"), os.path.realpath(root).rstrip("/")}:
+            if path.startswith(base + "/"):
+                return path[len(base) + 1:]
+    return path
+
+
+def telegram_sources(citations, title: str = "来源", root=None) -> str:
+    """Sources as lines: a web address as the title's link; a note file (Telegram opens no
+    ``file://`` link) by its path in the folder ``root``, in code style (copied with a tap)."""
     lines = []
     for c in citations:
         label = html.escape(c.label, quote=False)
+        place = file_place(c.url, root)
         if c.url.startswith(("http://", "https://")):
             lines.append(f'[{c.n}] <a href="{html.escape(c.url)}">{label}</a>')
+        elif place:
+            lines.append(f"[{c.n}] {label} — <code>{html.escape(place, quote=False)}</code>")
         else:
             lines.append(f"[{c.n}] {label}")
     return f"<b>{title}</b>\n" + "\n".join(lines) if lines else ""
@@ -469,9 +488,10 @@ def telegram_sources(citations, title: str = "来源") -> str:
 DISCORD_FILES = ("（笔记文件在服务器上，Discord 打不开 file:// 链接）", "(note files on the server: Discord opens no file:// links)")
 
 
-def discord_sources(citations, title: str = "来源", question: str = "") -> str:
-    """Sources as lines, each web link in <> so Discord shows no preview; a file's path as
-    text (Discord opens no ``file://`` link), with a line saying so in the question's language."""
+def discord_sources(citations, title: str = "来源", question: str = "", root=None) -> str:
+    """Sources as lines, each web link in <> so Discord shows no preview; a file's path (in the
+    notes folder ``root``) as text (Discord opens no ``file://`` link), with a line saying so in
+    the question's language."""
     if not citations:
         return ""
     lines, files = [], False
@@ -480,7 +500,7 @@ def discord_sources(citations, title: str = "来源", question: str = "") -> str
             where = f" <{c.url}>"
         elif c.url.lower().startswith("file://"):
             files = True
-            where = f" {discord_escape(unquote(urlsplit(c.url).path))}"
+            where = f" — {discord_escape(file_place(c.url, root))}"
         else:
             where = f" {_TICK}{c.url}{_TICK}" if c.url else ""
         lines.append(f"[{c.n}] {discord_escape(c.label)}{where}")

@@ -229,12 +229,14 @@ class Parts:
 
     @property
     def can_capture(self) -> bool:
-        """Whether this process writes captures into Leanote: the daemon does."""
+        """Whether this process writes the captures from chat: the daemon does (the command
+        line's ``note`` without one writes its own, ``bot.usecases.capture.note_here``)."""
         return self.scheduled
 
     def capture(self) -> Capture:
-        """Writing from chat into Leanote through the outbox (``sync.writeback.capture``);
-        each write asks the schedule for a pass soon, so the note is searchable within seconds."""
+        """Writing from chat into Leanote or the notes folder (the target ``capture.target``
+        chooses) through the outbox (``sync.writeback.capture``); each write asks the schedule
+        for a pass soon, so the note is searchable within seconds."""
         def written() -> None:
             if self.built("schedule"):
                 self.schedule.soon()

@@ -74,6 +74,15 @@ class Settings(Section):
         return self
 
     @model_validator(mode="after")
+    def _capture_target_exists(self) -> "Settings":
+        # capture.target: folder needs a folder (leanote without an account: the bots say how to add one)
+        target = self.capture.target
+        if target == "folder" and self.source.kind != "files":
+            raise ValueError(f"capture.target: folder writes into a files source's folder, and source.kind is "
+                             f"{self.source.kind!r}: use capture.target: leanote (with capture.accounts) or auto")
+        return self
+
+    @model_validator(mode="after")
     def _answer_fits_timeout(self) -> "Settings":
         # The evidence is sized to be read within the budget; the answer is then written within
         # what is left of the timeout. A budget as long as the timeout leaves none: every answer

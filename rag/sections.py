@@ -301,7 +301,12 @@ class CaptureConfig(Section):
     """Writing from chat into Leanote (``sync.writeback.capture``)."""
 
     enabled: bool = Field(default=True, description="/note, forwards, /save, /append, /remember, Save as note")
-    notebook: str = Field(default="Inbox", description="the notebook captures go into, created if missing")
+    target: Literal["auto", "leanote", "folder"] = Field(
+        default="auto", description="where captures are written: leanote (through its API, with capture.accounts or "
+        "a leanote_api source's accounts), folder (Markdown files in a files source's folder), or auto: Leanote when "
+        "there is an account to write with, else a files source's folder, else nowhere (the bots say why)")
+    notebook: str = Field(default="Inbox", description="the notebook captures go into, created if missing (a folder: "
+                                                       "its sub-folder)")
     tags: list[str] = Field(default=["captured"], description="tags every captured note gets, besides its #hashtags")
     memory_title: str = Field(default="记住的事 / Remembered", description="the title of each person's /remember note")
     max_chars: int = Field(default=20_000, ge=100, description="longest text a capture may hold")

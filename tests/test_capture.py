@@ -143,7 +143,7 @@ def test_limits_and_a_source_without_an_api_account(tmp_path, leanote):
         assert drive(cap, cap.note("telegram:222", ME, "别人不受影响")).status == "written"  # per person
     finally:
         cap.close()
-    no_account = make_settings(tmp_path / "b", leanote={"base_url": leanote.url})
+    no_account = make_settings(tmp_path / "b", leanote={"base_url": leanote.url}, capture={"target": "leanote"})
     cap = capture_for(no_account)
     try:
         receipt = drive(cap, cap.note(PERSON, ME, "想记一下"))

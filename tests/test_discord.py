@@ -119,7 +119,8 @@ def test_ask_defers_first_streams_then_answers_in_an_embed(world):
         assert "Leanote (`https://phish.example/login`)" in plain and "](https://phish" not in plain
         # a Markdown folder's note: its path as text, said why (Discord opens no file:// link)
         assert "file://" not in final.description.split("来源")[-1].split("（")[0]
-        assert "[1] 番茄炒蛋 /" in final.description and "菜谱/番茄炒蛋.md\n" in final.description
+        # a folder's note by its path in the folder, readable (no %-escapes)
+        assert "[1] 番茄炒蛋 — 生活/菜谱/番茄炒蛋.md\n" in final.description
         assert DISCORD_FILES[0] in final.description and DISCORD_FILES[1] not in final.description  # one language
         assert len(final) <= 6000 and len(final.description) <= 4096
 
@@ -228,3 +229,23 @@ def test_the_line_about_file_links_is_in_the_questions_language():
     chinese = discord_sources([c], "来源", "番茄炒蛋怎么做？")
     assert DISCORD_FILES[1] in english and DISCORD_FILES[0] not in english and "/srv/notes/菜谱/a.md" in english
     assert DISCORD_FILES[0] in chinese and DISCORD_FILES[1] not in chinese
+
+
+def test_search_over_a_folder_shows_each_note_by_its_path_with_a_snippet_and_help_speaks_of_the_folder(world):
+    """A folder's notes in /search: the path in the folder as it reads (not a percent-encoded
+    file:// address) and the lines that match; /help speaks of the folder and where a /note goes."""
+    settings, ollama = world
+
+    async def scenario(daemon, bot, command):
+        it = FakeInteraction(OWNER)
+        await command("search")(it, query="糖压酸味")
+        shown = it.events[-1][1]["content"]
+        first = shown.splitlines()[:2]
+        assert first[0].startswith("1. 番茄炒蛋") and first[0].endswith("生活/菜谱/番茄炒蛋.md"), shown
+        assert "糖" in first[1] and "file://" not in shown and "%E" not in shown, shown
+        it = FakeInteraction(OWNER)
+        await command("help")(it)
+        text = it.events[0][1]["content"]
+        assert "folder of notes" in text and "Leanote" not in text and "Markdown file in the folder's Inbox/" in text
+
+    run(settings, scenario)

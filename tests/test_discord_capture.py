@@ -369,17 +369,14 @@ def test_strangers_and_people_outside_the_rules_cannot_capture(world):
     run(world.settings(), fake, scenario)
 
 
-def test_with_capture_turned_off_a_note_gets_a_polite_refusal(world):
+def test_with_capture_turned_off_no_capture_is_offered_and_help_says_why(world):
     fake, leanote = world.fake, world.leanote
 
     async def scenario(daemon):
-        photo = fake.upload("x.png", b"\x89PNG" + b"\x00" * 100, "image/png", channel_id=CHANNEL)
-        for name, options in (("note", {"text": "关掉以后"}), ("note", {"text": "带文件", "file": photo}),
-                              ("append", {"text": "追加"}), ("remember", {"text": "记住"})):
-            it, text = await command(fake, ONE, name, options)
-            assert "turned off" in text and it.ephemeral, (name, text)
-        it, text = await save_menu(fake, ONE, fake.user_message(ALICE, "一条消息", channel_id=CHANNEL))
-        assert "turned off" in text and it.ephemeral
+        registered = set(fake.commands_for(GUILD))
+        assert "ask" in registered and not registered & {"note", "append", "remember", "outbox", SAVE_MENU}
+        it, text = await command(fake, ONE, "help", {})
+        assert "turned off" in text and "/note" not in text and it.ephemeral
         assert leanote.notes == {} and fake.downloads == []
 
     run(world.settings(capture={"enabled": False}), fake, scenario)

@@ -249,7 +249,7 @@ def test_a_capture_while_leanote_is_down_is_queued_and_written_when_it_is_back(w
 
 
 @pytest.mark.parametrize("capture, says", [({"enabled": False}, "capture.enabled"),
-                                           ({"accounts": []}, "capture.accounts")])
+                                           ({"accounts": [], "target": "leanote"}, "capture.accounts")])
 def test_capture_turned_off_or_without_an_account_is_refused_politely(world, capture, says):
     make, tg, ollama, leanote = world
     settings = make(**capture)

@@ -11,8 +11,9 @@ passages' own links, ``bot.render.web_html``), ``POST /sync`` (a pass now; with 
 (Prometheus; admin), ``GET /openapi.json``. The memory: ``GET /memory/about``,
 ``/memory/related``, ``/memory/find``, ``/memory/graph``, ``/memory/note/{id}``,
 ``/memory/entity``, ``POST /memory/verdict``. The caller's knowledge gaps: ``GET /gaps``,
-``POST /gaps/{id}/dismiss``, ``POST /gaps/{id}/note`` (the note for it, into Leanote through
-the outbox); ``GET /digest`` (what the caller's digest would say). ``GET /explorer`` is a page over them (its graph
+``POST /gaps/{id}/dismiss``, ``POST /gaps/{id}/note`` (the note for it, into Leanote or the notes
+folder through the outbox); ``POST /note`` (a note captured the same way: the command line's
+``note``); ``GET /digest`` (what the caller's digest would say). ``GET /explorer`` is a page over them (its graph
 library, vis-network, is served from the ``pyvis`` package).
 
 Who calls (``bot.api.access``): the local socket's user may do everything; a TCP token may
@@ -48,7 +49,8 @@ from rag.memory import explore
 
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
 from bot.render import NoteLinks, web_html
-from bot.usecases import asking, digest as digest_case, gaps as gaps_case, memory, status as status_case, syncing
+from bot.usecases import asking, capture as capture_case, digest as digest_case, gaps as gaps_case, memory
+from bot.usecases import status as status_case, syncing
 from bot.usecases.people import Person, accounts, leanote_user, resolve_user, users as users_case
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,14 @@ class VerdictIn(BaseModel):
 
 class NoteIn(BaseModel):
     text: str = Field(description="the note's text (Markdown); its title is the gap's question")
+    user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
+
+
+class CaptureIn(BaseModel):
+    text: str = Field(description="the note's text (Markdown): its first line is the title, #hashtags its tags")
+    title: str | None = Field(default=None, description="the title, when not the text's first line")
+    once: str | None = Field(default=None, description="an id of the caller's for this note: the same id again "
+                                                        "writes nothing new and answers with the first note")
     user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
 
 
@@ -274,6 +284,12 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
         draft = await asyncio.to_thread(gaps_case.draft_for, house, asker, small(gap_id, "the gap id"), "api")
         receipt = await gaps_case.write_draft(house, asker, draft, body.text, once=f"api:gap:{gap_id}")
         return asdict(receipt)
+
+    @app.post("/note", summary="capture a note into the caller's notes (Leanote, or the notes folder), written once")
+    async def note(body: CaptureIn, who: Caller = Depends(caller)) -> dict:
+        asker = await person(who, body.user)
+        once = capture_case.note_once(small(body.once, "the once id") if body.once else "")
+        return asdict(await capture_case.note(parts(), asker, body.text, title=body.title or "", once=once))
 
     @app.get("/digest", summary="what the caller's digest would say now (nothing is sent)")
     async def digest_view(user: str | None = None, since: float | None = None, who: Caller = Depends(caller)) -> dict:

@@ -12,14 +12,17 @@ from datetime import datetime
 from typing import Callable
 
 from rag import limits
+from rag.capture import MARKER_RE
+from rag.index.excerpt import excerpt
 from rag.language import say
 from rag.config import Settings
 from rag.errors import Unavailable
 
-from bot.usecases import memory, status
+from bot.usecases import capture, memory, status
 from bot.usecases.memory import MemoryUnavailable, NotAnItemId, UnknownItem
 from bot.usecases.people import Person
 from bot.usecases.results import About, NotSaved, RelatedNotes, SyncRequest, Verdict, Why
+from bot.render import file_place
 
 # What a person sees when something unexpected goes wrong; the details go to the log.
 SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
@@ -48,32 +51,71 @@ def seen_line(line: str) -> str:
     """A photo's text as read, shown first on one line."""
     return f"🔎 「{line}」"
 
-HELP = """我会从你的 Leanote 笔记里找答案，并附上笔记链接。I answer from your Leanote notes, with links to them.
-
-/ask 问题 — 提问（私聊里直接发问题就行）ask (in a private chat just send the question)
+_INTRO = {
+    "leanote": "我会从你的 Leanote 笔记里找答案，并附上笔记链接。I answer from your Leanote notes, with links to them.",
+    "folder": "我会从你的笔记文件夹里找答案，并注明出自哪个文件。I answer from your folder of notes, naming the file each "
+              "answer comes from.",
+}
+_ASK = """/ask 问题 — 提问（私聊里直接发问题就行）ask (in a private chat just send the question)
 /search 关键词 — 只列出相关笔记 search: matching notes only
 /reset — 忘掉这段对话 forget this conversation
 /why — 上一个回答是怎么来的 why the last answer
 /status — 同步状态 sync status
-/sync — 立即同步（管理员）sync now (admins)
-
-/note 内容 — 记一条新笔记（收件箱）capture a note into your inbox notebook
+/sync — 立即同步（管理员）sync now (admins)"""
+_INTO = {
+    "leanote": ("收件箱笔记本", "into your inbox notebook", " Leanote ", "Leanote"),
+    "folder": ("文件夹里的 {inbox}/，一个 Markdown 文件", "as a Markdown file in the folder's {inbox}/", "笔记文件夹",
+               "the folder"),
+}
+_CAPTURE = """/note 内容 — 记一条新笔记（{into_zh}）capture a note {into_en}
 /append 内容 — 追加到上一条记录 add to your last capture
 /remember 内容 — 记到“记住的事”里 a dated line in your memory note
 /save — 回复一条消息，把它存成笔记 reply to a message to save it
-/outbox — 还没写进 Leanote 的记录 captures waiting for Leanote
+/outbox — 还没写进{where_zh}的记录 captures waiting for {where_en}
 🎙 语音消息 — 像打字一样提问；开头说“记一下…”或“记住…”就记下来 a voice message: asked as if typed; starting
-   "note …" or "remember …" it is captured (with /note as its caption too)
-🖼 图片加上问题作说明 — 按图里的文字回答 a photo with a question as its caption: answered from its text
-
-/about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
+   "note …" or "remember …" it is captured (with /note as its caption too)"""
+_NO_CAPTURE = """🎙 语音消息 — 像打字一样提问 a voice message: asked as if typed
+记笔记在这里用不了 Capture is not available here: {why}"""
+_PHOTO = "🖼 图片加上问题作说明 — 按图里的文字回答 a photo with a question as its caption: answered from its text"
+_MEMORY = """/about 名称 — 记忆里关于它的事实和笔记 what the memory knows about a name (facts, notes)
 /related 笔记id、标题或问题 — 相关的笔记 notes related to a note (its id or title) or a question
 /reject ID — 删掉一条错的事实或相关 reject a wrong fact or pair (ids from /about, /related)
-/confirm ID — 确认一条事实或相关 confirm a fact or pair
-
-/gaps — 笔记还回答不了的问题 what your notes could not answer (write the note, or dismiss)
+/confirm ID — 确认一条事实或相关 confirm a fact or pair"""
+_GAPS = """/gaps — 笔记还回答不了的问题 what your notes could not answer ({gaps_buttons})
 /digest weekly mon 09:00 | daily 08:30 | off — 笔记摘要 a digest of your notes (private chat)
 /forget — 忘掉你的知识空白和摘要设置 forget your gaps and digest setting"""
+CAPTURE_COMMANDS = ("note", "append", "remember", "save", "outbox")
+
+
+def help_text(source: str = "leanote", target: str = "leanote", why: str | None = None, inbox: str = "Inbox") -> str:
+    """``/help`` as this install is: ``source`` "folder" (a folder of notes) or "leanote" (any other
+    source: the notes are Leanote's); ``target``: where captures go ("leanote", "folder"), or
+    "" with ``why`` there is none."""
+    intro = _INTRO["folder" if source == "folder" else "leanote"]
+    if target in _INTO and not why:
+        into_zh, into_en, where_zh, where_en = (t.format(inbox=inbox) for t in _INTO[target])
+        capture = _CAPTURE.format(into_zh=into_zh, into_en=into_en, where_zh=where_zh, where_en=where_en)
+        buttons = "write the note, or dismiss"
+    else:
+        capture = _NO_CAPTURE.format(why=why or "")
+        buttons = "dismiss"
+    return "\n\n".join([intro, _ASK, capture + "\n" + _PHOTO, _MEMORY, _GAPS.format(gaps_buttons=buttons)])
+
+
+HELP = help_text()  # a Leanote install's
+
+
+def help_for(parts) -> str:
+    """``/help`` for the install ``parts`` runs (its source, and where its captures go)."""
+    settings = parts.settings
+    source = "folder" if settings.source.kind == "files" else "leanote"
+    why = None
+    if not parts.can_capture:
+        why = NO_CAPTURE
+    elif not capture.offered(parts):
+        why = capture.unavailable(parts)
+    return help_text(source, capture.target(parts), why, settings.capture.notebook)
+
 
 COMMANDS = [
     ("ask", "提问 / ask a question"),
@@ -96,6 +138,11 @@ COMMANDS = [
     ("forget", "忘掉你的知识空白 / forget your gaps"),
     ("help", "帮助 / help"),
 ]
+
+
+def commands(can_capture: bool) -> list[tuple[str, str]]:
+    """The command menu: without the capture commands where nothing can be captured."""
+    return [c for c in COMMANDS if can_capture or c[0] not in CAPTURE_COMMANDS]
 
 
 # --- how much of a message is read ---------------------------------------------------------
@@ -122,21 +169,40 @@ def with_notice(text: str, notice: str | None) -> str:
 
 # --- answers and searches --------------------------------------------------------------------
 
-def sources_first(citations, title: str) -> str:
+def notes_root(settings: Settings):
+    """The folder of notes whose files the sources name by their path in it (a files source), or None."""
+    return settings.source.path if settings.source.kind == "files" else None
+
+
+def sources_first(citations, title: str, root=None) -> str:
     """The head an answer streams under: the notes its evidence comes from, as plain text
-    (titles and links), before the LLM's first token."""
+    (titles and links; a note file by its path in the folder ``root``), before the LLM's first token."""
     lines = [f"📚 {title}:"]
     for c in citations:
-        link = f" — {c.url}" if c.url.startswith(("http://", "https://")) else ""
+        place = file_place(c.url, root)
+        link = f" — {c.url}" if c.url.startswith(("http://", "https://")) else (f" — {place}" if place else "")
         lines.append(f"[{c.n}] {' '.join(c.label.split())}{link}")
     return "\n".join(lines)
 
 
-def hits_text(hits) -> str:
+SNIPPET_CHARS = 120
+
+
+def hits_text(hits, query: str = "", root=None, escape: Callable[[str], str] = str) -> str:
+    """``/search``: each note found with where it is (a web link, or a note file's path in the
+    folder ``root``) and the lines of it that match ``query``; ``escape``: for a door that reads
+    Markdown (Discord)."""
     if not hits:
         return "没有找到相关笔记。 / No matching notes."
-    return "\n".join(f"{i}. {h.title}" + (f" › {h.heading}" if h.heading else "") + f"  {h.url}"
-                     for i, h in enumerate(hits, start=1))
+    lines = []
+    for i, h in enumerate(hits, start=1):
+        place = file_place(h.url, root) or h.url
+        where = f"<{place}>" if place.startswith(("http://", "https://")) and escape is not str else escape(place)
+        lines.append(escape(f"{i}. {h.title}" + (f" › {h.heading}" if h.heading else "")) + f"  {where}")
+        snippet = " ".join(excerpt(MARKER_RE.sub("", h.text), query, SNIPPET_CHARS).split())
+        if snippet:
+            lines.append("   " + escape(snippet))
+    return "\n".join(lines)
 
 
 # How /why names each row of a trace (``Why.rows``).
@@ -184,7 +250,7 @@ def not_saved_text(why: NotSaved) -> tuple[str, str]:
     if why.why == "saved":
         return f"已经存为笔记了 ✅ {why.url} / Already saved as a note.".replace("  ", " "), "message"
     how = {"no_capture": "alert", "remapped": "alert", "saving": "brief"}.get(why.why, "message")
-    return NOT_SAVED[why.why], how
+    return why.reason or NOT_SAVED[why.why], how
 
 
 # --- the status and /sync ----------------------------------------------------------------------
@@ -281,9 +347,10 @@ def sync_text(done: SyncRequest) -> str:
 
 
 def outbox_text(items: list) -> str:
-    """``/outbox``: this person's captures not yet in Leanote, and those Leanote refused."""
+    """``/outbox``: this person's captures not yet written (into Leanote or the notes folder), and
+    those refused."""
     if not items:
-        return "没有待写入的记录。 / Nothing waiting: every capture is in Leanote."
+        return "没有待写入的记录。 / Nothing waiting: every capture is written."
     lines = []
     for item in items:
         when = time.strftime("%m-%d %H:%M", time.localtime(item.created))

@@ -22,6 +22,9 @@ from rag.speed import FILE as SPEED_FILE
 
 from sync.faults import MIN_FREE, free_bytes
 from sync.state import State
+from sync.writeback.folder import safe_name
+from sync.writeback.logins import account_emails
+from sync.writeback.targets import kind_of
 
 from bot.api.client import find_daemon
 from bot.root import Parts
@@ -63,7 +66,9 @@ def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
         return
     yield Check("config", True, f"{settings.config_path or 'defaults'} is valid")
     with Parts(settings) as root:
-        for section in (_source, _state, _index, _embedder, _reranker, _ollama, _media):
+        yield from _said(_source(root))
+        yield from _said(_capture(settings))
+        for section in (_state, _index, _embedder, _reranker, _ollama, _media):
             yield from _said(section(root))
     yield from _said(_api(settings))
     yield from _parts(settings, parts)
@@ -279,6 +284,38 @@ def _source(root: Parts) -> Iterator[Check]:
         close = getattr(source, "close", None)
         if close:
             close()
+
+
+def _capture(settings: Settings) -> Iterator[Check]:
+    """Where ``serve`` writes what people capture from chat: the folder (writable?), the Leanote
+    accounts, or nowhere (and how to give it somewhere)."""
+    kind = kind_of(settings)
+    if not settings.capture.enabled:
+        yield Check("capture", True, "turned off (capture.enabled: false): the bots offer no capture")
+        return
+    if kind is None:
+        yield Check("capture", True, f"nowhere to write: a {settings.source.kind} source is read-only, so the bots "
+                    "offer no capture and say why", "to capture into Leanote, add capture.accounts (email and "
+                    "password_env)", warn=True)
+        return
+    if kind == "folder":
+        root = settings.source.path
+        inbox = safe_name(settings.capture.notebook, "Inbox")
+        where = f"Markdown files into the folder {root}, sub-folder {inbox}/ (the notes of user {settings.source.user_id})"
+        if not os.access(root, os.W_OK | os.X_OK) or (os.path.isdir(os.path.join(root, inbox))
+                                                      and not os.access(os.path.join(root, inbox), os.W_OK | os.X_OK)):
+            yield Check("capture", False, f"{where}: this user cannot write there",
+                        "let the service's user write the folder (under systemd: ReadWritePaths= with the folder, "
+                        "`systemctl edit leanote-rag`), or set capture.target: leanote with capture.accounts")
+            return
+        yield Check("capture", True, where)
+        return
+    emails = account_emails(settings)
+    if not emails:
+        yield Check("capture", False, "into Leanote (capture.target: leanote), but there is no account to write with",
+                    "add capture.accounts (email and password_env)")
+        return
+    yield Check("capture", True, f"into Leanote, notebook {settings.capture.notebook!r}, as {', '.join(emails)}")
 
 
 def _reach_fix(settings: Settings) -> str:

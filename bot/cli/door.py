@@ -12,6 +12,7 @@ import asyncio
 from typing import Callable, Protocol
 
 from rag.answer.types import Answer, Citation
+from rag.capture import Receipt
 from rag.config import Settings
 from rag.errors import Unavailable
 
@@ -55,6 +56,10 @@ class Door(Protocol):
     def verdict(self, person: Person, item_id: str, verdict: str) -> Verdict: ...
 
     def status(self, person: Person) -> dict: ...
+
+    def note(self, person: Person, text: str, title: str = "", once: str = "") -> Receipt:
+        """A note captured into the person's notes (Leanote, or the notes folder), written once."""
+        ...
 
     def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced: ...
 
@@ -135,6 +140,11 @@ class LocalDoor(_Closing):
 
         return self._run(status.status(self.parts, person))
 
+    def note(self, person: Person, text: str, title: str = "", once: str = "") -> Receipt:
+        from bot.usecases import capture
+
+        return self._run(capture.note_here(self.parts, person, text, title, capture.note_once(once)))
+
     def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced:
         from bot.usecases import syncing
 
@@ -187,6 +197,10 @@ class DaemonDoor(_Closing):
 
     def status(self, person: Person) -> dict:
         return self.client.get("/status")
+
+    def note(self, person: Person, text: str, title: str = "", once: str = "") -> Receipt:
+        return Receipt(**self.client.post("/note", {"text": text, "title": title, "once": once or None,
+                                                    "user": person.user_id}))
 
     def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced:
         """The daemon makes the pass; its progress and summary come back here."""

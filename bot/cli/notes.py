@@ -1,4 +1,5 @@
-"""The commands that ask the notes: ``search``, ``ask``, ``eval`` and ``feedback``.
+"""The commands that ask the notes: ``search``, ``ask``, ``eval`` and ``feedback``; and ``note``,
+which writes one (into Leanote, or the notes folder, as the bots' ``/note`` does).
 
 Each reaches the notes through a door (``bot.cli.door``): the running daemon's API,
 or the index opened here, with the same output either way.
@@ -134,6 +135,34 @@ def ask(app: App, question: str, as_json: bool, user_id: str | None, show_trace:
             click.echo(f"- {c.label}  {c.url}")
     if show_trace:
         _print_trace(answer)
+
+
+@click.command()
+@click.argument("text")
+@click.option("--title", help="the note's title (default: the text's first line)")
+@click.option("--user", "user_id", metavar="USER", help="whose notes: a Leanote user id or an account's email (needed "
+              "when the index holds several users)")
+@click.option("--once", metavar="ID", help="an id of yours for this note: run again with the same id, it writes "
+              "nothing new and shows the first note")
+@click.option("--json", "as_json", is_flag=True, help="JSON output: the receipt (status, message, note_id, url)")
+@pass_app
+def note(app: App, text: str, title: str | None, user_id: str | None, once: str | None, as_json: bool) -> None:
+    """Capture TEXT as a new note: into Leanote (capture.accounts, or a leanote_api source's), or a
+    Markdown file in the notes folder (a files source), written once, as the bots' /note. #hashtags
+    become tags. With the service running it writes it and indexes it within seconds; without, the
+    next `index` reads it."""
+    with app.door() as door:
+        receipt = door.note(app.person(door, user_id), text, title or "", once or "")
+        through_daemon = door.through_daemon
+    if receipt.status == "refused":  # nothing was written (capture off, nowhere to write, too long...)
+        raise UserError(receipt.message)
+    if as_json:
+        _print_json({"status": receipt.status, "message": receipt.message, "note_id": receipt.note_id,
+                     "url": receipt.url, "again": receipt.again})
+    else:
+        click.echo(receipt.message)
+        if receipt.status == "written" and not through_daemon and not receipt.again:
+            click.echo(click.style("run `leanote-rag index` to search it (`serve` does that by itself)", dim=True))
 
 
 def _withdraw(text: str, question: str) -> None:

@@ -2,8 +2,8 @@
 
 Slash commands ``/ask question [private]``, ``/search``, ``/reset``, ``/status``, ``/sync``
 (admins), ``/why``, the memory's ``/about``, ``/related``, ``/reject``, ``/confirm``, and,
-where the daemon can write to Leanote, ``/note``, ``/append``, ``/remember``, ``/outbox`` and
-the message menu "Save to Leanote". A channel is a shared room: answers are private unless
+where captures have somewhere to write (Leanote, or the notes folder), ``/note``, ``/append``,
+``/remember``, ``/outbox`` and the message menu "Save to Leanote" ("Save to my notes" for a folder). A channel is a shared room: answers are private unless
 ``discord.public_answers`` is on or the asker passes ``private:false``; everything else is
 always ephemeral, each person's conversation is their own, and no message may mention anyone.
 Access: guild, channel, user and role ids.
@@ -14,7 +14,7 @@ Access: guild, channel, user and role ids.
 - ``answering``: a question's flow: deferred, streamed into the original response, then embeds
   within Discord's limits and the buttons under the last;
 - ``commands``: the commands that are not questions or captures;
-- ``capturing``: writing into the person's Leanote;
+- ``capturing``: writing into the person's Leanote or the notes folder;
 - ``buttons``: what a press does, under an answer or under the memory's replies.
 
 Every handler parses the interaction, calls a use case (``bot.usecases``) and renders what
@@ -22,6 +22,6 @@ comes back.
 """
 
 from bot.discord.answering import embeds_for
-from bot.discord.service import SAVE_MENU, build, check, service
+from bot.discord.service import FOLDER_SAVE_MENU, SAVE_MENU, build, check, service
 
-__all__ = ["SAVE_MENU", "build", "check", "embeds_for", "service"]
+__all__ = ["FOLDER_SAVE_MENU", "SAVE_MENU", "build", "check", "embeds_for", "service"]

@@ -16,12 +16,12 @@ import discord
 
 from rag.language import label
 from bot.chat.pacing import Pacer, Wait
-from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, sources_first
+from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, notes_root, sources_first
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import feedback_view
 from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, SourceLinks, discord_pages,
                         discord_plain_links, discord_sources)
-from bot.usecases import asking
+from bot.usecases import asking, capture
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
@@ -50,7 +50,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     def sources(found) -> None:
         reading.found(found)
-        pacer.show_first(sources_first(found, label(question, "reading")))
+        pacer.show_first(sources_first(found, label(question, "reading"), notes_root(bot.host.settings)))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
@@ -78,7 +78,8 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         return
     sent: list[discord.WebhookMessage] = []
     try:
-        await _deliver(interaction, asked, private, notice, sent, heard)
+        await _deliver(interaction, asked, private, notice, sent, heard, notes_root(bot.host.settings),
+                       capture.offered(bot.parts))
     except Exception:  # Discord refused the answer (or a part of it): nobody is left with half of it
         log.exception("delivering a Discord answer failed")
         bot.count_error()
@@ -122,18 +123,20 @@ async def _undelivered(interaction: discord.Interaction, sent: list[discord.Webh
 
 
 async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None,
-                   sent: list[discord.WebhookMessage], heard: str | None = None) -> None:
+                   sent: list[discord.WebhookMessage], heard: str | None = None, root=None,
+                   can_save: bool = True) -> None:
+    """``root``: the notes folder its note files are named in; ``can_save``: "Save as note" goes under it."""
     answer = asked.answer
     if answer.citations:
-        sources = discord_sources(answer.citations, label(answer.question, "sources"), answer.question)
+        sources = discord_sources(answer.citations, label(answer.question, "sources"), answer.question, root)
     else:
-        sources = discord_sources(answer.closest, label(answer.question, "closest"), answer.question)
+        sources = discord_sources(answer.closest, label(answer.question, "closest"), answer.question, root)
     body = discord_plain_links(answer.shown, NoteLinks(answer.citations)) + "".join(
         f"\n\n*{n}*" for n in (answer.notice, notice) if n)
     embeds = embeds_for(body, sources)
     first, rest = embeds[0], embeds[1:]
     # the buttons go under the last part of the answer
-    buttons = {"view": feedback_view(asked.answer_id)} if asked.answer_id else {}
+    buttons = {"view": feedback_view(asked.answer_id, can_save)} if asked.answer_id else {}
     await interaction.edit_original_response(content=heard[:DISCORD_CONTENT] if heard else None, embed=first,
                                              **({} if rest else buttons))
     for i, embed in enumerate(rest):

@@ -104,9 +104,10 @@ class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button],
                 await bot.failed(interaction, err)
 
 
-def feedback_view(answer_id: str) -> discord.ui.View:
+def feedback_view(answer_id: str, can_save: bool = True) -> discord.ui.View:
+    """👍, 👎, Why? and, where capture has somewhere to write (``can_save``), Save as note."""
     view = discord.ui.View(timeout=None)
-    for action in ("up", "down", "why", "save"):
+    for action in ("up", "down", "why", "save") if can_save else ("up", "down", "why"):
         view.add_item(FeedbackButton(action, answer_id))
     return view
 

@@ -79,7 +79,7 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
     if not bot.can_capture:
         await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
         return
-    why = _before_download(bot, files)
+    why = _before_download(bot, files, person)
     if why:  # nothing downloaded, nothing written
         await interaction.response.send_message(why[:DISCORD_CONTENT], ephemeral=True)
         return
@@ -117,11 +117,11 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
     await interaction.followup.send(receipt.message[:DISCORD_CONTENT], ephemeral=True)
 
 
-def _before_download(bot: DiscordBot, files: list[discord.Attachment]) -> str | None:
-    """Refusals that need no download: capture turned off or without an account, a file
-    larger than ``capture.max_file_mb`` (Discord says each file's size up front)."""
+def _before_download(bot: DiscordBot, files: list[discord.Attachment], person) -> str | None:
+    """Refusals that need no download: capture turned off or with nowhere to write (for this
+    person), a file larger than ``capture.max_file_mb`` (Discord says each file's size up front)."""
     cfg = bot.host.settings.capture
-    why = capture.unavailable(bot.parts)
+    why = capture.unavailable(bot.parts, person)
     if why:
         return why
     limit = cfg.max_file_mb * 1024 * 1024

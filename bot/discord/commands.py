@@ -9,7 +9,7 @@ import logging
 
 import discord
 
-from bot.chat.texts import (ADMINS_ONLY, FRESH_START, SYNCING, about_text, cut_message, hits_text,
+from bot.chat.texts import (ADMINS_ONLY, FRESH_START, SYNCING, about_text, cut_message, hits_text, notes_root,
                             memory_unavailable_text, related_text, status_reply, sync_text, trace_text, with_notice)
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import memory_view
@@ -31,7 +31,8 @@ async def search(bot: DiscordBot, interaction: discord.Interaction, query: str) 
     query, notice = cut_message(bot.host.settings, query)
     await interaction.response.defer(thinking=True, ephemeral=True)
     found = await asking.search(bot.parts, person, query, 8)
-    await interaction.followup.send(with_notice(hits_text(found.hits), notice)[:DISCORD_CONTENT], ephemeral=True)
+    text = hits_text(found.hits, query, notes_root(bot.host.settings), escape=discord_escape)
+    await interaction.followup.send(with_notice(text, notice)[:DISCORD_CONTENT], ephemeral=True)
 
 
 async def reset(bot: DiscordBot, interaction: discord.Interaction) -> None:

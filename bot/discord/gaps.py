@@ -34,7 +34,8 @@ async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     reply = gaps_text(await asyncio.to_thread(gaps.shown, bot.parts, person), how="note")
-    await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True, view=gap_view(reply))
+    await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True,
+                                            view=gap_view(reply, capture.offered(bot.parts)))
 
 
 async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -76,7 +77,7 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap
             text = ended_text(ended) if ended is not None else NOTHING_WAITS
         elif not bot.can_capture:
             text = NO_CAPTURE
-        elif why := capture.unavailable(bot.parts):  # said now: a note that cannot be written is never begun
+        elif why := capture.unavailable(bot.parts, person):  # said now: a note that cannot be written is never begun
             text = why
         else:
             gap = await asyncio.to_thread(gaps.write, bot.parts, person, gap_id, PLACE)
@@ -139,11 +140,14 @@ class GapButton(discord.ui.DynamicItem[discord.ui.Button], template=r"gap:(?P<ac
                 await bot.failed(interaction, err)
 
 
-def gap_view(reply: GapsReply) -> discord.ui.View:
-    """Two gaps a row (✍️ n write, ✖ n dismiss), at most Discord's five rows."""
+def gap_view(reply: GapsReply, can_write: bool = True) -> discord.ui.View:
+    """Two gaps a row (✍️ n write, where capture has somewhere to write; ✖ n dismiss), at most
+    Discord's five rows."""
     view = discord.ui.View(timeout=None)
     for k, (n, gap_id) in enumerate(reply.items[:10]):
         for act, _, _ in GAP_BUTTONS:
+            if act == "w" and not can_write:
+                continue
             button = GapButton(act, gap_id, n)
             button.row = k // 2
             view.add_item(button)

@@ -15,15 +15,31 @@ from rag.errors import ConfigError
 from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
-from bot.chat.texts import HELP
+from bot.chat.texts import help_for
 from bot.discord import answering, buttons, capturing, commands, gaps, media, unasked
 from bot.discord.bot import DiscordBot, quiet_voice_warnings
+from bot.render import DISCORD_CONTENT
+from bot.usecases import capture as capture_case
 from bot.usecases import gaps as gaps_case
 
 SAVE_MENU = "Save to Leanote"
-# Discord has no "reply /save": a message is saved from its menu (Apps → Save to Leanote).
-DISCORD_HELP = "\n".join(line for line in HELP.splitlines() if not line.startswith("/save")) + (
-    f"\n右键一条消息 → Apps → {SAVE_MENU}：把它存成笔记 / right-click a message → Apps → {SAVE_MENU} to save it")
+FOLDER_SAVE_MENU = "Save to my notes"  # the same where captures go into the notes folder
+
+
+def save_menu(parts) -> str:
+    """The message menu's name: where it saves to."""
+    return FOLDER_SAVE_MENU if capture_case.target(parts) == "folder" else SAVE_MENU
+
+
+def discord_help(parts) -> str:
+    """``/help`` in Discord: it has no "reply /save", a message is saved from its menu (Apps →
+    Save to Leanote), where capture is offered."""
+    text = help_for(parts)
+    if "\n/save" not in text:
+        return text
+    return "\n".join(line for line in text.splitlines() if not line.startswith("/save")) + (
+        f"\n右键一条消息 → Apps → {save_menu(parts)}：把它存成笔记 / right-click a message → Apps → {save_menu(parts)} "
+        f"to save it")
 
 
 def build(host) -> DiscordBot:
@@ -117,9 +133,9 @@ def _register(bot: DiscordBot) -> None:
 
     @bot.tree.command(name="help", description="帮助 / help")
     async def help_(interaction: discord.Interaction) -> None:
-        await interaction.response.send_message(DISCORD_HELP, ephemeral=True)
+        await interaction.response.send_message(discord_help(bot.parts)[:DISCORD_CONTENT], ephemeral=True)
 
-    if not bot.can_capture:  # this host cannot write to Leanote: no capture commands
+    if not bot.can_capture or not capture_case.offered(bot.parts):  # nowhere to write: no capture commands
         return
 
     @bot.tree.command(name="note", description="记一条笔记（收件箱）/ capture a note into your inbox")
@@ -145,7 +161,7 @@ def _register(bot: DiscordBot) -> None:
     async def save_message(interaction: discord.Interaction, message: discord.Message) -> None:
         await capturing.save_message(bot, interaction, message)
 
-    bot.tree.add_command(app_commands.ContextMenu(name=SAVE_MENU, callback=save_message,
+    bot.tree.add_command(app_commands.ContextMenu(name=save_menu(bot.parts), callback=save_message,
                                                    type=discord.AppCommandType.message))
 
 

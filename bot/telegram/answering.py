@@ -18,11 +18,11 @@ from telegram.ext import ContextTypes
 
 from rag.language import label
 from bot.chat.pacing import Pacer, Wait
-from bot.chat.texts import EMPTY, SORRY, cut_message, sources_first
+from bot.chat.texts import EMPTY, SORRY, cut_message, notes_root, sources_first
 from bot.render import NoteLinks, SourceLinks, telegram_messages, telegram_plain, telegram_sources
 from bot.telegram import gaps, unasked
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, seconds
-from bot.usecases import asking
+from bot.usecases import asking, capture
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = F
 
     def sources(found) -> None:
         reading.found(found)
-        pacer.show_first(sources_first(found, label(question, "reading")))
+        pacer.show_first(sources_first(found, label(question, "reading"), notes_root(tg.host.settings)))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
@@ -107,23 +107,24 @@ async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = F
     got = asked.answer
     body = got.shown + "".join(f"\n\n*{n}*" for n in (got.notice, notice) if n)
     if got.citations:
-        listed = telegram_sources(got.citations, label(question, "sources"))
+        listed = telegram_sources(got.citations, label(question, "sources"), notes_root(tg.host.settings))
     else:
-        listed = telegram_sources(got.closest, label(question, "closest"))
+        listed = telegram_sources(got.closest, label(question, "closest"), notes_root(tg.host.settings))
     await final(tg, placeholder, telegram_messages(body, listed, links=NoteLinks(got.citations)), html=True,
-                markup=buttons(asked))
+                markup=buttons(asked, capture.offered(tg.parts)))
 
 
-def buttons(asked: asking.Asked) -> InlineKeyboardMarkup | None:
-    """👍, 👎, "Why?" and, under an answer from the notes, "Save as note"; None when the
-    answer was not kept (its buttons would lead nowhere)."""
+def buttons(asked: asking.Asked, can_save: bool = True) -> InlineKeyboardMarkup | None:
+    """👍, 👎, "Why?" and, under an answer from the notes where capture has somewhere to write
+    (``can_save``), "Save as note"; None when the answer was not kept (its buttons would lead
+    nowhere)."""
     if asked.answer_id is None:
         return None
     answer_id = asked.answer_id
     row = [InlineKeyboardButton("👍", callback_data=f"fb:up:{answer_id}"),
            InlineKeyboardButton("👎", callback_data=f"fb:down:{answer_id}"),
            InlineKeyboardButton("Why? / 依据", callback_data=f"why:{answer_id}")]
-    if asked.answer.citations:  # an answer from the notes; "nothing found" is not worth a note
+    if asked.answer.citations and can_save:  # an answer from the notes; "nothing found" is not worth a note
         row.append(InlineKeyboardButton("Save as note / 存为笔记", callback_data=f"save:{answer_id}"))
     return InlineKeyboardMarkup([row[:3], row[3:]] if len(row) > 3 else [row])
 

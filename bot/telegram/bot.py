@@ -17,7 +17,7 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
 from bot.chat.access import STRANGER, Access
 from bot.chat.digest import split_lines
-from bot.chat.texts import COMMANDS, SORRY
+from bot.chat.texts import SORRY, commands
 from bot.usecases import capture as capture_case
 from bot.usecases import gaps as gaps_case
 from bot.usecases.people import Person, person_key
@@ -93,7 +93,8 @@ class TelegramBot:
         host's supervisor retries with backoff."""
         await self.app.initialize()
         try:
-            await self.app.bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
+            menu = commands(capture_case.offered(self.parts))  # no capture commands where nothing can be captured
+            await self.app.bot.set_my_commands([BotCommand(name, text) for name, text in menu])
             await self.app.start()
             await self.app.updater.start_polling(allowed_updates=["message", "callback_query"])
             log.info("telegram bot @%s is polling", self.app.bot.username)

@@ -66,9 +66,12 @@ async def on_forward(tg: TelegramBot, update: Update, context: ContextTypes.DEFA
 
 
 async def on_media_hint(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    """A photo or document in a private chat, neither forwarded nor with /note: how to keep it."""
-    if await tg.who(update) is not None:
-        await update.effective_message.reply_text(MEDIA_HINT)
+    """A photo or document in a private chat, neither forwarded nor with /note: how to keep it
+    (or, where nothing can be captured, why)."""
+    person = await tg.who(update)
+    if person is not None:
+        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts, person)
+        await update.effective_message.reply_text(why or MEDIA_HINT)
 
 
 async def on_save(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -116,6 +119,10 @@ async def on_outbox(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     person = await tg.who(update)
     if person is None or not await _can_capture(tg, update):
         return
+    why = capture.unavailable(tg.parts, person)
+    if why:  # nowhere to write: why, not an empty list
+        await update.effective_message.reply_text(why)
+        return
     await tg.privately(update, outbox_text(await capture.outbox(tg.parts, person)))
 
 
@@ -131,7 +138,7 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
     """A new note from ``text`` and the photo or document of ``source``; the receipt as the reply."""
     if not await _can_capture(tg, update):
         return
-    why = capture.unavailable(tg.parts)
+    why = capture.unavailable(tg.parts, person)
     if why:  # said before any file is fetched
         await update.effective_message.reply_text(why)
         return

@@ -14,8 +14,8 @@ from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
 from bot.chat.access import STRANGER
-from bot.chat.texts import (ABOUT_USAGE, ADMINS_ONLY, FRESH_START, HELP, RELATED_USAGE, SYNCING, VERDICT_BUTTONS,
-                            VERDICT_USAGE, MemoryReply, about_text, cut_message, hits_text, memory_unavailable_text,
+from bot.chat.texts import (ABOUT_USAGE, ADMINS_ONLY, FRESH_START, help_for, RELATED_USAGE, SYNCING, VERDICT_BUTTONS,
+                            VERDICT_USAGE, MemoryReply, about_text, cut_message, hits_text, memory_unavailable_text, notes_root,
                             related_text, status_reply, sync_text, trace_text, verdict_reply, with_notice)
 from bot.render import TELEGRAM_LIMIT
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
@@ -23,7 +23,7 @@ from bot.usecases import asking, memory, syncing
 
 
 async def on_help(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    text = HELP
+    text = help_for(tg.parts)
     user = update.effective_user
     if user is not None and update.effective_chat.type == ChatType.PRIVATE \
             and tg.access.person("telegram", user.id) is None:
@@ -43,7 +43,8 @@ async def on_search(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
         return
     query, notice = cut_message(tg.host.settings, query)
     found = await asking.search(tg.parts, person, query, 8)
-    await update.effective_message.reply_text(with_notice(hits_text(found.hits), notice),
+    root = notes_root(tg.host.settings)
+    await update.effective_message.reply_text(with_notice(hits_text(found.hits, query, root), notice),
                                               link_preview_options=NO_PREVIEW)
 
 

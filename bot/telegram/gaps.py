@@ -43,11 +43,13 @@ def place_of(user_id: int) -> str:
     return f"telegram:{user_id}"
 
 
-def gap_buttons(reply: GapsReply) -> InlineKeyboardMarkup | None:
+def gap_buttons(reply: GapsReply, can_write: bool = True) -> InlineKeyboardMarkup | None:
+    """✍️ write (where capture has somewhere to write) and ✖ dismiss, for each gap."""
     if not reply.items:
         return None
     return InlineKeyboardMarkup([[InlineKeyboardButton(f"{icon} {n}", callback_data=f"gap:{act}:{gap_id}")
-                                  for act, icon, _ in GAP_BUTTONS] for n, gap_id in reply.items])
+                                  for act, icon, _ in GAP_BUTTONS if can_write or act != "w"]
+                                 for n, gap_id in reply.items])
 
 
 async def on_gaps(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -56,12 +58,13 @@ async def on_gaps(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     if person is None:
         return
     reply = gaps_text(await asyncio.to_thread(gaps.shown, tg.parts, person))
+    can_write = capture.offered(tg.parts)
     parts = chunks(reply.text)
     user_id = update.effective_user.id
     message = update.effective_message
     try:
         for i, part in enumerate(parts):
-            keys = gap_buttons(reply) if i == len(parts) - 1 else None
+            keys = gap_buttons(reply, can_write) if i == len(parts) - 1 else None
             if update.effective_chat.type == ChatType.PRIVATE:
                 await message.reply_text(part, link_preview_options=NO_PREVIEW, reply_markup=keys)
             else:
@@ -121,7 +124,7 @@ async def on_gap_button(tg: TelegramBot, query, act: str, gap_id: str) -> str | 
             gap = await asyncio.to_thread(gaps.dismiss, tg.parts, person, gap_id)
             await query.answer(DISMISSED.format(q=gap.question)[:200])
             return None
-        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts)
+        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts, person)
         if why:  # said now: a note that cannot be written is never begun
             await query.answer(why[:200], show_alert=True)
             return None
@@ -188,7 +191,7 @@ async def _write(tg: TelegramBot, person: Person, draft: Draft, text: str, once:
 async def drafted(tg: TelegramBot, update: Update, person: Person) -> bool:
     """A text in a private chat after ✍️: the note for the gap (True); one that looks like a
     question is asked about first (True); else False (no draft waits: a question)."""
-    if not tg.parts.can_capture:
+    if not capture.offered(tg.parts):
         return False
     draft = await asyncio.to_thread(gaps.take_draft, tg.parts, person, place_of(update.effective_user.id))
     if draft is None:

@@ -22,10 +22,11 @@ from telegram.ext import ContextTypes
 from rag.media.base import MediaError, NoText
 from rag.media.audio import too_long
 
-from bot.chat.texts import READING_IMAGE, TRANSCRIBING, heard_line, seen_line
+from bot.chat.texts import NO_CAPTURE, READING_IMAGE, TRANSCRIBING, heard_line, seen_line
 from bot.telegram import answering, unasked
 from bot.telegram.bot import NO_PREVIEW, TelegramBot
 from bot.telegram.capturing import fetch_files, after_command, in_line, once_of
+from bot.usecases import capture
 from bot.usecases import media as media_case
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,11 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     message = update.effective_message
     caption = _caption(message, context.bot.username or "")
     command = "note" if NOTE_CAPTION.match(caption) else ""
+    if command:  # nowhere to write: said before the clip is fetched or heard
+        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts, person)
+        if why:
+            await message.reply_text(why)
+            return
     problem = media_case.speech_problem(tg.parts)
     if problem and not command:  # a /note keeps the clip without its words
         await message.reply_text(problem)

@@ -70,8 +70,11 @@ async def save_blocked(parts: "Parts", person: Person, record: Record) -> NotSav
     capture = parts.capture() if parts.can_capture else None
     if capture is None:
         return NotSaved("no_capture")
+    why = capture.refused_for(person.user_id)
+    if why:
+        return NotSaved("no_capture", reason=why)
     if record.saved_note_id:
-        return NotSaved("saved", parts.note_url(record.saved_note_id))
+        return NotSaved("saved", capture.link(record.saved_note_id)[1])
     if person.user_id != record.user_id:  # the mapping changed since: not into another account
         return NotSaved("remapped")
     saving = parts.saving
@@ -90,7 +93,7 @@ async def save_blocked(parts: "Parts", person: Person, record: Record) -> NotSav
     note_id = await asyncio.to_thread(capture.note_for, key)
     if note_id:
         await asyncio.to_thread(parts.feedback.mark_saved, record.id, person.key, note_id)
-    return NotSaved("saved", parts.note_url(note_id) if note_id else "")
+    return NotSaved("saved", capture.link(note_id)[1] if note_id else "")
 
 
 async def save_answer(parts: "Parts", person: Person, record: Record) -> Receipt:

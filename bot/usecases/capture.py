@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from rag.capture import Attachment, Origin, Quote, Receipt
 from rag.errors import UserError
 
+from sync.writeback.targets import kind_of
+
 from bot.usecases.people import Person
 
 if TYPE_CHECKING:
@@ -38,10 +40,27 @@ def _writer(parts: "Parts") -> "Capture":
     return parts.capture()
 
 
-def unavailable(parts: "Parts") -> str | None:
-    """Why nothing can be captured at all (turned off, no Leanote account to write with), or
-    None; a door asks before it downloads a file. ``NoCapture`` when this process cannot write."""
-    return _writer(parts).available()
+def unavailable(parts: "Parts", person: Person | None = None) -> str | None:
+    """Why nothing can be captured (turned off, nowhere to write: a read-only source and no
+    Leanote account; for ``person``: a folder holding another user's notes), or None; a door
+    asks before it downloads or reads a file. ``NoCapture`` when this process cannot write."""
+    return _writer(parts).refused_for(person.user_id if person is not None else "")
+
+
+def offered(parts: "Parts") -> bool:
+    """Whether the doors offer capture here ("Save as note", ✍️ under /gaps, the capture
+    commands): this process writes, capture is on and has somewhere to write."""
+    return parts.can_capture and parts.capture().available() is None
+
+
+def target(parts: "Parts") -> str:
+    """Where captures go, in a word for people: "leanote", "folder", or "" (nowhere)."""
+    return (kind_of(parts.settings) or "") if parts.settings.capture.enabled else ""
+
+
+def link(parts: "Parts", note_id: str) -> str:
+    """How a chat names a note a capture wrote: its Leanote link, or its path in the notes folder."""
+    return parts.capture().link(note_id)[1] if parts.can_capture else parts.note_url(note_id)
 
 
 async def note(parts: "Parts", person: Person, text: str, *, origin: Origin | None = None,
@@ -53,6 +72,26 @@ async def note(parts: "Parts", person: Person, text: str, *, origin: Origin | No
     was read from them (``bot.usecases.media.note``); ``title`` when not the text's first line."""
     return await _writer(parts).note(person.key, person.user_id, text, origin=origin, files=list(files), quote=quote,
                                      title=title, once=once, after=after)
+
+
+def note_once(once: str) -> str:
+    """What a note asked for by the command line or the API comes from: the caller's own id for
+    it (``--once``), the same with a daemon or without."""
+    return f"note:{once}" if once else ""
+
+
+async def note_here(parts: "Parts", person: Person, text: str, title: str = "", once: str = "") -> Receipt:
+    """A note taken and written by this process (the command line with no daemon running): the
+    writer runs until the note is written, or found queued (then it waits in the outbox, and the
+    daemon writes it when it runs)."""
+    writer = parts.capture()
+    stopping = asyncio.Event()
+    running = asyncio.create_task(writer.run(stopping))
+    try:
+        return await writer.note(person.key, person.user_id, text, title=title, once=once)
+    finally:
+        stopping.set()
+        await running
 
 
 async def append(parts: "Parts", person: Person, text: str, once: str = "") -> Receipt:

@@ -84,6 +84,9 @@ async def note(parts: "Parts", person: Person, text: str, *, files: list[Attachm
         again = await writer.made(person.key, person.user_id, once)
         if again is not None:
             return again
+    why = capture.unavailable(parts, person)
+    if why:  # nowhere to write it: said before any file is read
+        return Receipt("refused", why)
     heard, under, notices = [], [], []
     for f in files:
         if not (f.is_image or f.is_audio):
@@ -135,6 +138,10 @@ async def voice(parts: "Parts", person: Person, clip: Attachment, *, command: st
         again = await writer.made(person.key, person.user_id, once)
         if again is not None:
             return Voice("note", None, again)
+    if command == "note":  # nowhere to write it: said before the clip is heard
+        why = capture.unavailable(parts, person)
+        if why:
+            return Voice("note", None, Receipt("refused", why))
     try:
         transcript = await hear(parts, person, clip.data, on_wait)
     except MediaError as err:

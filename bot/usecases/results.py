@@ -160,10 +160,12 @@ class NotSaved:
     """Why "Save as note" writes nothing now: ``no_capture`` (this host cannot write to
     Leanote), ``remapped`` (the answer is another Leanote user's), ``saving`` (a double tap
     while the first is being written), ``queued`` (waiting for Leanote already), ``saved``
-    (written already: ``url`` is its note's link, "" while it is not known)."""
+    (written already: ``url`` is its note's link, "" while it is not known); ``reason``: why
+    there is no capture, when it has one to say (nowhere to write, capture turned off)."""
 
     why: str
     url: str = ""
+    reason: str = ""
 
 
 @dataclass

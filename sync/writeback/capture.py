@@ -1,9 +1,12 @@
-"""Capture from chat into Leanote: a durable outbox, written through Leanote's API.
+"""Capture from chat into the notes: a durable outbox, written by the capture target
+(``sync.writeback.targets``): through Leanote's API, or as Markdown files into a folder of notes.
 
 The notes stay the single source of truth: a capture becomes a note in the person's
 own Leanote account (the login of a ``leanote_api`` source account, or of
-``capture.accounts``), and reaches the index like any note, through the next sync
-pass, which runs ``capture.sync_after`` after a write.
+``capture.accounts``), or a file in the notes folder (``sync.writeback.folder``), and reaches
+the index like any note, through the next sync pass, which runs ``capture.sync_after`` after a
+write (a folder's watcher sees the file too). What follows is said of Leanote; the folder's
+writer keeps the same promises with files.
 
 - **Durable.** Every capture is first a row in ``<state_dir>/capture.sqlite``, then
   written. While Leanote is down or the login fails, it waits there and is tried
@@ -42,8 +45,9 @@ pass, which runs ``capture.sync_after`` after a write.
   one capture with the reason, shown in ``/outbox`` and ``status``; the rest go on.
 
 This module takes the captures and answers for them (receipts, and the announcements of
-those whose answer a kill cut off); ``logins`` knows which login writes as whom, ``writing``
-writes exactly once; the outbox they share is ``sync.writeback.outbox``.
+those whose answer a kill cut off); ``writing`` writes them in order through the target
+(``leanote``, whose ``logins`` know which login writes as whom, or ``folder``); the outbox they
+share is ``sync.writeback.outbox``.
 """
 
 from __future__ import annotations
@@ -61,54 +65,71 @@ from typing import Awaitable, Callable
 from rag.capture import Attachment, Origin, Quote, Receipt, answer_note, compose
 from rag.config import Settings
 
-from sync.sources.leanote_api import LeanoteApi
-from sync.writeback.logins import Logins
+from sync.writeback.folder import FolderTarget
+from sync.writeback.leanote import LeanoteTarget
 from sync.writeback.outbox import OPEN_STATES, Item, Outbox
+from sync.writeback.targets import Failures, Target, kind_of, why_none
 from sync.writeback.writing import Writing
 
 log = logging.getLogger(__name__)
 
-WAIT_FOR_WRITE = 8.0  # a capture answers "written" if Leanote took it within this, else "queued"
+WAIT_FOR_WRITE = 8.0  # a capture answers "written" if its target took it within this, else "queued"
+TARGETS: dict[str, Callable[[Settings, Outbox, Callable[[], float]], Target]] = {
+    "leanote": LeanoteTarget, "folder": FolderTarget}
 
 
-class Capture(Logins, Writing):
-    """Captures from chat: checked, queued, written in the background (``run``)."""
+def open_target(settings: Settings, outbox: Outbox, clock: Callable[[], float]) -> Target | None:
+    """The target ``capture.target`` chooses (``sync.writeback.targets.kind_of``); None: nowhere to write."""
+    kind = kind_of(settings)
+    return TARGETS[kind](settings, outbox, clock) if kind else None
+
+
+class Capture(Failures, Writing):
+    """Captures from chat: checked, queued, written in the background (``run``) by the
+    configured target (``target``: Leanote or a folder; None: nowhere to write)."""
 
     def __init__(self, settings: Settings, outbox: Outbox, on_written: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.time):
         """``settings``: read at each use (a reload sets new ones, ``bot.root.Parts.apply``);
         ``outbox``: where the captures wait (the composition root builds and closes it);
         ``on_written``: called after each write (the daemon schedules a sync pass)."""
-        self.settings = settings
         self.on_written = on_written
         self.clock = clock
         self.outbox = outbox
-        self._apis: dict[str, LeanoteApi] = {}  # account email -> its connection
-        self._users: dict[str, str] = {}  # account email -> the Leanote user it logs in as
-        self._account_locks: dict[str, threading.Lock] = {}
+        self.target: Target | None = open_target(settings, outbox, clock)
+        self.settings = settings
         self._rates: dict[str, deque] = {}
         self._wake = asyncio.Event()
         self._finished: dict[int, asyncio.Event] = {}
         self._lock = threading.Lock()
-        # each Leanote user's captures in a thread of its own; logins to learn whose is whose apart
+        # each Leanote user's captures in a thread of its own
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="capture")
-        self._logins = ThreadPoolExecutor(max_workers=8, thread_name_prefix="capture-login")
-        self._closing = False
-        self._failing: dict[str, str] = {}  # what fails ("login:<email>", "user:<id>") -> the kind of error
+        self._failing: dict[str, str] = {}  # the users whose writes fail ("user:<id>") -> the kind of error
         # platform -> how its bot tells a person (person key, ``once``, text): registered by the bots
         self.announcers: dict[str, Callable[[str, str, str], Awaitable[None]]] = {}
         self._telling: set[asyncio.Task] = set()
         self._told_now: set[int] = set()  # the captures whose receipt is being sent
 
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        """New settings (a reload) for the target too (what it writes into needs a restart)."""
+        self._settings = settings
+        if self.target is not None:
+            self.target.settings = settings
+
     def close(self) -> None:
         """Cut the calls in flight (what they carried stays in the outbox), then close."""
-        self._closing = True
-        for api in list(self._apis.values()):
-            api.stop()
-        self._logins.shutdown(wait=True, cancel_futures=True)
+        if self.target is not None:
+            self.target.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
-        for api in list(self._apis.values()):
-            api.http.close()
+
+    def describe(self) -> str:
+        """Where captures go (``doctor``, the log)."""
+        return self.target.describe() if self.target is not None else "nowhere: " + why_none(self.settings)
 
     # --- asking ---------------------------------------------------------------------------
 
@@ -117,15 +138,20 @@ class Capture(Logins, Writing):
         a bot asks before it downloads a file."""
         if not self.settings.capture.enabled:
             return "记录功能已关闭。 / Capture is turned off (capture.enabled)."
-        if not self._accounts():
-            return self.how_to_enable()
-        return None
+        if self.target is None:
+            return why_none(self.settings)
+        return self.target.unavailable()
 
-    def refusal(self, person: str, text: str, files: list[Attachment]) -> str | None:
-        """Why this capture cannot be taken (off, too long, too large, too often), or None;
-        a capture that may go ahead counts against the person's rate limit."""
+    def refused_for(self, user_id: str) -> str | None:
+        """Why nothing can be captured for this Leanote user (``available``, or the target's
+        reason: a folder holds another user's notes), or None."""
+        return self.available() or (self.target.refusal(user_id) if user_id else None)
+
+    def refusal(self, person: str, text: str, files: list[Attachment], user_id: str = "") -> str | None:
+        """Why this capture cannot be taken (off, nowhere to write, too long, too large, too
+        often), or None; a capture that may go ahead counts against the person's rate limit."""
         cfg = self.settings.capture
-        why = self.available()
+        why = self.refused_for(user_id)
         if why:
             return why
         if len(text) > cfg.max_chars:
@@ -185,6 +211,9 @@ class Capture(Logins, Writing):
         again = await self._again(person, user_id, once)
         if again is not None:
             return again
+        why = self.refused_for(user_id)
+        if why:
+            return Receipt("refused", why)
         if not text.strip():
             return Receipt("refused", "要追加什么？在 /append 后面写上内容。 / Append what? Write it after /append.")
         if not (self.outbox.target(person, user_id, "last") or self.outbox.has_open(person, user_id, "note")):
@@ -227,7 +256,7 @@ class Capture(Logins, Writing):
 
     async def _submit(self, person: str, user_id: str, kind: str, payload: dict, files: list[Attachment],
                       text: str, once: str = "") -> Receipt:
-        why = self.refusal(person, text, files)
+        why = self.refusal(person, text, files, user_id)
         if why:
             return Receipt("refused", why)
         try:
@@ -259,20 +288,29 @@ class Capture(Logins, Writing):
     def receipt(self, item: Item, again: bool = False) -> Receipt:
         """What to tell the person; ``again``: the capture was made before (a message delivered
         twice, a menu pressed twice): written, it says so with its link."""
-        base = self.settings.leanote.base_url
+        zh, en = self.target.where if self.target is not None else ("Leanote", "Leanote")
         if item.state == "done":
-            url = f"{base}/note/{item.note_id}"
+            url, shown = self.link(item.note_id)
             if again:
-                return Receipt("written", f"这条之前已经记下了 ✅ {url} / Already saved: {url}", item.note_id, url,
+                return Receipt("written", f"这条之前已经记下了 ✅ {shown} / Already saved: {shown}", item.note_id, url,
                                item.key, again=True)
             what = {"note": "已记下", "save": "已保存", "append": "已追加", "remember": "记住了"}[item.kind]
-            return Receipt("written", f"{what} ✅ {url}", item.note_id, url, item.key)
+            return Receipt("written", f"{what} ✅ {shown}", item.note_id, url, item.key)
         if item.state == "failed":
-            return Receipt("refused", f"没能写入 Leanote：{item.error} / Leanote did not take it: {item.error}", key=item.key)
+            return Receipt("refused", f"没能写入 {zh}：{item.error} / {en[0].upper() + en[1:]} did not take it: "
+                                      f"{item.error}", key=item.key)
         reason = f"（{item.error}）" if item.error else ""
-        return Receipt("queued", f"Leanote 暂时写不进去{reason}，已排队，稍后自动重试；/outbox 可查看。 / Leanote cannot "
-                                 f"take it right now; it is queued and will be retried (see /outbox).", key=item.key,
+        return Receipt("queued", f"{zh} 暂时写不进去{reason}，已排队，稍后自动重试；/outbox 可查看。 / {en[0].upper() + en[1:]} "
+                                 f"cannot take it right now; it is queued and will be retried (see /outbox).", key=item.key,
                        again=again)
+
+    def link(self, note_id: str) -> tuple[str, str]:
+        """Where a written capture opens (a URL) and how a chat names it (a folder's file: its path
+        in the folder)."""
+        if self.target is not None:
+            return self.target.link(note_id)
+        url = f"{self.settings.leanote.base_url}/note/{note_id}"
+        return url, url
 
     def announce_with(self, platform: str, announce: Callable[[str, str, str], Awaitable[None]]) -> None:
         """A platform's bot tells its people of their captures from now on (``announcers``); the

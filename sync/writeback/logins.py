@@ -2,7 +2,7 @@
 then the ``leanote_api`` source's), logged in side by side to learn whose each is (kept in the
 outbox, so a login that fails later is known to be its own user's), each login's failure kept
 for ``status`` and logged once when it starts and once when it ends. A mixin of
-``sync.writeback.capture.Capture``."""
+``sync.writeback.leanote.LeanoteTarget``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rag.errors import LeanoteRagError, Unavailable
 from rag.sections import Account
 
 from sync.sources.leanote_api import LeanoteApi, LeanoteWriter
-from sync.writeback.outbox import Item
+from sync.writeback.targets import Failures, LoginFailed
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +34,13 @@ def account_emails(settings: Settings) -> list[str]:
     return [a.email.strip().lower() for a in accounts_of(settings)]
 
 
-class _LoginFailed(Unavailable):
-    """A capture waits for a login (its account's, or one that may be its account's): the
-    login's own trouble, logged as such, not as the user's writes failing."""
-
-
 NOT_IDENTIFIED = ("还没能确认哪个 Leanote 登录是你的：有一个登录失败了（主人可在日志里看到原因），稍后自动重试。 / Could not "
                   "tell yet which Leanote login is yours: a login failed (the owner sees why in the log); "
                   "retried later.")
 
 
-class Logins:
-    """The logins of a ``Capture`` (its ``settings``, ``outbox``, ``clock``, ``_apis``,
+class Logins(Failures):
+    """The logins of a ``LeanoteTarget`` (its ``settings``, ``outbox``, ``clock``, ``_apis``,
     ``_users``, ``_account_locks``, ``_failing``, ``_lock``, ``_logins`` pool, ``_closing``)."""
 
     def _accounts(self) -> list[Account]:
@@ -91,13 +86,13 @@ class Logins:
         try:
             api = self._sign_in(accounts[email])
         except (LeanoteRagError, OSError) as err:
-            raise _LoginFailed(str(err)) from err
+            raise LoginFailed(str(err)) from err
         if api.user_id != user_id:  # the account logs in as someone else now: never write as them
             self._learn(email, api.user_id)
             if self._starts_failing(f"user:{user_id}", "another user"):
                 log.warning("captures for Leanote user %s: %s logs in as Leanote user %s now; they wait for a "
                             "login of theirs (capture.accounts)", user_id, email, api.user_id)
-            raise _LoginFailed(NOT_IDENTIFIED)
+            raise LoginFailed(NOT_IDENTIFIED)
         self._learn(email, api.user_id)
         return LeanoteWriter(api)
 
@@ -133,17 +128,6 @@ class Logins:
         if self._works_again(f"login:{email}") or was:
             log.info("captures: logged in to Leanote as %s again", email)
 
-    def _starts_failing(self, what: str, err: BaseException | str) -> bool:
-        """Note that ``what`` fails; True when this is news (it worked, or failed otherwise)."""
-        kind = type(err).__name__ if isinstance(err, BaseException) else str(err)
-        with self._lock:
-            was, self._failing[what] = self._failing.get(what), kind
-        return was != kind
-
-    def _works_again(self, what: str) -> bool:
-        with self._lock:
-            return self._failing.pop(what, None) is not None
-
     def _who(self, user_id: str) -> str:
         """A Leanote user as the log names it: its account's email too, when known."""
         email = next((e for e, u in list(self._users.items()) if u == user_id), None)
@@ -159,7 +143,7 @@ class Logins:
         try:
             futures = {self._logins.submit(self._login, accounts[e]): e for e in unknown}
         except RuntimeError:  # closing
-            raise _LoginFailed("capture is stopping") from None
+            raise LoginFailed("capture is stopping") from None
         failed = False
         try:
             for future in as_completed(futures, timeout=2 * self.settings.sync.http_timeout + 5):
@@ -170,7 +154,7 @@ class Logins:
         except FuturesTimeout:
             failed = True
         if failed:
-            raise _LoginFailed(NOT_IDENTIFIED)
+            raise LoginFailed(NOT_IDENTIFIED)
         return None
 
     def _login(self, account: Account) -> str | None:
@@ -206,14 +190,3 @@ class Logins:
                 if a.email.strip().lower() == email:
                     return f"{section}.accounts[{i}].password_env"
         return "capture.accounts"
-
-    def _mapped_elsewhere(self, item: Item) -> bool:
-        """The person who captured this is mapped (``users:``) to another Leanote user now."""
-        platform, _, who = item.person.partition(":")
-        if platform not in ("telegram", "discord") or not who.lstrip("-").isdigit():
-            return False
-        for entry in self.settings.users:
-            if int(who) in (entry.telegram_ids if platform == "telegram" else entry.discord_ids):
-                now = entry.leanote_user_id or self._user_of(entry.leanote_email.strip().lower())
-                return bool(now) and now != item.user_id
-        return False
