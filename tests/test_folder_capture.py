@@ -416,7 +416,7 @@ def test_a_gap_written_with_its_button_becomes_a_file_that_answers_it(folder_wor
         assert ("✍️ 1", f"gap:w:{gap.id}") in tg.buttons(mid)
         before = len(tg.sent_to(OWNER))
         tg.press(OWNER, OWNER, mid, f"gap:w:{gap.id}")
-        await until(lambda: [m for m in tg.sent_to(OWNER)[before:] if "send me the text" in m["text"]])
+        await until(lambda: [m for m in tg.sent_to(OWNER)[before:] if "becomes the note" in m["text"]])
         got = await said(tg, OWNER, "To configure rate limiting in nginx, define a zone with limit_req_zone "
                                     "$binary_remote_addr zone=one:10m rate=5r/s; and use limit_req zone=one burst=10.")
         assert "已记下" in got["text"], got["text"]
