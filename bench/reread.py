@@ -121,7 +121,7 @@ def main() -> int:
         ap.error("a recording is needed (or --tiny)")
     args.run = args.run or RUN
 
-    from rag.answer import support
+    from rag.answer import copies, support
     if args.own is not None:
         support.OWN_SHARE = args.own
     if args.min is not None:
@@ -158,7 +158,7 @@ def main() -> int:
         q = dev.get(rec["question"])
         if q is None:
             continue
-        check = support.check(rec["reply"], rec["question"], rec["blocks"])
+        check = copies.check(rec["reply"], rec["question"], rec["blocks"])
         how = support.verdict(rec["reply"], check, refusal)
         shown = how in ("cited", "inferred")
         row = rows.get(q["id"]) or {}

@@ -5,6 +5,7 @@ the evidence it read) and on the cases the answer issue named."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,28 @@ def test_an_answer_that_is_only_a_notes_title_is_no_answer(title):
     assert verdict("x", c, REFUSAL) == "cited" and c.cited == [2]
     c = check("红烧肉的做法[2]。", "哪篇笔记写了冰糖炒糖色？", RECIPES)
     assert [v.kind for v in c.saying] == ["supported"] and c.cited == [2]
+
+
+def test_an_english_answer_that_pastes_the_notes_chinese_is_bounded():
+    """Asked in English, the 1.5B pasted the whole HashMap note's Chinese (every sentence of it
+    stands on its block, so all of it was shown). The note's words are bounded (COPY_CHARS of
+    the notes' script); its English sentence still passes; a Chinese question is not bounded."""
+    from rag.answer import copies
+
+    sentences = [f"第{i}步，把锅烧热，倒入{i}0 毫升油，再放葱姜蒜爆香，炒到葱段发黄、香味出来为止，这一步大约要一两分钟。"
+                 for i in range(1, 16)]
+    note = {1: ("[1] 红烧肉的做法 (菜谱 › 荤菜)", "".join(sentences))}
+    reply = "".join(f"> {s}[1]\n" for s in sentences) + "\nHeat the wok first and fry the aromatics until fragrant[1].\n"
+    question = "How do I start braised pork?"
+    c = copies.check(reply, question, note, lambda t: frozenset({"锅", "葱", "姜", "蒜", "香"}))
+    shown_zh = len(re.findall(r"[\u3400-\u9fff]", c.text))
+    assert 0 < shown_zh <= copies.COPY_CHARS and sum(v.cut for v in c.verdicts) >= 8
+    assert c.text.startswith("> 第1步") and "第15步" not in c.text
+    assert verdict(reply, c, REFUSAL) == "cited" and c.cited == [1]
+    # what streams is what the whole check shows
+    bound = copies.Bound(Gate(Checker(question, note)), question)
+    out = "".join(bound.feed(reply[i:i + 9]) for i in range(0, len(reply), 9)) + bound.flush()
+    assert out == bound.result.text and "第15步" not in out
+    # in Chinese, the note's words are the answer: nothing is cut
+    zh = copies.check(reply, "红烧肉第一步怎么做？", note)
+    assert "第15步" in zh.text and not any(v.cut for v in zh.verdicts)

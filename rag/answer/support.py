@@ -232,6 +232,7 @@ class Verdict:
     invented: list[str] = field(default_factory=list)  # specifics no evidence holds
     code: bool = False
     display: str | None = None  # a table as shown: each row that stands citing its blocks in its last cell
+    cut: bool = False  # it stands, and is left out all the same (``rag.answer.copies``: enough of the note copied)
 
     @property
     def block(self) -> int | None:
@@ -294,7 +295,7 @@ def shown(v: Verdict) -> str:
     """A unit as shown: unsupported ones are left out (their line end kept); supported ones cite
     their blocks (the model's markers when they name exactly those blocks, else markers put in
     before the unit's end); filler carries no marker."""
-    if v.kind in ("unsupported", "echo", "fragment"):
+    if v.kind in ("unsupported", "echo", "fragment") or v.cut:
         return "\n" if v.text.endswith("\n") else ""
     if v.display is not None and v.kind == "supported":
         return v.display
