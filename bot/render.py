@@ -35,6 +35,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from markdown_it import MarkdownIt
 
 from rag.answer import links as note_links
+from rag.index.excerpt import open_fence
 from rag.language import say
 
 TELEGRAM_LIMIT = 4096
@@ -311,7 +312,10 @@ def telegram_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
 def telegram_plain(text: str, links: NoteLinks = NO_LINKS, web: set[str] = frozenset()) -> str:
     """Text shown as it is (an answer as it streams, its Markdown not read yet) as Telegram
     HTML: escaped, every link-like token inert but the links the passages read hold
-    (``links``) and the addresses in ``web`` (the sources' own), which stay links."""
+    (``links``) and the addresses in ``web`` (the sources' own), which stay links. An entity the
+    text writes (``&gt;``, copied from a note) reads as the final answer's Markdown reads it: as
+    its character, outside code (where it stays as written)."""
+    text = _entities(text)
     out, last = [], 0
     for start, end in linklike(text):
         out.append(html.escape(text[last:start], quote=False))
@@ -326,6 +330,17 @@ def telegram_plain(text: str, links: NoteLinks = NO_LINKS, web: set[str] = froze
         last = end
     out.append(html.escape(text[last:], quote=False))
     return "".join(out)
+
+
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+
+def _entities(text: str) -> str:
+    """Complete HTML entities outside code as their characters, as CommonMark reads them."""
+    parts = _CODE_SPANS.split(text)
+    for i in range(0, len(parts), 2):  # the even parts are outside code
+        parts[i] = _ENTITY.sub(lambda m: html.unescape(m.group()), parts[i])
+    return "".join(parts)
 
 
 def web_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
@@ -491,6 +506,24 @@ def discord_escape(text: str) -> str:
     """Text from notes shown as a label: no Markdown, no mentions."""
     text = re.sub(r"([*_`~|>\\[\]])", r"\\\1", text)
     return text.replace("@", "@\u200b")
+
+
+def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
+    """The end of a text that streams into one Discord message (its last ``limit`` characters,
+    from a line's start where one is near): a code block it begins inside is opened again, so
+    the code's closing fence does not open one that swallows the rest."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    line = text.find("\n", cut)
+    if 0 <= line < cut + 200:
+        cut = line + 1
+    opener = open_fence(text, cut)
+    if opener is None:
+        return text[cut:]
+    head = opener[:200] + "\n"
+    rest = text[cut:]
+    return head + rest[max(0, len(head) + len(rest) - limit):]
 
 
 def discord_pages(markdown: str, limit: int = DISCORD_DESCRIPTION) -> list[str]:

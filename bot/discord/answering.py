@@ -20,7 +20,7 @@ from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, sources_first
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import feedback_view
 from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, SourceLinks, discord_pages,
-                        discord_plain_links, discord_sources)
+                        discord_plain_links, discord_sources, discord_tail)
 from bot.usecases import asking
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
             shown = discord_plain_links(text, reading.links, reading.web)
-            await interaction.edit_original_response(content=(above + shown)[-DISCORD_CONTENT:])
+            await interaction.edit_original_response(content=discord_tail(above + shown, DISCORD_CONTENT))
         except discord.HTTPException as err:
             if err.status == 429:
                 raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None

@@ -183,21 +183,15 @@ _ROLE_END = re.compile(r"[。！？!?；;，,、\n]")  # a clause's end: what a 
 # A line of its own: a list item, a table row, a heading (each says its own thing: "- 冷水 120 毫升"
 # is not placed by the "- 开水 500 毫升" under it, nor a flight's row by the car hire's)
 _ITEM_LINE = re.compile(r"^\s*(?:>\s*)*(?:[-*+•|#]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）])")
-WRAPPED = 40  # a line at least this long, of prose, may be a paragraph wrapped by hand: read on into the next
-
-
-_HEADER_LINE = re.compile(r"^\[\d{1,3}\] ")  # an evidence block's first line: "[1] title (notebook › heading)"
 
 
 def _flat(text: str) -> str:
-    """The lines run together where they are one paragraph wrapped by hand (prose, a long line
-    before the break, in a quote too) and a block's header with its first line (the title every line
-    is about); a list item, a table row, a heading or another short line stays a line."""
+    """The lines run together (a paragraph wrapped by hand, a config's keys under their section),
+    but where a list item, a table row or a heading begins or ends: those stay lines."""
     lines = text.split("\n")
     out = [lines[0]]
-    for i, (before, line) in enumerate(zip(lines, lines[1:])):
-        joined = ((len(before) >= WRAPPED or (i == 0 and _HEADER_LINE.match(before)))
-                  and not _ITEM_LINE.match(before) and not _ITEM_LINE.match(line))
+    for before, line in zip(lines, lines[1:]):
+        joined = not _ITEM_LINE.match(before) and not _ITEM_LINE.match(line)
         out.append((" " if joined else "\n") + line)
     return "".join(out)
 
