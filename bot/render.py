@@ -514,16 +514,17 @@ def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
     the code's closing fence does not open one that swallows the rest."""
     if len(text) <= limit:
         return text
-    cut = len(text) - limit
-    line = text.find("\n", cut)
-    if 0 <= line < cut + 200:
-        cut = line + 1
-    opener = open_fence(text, cut)
-    if opener is None:
-        return text[cut:]
-    head = opener[:200] + "\n"
-    rest = text[cut:]
-    return head + rest[max(0, len(head) + len(rest) - limit):]
+    cut, head = len(text) - limit, ""
+    for _ in range(3):
+        line = text.find("\n", cut)
+        if 0 <= line < cut + 200:
+            cut = line + 1
+        opener = open_fence(text, cut)
+        head = "" if opener is None else opener[:200] + "\n"
+        if len(head) + len(text) - cut <= limit:
+            return head + text[cut:]
+        cut = len(text) - limit + len(head)
+    return (head + text[cut:])[-limit:]
 
 
 def discord_pages(markdown: str, limit: int = DISCORD_DESCRIPTION) -> list[str]:

@@ -6,6 +6,7 @@ with the words around it. Read by ``rag.answer.support``.
 
 from __future__ import annotations
 
+import html
 import re
 
 from rag.index.lexical import STOPWORDS, tokenize
@@ -196,10 +197,20 @@ def _flat(text: str) -> str:
     return "".join(out)
 
 
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+
+def decoded(text: str) -> str:
+    """HTML entities a note's Markdown writes (``-&gt;``) as their characters, as it reads: their
+    ``;`` ends no clause, their letters are no name."""
+    return _ENTITY.sub(lambda m: html.unescape(m.group()), text) if "&" in text else text
+
+
 class Held:
     """What a body of evidence holds, for looking specifics up, and where."""
 
     def __init__(self, text: str):
+        text = decoded(text)
         self.text = _LINE_WS.sub(lambda m: "\n" if "\n" in m.group() else " ", text.lower())
         self.flat = _flat(self.text)  # the same places, a paragraph wrapped by hand as one line
         self.found = spans(self.text)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from rag.answer.grounding import refuses, words
-from rag.answer.specifics import Body, Held, names, numbers, periods, terms  # noqa: F401 (numbers, names: what a unit states)
+from rag.answer.specifics import Body, Held, decoded, names, numbers, periods, terms  # noqa: F401 (numbers, names: what a unit states)
 from rag.index.lexical import tokenize
 
 OWN_SHARE = 0.5  # of a unit's own words found in one block: it stands on that block
@@ -150,9 +150,15 @@ class Unit:
         return not self.text.strip()
 
 
+_ENTITY_START = re.compile(r"&#?[A-Za-z0-9]{1,31}$")
+
+
 def _inside(text: str, start: int, at: int) -> bool:
-    """Is ``at`` inside brackets, parentheses or inline code opened since ``start`` (on its line)?"""
+    """Is ``at`` inside brackets, parentheses or inline code opened since ``start`` (on its line),
+    or the ``;`` that ends an HTML entity (``-&gt;``, as a note's Markdown may write it)?"""
     before = text[start:at]
+    if text.startswith(";", at) and _ENTITY_START.search(before):
+        return True
     return (before.count("[") > before.count("]") or before.count("(") > before.count(")")
             or before.count("（") > before.count("）") or before.count("`") % 2 == 1)
 
@@ -372,7 +378,7 @@ class Checker:
             return self._code(u, marked)
         if u.table:
             return self._table(u, marked)
-        bare = _MARKER.sub(" ", u.text)
+        bare = decoded(_MARKER.sub(" ", u.text))
         if self._pasted_header(u.text) or self._title_only(bare):
             return Verdict(u.text, "filler", marked=marked)
         own = _own(u.text, self.asked) or self._novel(bare)
