@@ -278,7 +278,7 @@ def test_discord_streams_a_long_answer_without_leaving_a_code_block_open(discord
 def test_excerpts_and_answers_never_leave_a_code_block_open():
     """The pieces the doors build on: a passage begun or cut inside a code block, an answer whose
     code block the model never closed, the tail of a stream longer than one Discord message."""
-    from bot.render import discord_tail
+    from bot.discord.answering import discord_tail
     from rag.answer.types import Answer
     from rag.index.excerpt import excerpt
 

@@ -14,13 +14,14 @@ from contextlib import suppress
 
 import discord
 
+from rag.index.excerpt import open_fence
 from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, sources_first
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import feedback_view
 from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, SourceLinks, discord_pages,
-                        discord_plain_links, discord_sources, discord_tail)
+                        discord_plain_links, discord_sources)
 from bot.usecases import asking
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,25 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         bot.count_error()
         await asking.undelivered(bot.parts, person, asked)
         await _undelivered(interaction, sent)
+
+
+def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
+    """The end of a text that streams into one Discord message (its last ``limit`` characters,
+    from a line's start where one is near): a code block it begins inside is opened again, so
+    the code's closing fence does not open one that swallows the rest."""
+    if len(text) <= limit:
+        return text
+    cut, head = len(text) - limit, ""
+    for _ in range(3):
+        line = text.find("\n", cut)
+        if 0 <= line < cut + 200:
+            cut = line + 1
+        opener = open_fence(text, cut)
+        head = "" if opener is None else opener[:200] + "\n"
+        if len(head) + len(text) - cut <= limit:
+            return head + text[cut:]
+        cut = len(text) - limit + len(head)
+    return (head + text[cut:])[-limit:]
 
 
 async def _say(interaction: discord.Interaction, text: str) -> None:
