@@ -58,8 +58,9 @@ _TABLE_RULE = re.compile(r"^\s*(?:>\s*)*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*
 # a line's markup before its words: "- ", "2. ", "> 1. ", "### 4. " (a heading's number ends no sentence)
 _LIST_PREFIX = re.compile(r"^\s*(?:>\s*)*(?:#{1,6}\s*)?(?:(?:[-*+•]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）])\s*)?")
 # A sentence ends at these; so does a clause the model closed with a marker ("…盛出[1]，再加…[3]。",
-# "100 克[1] 120 毫升[1]": each its own claim).
-_TERMINATOR = re.compile(r"[。！？!?；;：]+|[.:](?=\s|$)|(?<=[\]】])\s*[，,]"
+# "100 克[1] 120 毫升[1]": each its own claim); a colon before a number does not ("干辣椒面：60 克":
+# the number is said of what comes before it).
+_TERMINATOR = re.compile(r"[。！？!?；;]+|：+(?!\s*\d)|[.:](?=\s|$)(?!\s*\d)|(?<=[\]】])\s*[，,]"
                         r"|(?:(?<=[^\s\]】][\[【]\d[\]】])|(?<=[^\s\]】][\[【]\d\d[\]】]))[ \t]+(?=[^\s\[【])")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # Talk about the excerpts, not about the question's subject: set aside before a unit's own
@@ -85,7 +86,8 @@ _INTRO = re.compile(r"[：:]\s*(?:\*\*|__)?\s*$")
 
 
 def invented(unit_text: str, evidence: list[Held], question: Held,
-             context: Callable[[str], set[str]] | None = None, roles: list[set[str]] | None = None) -> list[str]:
+             context: Callable[[str], set[str]] | None = None, roles: list[set[str]] | None = None,
+             named: list[Held] | None = None) -> list[str]:
     """The specifics of a unit that neither the question holds nor a block holds in its place,
     as written: with one of the unit's other words (``context`` of its text; no number places
     another) near it in a block, in the same line when the block's lines are list items or table
@@ -96,7 +98,9 @@ def invented(unit_text: str, evidence: list[Held], question: Held,
     block (``Checker.roles``): ``120 毫升`` for "how much boiling water" stands where the note says
     ``开水 500 毫升``, not by ``冷水 120 毫升``. A period (``每天``, ``every year``) must be the one a
     block says near the unit's other words (``每天 6 月到 10 月开放`` where the note says ``每年`` is
-    not). ``context`` None: the specifics need only be in a block (code)."""
+    not). ``context`` None: the specifics need only be in a block (code). ``named``: the blocks a name
+    is looked for in, when not ``evidence`` (a name is no quantity: any block of the evidence may hold
+    it where the unit's numbers must be its own note's)."""
     text = _MARKER.sub(" ", unit_text)
     whole = set(context(text)) if context else set()
     wordy = {w for w in whole if not _NUMERIC.fullmatch(w)}  # "100 克 120 毫升": no number places another
@@ -124,7 +128,7 @@ def invented(unit_text: str, evidence: list[Held], question: Held,
         if question.holds_name(name):
             continue
         near = whole - terms(name) - {name}
-        if not any(h.places(h._name_at(name), near) for h in evidence):
+        if not any(h.places(h._name_at(name), near) for h in (evidence if named is None else named)):
             out.append(name)
     return list(dict.fromkeys(out))
 
@@ -360,8 +364,8 @@ class Checker:
         self.headers = {n: words(_MARKER.sub(" ", h)) for n, (h, _) in blocks.items()}
         # a block's title (its header's "[n] title (notebook › heading)"): a unit of its header's words
         # holding it says which note, not what the note says, unless the question asks which note
-        self.titles = {} if _ASKS_FOR_A_NOTE.search(question) else {
-            n: words(_title(h)) for n, (h, _) in blocks.items()}
+        self.notes = {n: _title(h) for n, (h, _) in blocks.items()}  # blocks of one title: one note
+        self.titles = {} if _ASKS_FOR_A_NOTE.search(question) else {n: words(t) for n, t in self.notes.items()}
         self.held = {n: Held.of(h + "\n" + t) for n, (h, t) in blocks.items()}
         # What the question asks about, by block: its words (a single Chinese character too: 糖, 盐)
         # and their Chinese for an English question, less the block's title and heading (the
@@ -393,11 +397,36 @@ class Checker:
             return Verdict(u.text, "unsupported", marked=marked, invented=fake)
         shares = {n: body.share(own) for n, body in self.bodies.items()}
         blocks, share = self._blocks(own, shares, marked)
+        if blocks and not fake:
+            # shown citing these blocks, its specifics must be theirs (or their notes' other blocks'):
+            # "15 ml 生抽" of the eel sauce's note, whose 15 ml is sugar, is not borne out by another
+            # recipe's "生抽 15 ml". Another block that holds its words as well (its numbers alone are
+            # not its words) may bear it out instead.
+            need = 1.0 if len(own) < SHORT else OWN_SHARE
+            wordy = {w for w in own if len(w) > 1 and not re.search(r"\d", w)}
+            tries = [blocks] + [[n] for n in sorted(shares, key=lambda n: (-shares[n], n))
+                                if shares[n] >= need and n not in blocks
+                                and (not wordy or any(self.bodies[n].has(w) for w in wordy))]
+            first: list[str] = []
+            for i, these in enumerate(tries):
+                found = self._invented_in(bare, these)
+                if not found:
+                    blocks, share = these, share if i == 0 else shares[these[0]]
+                    break
+                first = first or found
+            else:
+                blocks, fake = [], first
         if not blocks and not fake and _INTRO.search(bare):  # "蒲烧汁的配方如下：": what follows decides
             return Verdict(u.text, "intro", marked=marked)
         if not blocks or fake:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
         return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
+
+    def _invented_in(self, text: str, blocks: list[int]) -> list[str]:
+        """``invented`` against these blocks and the other blocks of their notes only (names: all blocks)."""
+        mine = [n for n in self.blocks if self.notes[n] in {self.notes[b] for b in blocks}]
+        return invented(text, [self.held[n] for n in mine], self.question, self._context, [self.roles[n] for n in mine],
+                        named=list(self.held.values()))
 
     def _context(self, text: str) -> set[str]:
         """``_context``, and for a unit in English its Chinese words too: "100 g of sugar" is
