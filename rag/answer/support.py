@@ -400,13 +400,10 @@ class Checker:
         if blocks and not fake:
             # shown citing these blocks, its specifics must be theirs (or their notes' other blocks'):
             # "15 ml 生抽" of the eel sauce's note, whose 15 ml is sugar, is not borne out by another
-            # recipe's "生抽 15 ml". Another block that holds its words as well (its numbers alone are
-            # not its words) may bear it out instead.
+            # recipe's "生抽 15 ml". Another block that holds its words as well may bear it out instead.
             need = 1.0 if len(own) < SHORT else OWN_SHARE
-            wordy = {w for w in own if len(w) > 1 and not re.search(r"\d", w)}
             tries = [blocks] + [[n] for n in sorted(shares, key=lambda n: (-shares[n], n))
-                                if shares[n] >= need and n not in blocks
-                                and (not wordy or any(self.bodies[n].has(w) for w in wordy))]
+                                if shares[n] >= need and n not in blocks and self._holds_words(n, own)]
             first: list[str] = []
             for i, these in enumerate(tries):
                 found = self._invented_in(bare, these)
@@ -421,6 +418,11 @@ class Checker:
         if not blocks or fake:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
         return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
+
+    def _holds_words(self, n: int, own: set[str]) -> bool:
+        """Does block n hold one of a unit's own words that is no number (any, when it has none)?"""
+        wordy = [w for w in own if len(w) > 1 and not re.search(r"\d", w)]
+        return not wordy or any(self.bodies[n].has(w) for w in wordy)
 
     def _invented_in(self, text: str, blocks: list[int]) -> list[str]:
         """``invented`` against these blocks and the other blocks of their notes only (names: all blocks)."""
@@ -444,8 +446,12 @@ class Checker:
     def _blocks(self, own: set[str], shares: dict[int, float], marked: list[int]) -> tuple[list[int], float]:
         """The blocks a unit stands on, and the share of its own words they hold: the marked
         blocks that hold a good part of it (``OWN_SHARE`` / 2 each) when together they hold
-        enough, else the one block that holds most, when it holds enough."""
+        enough, else the one block that holds most, when it holds enough. A block that holds only
+        its numbers and none of its words it does not stand on while another holds some of them
+        (``_holds_words``)."""
         need = 1.0 if len(own) < SHORT else OWN_SHARE
+        worded = {n: s for n, s in shares.items() if self._holds_words(n, own)}
+        shares = worded if any(worded.values()) else shares
         mine = [n for n in marked if shares.get(n, 0.0) >= (need if len(own) < SHORT else OWN_SHARE / 2)]
         if mine:
             share = sum(1 for w in own if any(self.bodies[n].has(w) for n in mine)) / len(own)
