@@ -292,3 +292,19 @@ def test_excerpts_and_answers_never_leave_a_code_block_open():
     text = "开头。\n\n```bash\n" + "\n".join(f"echo {i}" for i in range(400)) + "\n```\n\n结尾。"
     tail = discord_tail(text, 2000)
     assert len(tail) <= 2000 and tail.startswith("```bash\necho ") and tail.endswith("```\n\n结尾。") and fences_closed(tail)
+
+
+@pytest.mark.slow
+def test_telegram_refuses_when_the_model_wrote_only_a_sources_title_and_an_invented_sentence(telegram):
+    """To a question no note answers, the 1.5B wrote a source's header line and a sentence of its own;
+    the sentence was dropped and the title line shown, cited, as the answer."""
+    settings, tg, ollama = telegram
+
+    async def scenario(daemon):
+        ollama.reply("红烧肉（妈妈的做法） (红烧肉)[1]\n", "佛跳墙的鲍鱼要提前泡发 48 小时[1]。")  # its header, pasted
+        text = (await ask(tg, "做佛跳墙要提前多久泡鲍鱼？"))["text"]
+        answer = text.split("<b>")[0]
+        assert "我笔记里没有相关内容" in answer and "红烧肉" not in answer and "48 小时" not in answer, text
+        assert "<b>来源</b>" not in text
+
+    run_telegram(settings, tg, scenario)
