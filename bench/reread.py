@@ -21,7 +21,11 @@ the reply as the model wrote it, whose sha1 (hex, first 12) it names), how often
 agree with that reading, and how many replies read as wrong by hand would still be shown. With ``--quote-labels`` (a
 reading by hand of the answers shown with the note's words quoted under them, ``bench/quote_labels.jsonl``),
 the answer points stated by hand and by the judge, without and with the quote, and how the quotes read. With
-``--show``, each reply and what would be shown of it, for reading. ``--quote`` reads them with another ``answer.quote_chars``
+``--show``, each reply and what would be shown of it, for reading. With ``--role-labels`` (a reading by hand of the
+shown sentences that state a number or a period: ``{id, sentence, role_wrong, why}``, ``bench/role_labels.jsonl``),
+how many of those shown say a number of the note for something else than the note says it of (the cold water's
+120 ml as the boiling water's, 每年 as 每天, the flight's price as the car hire's); ``--role-todo OUT`` writes the
+shown ones not read yet, to be read. ``--quote`` reads them with another ``answer.quote_chars``
 (the note's words quoted under an answer: the answer points are counted without and with them);
 ``--own``/``--min`` read them with other thresholds (``support.OWN_SHARE``, ``support.MIN_SHARE``), to see what a change costs.
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -92,6 +97,17 @@ def quote_of(check, blocks: dict[int, tuple[str, str]], question: str, width: in
     return quoted(Citation(n, "", head, "", "", "", "", 0.0), words, "笔记原文 ")
 
 
+# a period a sentence states (rag.answer.specifics.periods, here too for a checkout before it)
+_PERIOD = re.compile(r"每(?:一)?(?:个)?(?:天|日|晚|周|星期|礼拜|月|季度|季|年|小时|钟头)|天天|日日|年年|月月"
+                     r"|\b(?:daily|nightly|weekly|monthly|quarterly|yearly|annually|hourly)\b"
+                     r"|\b(?:every|per|each)\s+(?:day|night|week|month|quarter|year|hour)\b", re.I)
+
+
+def _sentence(text: str) -> str:
+    """A shown sentence as the role labels name it: its markers and spacing aside."""
+    return " ".join(re.sub(r"\s*\[\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\]", "", text).split())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("recording", type=Path, nargs="?")
@@ -102,6 +118,10 @@ def main() -> int:
                     help="a reading by hand of answers with their quote: JSON lines {id, reply_sha1, quote_sha1, "
                          "answer_points, shown_points, quote_relevant, quote_contradicts_answer}")
     ap.add_argument("--show", action="store_true", help="print each reply and what would be shown of it")
+    ap.add_argument("--role-labels", type=Path, help="a reading by hand of the shown sentences stating a number or "
+                                                     "period: JSON lines {id, sentence, role_wrong, why}")
+    ap.add_argument("--role-todo", type=Path, metavar="OUT",
+                    help="with --role-labels: write the shown sentences it does not read yet (JSON lines to fill in)")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the counts and rows as JSON")
     ap.add_argument("--own", type=float, help="support.OWN_SHARE for this reading (a unit's own words a block must hold)")
     ap.add_argument("--min", type=float, help="support.MIN_SHARE for this reading (the supported units a reply needs)")
@@ -122,6 +142,10 @@ def main() -> int:
     args.run = args.run or RUN
 
     from rag.answer import support
+    try:
+        from rag.answer.copies import check as checked  # an answer to a question in another language, bounded
+    except ImportError:  # a checkout before it (read again with the code before a change)
+        checked = support.check
     if args.own is not None:
         support.OWN_SHARE = args.own
     if args.min is not None:
@@ -154,11 +178,15 @@ def main() -> int:
                "shown_by_hand": 0, "shown_judge": 0, "shown_agree": 0, "quote_relevant": {},
                "quote_shows_the_answer_wrong": 0, "quote_changed": 0}
     out_rows = []
+    roles = {(x["id"], _sentence(x["sentence"])): x for x in map(json.loads, args.role_labels.read_text(
+        encoding="utf-8").splitlines()) if x} if args.role_labels and args.role_labels.exists() else {}
+    role = {"shown_with_specifics": 0, "read": 0, "role_wrong_shown": 0, "ids": []}
+    todo: list[dict] = []
     for rec in records(args.recording)[:TINY_PROMPTS if args.tiny else None]:
         q = dev.get(rec["question"])
         if q is None:
             continue
-        check = support.check(rec["reply"], rec["question"], rec["blocks"])
+        check = checked(rec["reply"], rec["question"], rec["blocks"])
         how = support.verdict(rec["reply"], check, refusal)
         shown = how in ("cited", "inferred")
         row = rows.get(q["id"]) or {}
@@ -233,11 +261,28 @@ def main() -> int:
                 print("          " + quote.replace("\n", "\n          "))
             for p, ok in zip(points, stated):
                 print(f"   point {'+' if ok else '-'} {p}")
+        for v in (check.supported if shown else []):
+            if getattr(v, "cut", False) or v.code or not (support.numbers(_sentence(v.text)) or _PERIOD.search(v.text)):
+                continue
+            role["shown_with_specifics"] += 1
+            label = roles.get((q["id"], _sentence(v.text)))
+            if label is None:
+                todo.append({"id": q["id"], "question": rec["question"], "sentence": _sentence(v.text),
+                             "role_wrong": None, "why": ""})
+                continue
+            role["read"] += 1
+            if label["role_wrong"]:
+                role["role_wrong_shown"] += 1
+                role["ids"].append(q["id"])
         out_rows.append({"id": q["id"], "verdict": how, "hit": hit, "units": len(check.saying),
                          "supported": len(check.supported), "invented": check.invented_specifics,
                          "points": len(points), "stated": sum(stated), "with_quote": sum(with_quote),
                          "wrong_flagged": wrong})
     print(json.dumps(counts))
+    if args.role_labels:
+        print(json.dumps({"roles": role}, ensure_ascii=False))
+        if args.role_todo:
+            args.role_todo.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in todo), encoding="utf-8")
     if labels:
         print(json.dumps(agree))
     if quote_labels:

@@ -312,7 +312,10 @@ def telegram_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
 def telegram_plain(text: str, links: NoteLinks = NO_LINKS, web: set[str] = frozenset()) -> str:
     """Text shown as it is (an answer as it streams, its Markdown not read yet) as Telegram
     HTML: escaped, every link-like token inert but the links the passages read hold
-    (``links``) and the addresses in ``web`` (the sources' own), which stay links."""
+    (``links``) and the addresses in ``web`` (the sources' own), which stay links. An entity the
+    text writes (``&gt;``, copied from a note) reads as the final answer's Markdown reads it: as
+    its character, outside code (where it stays as written)."""
+    text = _entities(text)
     out, last = [], 0
     for start, end in linklike(text):
         out.append(html.escape(text[last:start], quote=False))
@@ -327,6 +330,17 @@ def telegram_plain(text: str, links: NoteLinks = NO_LINKS, web: set[str] = froze
         last = end
     out.append(html.escape(text[last:], quote=False))
     return "".join(out)
+
+
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+
+def _entities(text: str) -> str:
+    """Complete HTML entities outside code as their characters, as CommonMark reads them."""
+    parts = _CODE_SPANS.split(text)
+    for i in range(0, len(parts), 2):  # the even parts are outside code
+        parts[i] = _ENTITY.sub(lambda m: html.unescape(m.group()), parts[i])
+    return "".join(parts)
 
 
 def web_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:

@@ -5,6 +5,7 @@ the evidence it read) and on the cases the answer issue named."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,156 @@ def test_a_headings_or_quoted_list_items_number_is_markup_not_a_claim():
     c = check(reply, "HTTP/2 为什么只有一个压缩上下文？炸酱面菜码怎么处理？", blocks)
     assert c.invented_specifics == [] and "4[" not in c.text and "1[" not in c.text
     assert [v.kind for v in c.saying] == ["supported", "supported"]
+
+
+# --- a number keeps its role, a period its period, a row its row; a title is no answer (issue 52) ---------
+
+
+def test_the_cold_waters_120_ml_is_not_the_boiling_waters_however_the_reply_is_cut():
+    """"做龟苓膏时，白砂糖和开水各要放多少？" answered "100 克[1] 120 毫升[1]" was shown: the 120 ml
+    are the cold water's (the note: 开水 500 毫升). Each claim the model closed with its marker is
+    judged on its own, and no number places another."""
+    question = "做龟苓膏时，白砂糖和开水各要放多少？"
+    c = check("100 克[1] 120 毫升[1]", question, GUILINGGAO)
+    assert [(v.text.strip(), v.kind) for v in c.saying] == [("100 克[1]", "supported"), ("120 毫升[1]", "unsupported")]
+    assert c.invented_specifics == ["120 毫升"] and "120" not in c.text
+    for reply in ("白砂糖 100 克，开水 120 毫升[1]。", "白砂糖100克，开水120毫升[1]。", "开水 120 毫升[1]。"):
+        assert "120 毫升" not in check(reply, question, GUILINGGAO).text.replace("120毫升", "120 毫升"), reply
+    for reply in ("100 克[1] 500 毫升[1]", "白砂糖 100 克，开水 500 毫升[1]。", "白砂糖100克，开水500毫升[1]。"):
+        assert [v.kind for v in check(reply, question, GUILINGGAO).saying] == ["supported"] * (2 if "[1] " in reply else 1)
+
+
+def test_a_list_lines_number_is_not_placed_by_the_line_under_it():
+    """The note's "- 冷水 120 毫升" is followed by "- 开水 500 毫升": 开水 near the 120 ml in the text
+    is on another line, another item."""
+    note = {1: ("[1] 龟苓膏的做法 (菜谱 › 龟苓膏)", "用料：\n- 龟苓膏粉 25 克\n- 冷水 120 毫升\n- 开水 500 毫升\n- 白砂糖 100 克")}
+    assert check("开水要 120 毫升[1]。", "开水放多少？", note).saying[0].kind == "unsupported"
+    assert check("开水要 500 毫升[1]。", "开水放多少？", note).saying[0].kind == "supported"
+
+
+def test_a_changed_period_is_not_the_notes():
+    """"独库公路每天大约 6 月到 10 月开放" for a note's 每年: the numbers are the note's, the period is not."""
+    note = {1: ("[1] 新疆自驾攻略 (旅行 › 独库公路)", "独库公路每年 6 月到 10 月开放，其余时间因积雪封路。全程 561 公里，建议两天走完。"),
+            2: ("[2] 家里的备份 (运维)", "备份脚本每天凌晨 3 点跑。")}
+    question = "独库公路什么时候开放？"
+    c = check("独库公路每天大约 6 月到 10 月开放[1]。", question, note)
+    assert [v.kind for v in c.saying] == ["unsupported"] and c.invented_specifics == ["每天"]
+    assert check("独库公路每年大约 6 月到 10 月开放[1]。", question, note).saying[0].kind == "supported"
+    assert check("独库公路一般 6 月到 10 月开放[1]。", question, note).saying[0].kind == "supported"
+    # a period the note says where the unit's words are
+    assert check("每天凌晨 3 点跑[2]。", "备份每天几点跑？", note).saying[0].kind == "supported"
+
+
+TRIP = {1: ("[1] 新疆自驾行程与花费 (旅行 › 新疆)",
+            "| 项目 | 说明 | 费用 |\n|---|---|---|\n| 机票 | 上海→乌鲁木齐 MU5643，7 月 12 日 08:05 起飞 | 1850 元 |\n"
+            "| 租车 | 乌鲁木齐取车 7 天，丰田 RAV4 | 2100 元 |\n| 住宿 | 6 晚 | 1500 元 |")}
+
+
+@pytest.mark.parametrize("reply, stands", [
+    ("租车花了 1850 元[1]。", False),  # the flight's price
+    ("1850 元[1]", False),
+    ("租车 7 月 12 日 08:05 取车[1]。", False),  # the flight's date and time
+    ("租车花了 2100 元[1]。", True),
+    ("2100 元[1]", True),
+    ("租车 7 天，丰田 RAV4[1]。", True),
+])
+def test_a_number_from_a_table_row_about_something_else_is_not_the_answer(reply, stands):
+    """A car-hire answer put together from the flight's row: a row is one record; the rows above
+    and below it are others."""
+    c = check(reply, "新疆自驾租车花了多少钱？", TRIP)
+    assert [v.kind for v in c.saying] == ["supported" if stands else "unsupported"], c.verdicts
+
+
+def test_a_table_stands_whole_with_its_rows_citing_in_their_last_cell_and_a_lone_row_is_no_sentence():
+    """The 1.5B's table of ext4's modes was shown as lines "| 模式 | 说明 |[1]" (a marker after a row's
+    last pipe is no table any more), and "| 1:15 |[1]" was shown as an answer sentence."""
+    reply = "各项花费：\n\n| 项目 | 费用 |\n|---|---|\n| 租车 | 2100 元 |\n| 机票 | 1850 元 |[1]\n\n一共很多。"
+    c = check(reply, "新疆自驾各项花了多少钱？", TRIP)
+    assert "| 租车 | 2100 元 [1] |\n| 机票 | 1850 元 [1] |" in c.text and "|[1]" not in c.text
+    assert "| 项目 | 费用 |\n|---|---|\n" in c.text
+    wrong = check("| 项目 | 费用 |\n|---|---|\n| 租车 | 1850 元 |\n", "新疆自驾租车花了多少钱？", TRIP)
+    assert [v.kind for v in wrong.saying] == ["unsupported"] and wrong.text.strip() == ""
+    lone = check("| 1:15 |[1]\n", "几点？", {1: ("[1] 时刻表", "| 班次 | 时间 |\n|---|---|\n| 早班 | 1:15 |")})
+    assert lone.text.strip() == "" and lone.saying == [] and verdict("| 1:15 |[1]", lone, REFUSAL) == "nothing"
+    # streamed, the table passes whole once it is complete
+    out, whole = streamed(reply, "新疆自驾各项花了多少钱？", TRIP, pieces=5)
+    assert out == whole == c.text
+
+
+RECIPES = {1: ("[1] 可乐鸡翅的做法 (菜谱 › 荤菜)", "鸡翅 10 个，可乐 500 毫升。鸡翅两面划刀，冷水下锅焯水。"),
+           2: ("[2] 红烧肉的做法 (菜谱 › 荤菜)", "五花肉 500 克切块，冰糖 30 克炒糖色。")}
+
+
+@pytest.mark.parametrize("title", ["[2] 红烧肉的做法 (菜谱 / 荤菜)", "红烧肉的做法 (菜谱 / 荤菜)[2]", "**红烧肉的做法**[2]",
+                                   "> 红烧肉的做法 [2]", "红烧肉的做法 (菜谱 › 荤菜) <note-0a1b2c3d4e5f>"])
+def test_an_answer_that_is_only_a_notes_title_is_no_answer(title):
+    """To a question no note answers the 1.5B wrote a source's header line and an invented
+    sentence; the sentence was dropped and the title line shown, cited, as the answer."""
+    question = "做佛跳墙要提前多久泡鲍鱼？"
+    reply = f"{title}\n鲍鱼要提前泡 24 小时。"
+    c = check(reply, question, RECIPES)
+    assert [v.kind for v in c.saying] == ["unsupported"] and verdict(reply, c, REFUSAL) == "uncited"
+    assert verdict(title, check(title, question, RECIPES), REFUSAL) == "nothing"
+    # beside an answer it stays a line of no consequence; to "which note" it is the answer
+    c = check(f"{title}\n五花肉 500 克切块[2]。", "红烧肉要多少五花肉？", RECIPES)
+    assert verdict("x", c, REFUSAL) == "cited" and c.cited == [2]
+    c = check("红烧肉的做法[2]。", "哪篇笔记写了冰糖炒糖色？", RECIPES)
+    assert [v.kind for v in c.saying] == ["supported"] and c.cited == [2]
+
+
+def test_an_english_answer_that_pastes_the_notes_chinese_is_bounded():
+    """Asked in English, the 1.5B pasted the whole HashMap note's Chinese (every sentence of it
+    stands on its block, so all of it was shown). The note's words are bounded (COPY_CHARS of
+    the notes' script); its English sentence still passes; a Chinese question is not bounded."""
+    from rag.answer import copies
+
+    sentences = [f"第{i}步，把锅烧热，倒入{i}0 毫升油，再放葱姜蒜爆香，炒到葱段发黄、香味出来为止，这一步大约要一两分钟。"
+                 for i in range(1, 16)]
+    note = {1: ("[1] 红烧肉的做法 (菜谱 › 荤菜)", "".join(sentences))}
+    reply = "".join(f"> {s}[1]\n" for s in sentences) + "\nHeat the wok first and fry the aromatics until fragrant[1].\n"
+    question = "How do I start braised pork?"
+    c = copies.check(reply, question, note, lambda t: frozenset({"锅", "葱", "姜", "蒜", "香"}))
+    shown_zh = len(re.findall(r"[\u3400-\u9fff]", c.text))
+    assert 0 < shown_zh <= copies.COPY_CHARS and sum(v.cut for v in c.verdicts) >= 8
+    assert c.text.startswith("> 第1步") and "第15步" not in c.text
+    assert verdict(reply, c, REFUSAL) == "cited" and c.cited == [1]
+    # what streams is what the whole check shows
+    bound = copies.Bound(Gate(Checker(question, note)), question)
+    out = "".join(bound.feed(reply[i:i + 9]) for i in range(0, len(reply), 9)) + bound.flush()
+    assert out == bound.result.text and "第15步" not in out
+    # in Chinese, the note's words are the answer: nothing is cut
+    zh = copies.check(reply, "红烧肉第一步怎么做？", note)
+    assert "第15步" in zh.text and not any(v.cut for v in zh.verdicts)
+
+
+EEL = {1: ("[1] 蒲烧茄子的做法 (菜谱 › 素菜)", "- 1 份蒲烧汁\n  - 20 ml 蜂蜜\n  - 15 ml 白糖\n  - 40 ml 生抽\n  - 10 ml 老抽\n  - 20 ml 料酒"),
+       2: ("[2] 包菜炒鸡蛋粉丝的做法 (菜谱 › 素菜)", "* 盐 2 g、生抽 15 ml、老抽 10 ml、蚝油 10 ml\n* 包菜半颗，鸡蛋 2 个"),
+       3: ("[3] 银耳莲子粥的做法 (菜谱 › 汤与粥)", "制作需经历浸泡和慢熬，全程大约需要 3.5 小时。")}
+
+
+def test_a_sentences_numbers_are_its_own_notes_not_another_recipes():
+    """The 1.5B, three dev runs out of three: "蒲烧汁要放 20 ml 蜂蜜、15 ml 生抽和 40 ml 老抽[1]" — the
+    eel sauce's 15 ml is sugar and its 生抽 40 ml; another recipe's "生抽 15 ml" bore it out. Shown
+    citing [1], every number must be [1]'s note's."""
+    question = "蒲烧茄子的蒲烧汁要放多少毫升蜂蜜、生抽和老抽？"
+    c = check("根据 [1] 片段，蒲烧汁要放 20 ml 蜂蜜、15 ml 生抽和 40 ml 老抽。", question, EEL)
+    assert [v.kind for v in c.saying] == ["unsupported"] and "15 ml" in c.invented_specifics
+    c = check("- 生抽：15 ml[1]\n", question, EEL)
+    assert 1 not in c.cited, c.verdicts  # [2] says so of its own dish; [1] does not
+    right = check("蒲烧汁要放 20 ml 蜂蜜、40 ml 生抽和 10 ml 老抽[1]。", question, EEL)
+    assert [v.kind for v in right.saying] == ["supported"] and right.cited == [1]
+    # a number from another dish's note, however well its words fit, for a dish no note has
+    c = check("佛跳墙需要提前泡发干鹰嘴豆，一般要煨3.5小时。", "佛跳墙需要提前泡发哪些干货，一般要煨几个小时？",
+              {**EEL, 4: ("[4] 鹰嘴豆炸饼的做法 (菜谱 › 主食)", "干鹰嘴豆 200g（提前浸泡 8 小时）")})
+    assert [v.kind for v in c.saying] == ["unsupported"]
+
+
+def test_a_number_after_a_colon_stays_with_what_it_is_said_of():
+    """"干辣椒面：60 克\\n孜然粉：20 克" was cut at the colons: the names were echoes of the question
+    (not shown) and "60 克[1]\\n20 克[1]" was the answer, bare."""
+    note = {1: ("[1] 炸串酱料的做法 (菜谱 › 酱料)", "- 干辣椒面 60 克\n- 孜然粉 20 克\n- 食盐 20 克")}
+    c = check("干辣椒面：60 克\n孜然粉：20 克\n", "炸串酱料里干辣椒面和孜然粉各放多少克？", note)
+    assert c.text == "干辣椒面：60 克[1]\n孜然粉：20 克[1]\n"
+    wrong = check("干辣椒面：20 克\n", "炸串酱料里干辣椒面和孜然粉各放多少克？", note)
+    assert [v.kind for v in wrong.saying] == ["unsupported"]
+    assert [u.text for u in split("原因：\n先炒糖色。")] == ["原因：\n", "先炒糖色。"]  # a colon before words still ends one

@@ -14,6 +14,7 @@ from contextlib import suppress
 
 import discord
 
+from rag.index.excerpt import open_fence
 from rag.language import label
 from bot.chat.pacing import Pacer, Wait
 from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, notes_root, sources_first
@@ -55,7 +56,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
             shown = discord_plain_links(text, reading.links, reading.web)
-            await interaction.edit_original_response(content=(above + shown)[-DISCORD_CONTENT:])
+            await interaction.edit_original_response(content=discord_tail(above + shown, DISCORD_CONTENT))
         except discord.HTTPException as err:
             if err.status == 429:
                 raise Wait(float(getattr(err, "retry_after", 1.0) or 1.0)) from None
@@ -85,6 +86,25 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         bot.count_error()
         await asking.undelivered(bot.parts, person, asked)
         await _undelivered(interaction, sent)
+
+
+def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
+    """The end of a text that streams into one Discord message (its last ``limit`` characters,
+    from a line's start where one is near): a code block it begins inside is opened again, so
+    the code's closing fence does not open one that swallows the rest."""
+    if len(text) <= limit:
+        return text
+    cut, head = len(text) - limit, ""
+    for _ in range(3):
+        line = text.find("\n", cut)
+        if 0 <= line < cut + 200:
+            cut = line + 1
+        opener = open_fence(text, cut)
+        head = "" if opener is None else opener[:200] + "\n"
+        if len(head) + len(text) - cut <= limit:
+            return head + text[cut:]
+        cut = len(text) - limit + len(head)
+    return (head + text[cut:])[-limit:]
 
 
 async def _say(interaction: discord.Interaction, text: str) -> None:

@@ -11,6 +11,7 @@ import re
 from rag import language
 from rag.answer import support
 from rag.language import say
+from rag.answer.copies import COPY_CHARS
 from rag.answer.evidence import Evidence
 from rag.answer.gate import plausible
 from rag.answer.types import Answer, Citation, Trace, citation, extractive, quoted
@@ -33,6 +34,9 @@ LLM_UNSUPPORTED_REFUSED_EN = "(The model wrote an answer your notes do not back;
 # Units of an answer that stand on no block were left out of it (``rag.answer.support``).
 LEFT_OUT_ZH = "（另有 {n} 句在你的笔记里找不到依据，已略去。）"
 LEFT_OUT_EN = "({n} sentence(s) the model wrote are not backed by your notes and were left out.)"
+# An answer to a question in another language copied more of the note than ``rag.answer.copies`` shows.
+COPY_CUT_ZH = "（模型抄录的笔记原文较长，其余部分已略去，全文见来源里的笔记。）"
+COPY_CUT_EN = "(The model copied more of the note's own text than is shown here; the whole note is under Sources.)"
 # Under an LLM's answer, the note's own words it stands on (``answer.quote_chars``).
 QUOTE_LEAD_ZH = "笔记原文 "
 QUOTE_LEAD_EN = "In your note: "
@@ -91,7 +95,8 @@ def grounded(settings: Settings, question: str, standalone: str, text: str, chec
     trace.reply = text[:REPLY_KEPT]
     trace.support = check.summary()
     trace.units = [{"text": v.text[:400], "kind": v.kind, "blocks": v.blocks, "share": v.share,
-                    "invented": v.invented} for v in check.verdicts if v.kind != "blank"]
+                    "invented": v.invented, **({"cut": True} if v.cut else {})}
+                   for v in check.verdicts if v.kind != "blank"]
     trace.citing = support.verdict(text, check, phrase)
     by_n = {b.n: b for b in blocks}
     if trace.citing in ("cited", "inferred"):
@@ -101,11 +106,17 @@ def grounded(settings: Settings, question: str, standalone: str, text: str, chec
                           f"answered by the LLM without markers; cited by what its sentences follow: {marks}")
         if check.dropped:
             trace.decision += f"; {len(check.dropped)} of {len(check.saying)} sentences left out (no block holds them)"
+        cut = sum(v.cut for v in check.verdicts)
+        if cut:
+            trace.decision += f"; {cut} more copied from the note left out (past {COPY_CHARS} characters copied)"
         trace.outcome = "llm"
         answer = Answer(question, check.text.strip(), used_llm=True, grounded=True, citations=citations)
         answer.quote = quote(settings, question, check, by_n, citations)
-        if check.dropped:
-            answer.notice = language_notice(question, LEFT_OUT_ZH, LEFT_OUT_EN).format(n=len(check.dropped))
+        notices = [language_notice(question, LEFT_OUT_ZH, LEFT_OUT_EN).format(n=len(check.dropped))] if check.dropped else []
+        if cut:
+            notices.append(language_notice(question, COPY_CUT_ZH, COPY_CUT_EN))
+        if notices:
+            answer.notice = " ".join(notices)
         return answer
     why = {"refused": "the LLM found no answer", "nothing": "the LLM said nothing of its own (the question or the "
            "headers back)", "uncited": "no sentence of the LLM's answer stands on the evidence",

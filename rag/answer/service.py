@@ -35,7 +35,7 @@ from typing import AsyncIterator, Awaitable, Callable
 from rag import limits
 from rag import llm as llm_mod
 from rag import language
-from rag.answer import followup, outcomes, remembered, support
+from rag.answer import copies, followup, outcomes, remembered, support
 from rag.answer import rerank as rerank_mod
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer.conversation import Conversations
@@ -399,8 +399,8 @@ class AnswerService:
             await _call(turn.on_sources, outcomes.sources(turn.question, blocks))
         if not turn.shown_sources:
             turn.mark("sources")
-        gate = support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks},
-                                            translate=self._translated))
+        gate = copies.Bound(support.Gate(support.Checker(turn.standalone, {b.n: (header(b), b.text) for b in blocks},
+                                                         translate=self._translated)), turn.standalone)
         parts: list[str] = []  # what the LLM wrote
         usage = Usage()
         asked = first_at = None

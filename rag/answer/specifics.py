@@ -6,6 +6,7 @@ with the words around it. Read by ``rag.answer.support``.
 
 from __future__ import annotations
 
+import html
 import re
 
 from rag.index.lexical import STOPWORDS, tokenize
@@ -52,6 +53,7 @@ _UNITS = {
     "台": "台", "行": "行", "列": "列", "字节": "字节", "bytes": "字节", "byte": "字节", "页": "页", "步": "步",
     "种": "种", "项": "项", "核": "核", "线程": "线程", "threads": "线程", "人": "人", "只": "只", "瓣": "瓣",
     "厘米": "cm", "cm": "cm", "毫米": "mm", "mm": "mm", "米": "m", "公里": "km", "km": "km", "px": "px",
+    "元": "元", "块钱": "元", "yuan": "元", "rmb": "元", "晚": "晚", "nights": "晚", "night": "晚",
 }
 _UNIT_ALT = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
 _NUMBER = re.compile(
@@ -157,17 +159,60 @@ def names(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+# A period a sentence states ("每天", "every year"): "每天 6 月到 10 月开放" where the note says 每年 is
+# another claim, whatever its numbers. Each named by its unit.
+_PERIOD = re.compile(
+    r"每(?:一)?(?:个)?(天|日|晚|周|星期|礼拜|月|季度|季|年|小时|钟头)|(天天|日日|年年|月月)"
+    r"|\b(daily|nightly|weekly|monthly|quarterly|yearly|annually|hourly)\b"
+    r"|\b(?:every|per|each|a|an|once a|twice a)\s+(day|night|week|month|quarter|year|hour)\b", re.I)
+_PERIODS = {"天": "d", "日": "d", "晚": "d", "天天": "d", "日日": "d", "daily": "d", "nightly": "d", "day": "d",
+            "night": "d", "周": "w", "星期": "w", "礼拜": "w", "weekly": "w", "week": "w", "月": "mo", "月月": "mo",
+            "monthly": "mo", "month": "mo", "季度": "q", "季": "q", "quarterly": "q", "quarter": "q", "年": "y",
+            "年年": "y", "yearly": "y", "annually": "y", "year": "y", "小时": "h", "钟头": "h", "hourly": "h", "hour": "h"}
+
+
+def periods(text: str) -> list[tuple[str, str, int, int]]:
+    """The periods a text states: (the period's unit: d, w, mo, q, y, h; as written; start; end).
+    ``每 2 天`` is a number (``spans``), not a period."""
+    return [(_PERIODS[next(g for g in m.groups() if g).lower()], m.group(), m.start(), m.end())
+            for m in _PERIOD.finditer(text)]
+
+
 PLACE_WINDOW = 40  # characters either side of a specific in a block where the unit's other words must be
 _CLAUSE_END = re.compile(r"[。！？!?；;\n（）()]")  # a sentence's end, an aside's start or end
 _ROLE_END = re.compile(r"[。！？!?；;，,、\n]")  # a clause's end: what a bare number is said of stands in it
+# A line of its own: a list item, a table row, a heading (each says its own thing: "- 冷水 120 毫升"
+# is not placed by the "- 开水 500 毫升" under it, nor a flight's row by the car hire's)
+_ITEM_LINE = re.compile(r"^\s*(?:>\s*)*(?:[-*+•|#]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）])")
+
+
+def _flat(text: str) -> str:
+    """The lines run together (a paragraph wrapped by hand, a config's keys under their section),
+    but where a list item, a table row or a heading begins or ends: those stay lines."""
+    lines = text.split("\n")
+    out = [lines[0]]
+    for before, line in zip(lines, lines[1:]):
+        joined = not _ITEM_LINE.match(before) and not _ITEM_LINE.match(line)
+        out.append((" " if joined else "\n") + line)
+    return "".join(out)
+
+
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+
+def decoded(text: str) -> str:
+    """HTML entities a note's Markdown writes (``-&gt;``) as their characters, as it reads: their
+    ``;`` ends no clause, their letters are no name."""
+    return _ENTITY.sub(lambda m: html.unescape(m.group()), text) if "&" in text else text
 
 
 class Held:
     """What a body of evidence holds, for looking specifics up, and where."""
 
     def __init__(self, text: str):
+        text = decoded(text)
         self.text = _LINE_WS.sub(lambda m: "\n" if "\n" in m.group() else " ", text.lower())
-        self.flat = self.text.replace("\n", " ")  # the same places, lines run together
+        self.flat = _flat(self.text)  # the same places, a paragraph wrapped by hand as one line
         self.found = spans(self.text)
         self.with_unit = {(v, u) for v, u, *_ in self.found if u}
         self.values = {v for v, *_ in self.found}
@@ -185,6 +230,12 @@ class Held:
             at += [m.span() for m in re.finditer(rf"(?<![\d.]){re.escape(value)}(?![\d])", self.text)]
         return at
 
+    def holds_period(self, period: str) -> bool:
+        return bool(self._period_at(period))
+
+    def _period_at(self, period: str) -> list[tuple[int, int]]:
+        return [(s, e) for p, _, s, e in periods(self.text) if p == period]
+
     def holds_name(self, name: str) -> bool:
         return bool(self._name_at(name))
 
@@ -194,9 +245,15 @@ class Held:
 
     def _around(self, start: int, end: int, clause: bool = False) -> str:
         """The text next to a specific: up to ``PLACE_WINDOW`` characters either side, within its
-        sentence and outside any aside it is not in (``浸泡至少 8 小时（来不及可用高压锅压 20 分钟）``:
-        the 20 minutes are the pressure cooker's, not the soaking's). ``clause``: within its
-        line and its clause (``牛奶 50 克，低筋面粉 100 克``: the 100 g are the flour's)."""
+        sentence and its line (a list item: ``_flat``) and outside any aside it is not in
+        (``浸泡至少 8 小时（来不及可用高压锅压 20 分钟）``: the 20 minutes are the pressure cooker's,
+        not the soaking's). ``clause``: within its line and its clause (``牛奶 50 克，低筋面粉 100 克``:
+        the 100 g are the flour's). In a table, its row, whole: a row is one record (``| 租车 | 取车 7
+        天，丰田 | 2100 元 |``), and the rows above and below it are others."""
+        row_start = self.text.rfind("\n", 0, start) + 1
+        if self.text.startswith("|", row_start):
+            row_end = self.text.find("\n", end)
+            return self.text[row_start:row_end if row_end >= 0 else len(self.text)]
         lo, hi = max(0, start - PLACE_WINDOW), min(len(self.text), end + PLACE_WINDOW)
         text, ends = (self.text, _ROLE_END) if clause else (self.flat, _CLAUSE_END)
         before = ends.split(text[lo:start])

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from rag.answer.grounding import refuses, words
-from rag.answer.specifics import Body, Held, names, numbers, terms  # noqa: F401 (numbers, names: what a unit states)
+from rag.answer.specifics import Body, Held, decoded, names, numbers, periods, terms  # noqa: F401 (numbers, names: what a unit states)
+from rag.answer.units import _FENCE, _LIST_PREFIX, _PARTIAL, _TABLE_RULE, Unit, split  # noqa: F401 (split: tests, bench)
 from rag.index.lexical import tokenize
 
 OWN_SHARE = 0.5  # of a unit's own words found in one block: it stands on that block
@@ -50,13 +51,6 @@ MIN_SHARE = 0.5  # of the units that say something, supported ones: below, the a
 
 _MARKER = re.compile(r"[\[【]\s*(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\s*[\]】]")
 _MARKER_SPACED = re.compile(r"\s*[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】]")
-_MARKERS_AFTER = re.compile(r"(?:\s*[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】])+")
-_PARTIAL = re.compile(r"[\[【][\d\s,，、]{0,20}$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-# a line's markup before its words: "- ", "2. ", "> 1. ", "### 4. " (a heading's number ends no sentence)
-_LIST_PREFIX = re.compile(r"^\s*(?:>\s*)*(?:#{1,6}\s*)?(?:(?:[-*+•]|\d{1,3}[.、)）]|[（(]\d{1,3}[)）])\s*)?")
-# A sentence ends at these; so does a clause the model closed with a marker ("…盛出[1]，再加…[3]。").
-_TERMINATOR = re.compile(r"[。！？!?；;：]+|[.:](?=\s|$)|(?<=[\]】])\s*[，,]")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # Talk about the excerpts, not about the question's subject: set aside before a unit's own
 # words are counted (a sentence made only of it, and the question, says nothing).
@@ -70,25 +64,40 @@ _META = re.compile(
     re.I,
 )
 _WS = re.compile(r"\s+")
+_TAG = re.compile(r"</?note-[0-9a-f]{6,}>")  # the prompt's markers around an excerpt, pasted back
+_EMPHASIS = re.compile(r"[*_`~《》「」“”\"]+")
+# A question whose answer is a note or a title ("哪篇笔记讲了…", "which note has…"): a title is an answer
+_ASKS_FOR_A_NOTE = re.compile(r"哪(?:一)?(?:篇|本|份)|哪(?:个|些|条)(?:笔记|文章|文档|页面)|什么(?:笔记|文章|书)|标题|书名|"
+                              r"\b(?:which|what)\s+(?:of my\s+)?(?:notes?|articles?|books?|pages?|documents?)\b|\btitles?\b",
+                              re.I)
 # A unit that only introduces what follows ("蒲烧汁的配方如下：", "**原因：**", "The reasons are:").
 _INTRO = re.compile(r"[：:]\s*(?:\*\*|__)?\s*$")
 
 
-def invented(unit_text: str, evidence: list[Held], question: Held, context: set[str] = frozenset(),
-             roles: list[set[str]] | None = None) -> list[str]:
-    """The specifics of a unit that neither the question holds nor a block holds in its place:
-    with one of the unit's other words (``context``) near it (``2 颗`` where the note says
-    ``皮蛋 2 颗``, not ``泡 25-30 分钟`` where it says ``煮 25-30 分钟``), as written. A number
-    stated bare (``120 毫升[1]``: no other word of the unit) answers what the question asks, so
-    its place is judged by ``roles``, the question's words for each block (``Checker.roles``):
-    ``120 毫升`` for "how much boiling water" stands where the note says ``开水 500 毫升``, not by
-    ``冷水 120 毫升``."""
+def invented(unit_text: str, evidence: list[Held], question: Held,
+             context: Callable[[str], set[str]] | None = None, roles: list[set[str]] | None = None,
+             named: list[Held] | None = None) -> list[str]:
+    """The specifics of a unit that neither the question holds nor a block holds in its place,
+    as written: with one of the unit's other words (``context`` of its text; no number places
+    another) near it in a block, in the same line when the block's lines are list items or table
+    rows (``Held``): ``2 颗`` where the note says ``皮蛋 2 颗``, not ``泡 25-30 分钟`` where it says
+    ``煮 25-30 分钟``, nor ``开水 120 毫升`` where the line says ``- 冷水 120 毫升`` and the next one
+    ``- 开水 500 毫升``. A number stated bare (``120 毫升[1]``: no other word of the unit) answers
+    what the question asks, so its place is judged by ``roles``, the question's words for each
+    block (``Checker.roles``): ``120 毫升`` for "how much boiling water" stands where the note says
+    ``开水 500 毫升``, not by ``冷水 120 毫升``. A period (``每天``, ``every year``) must be the one a
+    block says near the unit's other words (``每天 6 月到 10 月开放`` where the note says ``每年`` is
+    not). ``context`` None: the specifics need only be in a block (code). ``named``: the blocks a name
+    is looked for in, when not ``evidence`` (a name is no quantity: any block of the evidence may hold
+    it where the unit's numbers must be its own note's)."""
     text = _MARKER.sub(" ", unit_text)
+    whole = set(context(text)) if context else set()
+    wordy = {w for w in whole if not _NUMERIC.fullmatch(w)}  # "100 克 120 毫升": no number places another
     out: list[str] = []
     for value, unit, written in numbers(text):
         if question.holds_number(value, unit):
             continue
-        near = context - terms(written)
+        near = wordy - terms(written)
         if not near and roles is not None:  # "葱 1 根": its one-character word places it
             near = _asked(text) - _asked(written)
         if near or roles is None:
@@ -98,84 +107,22 @@ def invented(unit_text: str, evidence: list[Held], question: Held, context: set[
                          for h, role in zip(evidence, roles))
         if not placed:
             out.append(written)
+    for period, written, _, _ in periods(text):
+        if question.holds_period(period):
+            continue
+        near = whole - terms(written)  # the number it is said with too: "每天 03:17"
+        if not any(h.places(h._period_at(period), near) for h in evidence):
+            out.append(written)
     for name in names(text):
         if question.holds_name(name):
             continue
-        near = context - terms(name) - {name}
-        if not any(h.places(h._name_at(name), near) for h in evidence):
+        near = whole - terms(name) - {name}
+        if not any(h.places(h._name_at(name), near) for h in (evidence if named is None else named)):
             out.append(name)
     return list(dict.fromkeys(out))
 
 
-# --- units of a reply -------------------------------------------------------------------------
-
-
-@dataclass
-class Unit:
-    """A piece of the reply: ``text`` is reply[start:end], the pieces together are the reply."""
-
-    start: int
-    end: int
-    text: str
-    code: bool = False
-
-    @property
-    def blank(self) -> bool:
-        return not self.text.strip()
-
-
-def _inside(text: str, start: int, at: int) -> bool:
-    """Is ``at`` inside brackets, parentheses or inline code opened since ``start`` (on its line)?"""
-    before = text[start:at]
-    return (before.count("[") > before.count("]") or before.count("(") > before.count(")")
-            or before.count("（") > before.count("）") or before.count("`") % 2 == 1)
-
-
-def split(reply: str) -> list[Unit]:
-    """The reply as units: each fenced code block whole; elsewhere sentences, a sentence's
-    markers (``…。[1]``) and its line end belonging to it; a list item's prefix to its first
-    sentence. Concatenated, the units give the reply back."""
-    units: list[Unit] = []
-    pos, n = 0, len(reply)
-    while pos < n:
-        line_end = reply.find("\n", pos)
-        line_end = n if line_end < 0 else line_end + 1
-        line = reply[pos:line_end]
-        if _FENCE.match(line):
-            close = pos + len(line)
-            while close < n:
-                nxt = reply.find("\n", close)
-                nxt = n if nxt < 0 else nxt + 1
-                closing = _FENCE.match(reply[close:nxt])
-                close = nxt
-                if closing:
-                    break
-            units.append(Unit(pos, close, reply[pos:close], code=True))
-            pos = close
-            continue
-        prefix = _LIST_PREFIX.match(line)
-        start, cursor = pos, pos + (prefix.end() if prefix else 0)
-        body_end = pos + len(line.rstrip("\n"))
-        while cursor < body_end:
-            m = _TERMINATOR.search(reply, cursor, body_end)
-            if m is None:
-                break
-            if _inside(reply, pos, m.start()):  # "[图片: …]", "[Hippo4j](https://…)", `a: b`: not a sentence's end
-                cursor = m.end()
-                continue
-            end = m.end()
-            after = _MARKERS_AFTER.match(reply, end, body_end)
-            if after:
-                end = after.end()
-            while end < body_end and reply[end] in " \t":
-                end += 1
-            if end >= body_end:
-                break
-            units.append(Unit(start, end, reply[start:end]))
-            start = cursor = end
-        units.append(Unit(start, line_end, reply[start:line_end]))
-        pos = line_end
-    return [u for u in units if u.text]
+_NUMERIC = re.compile(r"[\d.:\-/]+")
 
 
 # --- checking ---------------------------------------------------------------------------------
@@ -187,12 +134,15 @@ class Verdict:
 
     text: str
     kind: str  # "filler", "echo" (the question back: not shown), "supported", "unsupported", "blank"
-    # ("intro", a line ending in a colon that stands on nothing, only until what it introduces is read)
+    # ("intro", a line ending in a colon that stands on nothing, only until what it introduces is read;
+    # "fragment", table rows without their table: "| 1:15 |" answers nothing, and is not shown)
     blocks: list[int] = field(default_factory=list)  # the blocks it stands on (its citations)
     share: float = 0.0  # of its own words in that block (or the best block, when unsupported)
     marked: list[int] = field(default_factory=list)  # the blocks the model's markers name
     invented: list[str] = field(default_factory=list)  # specifics no evidence holds
     code: bool = False
+    display: str | None = None  # a table as shown: each row that stands citing its blocks in its last cell
+    cut: bool = False  # it stands, and is left out all the same (``rag.answer.copies``: enough of the note copied)
 
     @property
     def block(self) -> int | None:
@@ -255,8 +205,10 @@ def shown(v: Verdict) -> str:
     """A unit as shown: unsupported ones are left out (their line end kept); supported ones cite
     their blocks (the model's markers when they name exactly those blocks, else markers put in
     before the unit's end); filler carries no marker."""
-    if v.kind in ("unsupported", "echo"):
+    if v.kind in ("unsupported", "echo", "fragment") or v.cut:
         return "\n" if v.text.endswith("\n") else ""
+    if v.display is not None and v.kind == "supported":
+        return v.display
     if v.kind == "filler":
         return _MARKER_SPACED.sub("", v.text)
     if v.kind != "supported" or not v.blocks or v.code:
@@ -282,6 +234,13 @@ def _asked(text: str) -> set[str]:
     return set(tokenize(_META.sub("，", text)))
 
 
+def _title(header: str) -> str:
+    """A block's title, from its header line ``[n] title (notebook › heading)``."""
+    title = _MARKER.sub(" ", header, count=1).strip()
+    cut = title.rfind(" (")
+    return title[:cut] if cut > 0 and title.endswith(")") else title
+
+
 def _own(text: str, asked: set[str]) -> set[str]:
     """A unit's own words: without markers, list prefixes, talk about the excerpts and the question's words."""
     text = _MARKER.sub("，", text)
@@ -303,6 +262,10 @@ class Checker:
         self.blocks = blocks
         self.bodies = {n: Body(h + "\n" + t) for n, (h, t) in blocks.items()}
         self.headers = {n: words(_MARKER.sub(" ", h)) for n, (h, _) in blocks.items()}
+        # a block's title (its header's "[n] title (notebook › heading)"): a unit of its header's words
+        # holding it says which note, not what the note says, unless the question asks which note
+        self.notes = {n: _title(h) for n, (h, _) in blocks.items()}  # blocks of one title: one note
+        self.titles = {} if _ASKS_FOR_A_NOTE.search(question) else {n: words(t) for n, t in self.notes.items()}
         self.held = {n: Held.of(h + "\n" + t) for n, (h, t) in blocks.items()}
         # What the question asks about, by block: its words (a single Chinese character too: 糖, 盐)
         # and their Chinese for an English question, less the block's title and heading (the
@@ -317,11 +280,13 @@ class Checker:
         marked = [n for n in dict.fromkeys(marked) if n in self.blocks]
         if u.code:
             return self._code(u, marked)
-        bare = _MARKER.sub(" ", u.text)
-        if self._pasted_header(u.text):
+        if u.table:
+            return self._table(u, marked)
+        bare = decoded(_MARKER.sub(" ", u.text))
+        if self._pasted_header(u.text) or self._title_only(bare):
             return Verdict(u.text, "filler", marked=marked)
         own = _own(u.text, self.asked) or self._novel(bare)
-        fake = invented(bare, list(self.held.values()), self.question, self._context(bare), list(self.roles.values()))
+        fake = invented(bare, list(self.held.values()), self.question, self._context, list(self.roles.values()))
         if not own and not fake and _context(bare):
             # the question's words back ("溏心蛋关火后要静置几分钟。", "先切再焯。" of "先切再焯，还是先焯再切？"):
             # it says nothing the evidence could bear out, and is not shown
@@ -332,11 +297,38 @@ class Checker:
             return Verdict(u.text, "unsupported", marked=marked, invented=fake)
         shares = {n: body.share(own) for n, body in self.bodies.items()}
         blocks, share = self._blocks(own, shares, marked)
+        if blocks and not fake:
+            # shown citing these blocks, its specifics must be theirs (or their notes' other blocks'):
+            # "15 ml 生抽" of the eel sauce's note, whose 15 ml is sugar, is not borne out by another
+            # recipe's "生抽 15 ml". Another block that holds its words as well may bear it out instead.
+            need = 1.0 if len(own) < SHORT else OWN_SHARE
+            tries = [blocks] + [[n] for n in sorted(shares, key=lambda n: (-shares[n], n))
+                                if shares[n] >= need and n not in blocks and self._holds_words(n, own)]
+            first: list[str] = []
+            for i, these in enumerate(tries):
+                found = self._invented_in(bare, these)
+                if not found:
+                    blocks, share = these, share if i == 0 else shares[these[0]]
+                    break
+                first = first or found
+            else:
+                blocks, fake = [], first
         if not blocks and not fake and _INTRO.search(bare):  # "蒲烧汁的配方如下：": what follows decides
             return Verdict(u.text, "intro", marked=marked)
         if not blocks or fake:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake)
         return Verdict(u.text, "supported", blocks=blocks, share=round(share, 3), marked=marked)
+
+    def _holds_words(self, n: int, own: set[str]) -> bool:
+        """Does block n hold one of a unit's own words that is no number (any, when it has none)?"""
+        wordy = [w for w in own if len(w) > 1 and not re.search(r"\d", w)]
+        return not wordy or any(self.bodies[n].has(w) for w in wordy)
+
+    def _invented_in(self, text: str, blocks: list[int]) -> list[str]:
+        """``invented`` against these blocks and the other blocks of their notes only (names: all blocks)."""
+        mine = [n for n in self.blocks if self.notes[n] in {self.notes[b] for b in blocks}]
+        return invented(text, [self.held[n] for n in mine], self.question, self._context, [self.roles[n] for n in mine],
+                        named=list(self.held.values()))
 
     def _context(self, text: str) -> set[str]:
         """``_context``, and for a unit in English its Chinese words too: "100 g of sugar" is
@@ -354,8 +346,12 @@ class Checker:
     def _blocks(self, own: set[str], shares: dict[int, float], marked: list[int]) -> tuple[list[int], float]:
         """The blocks a unit stands on, and the share of its own words they hold: the marked
         blocks that hold a good part of it (``OWN_SHARE`` / 2 each) when together they hold
-        enough, else the one block that holds most, when it holds enough."""
+        enough, else the one block that holds most, when it holds enough. A block that holds only
+        its numbers and none of its words it does not stand on while another holds some of them
+        (``_holds_words``)."""
         need = 1.0 if len(own) < SHORT else OWN_SHARE
+        worded = {n: s for n, s in shares.items() if self._holds_words(n, own)}
+        shares = worded if any(worded.values()) else shares
         mine = [n for n in marked if shares.get(n, 0.0) >= (need if len(own) < SHORT else OWN_SHARE / 2)]
         if mine:
             share = sum(1 for w in own if any(self.bodies[n].has(w) for n in mine)) / len(own)
@@ -380,6 +376,40 @@ class Checker:
             return Verdict(u.text, "unsupported", share=round(share, 3), marked=marked, invented=fake, code=True)
         return Verdict(u.text, "supported", blocks=[best], share=round(share, 3), marked=marked, code=True)
 
+    def _table(self, u: Unit, marked: list[int]) -> Verdict:
+        """A table stands when each of its rows (under its header and rule) stands as a sentence
+        of its cells would: its specifics placed by the words of that row, not of the rows around
+        it; shown with each row citing its blocks in its last cell (a marker after a row's last
+        ``|`` would break the table). Rows without their header and rule are no table and no
+        sentence (``| 1:15 |``): a fragment, not shown."""
+        lines = u.text.split("\n")
+        rule = next((i for i, ln in enumerate(lines) if _TABLE_RULE.match(ln)), None)
+        if rule is None or rule == 0:
+            return Verdict(u.text, "fragment", marked=marked)
+        rows, shown_rows, blocks, invented_, shares = [], [], [], [], []
+        for i, line in enumerate(lines):
+            if i <= rule or not line.strip():
+                shown_rows.append(line)
+                continue
+            cells = [c.strip() for c in _MARKER.sub(" ", line).strip().strip(">").strip().strip("|").split("|")]
+            v = self.unit(Unit(0, 0, " ".join(c for c in cells if c) + "。"))
+            rows.append(v)
+            invented_ += v.invented
+            if v.kind == "supported":
+                blocks += v.blocks
+                shares.append(v.share)
+                bare = _MARKER_SPACED.sub("", line).rstrip()
+                marks = "".join(f"[{n}]" for n in v.blocks)
+                shown_rows.append(f"{bare[:-1].rstrip()} {marks} |" if bare.endswith("|") else f"{bare} {marks}")
+            else:
+                shown_rows.append(_MARKER_SPACED.sub("", line))
+        stands = [v for v in rows if v.says_something]
+        if not stands or any(v.kind == "unsupported" for v in stands):
+            return Verdict(u.text, "unsupported", marked=marked, invented=list(dict.fromkeys(invented_)),
+                           share=round(sum(v.kind == "supported" for v in stands) / len(stands), 3) if stands else 0.0)
+        return Verdict(u.text, "supported", blocks=list(dict.fromkeys(blocks)), share=round(min(shares), 3),
+                       marked=marked, display="\n".join(shown_rows))
+
     def _pasted_header(self, text: str) -> bool:
         """``[n]`` and nothing but words of block n's header: the prompt pasted back."""
         m = _MARKER.match(text.strip())
@@ -387,6 +417,12 @@ class Checker:
             return False
         rest = words(text.strip()[m.end():])
         return any(rest <= self.headers.get(int(x), set()) for x in re.findall(r"\d+", m.group(1)))
+
+    def _title_only(self, text: str) -> bool:
+        """A unit that is a block's title, its notebook and heading at most, however marked
+        (``可乐鸡翅 (菜谱 / 荤菜)[2]``, ``**可乐鸡翅**``): the note named, not an answer from it."""
+        rest = words(_EMPHASIS.sub(" ", _LIST_PREFIX.sub("", _TAG.sub(" ", text))))
+        return bool(rest) and any(title and title <= rest <= self.headers[n] for n, title in self.titles.items())
 
     def check(self, reply: str) -> Check:
         gate = Gate(self)

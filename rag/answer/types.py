@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from rag.answer import links
 from rag.config import AnswerConfig
-from rag.index.excerpt import EXCERPT_CHARS, _window, excerpt
+from rag.index.excerpt import EXCERPT_CHARS, _window, closed, excerpt
 from rag.model import HEADING_SEP, Hit
 
 REFUSAL = AnswerConfig().refusal
@@ -170,8 +170,9 @@ class Answer:
 
     @property
     def shown(self) -> str:
-        """The answer as every door shows it: the text, then the quote of the note under it."""
-        return f"{self.answer}\n\n{self.quote}" if self.quote else self.answer
+        """The answer as every door shows it: the text, then the quote of the note under it (a
+        code block either leaves open closed: the quote, a notice, the sources are no code)."""
+        return f"{closed(self.answer)}\n\n{closed(self.quote)}" if self.quote else closed(self.answer)
 
     def as_json(self, with_trace: bool = False) -> dict:
         out = asdict(self)

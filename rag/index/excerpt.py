@@ -67,4 +67,38 @@ def excerpt(text: str, query: str, width: int = EXCERPT_CHARS, terms: dict[str, 
             start = cut + len(sep)
             break
     snippet = text[start : start + width].strip()
-    return ("…" if start > 0 else "") + snippet + ("…" if start + width < len(text) else "")
+    head, tail = open_fence(text, start), open_fence(text, start + width)
+    if head is not None:  # begun inside a code block: opened again, so its code reads as code
+        snippet = f"{head}\n{snippet}"
+    if tail is not None:  # cut inside one: closed, so what follows it (a notice, the sources) is no code
+        snippet = f"{snippet}\n{tail.strip()[:fence_len(tail)]}"
+    sep = "\n" if head is not None else ""
+    return ("…" + sep if start > 0 else "") + snippet + (("\n" if tail is not None else "") + "…"
+                                                          if start + width < len(text) else "")
+
+
+_FENCE_LINE = re.compile(r"^[ \t]*((```+|~~~+)[^\n]*)", re.M)
+
+
+def fence_len(line: str) -> int:
+    line = line.strip()
+    return len(line) - len(line.lstrip(line[0]))
+
+
+def open_fence(text: str, at: int) -> str | None:
+    """The line that opened the code block ``at`` is in (a fence of three or more backticks or
+    tildes, its language with it), None when ``at`` is in none."""
+    opener: str | None = None
+    for m in _FENCE_LINE.finditer(text, 0, at):
+        fence = m.group(2)
+        if opener is None:
+            opener = m.group(1).strip()
+        elif fence[0] == opener[0] and len(fence) >= fence_len(opener) and not m.group(1)[len(fence):].strip():
+            opener = None
+    return opener
+
+
+def closed(text: str) -> str:
+    """``text`` with a code block it leaves open closed (what follows it is no code)."""
+    opener = open_fence(text, len(text))
+    return text if opener is None else f"{text.rstrip()}\n{opener[:fence_len(opener)]}"
