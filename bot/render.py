@@ -29,25 +29,20 @@ from __future__ import annotations
 import html
 import os
 import re
-from functools import lru_cache
 from urllib.parse import unquote, urlsplit
 
 from bs4 import BeautifulSoup, NavigableString, Tag
-from markdown_it import MarkdownIt
 
 from rag.answer import links as note_links
 from rag.language import say
+
+from bot.splitting import markdown_parser, split_markdown
 
 TELEGRAM_LIMIT = 4096
 DISCORD_DESCRIPTION = 4096  # an embed's description; a message's embeds stay under 6,000 in all
 DISCORD_CONTENT = 2000
 
 _INLINE = {"b": "b", "strong": "b", "i": "i", "em": "i", "s": "s", "del": "s", "u": "u", "code": "code"}
-
-
-@lru_cache(maxsize=1)
-def _md() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 
 
 _CONTAINERS = {"ul", "ol", "table", "thead", "tbody", "tr", "blockquote", "[document]"}
@@ -303,7 +298,7 @@ def _tg(node, out: list[str], links: NoteLinks = NO_LINKS) -> None:
 def telegram_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
     """Markdown -> the HTML subset Telegram's parse_mode=HTML accepts, all text escaped, every
     link-like token inert but the links the cited passages hold (``links``)."""
-    soup = BeautifulSoup(_md().render(markdown), "html.parser")
+    soup = BeautifulSoup(markdown_parser().render(markdown), "html.parser")
     out: list[str] = []
     _tg(soup, out, links)
     return re.sub(r"\n{3,}", "\n\n", "".join(out)).strip()
@@ -347,7 +342,7 @@ def web_html(markdown: str, links: NoteLinks = NO_LINKS) -> str:
     """The answer's Markdown as HTML for a web page (the API's ``answer`` event): everything
     from the notes escaped, no raw HTML, no images; every link-like token inert but the links
     the cited passages hold, which open as that note's link (``rel="nofollow noopener"``)."""
-    soup = BeautifulSoup(_md().render(markdown), "html.parser")
+    soup = BeautifulSoup(markdown_parser().render(markdown), "html.parser")
     out: list[str] = []
     _web_blocks(soup, out, links)
     return "".join(out).strip()
@@ -391,69 +386,6 @@ def _web_blocks(node, out: list[str], links: NoteLinks) -> None:
         else:
             _web_blocks(child, out, links)
     flush()
-
-
-def _blocks(markdown: str) -> list[str]:
-    """Top-level Markdown blocks, in order, as source text (fences kept whole)."""
-    tokens = _md().parse(markdown)
-    lines = markdown.splitlines(keepends=True)
-    blocks, last = [], 0
-    for tok in tokens:
-        if tok.level == 0 and tok.map and tok.nesting in (0, 1):
-            start, end = tok.map
-            if start >= last:
-                blocks.append("".join(lines[start:end]).strip("\n"))
-                last = end
-    return [b for b in blocks if b.strip()] or [markdown]
-
-
-def _split_block(block: str, limit: int) -> list[str]:
-    """A block too long for one message: a fence between its lines (each part fenced
-    again), prose between sentences or, failing that, anywhere."""
-    fence = re.match(r"^(```+|~~~+)([^\n]*)\n", block)
-    if fence:
-        opener, closer = fence.group(0), fence.group(1)
-        body = block[len(opener):]
-        body = body[: body.rfind(closer)] if body.rstrip().endswith(closer) else body
-        parts, current = [], ""
-        for line in body.splitlines(keepends=True):
-            if current and len(opener) + len(current) + len(line) + len(closer) + 1 > limit:
-                parts.append(f"{opener}{current.rstrip(chr(10))}\n{closer}")
-                current = ""
-            current += line[: limit - len(opener) - len(closer) - 2]
-        if current:
-            parts.append(f"{opener}{current.rstrip(chr(10))}\n{closer}")
-        return parts
-    parts, current = [], ""
-    for piece in re.split(r"(?<=[。！？.!?\n])", block):
-        while len(piece) > limit:
-            parts.append(piece[:limit])
-            piece = piece[limit:]
-        if len(current) + len(piece) > limit:
-            parts.append(current)
-            current = ""
-        current += piece
-    if current:
-        parts.append(current)
-    return parts
-
-
-def split_markdown(markdown: str, limit: int, measure=len) -> list[str]:
-    """Markdown cut between blocks so each part measures at most ``limit`` (measured
-    after rendering when ``measure`` renders)."""
-    parts: list[str] = []
-    current = ""
-    for block in _blocks(markdown):
-        pieces = [block] if measure(block) <= limit else _split_block(block, limit // 2)
-        for piece in pieces:
-            candidate = f"{current}\n\n{piece}" if current else piece
-            if current and measure(candidate) > limit:
-                parts.append(current)
-                candidate = piece
-            current = candidate
-    if current:
-        parts.append(current)
-    return parts
 
 
 def telegram_messages(markdown: str, sources: str = "", limit: int = TELEGRAM_LIMIT,
