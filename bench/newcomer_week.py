@@ -234,7 +234,7 @@ def main() -> int:
         print("the ocr extra is not installed: the photo question is left out", file=sys.stderr)
         week = [q for q in week if not q.get("photo")]
 
-    rows, started_load = [], load()
+    rows, started_load, at = [], load(), commit()
     stand_in = FakeOllama(models=(STAND_IN,), speed=(20_000, 300), reader=True) if args.tiny else nullcontext()
     with tempfile.TemporaryDirectory() as tmp, FakeTelegram() as tg, stand_in as fake:
         notes = Path(tmp) / "notes"
@@ -261,7 +261,7 @@ def main() -> int:
             proc.wait(timeout=120)
 
     done = [r for r in rows if not r["lost"]]
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit(), "cpu_count": os.cpu_count(),
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": at, "cpu_count": os.cpu_count(),
               "model": args.model, "load_before": started_load, "load_after": load(), "start_to_ready_s": indexed_s,
               "asked": len(rows), "lost": len(rows) - len(done), "right": sum(r["right"] for r in done),
               "shown": {k: sum(r["shown"] == k for r in rows) for k in ("answer", "passages", "refusal", "other", "lost")},
