@@ -13,7 +13,8 @@ be unmarked (strict: a pass while marked fails the run).
 - a photo question over a terminal screenshot: Telegram on the folder, Discord on Leanote;
 - a voice note captured into the folder: Telegram;
 - the digest after a first index: Telegram on the folder, Discord on Leanote;
-- a looping model: Telegram on Leanote, Discord on the folder.
+- a looping model: Telegram on Leanote, Discord on the folder;
+- ✍️ and a write Leanote refuses: the next question is answered, not made a note (Telegram on Leanote).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ needs_media = pytest.mark.skipif(
 needs_espeak = pytest.mark.skipif(not media_files.has_espeak(), reason="espeak-ng is not installed (speech is made with it)")
 
 ITEM1 = pytest.mark.xfail(strict=True, reason="issue 52 item 1: capture into a folder (branch i52-capture)")
+ITEM2 = pytest.mark.xfail(strict=True, reason="issue 52 item 2: a draft that traps the person (branch i52-drafts)")
 ITEM3 = pytest.mark.xfail(strict=True, reason="issue 52 item 3: a photo question refused by the name check "
                                               "(branch i52-refusals)")
 ITEM4 = pytest.mark.xfail(strict=True, reason="issue 52 item 4: a looping answer (branch i52-stream)")
@@ -389,5 +391,42 @@ def test_folder_install_discord_a_looping_model_is_stopped_and_each_sentence_sho
             assert "可乐鸡翅" in answer.split("来源", 1)[-1]
         finally:
             go_on.set()
+
+    world.run(journey)
+
+
+# --- ✍️ then a refused write: the draft ends, the next question is a question --------------------------
+
+
+REFUSED = b'{"Ok": false, "Msg": "notebookIdNotExists"}'
+
+
+@ITEM2
+@pytest.mark.slow
+def test_leanote_install_telegram_a_refused_gap_note_does_not_trap_the_next_question(
+        tmp_path, monkeypatch, ollama, leanote, tg):
+    world = j.with_telegram(j.leanote_world(tmp_path, ollama, leanote, monkeypatch), tg, monkeypatch)
+
+    async def journey(daemon):
+        await j.tg_ask(tg, GAP_Q)
+        before = len(tg.sent_to(j.TG_ME))
+        tg.say(j.TG_ME, "/gaps")
+        listed = await j.tg_next(tg, before, "What your notes could not answer")
+        write = next(data for text, data in tg.buttons(j.tg_mid(tg, listed)) if text.startswith("✍️"))
+        before = len(tg.sent_to(j.TG_ME))
+        tg.press(j.TG_ME, j.TG_ME, j.tg_mid(tg, listed), write)
+        await j.tg_next(tg, before)
+        # Leanote refuses the write: the person is told, nothing is written
+        leanote.fail("note/addNote", times=1, status=200, body=REFUSED, content_type="application/json")
+        before = len(tg.sent_to(j.TG_ME))
+        tg.say(j.TG_ME, GAP_NOTE)
+        receipt = await j.tg_next(tg, before)
+        await until(lambda: "notebookIdNotExists" in receipt["text"], 30, "the refusal said")
+        assert world.written(GAP_SEEN) == []
+        # the next message is a question again, answered from the notes; nothing more is written
+        notes = len(leanote.notes)
+        answer = await j.tg_ask(tg, LOOP_Q)
+        assert "可乐" in answer_part(answer) and "可乐鸡翅" in answer.split("来源", 1)[-1], answer
+        assert len(leanote.notes) == notes
 
     world.run(journey)
