@@ -19,6 +19,7 @@ be unmarked (strict: a pass while marked fails the run).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import time
@@ -54,7 +55,7 @@ LOOP_Q = "可乐鸡翅怎么做？"
 LOOP_TIMES, LOOP_PAUSED_AFTER = 8, 5  # the block written 8 times; the model stalls after the 5th
 
 needs_media = pytest.mark.skipif(
-    not all(__import__("importlib").util.find_spec(m) for m in ("faster_whisper", "rapidocr_onnxruntime")),
+    not all(importlib.util.find_spec(m) for m in ("faster_whisper", "rapidocr_onnxruntime")),
     reason="the speech and OCR extras are not installed")
 needs_espeak = pytest.mark.skipif(not media_files.has_espeak(), reason="espeak-ng is not installed (speech is made with it)")
 
@@ -74,7 +75,7 @@ def ollama():
 
 
 @pytest.fixture
-def tg(monkeypatch):
+def tg():
     with FakeTelegram() as fake:
         yield fake
 
