@@ -58,6 +58,7 @@ CURSOR = " ▌"
 STATUS = ("🔎", "🎙", "⏳")  # a photo's or a clip's status line, above the answer
 SOURCES = ("来源", "Sources")
 CLOSEST = ("最接近的笔记", "Closest notes")
+NOTE_QUOTE = re.compile(r"<blockquote>(?:In your note: |笔记原文 ).*?</blockquote>", re.S)
 PASSAGES = ("最相关的段落", "most relevant passages", "most relevant ones")
 
 
@@ -123,7 +124,7 @@ def read_reply(text: str) -> dict:
             head = label
             break
     body, _, listed = text.partition(f"<b>{head}</b>") if head else (text, "", "")
-    said = body.split("<blockquote>", 1)[0]
+    said = NOTE_QUOTE.sub("", body)  # the note's own words under an answer are not the answer's
     notes = [plain(m) for m in re.findall(r"^\[\d+\]\s*(.+)$", listed, re.M)]
     words = plain(said)
     if head in CLOSEST:
@@ -202,6 +203,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def tables(path: Path) -> int:
+    """Each recorded run's table, its replies read again (``read_reply``)."""
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    for name, run in runs.items():
+        rows = [{**r, **read_reply(r["text"])} if r.get("text") else r for r in run["rows"]]
+        print(f"## {name}: {run['date']}, load {run['load_before']} → {run['load_after']}\n")
+        print(table(rows) + "\n")
+    return 0
+
+
 def load() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -220,7 +231,11 @@ def main() -> int:
     ap.add_argument("--model", help="required")
     ap.add_argument("--questions", metavar="ID,ID", help="only these questions of week.jsonl")
     ap.add_argument("--tiny", action="store_true", help=f"a smoke run with the reader stand-in: {', '.join(TINY)}")
+    ap.add_argument("--table", action="store_true", help="print the table of each recorded run (its replies read "
+                    "again as this script reads them) and stop")
     args = ap.parse_args()
+    if args.table:
+        return tables(results_file("newcomer_week_results.json", False))
     if args.tiny:
         if args.ollama_host or args.model:
             ap.error("--tiny runs the reader stand-in, never a real model")
