@@ -165,14 +165,12 @@ def test_leanote_install_discord_gap_from_refusal_to_answer(tmp_path, monkeypatc
     world.run(lambda daemon: dc_gap_journey(world))
 
 
-@ITEM1
 @pytest.mark.slow
 def test_folder_install_telegram_gap_from_refusal_to_answer(tmp_path, monkeypatch, ollama, tg):
     world = j.with_telegram(j.folder_world(tmp_path, ollama), tg, monkeypatch)
     world.run(lambda daemon: tg_gap_journey(world))
 
 
-@ITEM1
 @pytest.mark.slow
 def test_folder_install_discord_gap_from_refusal_to_answer(tmp_path, monkeypatch, ollama, dc):
     world = j.with_discord(j.folder_world(tmp_path, ollama), dc, monkeypatch)
@@ -229,7 +227,6 @@ def test_leanote_install_discord_photo_question_over_a_terminal_screenshot(tmp_p
 # --- a voice note captured into the folder -------------------------------------------------------------
 
 
-@ITEM1
 @needs_media
 @needs_espeak
 @pytest.mark.slow
@@ -284,7 +281,6 @@ def check_digest(text: str, untouched: list[str]) -> None:
     assert not [t for t in untouched if t in changes], changes
 
 
-@ITEM6
 @pytest.mark.slow
 def test_folder_install_telegram_digest_after_a_first_index(tmp_path, monkeypatch, ollama, tg):
     world = j.with_telegram(j.folder_world(tmp_path, ollama), tg, monkeypatch)
@@ -402,7 +398,6 @@ def test_folder_install_discord_a_looping_model_is_stopped_and_each_sentence_sho
 REFUSED = b'{"Ok": false, "Msg": "notebookIdNotExists"}'
 
 
-@ITEM2
 @pytest.mark.slow
 def test_leanote_install_telegram_a_refused_gap_note_does_not_trap_the_next_question(
         tmp_path, monkeypatch, ollama, leanote, tg):
