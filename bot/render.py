@@ -414,6 +414,17 @@ def file_place(url: str, root=None) -> str:
     return path
 
 
+def notes_root(settings):
+    """The folder of notes whose files the sources name by their path in it (a files source), or None."""
+    return settings.source.path if settings.source.kind == "files" else None
+
+
+def shown_link(url: str, root=None) -> str:
+    """A note's address as a message shows it: a note file by its path in the notes folder
+    (no phone opens the server's ``file://`` address), any other as it is."""
+    return file_place(url, root) or url
+
+
 def telegram_sources(citations, title: str = "来源", root=None) -> str:
     """Sources as lines: a web address as the title's link; a note file (Telegram opens no
     ``file://`` link) by its path in the folder ``root``, in code style (copied with a tap)."""

@@ -120,6 +120,7 @@ async def tg_gap_journey(world: j.World) -> None:
     await until(lambda: world.written(GAP_SEEN), 30, "the note in the person's notes")
     told = await j.tg_next(tg, before, "now answers", timeout=60)
     assert GAP_Q in told["text"] and len(world.written(GAP_SEEN)) == 1, world.written(GAP_SEEN)
+    assert "file://" not in told["text"], told["text"]  # a folder's note by its path, which a phone can read
     before = len(tg.sent_to(j.TG_ME))
     tg.say(j.TG_ME, "/gaps")
     listed = await j.tg_next(tg, before)
@@ -146,6 +147,7 @@ async def dc_gap_journey(world: j.World) -> None:
     await until(lambda: any("now answers" in t and GAP_Q in t for t in dc.dms.get(j.DC_ME, [])), 60,
                 "the direct message that the gap is answered")
     assert len(world.written(GAP_SEEN)) == 1, world.written(GAP_SEEN)
+    assert not [t for t in dc.dms.get(j.DC_ME, []) if "file://" in t], dc.dms.get(j.DC_ME)
     assert GAP_Q not in await j.dc_done(j.dc_slash(dc, "gaps"))
     again = await j.dc_answer(j.dc_slash(dc, "ask", {"question": GAP_AGAIN}))
     assert GAP_SEEN in answer_part(again), again
@@ -279,6 +281,7 @@ def check_digest(text: str, untouched: list[str]) -> None:
     assert [line for line in lines if NEW in line][0].lstrip().startswith("🆕"), changes
     assert [line for line in lines if EDITED in line][0].lstrip().startswith("✏️"), changes
     assert not [t for t in untouched if t in changes], changes
+    assert "file://" not in text, text  # a folder's note by its path in the folder, as the answers show it
 
 
 @pytest.mark.slow

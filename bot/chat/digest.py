@@ -11,6 +11,8 @@ from typing import Callable
 from rag.digest import Digest
 from rag.digest_plan import Plan, plan_text, zone
 
+from bot.render import shown_link
+
 
 NOTHING = "这段时间没有可说的：没有新笔记，也没有新问题。 / Nothing to say for this period: no changes, no open gaps."
 
@@ -19,11 +21,12 @@ def _day(ts: float, tz: str) -> str:
     return datetime.fromtimestamp(ts, zone(tz)).strftime("%Y-%m-%d")
 
 
-def digest_text(d: Digest, note_url: Callable[[str], str] = str) -> str:
-    """The digest as one text (``split_lines`` makes messages of it)."""
+def digest_text(d: Digest, note_url: Callable[[str], str] = str, root=None) -> str:
+    """The digest as one text (``split_lines`` makes messages of it); a note file by its path in
+    the notes folder ``root``."""
     if d.empty:
         return NOTHING
-    link = lambda n: n.get("url") or note_url(n["note_id"])  # noqa: E731
+    link = lambda n: shown_link(n.get("url") or note_url(n["note_id"]), root)  # noqa: E731
     out = [f"📬 笔记摘要 Digest {_day(d.since, d.tz)} → {_day(d.until, d.tz)}"]
     if d.changed:
         added = sum(c["kind"] == "added" for c in d.changed)

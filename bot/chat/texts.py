@@ -22,7 +22,7 @@ from bot.usecases import capture, memory, status
 from bot.usecases.memory import MemoryUnavailable, NotAnItemId, UnknownItem
 from bot.usecases.people import Person
 from bot.usecases.results import About, NotSaved, RelatedNotes, SyncRequest, Verdict, Why
-from bot.render import file_place
+from bot.render import file_place, notes_root  # noqa: F401 (notes_root: the doors take it from here)
 
 # What a person sees when something unexpected goes wrong; the details go to the log.
 SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
@@ -168,11 +168,6 @@ def with_notice(text: str, notice: str | None) -> str:
 
 
 # --- answers and searches --------------------------------------------------------------------
-
-def notes_root(settings: Settings):
-    """The folder of notes whose files the sources name by their path in it (a files source), or None."""
-    return settings.source.path if settings.source.kind == "files" else None
-
 
 def sources_first(citations, title: str, root=None) -> str:
     """The head an answer streams under: the notes its evidence comes from, as plain text

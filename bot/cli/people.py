@@ -87,6 +87,7 @@ def digest(app: App, user_id: str, person: str | None, dry_run: bool, since: str
     """What a person's digest would say: notes added and edited, open gaps, notes from this day in
     earlier years, related notes that do not link each other yet."""
     from bot.chat.digest import digest_text
+    from bot.render import notes_root
     from bot.root import Parts
     from bot.usecases import digest as digest_case
 
@@ -98,7 +99,7 @@ def digest(app: App, user_id: str, person: str | None, dry_run: bool, since: str
         started = time.perf_counter()
         found = digest_case.compose(parts, who, _when(since, "--since"), _when(at, "--at"))
         took = time.perf_counter() - started
-        text = digest_text(found, parts.note_url)
+        text = digest_text(found, parts.note_url, notes_root(parts.settings))
     if as_json:
         print_json({**found.as_json(), "seconds": round(took, 3)})
         return

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rag.digest import Digest, compute
 from rag.digest_plan import Plan, parse_plan
 
+from bot.render import notes_root
 from bot.usecases import gaps
 from bot.usecases.people import Person, entry_of
 
@@ -107,6 +108,6 @@ async def send(parts: "Parts", person: Person, render, now: float | None = None)
     now = parts.clock() if now is None else now
     digest = await asyncio.to_thread(compose, parts, person, None, now)
     if not digest.empty:
-        await tell(person.key, render(digest, parts.note_url))
+        await tell(person.key, render(digest, parts.note_url, notes_root(parts.settings)))
     await asyncio.to_thread(parts.gaps.sent, person.key, now)
     return None if digest.empty else digest

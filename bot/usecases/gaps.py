@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from rag.answer.gaps import Draft, Gap, answering_note, why_of
 from rag.capture import Receipt
 
+from bot.render import notes_root, shown_link
 from bot.usecases import capture
 from bot.usecases.people import Person, entry_of
 
@@ -209,11 +210,13 @@ def forget(parts: "Parts", person: Person) -> int:
 
 # --- closing, after a pass (the daemon) -------------------------------------------------------------
 
-def closed_line(gap: Gap) -> str:
-    """What the person is told when a note answers their gap."""
+def closed_line(gap: Gap, root=None) -> str:
+    """What the person is told when a note answers their gap (a note file by its path in the
+    notes folder ``root``)."""
     times = f"asked {gap.count} times" if gap.count != 1 else "asked once"
     return (f"你的笔记«{gap.note_title}»现在能回答«{gap.question}»了（问过 {gap.count} 次）。\n"
-            f"Your note «{gap.note_title}» now answers «{gap.question}» ({times}).\n{gap.note_url or ''}").strip()
+            f"Your note «{gap.note_title}» now answers «{gap.question}» ({times}).\n"
+            f"{shown_link(gap.note_url, root) if gap.note_url else ''}").strip()
 
 
 def close_answered(parts: "Parts") -> list[Gap]:
@@ -273,7 +276,7 @@ async def check(parts: "Parts") -> list[Gap]:
         if tell is None:
             continue  # told when its bot runs (the CLI's and the API's see it in their list)
         try:
-            await tell(gap.person, closed_line(gap))
+            await tell(gap.person, closed_line(gap, notes_root(parts.settings)))
         except Exception as err:
             log.warning("could not tell %s that a gap closed: %s", gap.person, err)
             continue
