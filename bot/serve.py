@@ -42,7 +42,7 @@ from bot.api.metrics import Metrics, attach_metrics
 from bot.notify import Notifier
 from bot.digests import DigestJobs
 from bot.root import Parts
-from bot.usecases import syncing
+from bot.usecases import people, syncing
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,7 @@ class Daemon:
             parts.answers
             parts.capture()
             parts.feedback
+            people.name_api_people(parts)  # once: an API caller kept by its place in api.tokens is its name's
             parts.forget_old_answers()
             attach_metrics(self.metrics, parts)
         except BaseException:

@@ -341,6 +341,24 @@ class GapStore(LockedDB):
 
         return self._write(work)
 
+    def persons(self, prefix: str) -> set[str]:
+        """The people whose key starts with ``prefix`` that anything is kept of."""
+        with self._lock:
+            return {r[0] for r in self.db.execute(
+                "SELECT person FROM gaps UNION SELECT person FROM drafts UNION SELECT person FROM plans")
+                if r[0].startswith(prefix)}
+
+    def rename_person(self, old: str, new: str) -> int:
+        """Everything of person ``old`` becomes ``new``'s (an API token named, no longer known by
+        its place: ``bot.usecases.people.name_api_people``). How many gaps moved."""
+        def work(db):
+            moved = db.execute("UPDATE gaps SET person = ? WHERE person = ?", (new, old)).rowcount
+            db.execute("UPDATE drafts SET person = ? WHERE person = ?", (new, old))
+            db.execute("UPDATE plans SET person = ? WHERE person = ?", (new, old))
+            return moved
+
+        return self._write(work)
+
     # --- closing (what the sync and the daemon call) ----------------------------------------------
 
     def changed(self, notes: dict[str, str]) -> int:
