@@ -94,6 +94,7 @@ class Daemon:
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
         self._started = asyncio.Event()  # the schedule runs
         self.digests: DigestJobs | None = None  # each person's digest job (``bot.digests``)
+        self._following: set[asyncio.Task] = set()  # the digest jobs following a reload
 
     # --- what the doors and the tests read ----------------------------------------------------
 
@@ -317,6 +318,10 @@ class Daemon:
             logging.getLogger().setLevel(settings.log_level)
         if self.schedule is not None:
             self.schedule.apply(settings, live)
+        if self.digests is not None and "users" in live:  # the digest jobs follow who is in users: now
+            task = asyncio.get_running_loop().create_task(self.digests.follow())
+            self._following.add(task)
+            task.add_done_callback(self._following.discard)
 
     async def _supervise(self, service: Service) -> None:
         """Run a service; if it fails (network down), retry with backoff without stopping

@@ -14,7 +14,8 @@
 - ``forget``: everything of the person's;
 - ``check``: after a sync pass (the daemon's and the command line's alike: ``after_pass``), the
   notes it indexed with new text against the open gaps of their users; each gap one answers
-  closes, and its person is told once (``announce_with``: a platform's bot tells its people).
+  closes, and its person is told once (``announce_with``: a platform's bot tells its people),
+  if they still see its Leanote user (``people.reaches``: in ``users:`` now, mapped to it).
 
 Every gap is its person's and their Leanote user's: another person's id is refused as
 ``UnknownGap``, whatever door it comes through.
@@ -32,7 +33,7 @@ from rag.answer.gaps import Draft, Gap, answering_note, why_of
 from rag.capture import Receipt
 
 from bot.usecases import capture
-from bot.usecases.people import Person, entry_of
+from bot.usecases.people import Person, entry_of, reaches
 
 if TYPE_CHECKING:
     from rag.answer.feedback import Record
@@ -265,13 +266,17 @@ async def check(parts: "Parts") -> list[Gap]:
     store = parts.gaps_if_made()
     if store is None:
         return []
-    closed = await parts.answers.in_search_thread(close_answered, parts)
+    closed = []
+    if await asyncio.to_thread(store.pending_checks):  # (nothing changed: no search, no index opened)
+        closed = await parts.answers.in_search_thread(close_answered, parts)
     for gap in closed:
         log.info("gap %s closed: note %s now answers %r", gap.id, gap.note_id, gap.question)
     for gap in await asyncio.to_thread(store.untold):
         tell = announcer(parts, gap.person)
         if tell is None:
             continue  # told when its bot runs (the CLI's and the API's see it in their list)
+        if not await asyncio.to_thread(reaches, parts, gap.person, gap.user_id):
+            continue  # no longer in users:, or mapped to another Leanote user now: nothing of this one's
         try:
             await tell(gap.person, closed_line(gap))
         except Exception as err:

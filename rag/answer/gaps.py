@@ -96,6 +96,22 @@ MIGRATIONS = [
         last_sent REAL
     )
     """,
+    # a plan carries no Leanote user of its own: whose notes a digest tells of is its person's at
+    # the time it is sent (the plans kept before keep their schedule and their last digest)
+    """
+    CREATE TABLE plans_by_person (
+        person TEXT PRIMARY KEY,
+        every TEXT NOT NULL,
+        day TEXT NOT NULL,
+        at TEXT NOT NULL,
+        tz TEXT NOT NULL,
+        last_sent REAL
+    );
+    INSERT INTO plans_by_person(person, every, day, at, tz, last_sent)
+        SELECT person, every, day, at, tz, last_sent FROM plans;
+    DROP TABLE plans;
+    ALTER TABLE plans_by_person RENAME TO plans
+    """,
 ]
 
 
@@ -418,14 +434,13 @@ class GapStore(LockedDB):
             self._write(lambda db: db.execute("DELETE FROM plans WHERE person = ?", (person,)))
             return
         self._write(lambda db: db.execute(
-            "INSERT INTO plans(person, user_id, every, day, at, tz, last_sent) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT(person) DO UPDATE SET user_id = excluded.user_id, every = excluded.every, "
-            "day = excluded.day, at = excluded.at, tz = excluded.tz",
-            (plan.person, plan.user_id, plan.every, plan.day, plan.at, plan.tz, plan.last_sent)))
+            "INSERT INTO plans(person, every, day, at, tz, last_sent) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(person) DO UPDATE SET every = excluded.every, day = excluded.day, at = excluded.at, "
+            "tz = excluded.tz", (plan.person, plan.every, plan.day, plan.at, plan.tz, plan.last_sent)))
 
     def plans(self) -> list[Plan]:
         with self._lock:
-            rows = self.db.execute("SELECT person, user_id, every, day, at, tz, last_sent FROM plans").fetchall()
+            rows = self.db.execute("SELECT person, every, day, at, tz, last_sent FROM plans").fetchall()
         return [Plan(*r) for r in rows]
 
     def plan(self, person: str) -> Plan | None:
