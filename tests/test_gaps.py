@@ -195,8 +195,13 @@ def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_worl
                 told.append((person, text))
 
             gaps.announce_with(parts, "telegram", tell)
-            closed = await gaps.check(parts)
+            caplog.clear()
+            with caplog.at_level("INFO"):
+                closed = await gaps.check(parts)
             assert {g.person for g in closed} == {"telegram:1", "telegram:2"}
+            said = [r.getMessage() for r in caplog.records if "closed" in r.getMessage()]
+            assert len(said) == 2 and all(g.id in " ".join(said) for g in closed)
+            assert not [r for r in caplog.records if "nginx" in r.getMessage().lower()]  # ids, never the question
             assert gaps.listing(parts, me) == []
             done = gaps.listing(parts, me, ("closed",))[0]
             assert done.note_title == "Nginx rate limiting" and done.count == 2
@@ -210,6 +215,41 @@ def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_worl
             await asyncio.to_thread(parts.sync.run_pass, False, True)
             done = gaps.listing(parts, me, ("closed",))[0]
             assert (done.note_title, done.note_url) == (None, None) and done.count == 2
+
+    asyncio.run(scenario())
+
+
+ZYX = ("# Zyxqwerty rate limiting\n\nZyxqwerty limits each client to 100 requests a minute. Past that the "
+       "gateway answers 429; set rate_limit in zyxqwerty.yaml to change it. Here is how the limits work.\n")
+
+
+@pytest.mark.slow
+def test_one_rare_name_a_note_shares_with_a_question_does_not_close_its_gap(notes_world):
+    """A note on Zyxqwerty's rate limiting shares the rare name Zyxqwerty (and "work") with a
+    question about Zyxqwerty's failover: it does not answer it, and its gap stays open; the gap
+    of a question it does answer closes."""
+    from rag.answer.gaps import answering_note
+
+    settings, notes = notes_world
+    me, friend = Person("telegram:1", "local"), Person("telegram:2", "local")
+    failover = ("Zyxqwerty failover?", "How does Zyxqwerty failover work?")
+    limiting = "How does Zyxqwerty rate limiting work?"
+
+    async def scenario():
+        with Parts(settings, create=True) as parts:
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            for who, q in ((me, failover[0]), (me, failover[1]), (friend, limiting)):
+                assert (await asking.ask(parts, who, q)).answer.trace.outcome == "refused"
+            assert [len(g.wordings) for g in gaps.listing(parts, me)] == [2]  # the failover wordings: one gap
+            (notes / "English" / "zyxqwerty.md").write_text(ZYX)
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            changed = {n for notes_of in parts.gaps.pending_checks().values() for n in notes_of}
+            for q in failover:
+                assert answering_note(parts.index, settings, q, "local", changed) is None, q
+            assert answering_note(parts.index, settings, "What is Zyxqwerty?", "local", changed) is not None
+            closed = await gaps.check(parts)
+            assert [(g.person, g.question) for g in closed] == [(friend.key, limiting)]
+            assert [g.state for g in gaps.listing(parts, me)] == ["open"]
 
     asyncio.run(scenario())
 
