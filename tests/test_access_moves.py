@@ -4,13 +4,16 @@ capture) checks them against the config in force, through a reload (``Parts.appl
 SIGHUP calls) and a restart (new parts over the same state). A person removed from ``users:``
 gets nothing; a person remapped to another Leanote user gets nothing of the old one's.
 Real SQLite stores in a temp state directory, a clock the test moves; the bots' ``tell`` and
-``announce`` recorded as the platforms' bots register them."""
+``announce`` recorded as the platforms' bots register them; and a real daemon's reload
+(``Daemon.reload``, what SIGHUP runs) taking a removed person's digest job."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import datetime
 from zoneinfo import ZoneInfo
+
+import pytest
 
 from rag.digest_plan import Plan
 
@@ -185,3 +188,41 @@ def test_plans_kept_with_a_leanote_user_keep_their_schedule_and_lose_the_user(tm
         assert store.plans() == [Plan("telegram:1", "weekly", "mon", "09:00", "Asia/Shanghai", 1234.5)]
     finally:
         store.close()
+
+
+@pytest.mark.slow  # a daemon over the sample notes
+def test_a_reload_takes_the_digest_job_of_a_person_removed_from_users(tmp_path):
+    """What SIGHUP runs (``Daemon.reload``): the config file re-read, the removed person's digest
+    job gone, the others' kept."""
+    from rag import config as config_mod
+    from bot.serve import Daemon
+
+    from conftest import EXAMPLES, until, within
+
+    config = tmp_path / "config.yaml"
+
+    def write(ids: str) -> None:
+        config.write_text(f"source: {{kind: files, path: '{EXAMPLES}'}}\nstate_dir: data\nollama: {{enabled: false}}\n"
+                          f"rerank: {{kind: none}}\napi: {{socket: '{tmp_path}/api.sock'}}\n"
+                          f"sync: {{interval: 1h, watch: false}}\n"
+                          f"users: [{{leanote_user_id: local, telegram_ids: [{ids}], digest: 'weekly mon 09:00'}}]\n")
+
+    write("1, 2")
+
+    async def scenario():
+        daemon = Daemon(config_mod.load(config), services=[])
+        task = asyncio.create_task(daemon.run())
+        try:
+            await within(daemon.wait_for_pass(0), "the first pass")
+            await until(lambda: daemon.digests is not None and daemon.digests.scheduled == {ONE, TWO},
+                        what="both digest jobs")
+            assert daemon.digests.next_run(TWO) is not None
+            write("1")
+            daemon.reload()
+            await until(lambda: daemon.digests.scheduled == {ONE}, what="the removed person's job to go")
+            assert daemon.digests.next_run(TWO) is None and daemon.digests.next_run(ONE) is not None
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=60)
+
+    asyncio.run(scenario())
