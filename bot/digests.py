@@ -7,6 +7,10 @@ skipping it. After downtime (the daemon was not running at the planned time), ``
 runs each person's missed digest once, at start: their last one went before the latest
 planned time. A digest is read in a worker thread and never waits for the LLM, so it cannot
 delay the sync; a failure is logged and tried at the next planned time.
+
+A job runs for a person, never for a Leanote user: ``digest.send`` asks who they are now. After a
+reload (``follow``) the jobs follow ``users:``: a person removed loses theirs (their plan is kept,
+and comes back with them), one added with ``users[].digest`` gets one.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ import time
 from datetime import datetime, timedelta
 from typing import Callable
 
-from rag.digest_plan import DAYS, Plan, parse_plan, zone
+from rag.digest_plan import DAYS, Plan, parse_plan, plan_text, zone
 
 from bot.chat.digest import digest_text
 from bot.usecases import digest as digest_case
 from bot.usecases.gaps import announcer
-from bot.usecases.people import Person, user_for_email
+from bot.usecases.people import entry_of
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +54,22 @@ class DigestJobs:
         self.parts = parts
         self.schedule = schedule
         self.clock = clock
+        self.scheduled: set[str] = set()  # the people with a job
 
     def plans(self) -> list[Plan]:
-        """Every plan: set in chat, else from the config (kept in the store from the first start,
-        so the time of the last digest is remembered); "off" ones left out."""
+        """Every plan of a person ``users:`` holds now: set in chat, else from the config (kept
+        in the store from the first start, so the time of the last digest is remembered); "off"
+        ones left out."""
         store = self.parts.gaps
         kept = {p.person: p for p in store.plans()}
-        for person, (text, tz, user) in digest_case.configured(self.parts).items():
+        for person, (text, tz) in digest_case.configured(self.parts).items():
             if person in kept or not text:
                 continue
-            user_id = user if "@" not in user else (user_for_email(self.parts, user) or "")
-            if not user_id:
-                continue  # an account not synced yet: its Leanote user is not known
-            plan = Plan(person, user_id, *parse_plan(text, tz), last_sent=self.clock())
+            plan = Plan(person, *parse_plan(text, tz), last_sent=self.clock())
             store.set_plan(plan, person)
             kept[person] = plan
-        return [p for p in kept.values() if p.every != "off"]
+        settings = self.parts.settings
+        return [p for p in kept.values() if p.every != "off" and entry_of(settings, p.person) is not None]
 
     async def start(self) -> None:
         try:
@@ -96,12 +100,33 @@ class DigestJobs:
     def _schedule(self, plan: Plan) -> None:
         self.schedule.add_cron(f"digest:{plan.person}", self.run, [plan.person],
                                plan.day if plan.every == "weekly" else "*", plan.at, zone(plan.tz), MISFIRE)
+        self.scheduled.add(plan.person)
+
+    def _unschedule(self, person: str) -> None:
+        self.schedule.remove_cron(f"digest:{person}")
+        self.scheduled.discard(person)
+
+    async def follow(self) -> None:
+        """After a reload: the jobs of the people ``users:`` holds now (with their plans, or the
+        ones the config gives them), and none for the others; said in the log when one goes or
+        comes. A job that still runs meanwhile asks again (``digest.send``)."""
+        try:
+            plans = {p.person: p for p in await asyncio.to_thread(self.plans)}
+            for person in sorted(self.scheduled - set(plans)):
+                self._unschedule(person)
+                log.info("digest for %s stopped: not in users: now", person)
+            for person, plan in sorted(plans.items()):
+                if person not in self.scheduled:
+                    log.info("digest for %s scheduled: %s", person, plan_text(plan))
+                self._schedule(plan)
+        except Exception:
+            log.exception("the digests could not follow the reloaded users:")
 
     def replan(self, person: str) -> None:
         """The person's plan changed (in a worker thread or on the loop): its job follows."""
         plan = self.parts.gaps.plan(person)
-        self.schedule.remove_cron(f"digest:{person}")
-        if plan is not None and plan.every != "off":
+        self._unschedule(person)
+        if plan is not None and plan.every != "off" and entry_of(self.parts.settings, person) is not None:
             self._schedule(plan)
 
     def next_run(self, person: str) -> datetime | None:
@@ -113,6 +138,6 @@ class DigestJobs:
         if plan is None or plan.every == "off":
             return
         try:
-            await digest_case.send(self.parts, Person(person, plan.user_id), digest_text, now=self.clock())
+            await digest_case.send(self.parts, person, digest_text, now=self.clock())
         except Exception:
             log.exception("the digest for %s failed; tried again at its next time", person)

@@ -42,7 +42,7 @@ from bot.api.metrics import Metrics, attach_metrics
 from bot.notify import Notifier
 from bot.digests import DigestJobs
 from bot.root import Parts
-from bot.usecases import syncing
+from bot.usecases import people, syncing
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class Daemon:
         self.metrics = Metrics()  # GET /metrics answers even while the index is still opening
         self._started = asyncio.Event()  # the schedule runs
         self.digests: DigestJobs | None = None  # each person's digest job (``bot.digests``)
+        self._following: set[asyncio.Task] = set()  # the digest jobs following a reload
 
     # --- what the doors and the tests read ----------------------------------------------------
 
@@ -157,6 +158,7 @@ class Daemon:
             parts.answers
             parts.capture()
             parts.feedback
+            people.name_api_people(parts)  # once: an API caller kept by its place in api.tokens is its name's
             parts.forget_old_answers()
             attach_metrics(self.metrics, parts)
         except BaseException:
@@ -316,6 +318,10 @@ class Daemon:
             logging.getLogger().setLevel(settings.log_level)
         if self.schedule is not None:
             self.schedule.apply(settings, live)
+        if self.digests is not None and "users" in live:  # the digest jobs follow who is in users: now
+            task = asyncio.get_running_loop().create_task(self.digests.follow())
+            self._following.add(task)
+            task.add_done_callback(self._following.discard)
 
     async def _supervise(self, service: Service) -> None:
         """Run a service; if it fails (network down), retry with backoff without stopping

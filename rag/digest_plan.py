@@ -21,10 +21,10 @@ USAGE = ("用法 usage: /digest weekly mon 09:00 | /digest daily 08:30 | /digest
 @dataclass
 class Plan:
     """A person's digest: ``every`` "daily" or "weekly" (``day``: mon..sun), at ``at`` (HH:MM)
-    in the time zone ``tz``."""
+    in the time zone ``tz``. Whose notes it tells of is not the plan's: it is the person's
+    Leanote user at the time it is sent (``users:`` as in force then)."""
 
     person: str
-    user_id: str
     every: str
     day: str
     at: str

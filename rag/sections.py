@@ -259,11 +259,19 @@ class DiscordConfig(Section):
 
 
 class ApiToken(Section):
-    """A bearer token for the TCP listener, and whose notes it may query."""
+    """A bearer token for the TCP listener, whose notes it may query, and who holds it (``name``)."""
 
     token_env: str = Field(description="environment variable holding the token")
+    name: str = Field(default="", description="its holder, api:<name>, whatever its place in the list (default: token_env)")
     users: list[str] = Field(default=[], description="Leanote user ids (or emails of source.accounts) it may query")
     admin: bool = Field(default=False, description="may start syncs and rebuilds, and sees every account's status")
+
+    @model_validator(mode="after")
+    def _named(self) -> "ApiToken":
+        if not re.fullmatch(r"(?!token\d+$)[A-Za-z0-9_.-]{1,64}", name := self.name or self.token_env):
+            raise ValueError(f"name {name[:70]!r}: 1 to 64 letters, digits, _ - or . (not token<n>: an old name)")
+        object.__setattr__(self, "name", name)  # (frozen once built; this is still its building)
+        return self
 
 
 class ApiConfig(Section):
@@ -294,6 +302,9 @@ class ApiConfig(Section):
                 raise ValueError("api.listen must be host:port, e.g. 127.0.0.1:8765")
             if not self.tokens:
                 raise ValueError("api.listen needs at least one entry in api.tokens (a token_env and its users)")
+        for seen in ([t.name for t in self.tokens], [t.token_env for t in self.tokens]):  # a holder, a variable
+            if twice := [v for i, v in enumerate(seen) if v in seen[:i]]:
+                raise ValueError(f"two entries of api.tokens share {twice[0]!r} (a name or token_env): give each its own")
         return self
 
 

@@ -124,7 +124,7 @@ def test_forget_removes_the_persons_gaps_draft_and_plan_only(store):
     gap_id, _ = store.add("p", "u", "q", "q", unit(1, 0), "refused")
     store.add("p2", "u", "q", "q", unit(1, 0), "refused")
     store.start_draft(gap_id, "p", "telegram:1")
-    store.set_plan(Plan("p", "u", "daily", "*", "08:30", "UTC"), "p")
+    store.set_plan(Plan("p", "daily", "*", "08:30", "UTC"), "p")
     assert store.forget("p") == 1
     assert store.gaps("p", "u") == [] and store.draft("p") is None and store.plan("p") is None
     assert len(store.gaps("p2", "u")) == 1
@@ -160,12 +160,12 @@ def notes_world(tmp_path):
     notes = tmp_path / "notes"
     shutil.copytree(EXAMPLES, notes)
     settings = make_settings(tmp_path, source={"kind": "files", "path": str(notes)}, ollama={"enabled": False},
-                             rerank={"kind": "none"})
+                             rerank={"kind": "none"}, users=[{"leanote_user_id": "local", "telegram_ids": [1, 2]}])
     return settings, notes
 
 
 @pytest.mark.slow
-def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_world):
+def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_world, caplog):
     settings, notes = notes_world
     me, friend = Person("telegram:1", "local"), Person("telegram:2", "local")
 
@@ -195,8 +195,13 @@ def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_worl
                 told.append((person, text))
 
             gaps.announce_with(parts, "telegram", tell)
-            closed = await gaps.check(parts)
+            caplog.clear()
+            with caplog.at_level("INFO"):
+                closed = await gaps.check(parts)
             assert {g.person for g in closed} == {"telegram:1", "telegram:2"}
+            said = [r.getMessage() for r in caplog.records if "closed" in r.getMessage()]
+            assert len(said) == 2 and all(g.id in " ".join(said) for g in closed)
+            assert not [r for r in caplog.records if "nginx" in r.getMessage().lower()]  # ids, never the question
             assert gaps.listing(parts, me) == []
             done = gaps.listing(parts, me, ("closed",))[0]
             assert done.note_title == "Nginx rate limiting" and done.count == 2
@@ -210,6 +215,41 @@ def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_worl
             await asyncio.to_thread(parts.sync.run_pass, False, True)
             done = gaps.listing(parts, me, ("closed",))[0]
             assert (done.note_title, done.note_url) == (None, None) and done.count == 2
+
+    asyncio.run(scenario())
+
+
+ZYX = ("# Zyxqwerty rate limiting\n\nZyxqwerty limits each client to 100 requests a minute. Past that the "
+       "gateway answers 429; set rate_limit in zyxqwerty.yaml to change it. Here is how the limits work.\n")
+
+
+@pytest.mark.slow
+def test_one_rare_name_a_note_shares_with_a_question_does_not_close_its_gap(notes_world):
+    """A note on Zyxqwerty's rate limiting shares the rare name Zyxqwerty (and "work") with a
+    question about Zyxqwerty's failover: it does not answer it, and its gap stays open; the gap
+    of a question it does answer closes."""
+    from rag.answer.gaps import answering_note
+
+    settings, notes = notes_world
+    me, friend = Person("telegram:1", "local"), Person("telegram:2", "local")
+    failover = ("Zyxqwerty failover?", "How does Zyxqwerty failover work?")
+    limiting = "How does Zyxqwerty rate limiting work?"
+
+    async def scenario():
+        with Parts(settings, create=True) as parts:
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            for who, q in ((me, failover[0]), (me, failover[1]), (friend, limiting)):
+                assert (await asking.ask(parts, who, q)).answer.trace.outcome == "refused"
+            assert [len(g.wordings) for g in gaps.listing(parts, me)] == [2]  # the failover wordings: one gap
+            (notes / "English" / "zyxqwerty.md").write_text(ZYX)
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            changed = {n for notes_of in parts.gaps.pending_checks().values() for n in notes_of}
+            for q in failover:
+                assert answering_note(parts.index, settings, q, "local", changed) is None, q
+            assert answering_note(parts.index, settings, "What is Zyxqwerty?", "local", changed) is not None
+            closed = await gaps.check(parts)
+            assert [(g.person, g.question) for g in closed] == [(friend.key, limiting)]
+            assert [g.state for g in gaps.listing(parts, me)] == ["open"]
 
     asyncio.run(scenario())
 
@@ -261,14 +301,14 @@ def test_plans_refuse_an_unknown_day_time_or_time_zone_with_the_fix():
 
 
 def test_the_schedule_runs_in_the_persons_time_zone_and_catches_up_once():
-    plan = Plan("telegram:1", "u", "weekly", "mon", "09:00", "Asia/Shanghai")
+    plan = Plan("telegram:1", "weekly", "mon", "09:00", "Asia/Shanghai")
     shanghai = ZoneInfo("Asia/Shanghai")
     # Wednesday 2026-12-09 12:00 in Shanghai: the last planned time was Monday 09:00 there
     now = datetime(2026, 12, 9, 12, 0, tzinfo=shanghai).timestamp()
     assert last_planned(plan, now) == datetime(2026, 12, 7, 9, 0, tzinfo=shanghai).timestamp()
     nxt = cron("mon", "09:00", shanghai).get_next_fire_time(None, datetime(2026, 12, 9, 12, 0, tzinfo=shanghai))
     assert nxt == datetime(2026, 12, 14, 9, 0, tzinfo=shanghai)
-    daily = Plan("p", "u", "daily", "*", "08:30", "Europe/Berlin")
+    daily = Plan("p", "daily", "*", "08:30", "Europe/Berlin")
     berlin = ZoneInfo("Europe/Berlin")
     at = datetime(2026, 3, 29, 8, 0, tzinfo=berlin).timestamp()  # the morning clocks go forward
     assert last_planned(daily, at) == datetime(2026, 3, 28, 8, 30, tzinfo=berlin).timestamp()
@@ -293,7 +333,7 @@ class Jobs:
 def test_missed_digests_after_downtime_are_sent_once(tmp_path):
     """Down for three weekly runs: one digest at start, not three; one not missed is not sent."""
     clock = Clock(datetime(2026, 12, 9, 12, 0, tzinfo=ZoneInfo("UTC")).timestamp())
-    settings = make_settings(tmp_path)
+    settings = make_settings(tmp_path, users=[{"leanote_user_id": "local", "telegram_ids": [1, 2, 3]}])
     with Parts(settings, clock=clock) as parts:
         sent = []
 
@@ -302,9 +342,9 @@ def test_missed_digests_after_downtime_are_sent_once(tmp_path):
 
         parts.gaps.add("telegram:1", "local", "怎么煮溏心蛋", "怎么煮溏心蛋", [1.0, 0.0], "refused")
         three_weeks = clock.now - 22 * 86400
-        parts.gaps.set_plan(Plan("telegram:1", "local", "weekly", "mon", "09:00", "UTC", three_weeks), "telegram:1")
-        parts.gaps.set_plan(Plan("telegram:2", "local", "weekly", "mon", "09:00", "UTC", clock.now - 3600), "telegram:2")
-        parts.gaps.set_plan(Plan("telegram:3", "local", "off", "*", "00:00", "UTC", three_weeks), "telegram:3")
+        parts.gaps.set_plan(Plan("telegram:1", "weekly", "mon", "09:00", "UTC", three_weeks), "telegram:1")
+        parts.gaps.set_plan(Plan("telegram:2", "weekly", "mon", "09:00", "UTC", clock.now - 3600), "telegram:2")
+        parts.gaps.set_plan(Plan("telegram:3", "off", "*", "00:00", "UTC", three_weeks), "telegram:3")
         scheduler = Jobs()
         jobs = DigestJobs(parts, scheduler, clock)
 

@@ -236,3 +236,22 @@ def test_a_digest_after_a_first_index_tells_added_and_edited_as_the_index_saw_th
         assert later.pairs  # others are still shown
         # a week on, nothing changed since: nothing to say about changes
         assert digest_case.compose(parts, me, time.time() + 1, time.time() + 2).changed == []
+
+
+def test_forget_takes_the_persons_questions_out_of_the_feedback_too_and_says_so(world):
+    """/forget: the person's gaps, draft and plan, and the answers kept for feedback (their
+    questions, verdicts and reasons), not kept 180 days more; another person's stay."""
+    from bot.chat.gaps import forgot_text
+
+    parts, _ = world
+    me, friend = Person("telegram:1", "u"), Person("telegram:2", "u")
+    for who in (me, friend):
+        parts.gaps.add(who.key, "u", "怎么煮溏心蛋", "怎么煮溏心蛋", [1.0, 0.0], "refused")
+        answer_id = parts.feedback.record(who.key, who.user_id, answer_with("refused"), f"telegram:1:{who.key}")
+        parts.feedback.verdict(answer_id, who.key, "down", "没找到")
+    gone = gaps.forget(parts, me)
+    assert (gone.gaps, gone.answers) == (1, 1)
+    assert [r["person"] for r in parts.feedback.export()] == [friend.key]
+    said = forgot_text(gone)
+    assert "1" in said and "feedback" in said
+    assert (gaps.forget(parts, friend).answers, parts.feedback.export()) == (1, [])

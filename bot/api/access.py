@@ -11,13 +11,15 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
 from rag.config import secret
+from rag.errors import ConfigError
 
 from bot.usecases.people import user_for_email
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is asking: the local socket's user (everything), or a TCP token's scope."""
+    """Who is asking: the local socket's user (everything), or a TCP token's scope; ``name``:
+    the token's (``api.tokens[].name``), the person ``api:<name>``."""
 
     name: str
     users: frozenset[str] | None  # None: every user
@@ -34,19 +36,28 @@ class TokenAuth:
     """Bearer tokens for the TCP listener, each with the users it may query."""
 
     def __init__(self, daemon):
+        """Each token read from its variable; two variables holding the same token are refused
+        (one holder would be taken for the other): a ``ConfigError`` naming both."""
         self.daemon = daemon
-        self.entries = [(secret(entry.token_env, f"api.tokens[{i}].token_env").encode(), i, entry)
-                        for i, entry in enumerate(daemon.settings.api.tokens)]
+        self.entries = []
+        for i, entry in enumerate(daemon.settings.api.tokens):
+            token = secret(entry.token_env, f"api.tokens[{i}].token_env").encode()
+            for known, other in self.entries:
+                if hmac.compare_digest(known, token):
+                    raise ConfigError(f"api.tokens: {other.token_env} ({other.name}) and {entry.token_env} "
+                                      f"({entry.name}) hold the same token: give each holder a token of their own "
+                                      f"(openssl rand -hex 32)")
+            self.entries.append((token, entry))
 
     def caller(self, header: str) -> Caller:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise HTTPException(401, "send Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"})
-        for known, i, entry in self.entries:
+        for known, entry in self.entries:
             if hmac.compare_digest(known, token.strip().encode()):
                 # emails name API accounts, known once they have synced: resolved per request
                 users = frozenset(self._leanote_user(u) for u in entry.users)
-                return Caller(f"token{i}", users, entry.admin)
+                return Caller(entry.name, users, entry.admin)  # the person api:<name>, whatever its place
         raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
 
     def _leanote_user(self, name: str) -> str:

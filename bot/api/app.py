@@ -21,8 +21,10 @@ query only its ``users`` and, unless ``admin``, cannot start syncs or see other 
 ``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). Answers are shared
 out fairly between callers (``rag.answer.fair``).
 
-Errors are JSON ``{"error", "kind"}``: 400 ``user`` (fix the request), 401/403 (token), 404 (no
-such note), 413 ``user`` (too large: a body over ``limits.request_kb``, refused before it is
+Errors are JSON ``{"error", "kind"}``, every one (``Error`` in the OpenAPI description): 400
+``user`` (fix the request: also a body that is not JSON or a field of the wrong type, never
+FastAPI's own 422 ``{"detail"}``), 401/403 (token), 404 (no such note, no such path), 405
+(another method), 413 ``user`` (too large: a body over ``limits.request_kb``, refused before it is
 read, or a question, query or name over ``limits.question_chars``, refused before any work),
 503 ``unavailable`` (retry later), 429 ``unavailable`` (the token's rate; ``Retry-After``), 500
 ``internal`` (a bug; see the log).
@@ -39,8 +41,10 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag import limits
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
@@ -107,6 +111,50 @@ def _error_body(err: Exception) -> tuple[int, dict]:
     return 500, {"error": "internal error: see the daemon's log", "kind": "internal"}
 
 
+def invalid_request(errors: list[dict]) -> str:
+    """What is wrong with a request FastAPI could not read (``RequestValidationError.errors()``),
+    in words: where and what, never the value sent (it may be large, or a secret)."""
+    said = []
+    for e in errors[:3]:
+        where = ".".join(str(part) for part in e.get("loc", ()) if not isinstance(part, int)) or "the request"
+        if e.get("type") == "json_invalid":
+            said.append(f"the body is not valid JSON ({(e.get('ctx') or {}).get('error', 'cannot be read')})")
+        elif where == "body" and e.get("type") in ("missing", "model_attributes_type", "dict_type"):
+            said.append("the body must be a JSON object")
+        else:
+            said.append(f"{where}: {e.get('msg', 'not valid')}")
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return "; ".join(said) + more
+
+
+def _documented_errors(app: FastAPI) -> None:
+    """The OpenAPI description says what every error is: ``{"error", "kind"}`` (FastAPI's own
+    422 ``{"detail"}`` is never sent: a request it cannot read is answered 400)."""
+    made = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = made()
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        schemas["Error"] = {"type": "object", "required": ["error", "kind"], "properties": {
+            "error": {"type": "string", "description": "what is wrong, and what to do"},
+            "kind": {"type": "string", "enum": ["user", "auth", "unavailable", "internal"]}}}
+        error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                responses.pop("422", None)
+                responses.setdefault("400", {"description": "the request cannot be used (kind: user)", "content": error})
+                responses.setdefault("default", {"description": "an error", "content": error})
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
+
+
 def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     """The API over what the daemon (``bot.serve.Daemon``) holds. ``auth`` None: the local
     socket (full access)."""
@@ -154,10 +202,19 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
         status, body = _error_body(err)
         return JSONResponse(body, status_code=status)
 
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, err: HTTPException):
+    @app.exception_handler(StarletteHTTPException)  # ours, and the router's (no such path, method)
+    async def _http(request: Request, err: StarletteHTTPException):
         kind = "auth" if err.status_code in (401, 403) else "unavailable" if err.status_code == 429 else "user"
-        return JSONResponse({"error": err.detail, "kind": kind}, status_code=err.status_code, headers=err.headers)
+        detail = err.detail
+        if err.status_code == 404 and detail == "Not Found":
+            detail = f"no such path: {limits.echoed(request.url.path)} (GET /openapi.json lists them)"
+        elif err.status_code == 405:
+            detail = f"{request.method} is not how {limits.echoed(request.url.path)} is called (see GET /openapi.json)"
+        return JSONResponse({"error": detail, "kind": kind}, status_code=err.status_code, headers=err.headers)
+
+    @app.exception_handler(RequestValidationError)  # a body that is not JSON, a field of the wrong type ...
+    async def _invalid(request: Request, err: RequestValidationError):
+        return JSONResponse({"error": invalid_request(err.errors()), "kind": "user"}, status_code=400)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):
@@ -361,6 +418,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
             raise HTTPException(404, f"no such file: {limits.echoed(name)}")
         return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
+    _documented_errors(app)
     return app
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from rag.answer.gaps import Draft, Gap
 from rag.digest_plan import zone
 
-from bot.usecases.gaps import Shown
+from bot.usecases.gaps import Forgot, Shown
 
 GAPS_SHOWN = 10  # gaps with buttons under one reply (Discord: 5 rows of 2 gaps × 2 buttons)
 NO_GAPS = ("还没有记下答不上来的问题（还没有过，或你用 /forget 清空了）。 / No knowledge gaps kept (none yet, or you "
@@ -26,7 +26,8 @@ CONFIRM_BUTTONS = (("s", "💾", "存为笔记 save as the note"), ("a", "❓", 
 WHY_WORDS = {"refused": "没找到 not found", "withdrawn": "回答没有依据 answer withdrawn", "down": "👎"}
 NOT_YOUR_GAP = "这不是你的问题。 / This is not one of your gaps."
 DISMISSED = "好的，不再显示：«{q}» / Dismissed: «{q}»"
-FORGOT = "已忘掉你的 {n} 个知识空白和摘要设置。 / Forgot your {n} knowledge gap(s) and your digest setting."
+FORGOT = ("已忘掉你的 {n} 个知识空白、摘要设置，以及为改进回答而保存的 {m} 条问答。 / Forgot your {n} knowledge gap(s), "
+          "your digest setting and the {m} answer(s) kept for feedback (your questions and 👍/👎).")
 FOOTER = {"message": "按 ✍️ n 写这条笔记（你发的下一条消息就是它），✖ n 不再显示。 / ✍️ n: write the note (your next "
                      "message becomes it); ✖ n: dismiss.",
           "note": "按 ✍️ n 写这条笔记（你的下一个 /note 就是它），✖ n 不再显示。 / ✍️ n: write the note (your next /note "
@@ -69,6 +70,11 @@ def gaps_text(shown: Shown, how: str = "message") -> GapsReply:
         lines.append(f"…另有 {len(gaps) - GAPS_SHOWN} 个 / and {len(gaps) - GAPS_SHOWN} more (leanote-rag gaps)")
     lines.append(FOOTER[how])
     return GapsReply("\n".join(lines), items)
+
+
+def forgot_text(gone: Forgot) -> str:
+    """The reply to ``/forget``: what went."""
+    return FORGOT.format(n=gone.gaps, m=gone.answers)
 
 
 def _minutes(seconds: float) -> str:

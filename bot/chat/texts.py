@@ -83,7 +83,7 @@ _MEMORY = """/about 名称 — 记忆里关于它的事实和笔记 what the mem
 /confirm ID — 确认一条事实或相关 confirm a fact or pair"""
 _GAPS = """/gaps — 笔记还回答不了的问题 what your notes could not answer ({gaps_buttons})
 /digest weekly mon 09:00 | daily 08:30 | off — 笔记摘要 a digest of your notes (private chat)
-/forget — 忘掉你的知识空白和摘要设置 forget your gaps and digest setting"""
+/forget — 忘掉你的知识空白、摘要设置和保存的问答 forget your gaps, digest setting and kept questions"""
 CAPTURE_COMMANDS = ("note", "append", "remember", "save", "outbox")
 
 
@@ -135,7 +135,7 @@ COMMANDS = [
     ("confirm", "确认一条事实或相关 / confirm a fact or pair"),
     ("gaps", "笔记还答不上来的问题 / what your notes could not answer"),
     ("digest", "笔记摘要 / a digest: weekly mon 09:00, daily 08:30, off"),
-    ("forget", "忘掉你的知识空白 / forget your gaps"),
+    ("forget", "忘掉你的知识空白和问答 / forget your gaps and questions"),
     ("help", "帮助 / help"),
 ]
 

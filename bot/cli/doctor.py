@@ -129,8 +129,15 @@ def _api(settings: Settings) -> Iterator[Check]:
     cfg = settings.api
     if not cfg.listen:
         return
+    held: dict[str, str] = {}  # a token's value -> the name of the first entry holding it
     for i, token in enumerate(cfg.tokens):
         value = os.environ.get(token.token_env, "")
+        if value and value in held:
+            yield Check(f"api token {i + 1}", False, f"{token.token_env} ({token.name}) holds the same token as "
+                        f"{held[value]}: the TCP listener {cfg.listen} stays off", "give each holder a token of "
+                        "their own (openssl rand -hex 32), then restart")
+            continue
+        held.setdefault(value, f"{token.token_env} ({token.name})")
         if not value:
             yield Check(f"api token {i + 1}", False, f"environment variable {token.token_env} is not set: the TCP "
                         f"listener {cfg.listen} stays off", f"put {token.token_env}=$(openssl rand -hex 32) in the "
@@ -139,7 +146,7 @@ def _api(settings: Settings) -> Iterator[Check]:
             yield Check(f"api token {i + 1}", False, f"{token.token_env} holds only {len(value)} characters: "
                         "easy to guess", "use openssl rand -hex 32")
         else:
-            yield Check(f"api token {i + 1}", True, f"{token.token_env} is set; may query "
+            yield Check(f"api token {i + 1}", True, f"{token.token_env} ({token.name}) is set; may query "
                         f"{', '.join(token.users) or 'no user'}{' (admin)' if token.admin else ''}")
 
 

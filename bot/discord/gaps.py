@@ -17,8 +17,8 @@ from rag.digest_plan import USAGE, plan_text
 from rag.errors import UserError
 
 from bot.chat.digest import plan_reply, split_lines
-from bot.chat.gaps import (CANCEL_BUTTON, DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP, NOTHING_WAITS, GapsReply,
-                           ended_text, gaps_text, writing_text)
+from bot.chat.gaps import (CANCEL_BUTTON, DISMISSED, GAP_BUTTONS, NOT_YOUR_GAP, NOTHING_WAITS, GapsReply,
+                           ended_text, forgot_text, gaps_text, writing_text)
 from bot.chat.texts import NO_CAPTURE
 from bot.discord.bot import DiscordBot
 from bot.discord.capturing import PLACE
@@ -43,7 +43,7 @@ async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     gone = await asyncio.to_thread(gaps.forget, bot.parts, person)
-    await interaction.response.send_message(FORGOT.format(n=gone), ephemeral=True)
+    await interaction.response.send_message(forgot_text(gone), ephemeral=True)
 
 
 async def plan(bot: DiscordBot, interaction: discord.Interaction, when: str | None) -> None:

@@ -122,7 +122,7 @@ def _register(bot: DiscordBot) -> None:
     async def gaps_(interaction: discord.Interaction) -> None:
         await gaps.show(bot, interaction)
 
-    @bot.tree.command(name="forget", description="忘掉你的知识空白和摘要设置 / forget your gaps and digest setting")
+    @bot.tree.command(name="forget", description="忘掉你的知识空白、摘要设置和问答 / forget your gaps, digest and kept questions")
     async def forget(interaction: discord.Interaction) -> None:
         await gaps.forget(bot, interaction)
 

@@ -26,8 +26,8 @@ from rag.digest_plan import USAGE, plan_text
 from rag.errors import UserError
 
 from bot.chat.digest import plan_reply
-from bot.chat.gaps import (CANCEL_BUTTON, CONFIRM_BUTTONS, DISMISSED, FORGOT, GAP_BUTTONS, NOT_YOUR_GAP,
-                           NOTHING_WAITS, GapsReply, confirm_text, ended_text, gaps_text, not_written_text,
+from bot.chat.gaps import (CANCEL_BUTTON, CONFIRM_BUTTONS, DISMISSED, GAP_BUTTONS, NOT_YOUR_GAP,
+                           NOTHING_WAITS, GapsReply, confirm_text, ended_text, forgot_text, gaps_text, not_written_text,
                            writing_text)
 from bot.chat.texts import NO_CAPTURE
 from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
@@ -82,7 +82,7 @@ async def on_forget(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     if person is None:
         return
     gone = await asyncio.to_thread(gaps.forget, tg.parts, person)
-    await update.effective_message.reply_text(FORGOT.format(n=gone))
+    await update.effective_message.reply_text(forgot_text(gone))
 
 
 async def on_digest(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

@@ -19,7 +19,7 @@ from rag.errors import UserError
 
 from sync.writeback.targets import kind_of
 
-from bot.usecases.people import Person
+from bot.usecases.people import Person, reaches
 
 if TYPE_CHECKING:
     from bot.root import Parts
@@ -115,9 +115,12 @@ Announce = Callable[[str, str, str], Awaitable[None]]
 def announce_with(parts: "Parts", platform: str, announce: Announce) -> None:
     """``announce(person, once, text)`` tells a person of a capture whose receipt they never
     got (the process ended between taking it and answering): a platform's bot registers it
-    while it runs, and the captures written meanwhile are told now."""
+    while it runs, and the captures written meanwhile are told now. Only to a person the config
+    in force still maps to the Leanote user the capture went into (``people.reaches``)."""
     if parts.can_capture:
-        parts.capture().announce_with(platform, announce)
+        writer = parts.capture()
+        writer.may_tell = lambda person, user_id: reaches(parts, person, user_id)
+        writer.announce_with(platform, announce)
 
 
 def stop_announcing(parts: "Parts", platform: str, announce: Announce) -> None:

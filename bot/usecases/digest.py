@@ -2,11 +2,16 @@
 ``off``, or ``users[].digest`` in the config), in their time zone; sent by the daemon to their
 private chat (``bot.digests`` schedules them). ``compose`` is what would be sent
 (``leanote-rag digest --dry-run``); ``send`` sends it, and nothing when there is nothing to say.
+
+A plan is the person's, not a Leanote user's: each send asks who the person is now, by the
+config in force (``people.person_now``): nobody removed from ``users:`` gets one, and a person
+mapped to another Leanote user since gets that user's notes and gaps, nothing of the old one's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from rag.digest import Digest, compute
@@ -14,23 +19,23 @@ from rag.digest_plan import Plan, parse_plan
 
 from bot.render import notes_root
 from bot.usecases import gaps
-from bot.usecases.people import Person, entry_of
+from bot.usecases.people import Person, entry_of, person_now
 
 if TYPE_CHECKING:
     from bot.root import Parts
 
+log = logging.getLogger(__name__)
 PERIOD = {"daily": 86400.0, "weekly": 7 * 86400.0}
 
 
-def configured(parts: "Parts") -> dict[str, tuple[str, str, str]]:
-    """The digest plans the config gives (``users[].digest``): person key -> (plan, time zone,
-    Leanote user id or account email)."""
+def configured(parts: "Parts") -> dict[str, tuple[str, str]]:
+    """The digest plans the config in force gives (``users[].digest``): person key -> (plan,
+    time zone)."""
     out = {}
     for entry in parts.settings.users:
-        user = entry.leanote_user_id or entry.leanote_email or ""
         for platform, ids in (("telegram", entry.telegram_ids), ("discord", entry.discord_ids)):
             for i in ids:
-                out[f"{platform}:{i}"] = (entry.digest or "", entry.timezone, user)
+                out[f"{platform}:{i}"] = (entry.digest or "", entry.timezone)
     return out
 
 
@@ -44,9 +49,9 @@ def plan_of(parts: "Parts", person: Person) -> Plan | None:
     store = parts.gaps_if_made()
     plan = store.plan(person.key) if store is not None else None
     if plan is None:
-        text, tz, _ = configured(parts).get(person.key, ("", "UTC", ""))
+        text, tz = configured(parts).get(person.key, ("", "UTC"))
         parsed = parse_plan(text, tz) if text else None
-        plan = Plan(person.key, person.user_id, *parsed) if parsed else None
+        plan = Plan(person.key, *parsed) if parsed else None
     return None if plan is None or plan.every == "off" else plan
 
 
@@ -56,10 +61,10 @@ def set_plan(parts: "Parts", person: Person, text: str) -> Plan | None:
     parsed = parse_plan(text, _default_tz(parts, person))
     now = parts.clock()
     if parsed is None:  # kept as "off": it overrides a plan the config gives
-        plan = Plan(person.key, person.user_id, "off", "*", "00:00", "UTC", now)
+        plan = Plan(person.key, "off", "*", "00:00", "UTC", now)
     else:
         old = parts.gaps.plan(person.key)
-        plan = Plan(person.key, person.user_id, *parsed, last_sent=(old.last_sent if old and old.last_sent else now))
+        plan = Plan(person.key, *parsed, last_sent=(old.last_sent if old and old.last_sent else now))
     parts.gaps.set_plan(plan, person.key)
     if parts.replan is not None:
         parts.replan(person.key)
@@ -98,10 +103,16 @@ def _text_of(parts: "Parts"):
     return text_of
 
 
-async def send(parts: "Parts", person: Person, render, now: float | None = None) -> Digest | None:
-    """The person's digest to their private chat, when there is something to say (None when
-    there is not, or their bot is not running: tried at the next time). ``render`` turns it
-    into text for the person's platform. The plan remembers when it went."""
+async def send(parts: "Parts", key: str, render, now: float | None = None) -> Digest | None:
+    """The digest of person ``key`` (``telegram:111``) to their private chat, of their Leanote
+    user as the config in force maps them now, when there is something to say (None when there
+    is not, when they are no longer in ``users:``, or their bot is not running: tried at the
+    next time). ``render`` turns it into text for the person's platform. The plan remembers
+    when it went."""
+    person = await asyncio.to_thread(person_now, parts, key)
+    if person is None:
+        log.info("no digest for %s: not in users: now (or their account has not synced yet)", key)
+        return None
     tell = gaps.announcer(parts, person.key)
     if tell is None:
         return None

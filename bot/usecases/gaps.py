@@ -11,10 +11,11 @@
   answered or forgotten, when the person cancels it (``end_draft``: ✖, ``/reset``, any
   command) and after ``capture.draft_wait``; a question typed meanwhile is asked about
   (``looks_like_question``), never silently saved;
-- ``forget``: everything of the person's;
+- ``forget``: everything of the person's (their gaps, draft, plan, and the answers feedback keeps);
 - ``check``: after a sync pass (the daemon's and the command line's alike: ``after_pass``), the
   notes it indexed with new text against the open gaps of their users; each gap one answers
-  closes, and its person is told once (``announce_with``: a platform's bot tells its people).
+  closes, and its person is told once (``announce_with``: a platform's bot tells its people),
+  if they still see its Leanote user (``people.reaches``: in ``users:`` now, mapped to it).
 
 Every gap is its person's and their Leanote user's: another person's id is refused as
 ``UnknownGap``, whatever door it comes through.
@@ -28,12 +29,12 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from rag.answer.gaps import Draft, Gap, answering_note, why_of
+from rag.answer.gaps import Draft, Gap, Rarity, answering_note, why_of
 from rag.capture import Receipt
 
 from bot.render import notes_root, shown_link
 from bot.usecases import capture
-from bot.usecases.people import Person, entry_of
+from bot.usecases.people import Person, entry_of, reaches
 
 if TYPE_CHECKING:
     from rag.answer.feedback import Record
@@ -202,10 +203,21 @@ def looks_like_question(text: str) -> bool:
     return t[-1] in "?？" or bool(_ASKS_END.search(t) or _ASKS_ZH.search(t) or _ASKS_EN.match(t))
 
 
-def forget(parts: "Parts", person: Person) -> int:
-    """Everything kept of the person's gaps (and their digest plan, their draft): how many gaps went."""
-    store = parts.gaps_if_made()
-    return store.forget(person.key) if store is not None else 0
+@dataclass
+class Forgot:
+    """What ``/forget`` took: the person's gaps (with their draft and digest plan) and the answers
+    kept for feedback (their questions, verdicts and reasons)."""
+
+    gaps: int = 0
+    answers: int = 0
+
+
+def forget(parts: "Parts", person: Person) -> Forgot:
+    """Everything kept of the person's questions: their gaps, their draft, their digest plan, and
+    the answers sent to them as feedback keeps them (else kept 180 days). In a worker thread."""
+    store, feedback = parts.gaps_if_made(), parts.feedback_if_made()
+    return Forgot(store.forget(person.key) if store is not None else 0,
+                  feedback.forget_person(person.key) if feedback is not None else 0)
 
 
 # --- closing, after a pass (the daemon) -------------------------------------------------------------
@@ -223,16 +235,18 @@ def close_answered(parts: "Parts") -> list[Gap]:
     """The queued changed notes against the open gaps of their users: a gap closes (with the note)
     when one changed note answers at least half of its newest wordings (``TRIED``): one wording
     a note happens to share words with is not enough (bench/gaps.py: an English wording closed
-    by a note on a neighbouring subject, its Chinese ones not). In a worker thread; the queue
+    by a note on a neighbouring subject, its Chinese ones not), nor is one rare name a wording
+    shares with it (``rag.answer.gaps.more_than_a_name``). In a worker thread; the queue
     is emptied per user once checked, so a kill in between checks again."""
     store = parts.gaps_if_made()
     if store is None:
         return []
     closed: list[Gap] = []
     for user_id, notes in store.pending_checks().items():
+        rarity = Rarity(parts.index, user_id)
         for gap in store.open_of_user(user_id):
             tried = gap.wordings[:TRIED]
-            found = [answering_note(parts.index, parts.settings, w, user_id, notes) for w in tried]
+            found = [answering_note(parts.index, parts.settings, w, user_id, notes, rarity) for w in tried]
             votes: dict[str, list] = {}
             for hit in found:
                 if hit is not None:
@@ -268,13 +282,17 @@ async def check(parts: "Parts") -> list[Gap]:
     store = parts.gaps_if_made()
     if store is None:
         return []
-    closed = await parts.answers.in_search_thread(close_answered, parts)
-    for gap in closed:
-        log.info("gap %s closed: note %s now answers %r", gap.id, gap.note_id, gap.question)
+    closed = []
+    if await asyncio.to_thread(store.pending_checks):  # (nothing changed: no search, no index opened)
+        closed = await parts.answers.in_search_thread(close_answered, parts)
+    for gap in closed:  # ids only: the question is the person's, not the log's
+        log.info("gap %s of %s closed: note %s now answers it", gap.id, gap.person, gap.note_id)
     for gap in await asyncio.to_thread(store.untold):
         tell = announcer(parts, gap.person)
         if tell is None:
             continue  # told when its bot runs (the CLI's and the API's see it in their list)
+        if not await asyncio.to_thread(reaches, parts, gap.person, gap.user_id):
+            continue  # no longer in users:, or mapped to another Leanote user now: nothing of this one's
         try:
             await tell(gap.person, closed_line(gap, notes_root(parts.settings)))
         except Exception as err:

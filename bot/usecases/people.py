@@ -1,7 +1,11 @@
-"""Who asks: the person every use case takes, and which Leanote user an account's email is."""
+"""Who asks: the person every use case takes, and which Leanote user an account's email is; who a
+person is now (``person_now``, ``reaches``), by the config in force, for whatever is sent to
+them unasked."""
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -12,12 +16,14 @@ from rag.limits import echoed
 if TYPE_CHECKING:
     from bot.root import Parts
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Person:
     """A person as the use cases know them, whatever door they came through.
 
-    ``key``: the person wherever they write (``telegram:111``, ``discord:222``, ``api:token0``,
+    ``key``: the person wherever they write (``telegram:111``, ``discord:222``, ``api:<token's name>``,
     ``cli``): their captures, the answers they may press buttons under, their fair share of the
     LLM. ``user_id``: the Leanote user whose notes they see. ``conversation``: their own
     conversation in one place (``telegram:<chat>:<person>``): follow-ups, ``/why``, ``/reset``;
@@ -46,6 +52,60 @@ def entry_of(settings: Settings, key: str):
         if person in {str(i) for i in ids}:
             return entry
     return None
+
+
+def person_now(parts: "Parts", key: str) -> Person | None:
+    """The chat person ``key`` (``telegram:111``, ``discord:222``) as the config in force maps
+    them now (a reload changes it at once): their Leanote user of now (an account's email once it
+    has synced); None when ``users:`` no longer holds them, or their account has not synced yet."""
+    entry = entry_of(parts.settings, key)
+    if entry is None:
+        return None
+    user_id = entry.leanote_user_id or user_for_email(parts, entry.leanote_email or "") or ""
+    return Person(key, user_id, entry.admin) if user_id else None
+
+
+def reaches(parts: "Parts", key: str, user_id: str) -> bool:
+    """May something of Leanote user ``user_id``'s (a digest, a gap a note answers, a capture's
+    receipt) go to person ``key`` now: they are still in the config in force and still see that
+    user's notes. Asked before anything is sent to a person unasked: nobody removed from
+    ``users:`` hears anything more, and nothing of user A's goes to a person mapped to B now."""
+    platform, _, name = key.partition(":")
+    if key == "cli":
+        return True
+    if platform == "api":
+        entry = next((t for t in parts.settings.api.tokens if t.name == name), None)
+        return entry is not None and user_id in {leanote_user(parts, u) for u in entry.users}
+    person = person_now(parts, key)
+    return person is not None and person.user_id == user_id
+
+
+_BY_PLACE = re.compile(r"^api:token(\d+)$")  # an API caller as earlier versions kept it: its place in api.tokens
+
+
+def name_api_people(parts: "Parts") -> dict[str, str]:
+    """What is kept of an API caller under its place in ``api.tokens`` (``api:token0``, as
+    earlier versions kept it) becomes its holder's, ``api:<name>``, by the list as it is at this
+    start: gaps, a note being written for one, captures and the notes ``/append`` writes to,
+    answers and their conversations (``feedback``). A place the list no longer has is nobody's:
+    ``api:#token3``, which no token can be named. Run by the daemon at start (in a worker
+    thread); after the first, nothing is left to rename (no name can be ``token<n>``), so a
+    list reordered later moves nothing. The renames made (old -> new)."""
+    tokens = parts.settings.api.tokens
+    stores = [s for s in (parts.gaps_if_made(), parts.feedback_if_made(), parts.outbox_if_made()) if s is not None]
+    done: dict[str, str] = {}
+    for store in stores:
+        for old in sorted(store.persons("api:token")):
+            m = _BY_PLACE.match(old)
+            if m is None:
+                continue
+            i = int(m[1])
+            new = f"api:{tokens[i].name}" if i < len(tokens) else f"api:#token{i}"
+            moved = store.rename_person(old, new)
+            if moved:
+                log.info("%d of what was kept for %s (api.tokens[%d]) is %s's now", moved, old, i, new)
+            done[old] = new
+    return done
 
 
 def conversation_key(platform: str, place: int | str, person: int | str) -> str:

@@ -10,7 +10,8 @@ and the prompt with the questions that went wrong.
 
 One SQLite file, ``<state_dir>/feedback.sqlite`` (WAL: the CLI reads it while the daemon
 writes), with a schema version (``PRAGMA user_version``) so later versions migrate it.
-Records older than ``KEEP_DAYS`` are the daemon's to ``forget``.
+Records older than ``KEEP_DAYS`` are the daemon's to ``forget``; a person's ``/forget`` takes
+all of theirs at once (``forget_person``).
 
 An answer is derived from the notes it cites, and goes with them: ``named`` lists the
 notes each answer names (its citations, the candidates in its trace), and once the index
@@ -276,6 +277,42 @@ class FeedbackStore(LockedDB):
                 self.db.execute("DELETE FROM named WHERE answer_id IN (SELECT id FROM answers WHERE time < ?)",
                                 (before,))
                 gone = self.db.execute("DELETE FROM answers WHERE time < ?", (before,)).rowcount
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return gone
+
+    def persons(self, prefix: str) -> set[str]:
+        """The people whose key starts with ``prefix`` that answers are kept of."""
+        with self._lock:
+            return {r[0] for r in self.db.execute("SELECT DISTINCT person FROM answers") if r[0].startswith(prefix)}
+
+    def rename_person(self, old: str, new: str) -> int:
+        """The answers of person ``old`` (and their conversations, ``old:<id>``) become ``new``'s
+        (an API token named: ``bot.usecases.people.name_api_people``). How many moved."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                moved = self.db.execute("UPDATE answers SET person = ? WHERE person = ?", (new, old)).rowcount
+                self.db.execute("UPDATE answers SET conversation = ? || substr(conversation, ?) "
+                                "WHERE substr(conversation, 1, ?) = ?", (new + ":", len(old) + 2, len(old) + 1,
+                                                                         old + ":"))
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return moved
+
+    def forget_person(self, person: str) -> int:
+        """Every answer sent to ``person`` (their questions, verdicts and reasons), now: their
+        ``/forget``. How many went."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("DELETE FROM named WHERE answer_id IN (SELECT id FROM answers WHERE person = ?)",
+                                (person,))
+                gone = self.db.execute("DELETE FROM answers WHERE person = ?", (person,)).rowcount
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise

@@ -28,10 +28,12 @@ from typing import Callable
 
 import numpy as np
 
-from rag.answer.gate import PLAUSIBLE_NOTES, plausible, too_weak
+from rag.answer import specifics
+from rag.answer.gate import PLAUSIBLE_NOTES, asked_words, plausible, too_weak
 from rag.config import Settings
 from rag.digest_plan import Plan
 from rag.errors import UserError
+from rag.index.lexical import SparseVector, term_id
 from rag.index.retrieve import search
 from rag.sqlite import LockedDB
 from rag.state_dir import prepare_state_dir
@@ -95,6 +97,22 @@ MIGRATIONS = [
         tz TEXT NOT NULL,
         last_sent REAL
     )
+    """,
+    # a plan carries no Leanote user of its own: whose notes a digest tells of is its person's at
+    # the time it is sent (the plans kept before keep their schedule and their last digest)
+    """
+    CREATE TABLE plans_by_person (
+        person TEXT PRIMARY KEY,
+        every TEXT NOT NULL,
+        day TEXT NOT NULL,
+        at TEXT NOT NULL,
+        tz TEXT NOT NULL,
+        last_sent REAL
+    );
+    INSERT INTO plans_by_person(person, every, day, at, tz, last_sent)
+        SELECT person, every, day, at, tz, last_sent FROM plans;
+    DROP TABLE plans;
+    ALTER TABLE plans_by_person RENAME TO plans
     """,
 ]
 
@@ -341,6 +359,24 @@ class GapStore(LockedDB):
 
         return self._write(work)
 
+    def persons(self, prefix: str) -> set[str]:
+        """The people whose key starts with ``prefix`` that anything is kept of."""
+        with self._lock:
+            return {r[0] for r in self.db.execute(
+                "SELECT person FROM gaps UNION SELECT person FROM drafts UNION SELECT person FROM plans")
+                if r[0].startswith(prefix)}
+
+    def rename_person(self, old: str, new: str) -> int:
+        """Everything of person ``old`` becomes ``new``'s (an API token named, no longer known by
+        its place: ``bot.usecases.people.name_api_people``). How many gaps moved."""
+        def work(db):
+            moved = db.execute("UPDATE gaps SET person = ? WHERE person = ?", (new, old)).rowcount
+            db.execute("UPDATE drafts SET person = ? WHERE person = ?", (new, old))
+            db.execute("UPDATE plans SET person = ? WHERE person = ?", (new, old))
+            return moved
+
+        return self._write(work)
+
     # --- closing (what the sync and the daemon call) ----------------------------------------------
 
     def changed(self, notes: dict[str, str]) -> int:
@@ -400,14 +436,13 @@ class GapStore(LockedDB):
             self._write(lambda db: db.execute("DELETE FROM plans WHERE person = ?", (person,)))
             return
         self._write(lambda db: db.execute(
-            "INSERT INTO plans(person, user_id, every, day, at, tz, last_sent) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT(person) DO UPDATE SET user_id = excluded.user_id, every = excluded.every, "
-            "day = excluded.day, at = excluded.at, tz = excluded.tz",
-            (plan.person, plan.user_id, plan.every, plan.day, plan.at, plan.tz, plan.last_sent)))
+            "INSERT INTO plans(person, every, day, at, tz, last_sent) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(person) DO UPDATE SET every = excluded.every, day = excluded.day, at = excluded.at, "
+            "tz = excluded.tz", (plan.person, plan.every, plan.day, plan.at, plan.tz, plan.last_sent)))
 
     def plans(self) -> list[Plan]:
         with self._lock:
-            rows = self.db.execute("SELECT person, user_id, every, day, at, tz, last_sent FROM plans").fetchall()
+            rows = self.db.execute("SELECT person, every, day, at, tz, last_sent FROM plans").fetchall()
         return [Plan(*r) for r in rows]
 
     def plan(self, person: str) -> Plan | None:
@@ -425,12 +460,59 @@ def _done(gap: Gap) -> str:
 
 # --- does a changed note answer a gap? ------------------------------------------------------------
 
-def answering_note(index, settings: Settings, question: str, user_id: str, changed: set[str]):
+# A changed note answers a wording only when it holds at least ``SHARED`` of the wording's own
+# words that are not common in the person's notes (held by at most ``COMMON`` of them): one name
+# shared with it, however rare, is not enough (docs/gaps.md, "Closing").
+SHARED = 2
+COMMON = 0.25
+HOLDING_CHUNKS = 500  # chunks a word's search counts the notes of (a word in more is common anyway)
+# Words that ask how rather than say what about, beyond ``asked_words``' ("how does X work?")
+_HOW = frozenset("work works working happen happens mean means".split())
+
+
+class Rarity:
+    """How common each word is in one Leanote user's notes: the share of their notes holding it,
+    found by a search for the word alone on the index's BM25 side; kept for one closing check."""
+
+    def __init__(self, index, user_id: str):
+        self.index, self.user_id = index, user_id
+        self._notes: int | None = None
+        self._shares: dict[str, float] = {}
+
+    def share(self, word: str) -> float:
+        if word not in self._shares:
+            store = self.index.store
+            if self._notes is None:
+                self._notes = len(store.note_ids(self.user_id))
+            _, found = store.search(None, SparseVector([term_id(word)], [1.0]), self.user_id, HOLDING_CHUNKS)
+            self._shares[word] = len({r.note_id for r in found}) / max(1, self._notes)
+        return self._shares[word]
+
+
+def more_than_a_name(question: str, passages: list, rarity: Rarity) -> bool:
+    """Do a note's passages hold more of the question than one name? At least ``SHARED`` of the
+    question's own words that are not common in the user's notes (all of its words when it has
+    fewer such words). A note on Zyxqwerty's rate limiting shares "Zyxqwerty" with "how does
+    Zyxqwerty failover work?", not "failover": the rare name found the note, and says nothing
+    of what is asked about it."""
+    words = asked_words(question) - _HOW
+    body = specifics.Body("\n".join(f"{h.title}\n{h.heading}\n{h.text}" for h in passages))
+    held = {w for w in words if body.has(w)}
+    telling = {w for w in words if rarity.share(w) <= COMMON}
+    if len(telling) < SHARED:
+        return held == words
+    return len(held & telling) >= SHARED
+
+
+def answering_note(index, settings: Settings, question: str, user_id: str, changed: set[str],
+                   rarity: Rarity | None = None):
     """The changed note that answers ``question`` now, as a search would find it (a ``Hit``), or
     None. No LLM: the question's search over the user's notes (``rag.index.retrieve.search``),
     the gate a question meets before the LLM (``too_weak``), and one of ``changed`` among the
     top ``PLAUSIBLE_NOTES`` notes with a passage about the question (``plausible``), as an
-    answer's passages must be."""
+    answer's passages must be, holding more of the question than one name it shares with it
+    (``more_than_a_name``; ``rarity``: the user's, kept across one check's questions)."""
+    rarity = rarity or Rarity(index, user_id)
     hits = search(index, question, user_id)
     if not hits or too_weak(settings.answer, question, hits, {}):
         return None
@@ -443,6 +525,6 @@ def answering_note(index, settings: Settings, question: str, user_id: str, chang
     for note_id in top:
         if note_id in changed:
             own = [h for h in hits if h.note_id == note_id]
-            if plausible(question, own)[0]:
+            if plausible(question, own)[0] and more_than_a_name(question, own, rarity):
                 return own[0]
     return None

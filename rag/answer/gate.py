@@ -102,3 +102,8 @@ def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
 _ASKING = frozenset("""什么 怎么 怎样 如何 为什么 哪些 哪个 哪里 多少 几个 是否 是不是 能不能 可不可以 有没有 要不要
 请问 一下 应该 需要 时候 什么样 吗 呢 方法 办法 问题 笔记 我的 记得 之前 以前 写过 记过
 how what which why when where does should could would need way ways notes note""".split())
+
+
+def asked_words(question: str) -> set[str]:
+    """The words a question says what it is about with (``plausible`` counts these)."""
+    return specifics.terms(question) - _ASKING

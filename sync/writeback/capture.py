@@ -40,7 +40,8 @@ writer keeps the same promises with files.
   ``conflict`` and changes nothing, and we read it again and retry.
 - **Every capture gets its answer.** A capture made just before the process ended (a
   ``kill -9`` between taking it and answering) is written when the daemon is back, and its
-  maker is told then, by the bot of their platform (``announcers``), in the chat it came from.
+  maker is told then, by the bot of their platform (``announcers``), in the chat it came from,
+  if the config still maps them to the Leanote user it went into (``may_tell``).
 - **Refusals stay small.** Leanote refusing a capture (a file too large) parks that
   one capture with the reason, shown in ``/outbox`` and ``status``; the rest go on.
 
@@ -108,6 +109,10 @@ class Capture(Failures, Writing):
         # platform -> how its bot tells a person (person key, ``once``, text): registered by the bots
         self.announcers: dict[str, Callable[[str, str, str], Awaitable[None]]] = {}
         self._telling: set[asyncio.Task] = set()
+        # whether a person may still hear of a capture into a Leanote user (person, user_id): the
+        # doors' rule, set with the announcers (``bot.usecases.capture``); a late receipt goes to
+        # nobody the config no longer maps to that user
+        self.may_tell: Callable[[str, str], bool] = lambda person, user_id: True
         self._told_now: set[int] = set()  # the captures whose receipt is being sent
 
     @property
@@ -330,6 +335,8 @@ class Capture(Failures, Writing):
         announce = self.announcers.get(item.person.partition(":")[0])
         fresh = self.outbox.get(item.id)
         if announce is None or fresh is None or fresh.told or fresh.id in self._told_now:
+            return
+        if not self.may_tell(fresh.person, fresh.user_id):  # kept untold: told if access comes back
             return
         receipt = self.receipt(fresh)
         self._told_now.add(fresh.id)

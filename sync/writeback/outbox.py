@@ -185,6 +185,26 @@ class Outbox:
         d.pop("finished")
         return Item(payload=payload, files=files, **d)
 
+    def persons(self, prefix: str) -> set[str]:
+        """The people whose key starts with ``prefix`` that captures are kept of."""
+        with self.lock:
+            return {r[0] for r in self.db.execute("SELECT person FROM items UNION SELECT person FROM targets")
+                    if r[0].startswith(prefix)}
+
+    def rename_person(self, old: str, new: str) -> int:
+        """The captures (and the notes ``/append`` writes to) of person ``old`` become ``new``'s
+        (an API token named: ``bot.usecases.people.name_api_people``). How many moved."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                moved = self.db.execute("UPDATE items SET person = ? WHERE person = ?", (new, old)).rowcount
+                self.db.execute("UPDATE targets SET person = ? WHERE person = ?", (new, old))
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return moved
+
     def untold(self, platform: str) -> list[Item]:
         """Captures of a platform's people written or refused whose maker never got a receipt."""
         ids = self._ids("SELECT id FROM items WHERE told = 0 AND state IN ('done', 'failed') AND person LIKE ? "
