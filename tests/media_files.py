@@ -75,3 +75,29 @@ def text_png(lines: list[str], size: int = 36, width: int = 900) -> bytes:
     buf = io.BytesIO()
     image.save(buf, "PNG")
     return buf.getvalue()
+
+
+def matroska_pcm(blocks: int, samples: int, rate: int = 1000, claims: float | None = None) -> bytes:
+    """A Matroska file of 16-bit PCM at ``rate`` Hz: ``blocks`` blocks of ``samples`` samples of
+    silence each (one block of 5,000,000 at 1000 Hz: 83 minutes in 10 MB, a decode bomb). ``claims``:
+    the length its header says, in seconds (its Segment's Duration overwritten: a header that lies)."""
+    import av
+    import struct
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="matroska") as container:
+        stream = container.add_stream("pcm_s16le", rate=rate)
+        stream.layout = "mono"
+        for n in range(blocks):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, samples), dtype=np.int16), format="s16", layout="mono")
+            frame.sample_rate, frame.pts = rate, n * samples
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    data = buf.getvalue()
+    if claims is not None:  # the Duration element (0x4489, 8-byte float, in the default 1 ms ticks)
+        at = data.index(b"\x44\x89\x88") + 3
+        data = data[:at] + struct.pack(">d", claims * 1000.0) + data[at + 8:]
+    return data
+

@@ -257,3 +257,125 @@ def test_two_clips_heard_at_the_same_time_each_get_their_own_words(tmp_path):
     assert "web server" in heard["long"] and "disk usage" in heard["long"] and "parking" not in heard["long"]
     assert "parking" in heard["short"] and "server" not in heard["short"]
     media.close()
+
+
+# --- a clip that claims little and holds hours ------------------------------------------------
+
+DECODE_IN_A_CHILD = """
+import json, resource, sys
+sys.path[:0] = sys.argv[1:3]
+import media_files
+from rag.media import audio
+from rag.media.base import MediaError
+data = media_files.matroska_pcm(*json.loads(sys.argv[3]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# a safety net for the box: past 1.5 GB more the decoding fails here instead of taking the machine's memory
+with open("/proc/self/status") as f:
+    size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (1536 << 20), resource.RLIM_INFINITY))
+try:
+    audio.decode(data, 60)
+    said = "decoded"
+except MediaError as err:
+    said = f"{type(err).__name__}: {err}"
+except BaseException as err:  # MemoryError: what the limit above turns the old decoding into
+    said = f"{type(err).__name__}: {err}"
+print(json.dumps({"size": len(data), "said": said,
+                  "grew_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+def decoded_in_a_child(*bomb) -> dict:
+    """``audio.decode`` of ``media_files.matroska_pcm(*bomb)`` in a process of its own: what it said, and
+    how much its peak memory (ru_maxrss) grew while decoding."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", DECODE_IN_A_CHILD, str(tests), str(tests.parent), json.dumps(bomb)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("bomb, why", [
+    ((1, 5_000_000, 1000), "its header says 83 minutes"),
+    ((1, 5_000_000, 1000, 5.0), "its header lies (5 s), its one block says 83 minutes"),
+    ((4000, 1000, 1000, 5.0), "its header lies (5 s), and it holds 4,000 one-second blocks"),
+])
+def test_an_audio_decode_bomb_is_refused_as_too_long_with_its_memory_bounded(bomb, why):
+    """A 10 MB Matroska file holding 5,000,000 samples at 1000 Hz (83 minutes, sent as a 5-second
+    voice message) took the daemon past its 2 GB before it was refused: now its length is read
+    before anything is decoded, and the decoding stops as soon as it passes the limit."""
+    pytest.importorskip("av")
+    got = decoded_in_a_child(*bomb)
+    assert got["said"].startswith("TooLong") and "at most 60 s" in got["said"], (why, got)
+    assert got["grew_mb"] < 100, (why, got)  # (it grew by 1.85 GB before)
+
+
+def test_a_clip_whose_header_says_it_is_too_long_is_refused_before_it_waits_and_one_that_lies_in_its_turn(tmp_path):
+    """The decoding is done in the media line, one at a time: only a header is read before."""
+    pytest.importorskip("av")
+    import media_files
+
+    media = Media(MediaConfig(), tmp_path)
+    gate = threading.Event()
+    media.line.submit("someone", job("someone", 1, [], {("someone", 1): gate}), quick=True)  # the line is busy
+    assert until(lambda: media.line.running is not None)
+
+    async def main():
+        # said at once, from its header: it never joins the line
+        with pytest.raises(TooLong, match="at most 60 s"):
+            await media.hear("a", media_files.matroska_pcm(1, 5_000_000, 1000))
+        assert media.line.ahead() == 1
+        # its header says 5 s: it waits its turn, and is decoded (and refused) only then
+        told = []
+
+        async def on_wait(n):
+            told.append(n)
+
+        lying = asyncio.create_task(media.hear("a", media_files.matroska_pcm(4000, 1000, 1000, claims=5.0), on_wait))
+        deadline = time.monotonic() + 30
+        while not told and not lying.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        refused_at_once, ahead = lying.done(), media.line.ahead()  # (before: decoded and refused before it joined)
+        gate.set()
+        assert not refused_at_once and told == [1] and ahead == 2
+        with pytest.raises(TooLong, match="at most 60 s"):
+            await lying
+        assert told == [1, 0]
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+    assert not media._engines  # nothing was loaded for a refusal
+    media.close()
+
+
+def test_a_quick_job_that_turns_out_long_leaves_the_quick_lane_after_its_first_step():
+    from rag.media.queue import LONG
+
+    line, log = Line(), []
+    gates = {("a", 1): threading.Event(), ("a", 2): threading.Event()}
+    long = line.submit("a", job("a", 3, log, gates))
+    assert until(lambda: line.running is not None)
+
+    def liar():  # said it was one step (a header of a short clip); its first step found more
+        yield held(log, "b1")
+        yield LONG
+        yield held(log, "b2")
+        yield held(log, "b3")
+        return "b"
+
+    b = line.submit("b", liar(), quick=True)
+    assert until(lambda: log == ["b1"])  # its first step ran beside a's piece
+    c = line.submit("c", job("c", 1, log, {}), quick=True)
+    assert until(lambda: log == ["b1", "c1"])  # the quick lane is free again: b's rest waits for the main one
+    gates[("a", 1)].set()
+    gates[("a", 2)].set()
+    assert long.result(30) == ["a1", "a2", "a3"] and b.result(30) == "b" and c.result(30) == ["c1"]
+    assert log[2:] == ["a1", "b2", "a2", "b3", "a3"]  # b's pieces take turns with a's
+    line.close()
+
