@@ -101,3 +101,27 @@ def matroska_pcm(blocks: int, samples: int, rate: int = 1000, claims: float | No
         data = data[:at] + struct.pack(">d", claims * 1000.0) + data[at + 8:]
     return data
 
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header says ``width``×``height`` (8-bit grey) over a few bytes of pixels: a
+    decompression bomb's header, which is all that is read of it."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + chunk(b"IEND", b""))
+
+
+def jpeg_claiming(width: int, height: int) -> bytes:
+    """A JPEG whose header (its SOF0 segment) says ``width``×``height``, and nothing after it."""
+    import struct
+
+    def segment(marker: int, data: bytes) -> bytes:
+        return b"\xff" + bytes([marker]) + struct.pack(">H", len(data) + 2) + data
+
+    frame = struct.pack(">BHHB", 8, height, width, 3) + b"".join(struct.pack(">BBB", i, 0x11, 0) for i in (1, 2, 3))
+    return (b"\xff\xd8" + segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00") + segment(0xC0, frame)
+            + b"\xff\xd9")

@@ -379,3 +379,49 @@ def test_a_quick_job_that_turns_out_long_leaves_the_quick_lane_after_its_first_s
     assert log[2:] == ["a1", "b2", "a2", "b3", "a3"]  # b's pieces take turns with a's
     line.close()
 
+
+# --- images past the pixel limit ------------------------------------------------------------------
+
+@pytest.mark.parametrize("claims, said", [
+    (("png", 40_000, 40_000), "1,600,000,000"),  # past Pillow's own bomb limit (179M pixels)
+    (("jpeg", 65_500, 65_500), "4,290,250,000"),
+    (("png", 10_000, 10_000), "10000×10000"),  # past Pillow's warning (89M pixels)
+    (("png", 7_000, 7_000), "7000×7000"),  # past ours alone
+])
+def test_an_image_whose_header_claims_too_many_pixels_is_refused_as_that_not_as_no_image(claims, said):
+    pytest.importorskip("PIL")
+    import media_files
+
+    kind, width, height = claims
+    data = (media_files.png_claiming if kind == "png" else media_files.jpeg_claiming)(width, height)
+    for decode in (False, True):
+        with pytest.raises(TooBig, match="too many pixels") as refused:
+            ocr.open_image(data, max_mb=10, max_pixels=40_000_000, decode=decode, fit=2000)
+        assert said in str(refused.value) and "at most 40,000,000" in str(refused.value)
+
+
+def test_a_large_image_is_scaled_to_what_the_reader_looks_at_as_it_is_decoded():
+    pytest.importorskip("PIL")
+    import io
+
+    from PIL import Image
+
+    for fmt, size in (("PNG", (4800, 1200)), ("JPEG", (1200, 4800)), ("TIFF", (3000, 3000))):
+        buf = io.BytesIO()
+        Image.new("L" if fmt == "TIFF" else "RGB", size, "white").save(buf, fmt)
+        image = ocr.open_image(buf.getvalue(), max_mb=10, max_pixels=40_000_000, fit=2000)
+        assert max(image.size) == 2000 and image.mode == "RGB", (fmt, image.size)
+        assert image.size[0] / image.size[1] == pytest.approx(size[0] / size[1], rel=0.01)
+    turned = io.BytesIO()  # a phone's photo, stored sideways with its EXIF orientation: scaled, then turned upright
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (4000, 1000), "white").save(turned, "JPEG", exif=exif.tobytes())
+    assert ocr.open_image(turned.getvalue(), max_mb=10, max_pixels=40_000_000, fit=2000).size == (500, 2000)
+    small = ocr.open_image(media_files_png(), max_mb=10, max_pixels=40_000_000, fit=2000)
+    assert small.size == (400, 40 + 36 * 16 // 10)  # a smaller one is left as it is
+
+
+def media_files_png() -> bytes:
+    import media_files
+
+    return media_files.text_png(["x"], width=400)
