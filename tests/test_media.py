@@ -425,3 +425,25 @@ def media_files_png() -> bytes:
     import media_files
 
     return media_files.text_png(["x"], width=400)
+
+
+# --- status messages in flight ----------------------------------------------------------------------
+
+def test_a_status_message_in_flight_is_left_for_the_next_run_only_and_goes_once_settled(tmp_path):
+    from rag.media.inflight import InFlight
+
+    first = InFlight(tmp_path / "media.sqlite")
+    kept = first.shown("telegram", "telegram:111", {"chat_id": 111, "message_id": 7})
+    done = first.shown("telegram", "telegram:111", {"chat_id": 111, "message_id": 8})
+    first.shown("discord", "discord:5", {"user_id": 5})
+    first.settled(done)
+    # a bot that reconnects in the same run: the job of message 7 still runs, nobody is told
+    assert first.left("telegram") == []
+    first.close()  # a stop, or a kill -9
+    second = InFlight(tmp_path / "media.sqlite")
+    left = second.left("telegram")
+    assert [(s.id, s.person, s.place) for s in left] == [(kept, "telegram:111", {"chat_id": 111, "message_id": 7})]
+    second.settled(kept)
+    assert second.left("telegram") == [] and [s.person for s in second.left("discord")] == ["discord:5"]
+    assert second.forget("discord:5") == 1 and second.left("discord") == []
+    second.close()

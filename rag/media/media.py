@@ -14,6 +14,7 @@ from typing import Awaitable, Callable, Iterator
 
 import numpy as np
 
+from rag.errors import UserError
 from rag.media import audio, inflight, ocr, speech
 from rag.media.base import OCR_EXTRA, SPEECH_EXTRA, NoSpeech, NoText, NotInstalled, TooBig, Reader, Reading, Transcriber, Transcript
 from rag.media.inflight import InFlight
@@ -49,6 +50,7 @@ class Media:
         self._engines: dict[str, object] = {}
         self._lock = threading.Lock()
         self._in_flight: InFlight | None = None
+        self._closed = False
 
     # --- what works here ----------------------------------------------------------------------
 
@@ -176,6 +178,8 @@ class Media:
     def in_flight(self) -> InFlight:
         """The status messages shown for jobs that have not ended (made on first use)."""
         with self._lock:
+            if self._closed:
+                raise UserError("the media part is closed (the daemon is stopping)")
             if self._in_flight is None:
                 self._in_flight = InFlight(self.state_dir / inflight.FILE)
             return self._in_flight
@@ -188,6 +192,7 @@ class Media:
         """Jobs waiting are cancelled; a step running ends in its thread (``busy``)."""
         self.line.close()
         with self._lock:
+            self._closed = True
             if self._in_flight is not None:
                 self._in_flight.close()
                 self._in_flight = None
