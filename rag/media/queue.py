@@ -49,8 +49,9 @@ class Line:
     """The line (``lock_path``: the lock file held while a main-lane step runs, the quick lane's
     beside it with ``.quick`` added; None: none)."""
 
-    def __init__(self, lock_path: Path | None = None):
+    def __init__(self, lock_path: Path | None = None, after_step: Callable[[], None] | None = None):
         self.lock_path = lock_path
+        self.after_step = after_step  # called in the lane's thread after each step (whatever its outcome)
         self.quick_lock_path = lock_path.with_name(lock_path.name + ".quick") if lock_path else None
         self._cond = threading.Condition()
         self._jobs: dict[str, deque[_Entry]] = {}  # person -> their jobs, in order
@@ -203,9 +204,18 @@ class Line:
             with self._locked(self.lock_path if lane == "main" else self.quick_lock_path):
                 result = entry.step()
         except Exception as err:
+            self._after()
             self._advance(entry, lambda failed=err: entry.job.throw(failed))
             return
+        self._after()
         self._advance(entry, lambda: entry.job.send(result))
+
+    def _after(self) -> None:
+        if self.after_step is not None:
+            try:
+                self.after_step()
+            except Exception:
+                log.exception("after a media step")
 
     @staticmethod
     def _advance(entry: _Entry, resume: Callable[[], Callable[[], Any]]) -> None:
