@@ -348,6 +348,11 @@ class MediaConfig(Section):
                          "clip's piece and a short clip or an image beside it)")
     max_image_mb: float = Field(default=10.0, gt=0, description="the largest image read for its text")
     max_image_pixels: int = Field(default=40_000_000, ge=10_000, description="an image with more pixels is not read")
+    ocr_pixels: int = Field(
+        default=2_400_000, ge=100_000, le=40_000_000,
+        description="an image is read at most this many pixels (and 2,000 on its long side), scaled down as it is "
+        "decoded: the OCR's memory grows with it, about 130 MB a million pixels (a phone's screenshot is under 2 "
+        "million)")
 
 
 class MemoryConfig(Section):

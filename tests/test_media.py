@@ -412,6 +412,14 @@ def test_a_large_image_is_scaled_to_what_the_reader_looks_at_as_it_is_decoded():
         image = ocr.open_image(buf.getvalue(), max_mb=10, max_pixels=40_000_000, fit=2000)
         assert max(image.size) == 2000 and image.mode == "RGB", (fmt, image.size)
         assert image.size[0] / image.size[1] == pytest.approx(size[0] / size[1], rel=0.01)
+    square = io.BytesIO()  # at most read_pixels too: what the text detector's memory grows with
+    Image.new("RGB", (3000, 3000), "white").save(square, "PNG")
+    image = ocr.open_image(square.getvalue(), max_mb=10, max_pixels=40_000_000, fit=2000, read_pixels=2_400_000)
+    assert image.size == (1549, 1549)
+    phone = io.BytesIO()  # a phone's screenshot: 2,000 on its long side is under read_pixels
+    Image.new("RGB", (1080, 2340), "white").save(phone, "PNG")
+    assert ocr.open_image(phone.getvalue(), max_mb=10, max_pixels=40_000_000, fit=2000,
+                          read_pixels=2_400_000).size == (923, 2000)
     turned = io.BytesIO()  # a phone's photo, stored sideways with its EXIF orientation: scaled, then turned upright
     exif = Image.Exif()
     exif[0x0112] = 6

@@ -33,7 +33,7 @@ SPEECH: dict[str, tuple[Callable[[], str | None], Callable[[MediaConfig, Path], 
 }
 OCR: dict[str, tuple[Callable[[], str | None], Callable[[MediaConfig, Path], Reader]]] = {
     "rapidocr": (ocr.installed, lambda cfg, models: ocr.RapidReader(cfg.threads, cfg.max_image_mb,
-                                                                     cfg.max_image_pixels)),
+                                                                     cfg.max_image_pixels, cfg.ocr_pixels)),
 }
 OFF = {"speech": "语音转写已关闭（media.speech: off）。 / Voice messages are turned off (media.speech: off).",
        "ocr": "图片文字识别已关闭（media.ocr: off）。 / Reading images is turned off (media.ocr: off)."}

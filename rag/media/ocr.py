@@ -29,13 +29,14 @@ def installed() -> str | None:
     return None
 
 
-def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True, fit: int | None = None):
+def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True, fit: int | None = None,
+               read_pixels: int | None = None):
     """The image, upright and in RGB; ``TooBig`` (too large, too many pixels) or ``Unreadable``
     (not an image) otherwise. The size in pixels is read from the header, before any pixel is
     decoded (``decode`` False: only that check, nothing decoded: a quick refusal before the image
-    waits in line). ``fit``: the longest side the reader looks at; a larger image is scaled down
-    to it as it is decoded (a JPEG is decoded at a smaller scale), so a large image costs its
-    decoded pixels once, not in every copy made of it."""
+    waits in line). ``fit``: the longest side the reader looks at, ``read_pixels``: the most pixels;
+    a larger image is scaled down to both as it is decoded (a JPEG is decoded at a smaller scale),
+    so a large image costs its decoded pixels once, not in every copy made of it."""
     from PIL import Image, ImageOps  # the ocr extra's
 
     if len(data) > max_mb * 1024 * 1024:
@@ -56,10 +57,12 @@ def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True,
                 raise TooBig(too_many_pixels(width * height, max_pixels, f"{width}×{height}"))
             if not decode:
                 return None
-            if fit and max(width, height) > fit:
+            scale = min(1.0, (fit or max(width, height)) / max(width, height),
+                        ((read_pixels or width * height) / (width * height)) ** 0.5)
+            if scale < 1.0:
                 if image.mode not in _SCALED:
                     image = image.convert("RGB")
-                image.thumbnail((fit, fit), Image.Resampling.LANCZOS)
+                image.thumbnail((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.LANCZOS)
             else:
                 image.load()
             image = ImageOps.exif_transpose(image)
@@ -108,15 +111,18 @@ class RapidReader:
 
     name = "rapidocr"
 
-    def __init__(self, threads: int = 2, max_mb: float = 10.0, max_pixels: int = 40_000_000):
+    def __init__(self, threads: int = 2, max_mb: float = 10.0, max_pixels: int = 40_000_000,
+                 read_pixels: int = 2_400_000):
         from rapidocr_onnxruntime import RapidOCR
 
         self.engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
-        self.max_mb, self.max_pixels = max_mb, max_pixels
+        self.max_mb, self.max_pixels, self.read_pixels = max_mb, max_pixels, read_pixels
 
     def read(self, data: bytes) -> list[str]:
-        # scaled to the longest side RapidOCR reads at (it scales a larger image down to it itself)
-        image = open_image(data, self.max_mb, self.max_pixels, fit=self.engine.max_side_len)
+        # scaled to the longest side RapidOCR reads at (it scales a larger image down to it itself) and to
+        # ``read_pixels``: its text detector's memory grows with the pixels (media.ocr_pixels)
+        image = open_image(data, self.max_mb, self.max_pixels, fit=self.engine.max_side_len,
+                           read_pixels=self.read_pixels)
         bgr = np.asarray(image)[:, :, ::-1].copy()
         result, _ = self.engine(bgr)
         return lines_of(result)
