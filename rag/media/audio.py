@@ -37,7 +37,6 @@ class Clip:
     seconds: float | None
     rate: int
     channels: int
-    codec: str
 
 
 def probe(data: bytes, max_seconds: float) -> Clip:
@@ -69,7 +68,7 @@ def _header(container, max_seconds: float):
     seconds = max(lengths) if lengths else None
     if seconds is not None and seconds > (max_seconds + GRACE) * HEADER_SLACK:
         raise TooLong(too_long(max_seconds))
-    return stream, Clip(seconds, rate, channels, stream.codec_context.name or "")
+    return stream, Clip(seconds, rate, channels)
 
 
 def decode(data: bytes, max_seconds: float) -> np.ndarray:

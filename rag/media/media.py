@@ -53,6 +53,7 @@ class Media:
         self._lock = threading.Lock()
         self._in_flight: InFlight | None = None
         self._closed = False
+        self._store_lock = threading.Lock()  # (not the engines': a model loads for seconds under that one)
 
     # --- what works here ----------------------------------------------------------------------
 
@@ -179,7 +180,7 @@ class Media:
     @property
     def in_flight(self) -> InFlight:
         """The status messages shown for jobs that have not ended (made on first use)."""
-        with self._lock:
+        with self._store_lock:
             if self._closed:
                 raise UserError("the media part is closed (the daemon is stopping)")
             if self._in_flight is None:
@@ -193,7 +194,7 @@ class Media:
     def close(self) -> None:
         """Jobs waiting are cancelled; a step running ends in its thread (``busy``)."""
         self.line.close()
-        with self._lock:
+        with self._store_lock:
             self._closed = True
             if self._in_flight is not None:
                 self._in_flight.close()
