@@ -5,6 +5,7 @@ fake Leanote; clips and images are made here (``media_files``)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -13,6 +14,7 @@ pytest.importorskip("rapidocr_onnxruntime")
 
 import media_files  # noqa: E402
 from bot.chat.texts import INTERRUPTED  # noqa: E402
+from rag.media.inflight import InFlight  # noqa: E402
 import test_discord_capture  # noqa: E402
 from conftest import until  # noqa: E402
 from fakes.discord import embed_text  # noqa: E402
@@ -127,8 +129,15 @@ def test_a_decode_bomb_asked_about_is_too_long_and_a_response_a_stop_cut_off_say
     it = cut_off["it"]
     assert "ahead of you" in it.texts()[-1]
 
+    # and one left by a run an hour ago: its response can no longer be edited, a direct message says it
+    old = InFlight(settings.state_dir / "media.sqlite", clock=lambda: time.time() - 3600)
+    old.shown("discord", f"discord:{ONE}", {"application_id": 1, "token": "gone", "user_id": ONE})
+    old.close()
+
     async def second(daemon):
         await until(lambda: it.texts()[-1] == INTERRUPTED, 60, "the response to say it was interrupted")
+        await until(lambda: fake.dms.get(ONE), 60, "the direct message")
+        assert fake.dms[ONE] == [f"/ask: {INTERRUPTED}"]
         assert not daemon.parts.media.in_flight.left("discord")
 
     run(settings, fake, second)
