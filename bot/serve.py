@@ -19,9 +19,11 @@ cut; what it committed stays, and the next start carries on), the parts are clos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 from typing import Awaitable, Callable
 
@@ -95,6 +97,7 @@ class Daemon:
         self._started = asyncio.Event()  # the schedule runs
         self.digests: DigestJobs | None = None  # each person's digest job (``bot.digests``)
         self._following: set[asyncio.Task] = set()  # the digest jobs following a reload
+        self.unfinished = False  # closed with media work still running in its thread (``exit``)
 
     # --- what the doors and the tests read ----------------------------------------------------
 
@@ -189,8 +192,12 @@ class Daemon:
         if self.parts is not None:
             if self.parts.built("schedule"):
                 self.parts.schedule.close()
+            media = self.parts.media if self.parts.built("media") else None
             self.parts.close()
             self.parts = None
+            # a transcription or an OCR cannot be stopped: still running, the process must not be torn down
+            # under it (its engine's threads destroyed at the interpreter's exit: std::terminate, rc 134)
+            self.unfinished = media is not None and media.busy()
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT (or ``stop()``)."""
@@ -273,6 +280,20 @@ class Daemon:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def exit(self) -> None:
+        """After ``run``: when media work was still running as it closed (a transcription, an OCR:
+        native code that cannot be interrupted; its job was dropped, and the person is told at the
+        next start), the process ends here, its state closed, without the interpreter's teardown,
+        which would destroy the engine under it. Otherwise nothing: the process ends as usual."""
+        if not self.unfinished:
+            return
+        log.info("a transcription or image reading was still running: it ends with the process")
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
 
     async def _watchdog(self) -> None:
         """Under systemd's WatchdogSec=: a ping every half period while the event loop runs

@@ -28,7 +28,11 @@ log = logging.getLogger(__name__)
 CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
 SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
-from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
+from rag.sections import (AnswerConfig, Bm25Config, ChunkingConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig,
+                          MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig,
+                          SyncConfig)
+from rag.sections_chat import (ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, LimitsConfig, MediaConfig,
+                               TelegramConfig, UserMap)
 
 
 QUESTIONS_WEIGHT = 0.25  # retrieval.questions_weight unset while memory.questions is auto or on

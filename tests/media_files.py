@@ -75,3 +75,53 @@ def text_png(lines: list[str], size: int = 36, width: int = 900) -> bytes:
     buf = io.BytesIO()
     image.save(buf, "PNG")
     return buf.getvalue()
+
+
+def matroska_pcm(blocks: int, samples: int, rate: int = 1000, claims: float | None = None) -> bytes:
+    """A Matroska file of 16-bit PCM at ``rate`` Hz: ``blocks`` blocks of ``samples`` samples of
+    silence each (one block of 5,000,000 at 1000 Hz: 83 minutes in 10 MB, a decode bomb). ``claims``:
+    the length its header says, in seconds (its Segment's Duration overwritten: a header that lies)."""
+    import av
+    import struct
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="matroska") as container:
+        stream = container.add_stream("pcm_s16le", rate=rate)
+        stream.layout = "mono"
+        for n in range(blocks):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, samples), dtype=np.int16), format="s16", layout="mono")
+            frame.sample_rate, frame.pts = rate, n * samples
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    data = buf.getvalue()
+    if claims is not None:  # the Duration element (0x4489, 8-byte float, in the default 1 ms ticks)
+        at = data.index(b"\x44\x89\x88") + 3
+        data = data[:at] + struct.pack(">d", claims * 1000.0) + data[at + 8:]
+    return data
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header says ``width``×``height`` (8-bit grey) over a few bytes of pixels: a
+    decompression bomb's header, which is all that is read of it."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + chunk(b"IEND", b""))
+
+
+def jpeg_claiming(width: int, height: int) -> bytes:
+    """A JPEG whose header (its SOF0 segment) says ``width``×``height``, and nothing after it."""
+    import struct
+
+    def segment(marker: int, data: bytes) -> bytes:
+        return b"\xff" + bytes([marker]) + struct.pack(">H", len(data) + 2) + data
+
+    frame = struct.pack(">BHHB", 8, height, width, 3) + b"".join(struct.pack(">BBB", i, 0x11, 0) for i in (1, 2, 3))
+    return (b"\xff\xd8" + segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00") + segment(0xC0, frame)
+            + b"\xff\xd9")

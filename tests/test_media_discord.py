@@ -4,12 +4,17 @@ fake Leanote; clips and images are made here (``media_files``)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 pytest.importorskip("faster_whisper")
 pytest.importorskip("rapidocr_onnxruntime")
 
 import media_files  # noqa: E402
+from bot.chat.texts import INTERRUPTED  # noqa: E402
+from rag.media.inflight import InFlight  # noqa: E402
 import test_discord_capture  # noqa: E402
 from conftest import until  # noqa: E402
 from fakes.discord import embed_text  # noqa: E402
@@ -87,3 +92,52 @@ def test_an_image_asked_or_noted_is_read_and_what_is_neither_is_refused(world):
         assert "neither" in it.texts()[-1] and it.ephemeral and len(fake.downloads) == downloads
 
     run(world.settings(), fake, scenario)
+
+
+@pytest.mark.slow
+def test_a_decode_bomb_asked_about_is_too_long_and_a_response_a_stop_cut_off_says_so_at_the_next_start(world):
+    """``/ask file:`` with an 83-minute Matroska file in 10 MB: "too long", from its header, nothing
+    loaded. A clip waiting in the line when the daemon stops: the next start edits its response to
+    say it was interrupted (the response would say "in line" forever)."""
+    fake = world.fake
+    settings = world.settings(capture={"max_file_mb": 20})
+    cut_off = {}
+
+    async def first(daemon):
+        bomb = fake.upload("voice-message.ogg", media_files.matroska_pcm(1, 5_000_000, 1000), "audio/ogg",
+                           channel_id=CHANNEL)
+        it = slash(fake, "ask", {"file": bomb})
+        await until(lambda: it.answered() and not it.thinking() and "Too long" in it.texts()[-1], 60, "the refusal")
+        assert "at most 60 s" in it.texts()[-1] and not daemon.parts.media._engines
+        # the line busy with someone else's job (held here) when the daemon stops
+        gate = threading.Event()
+
+        def someone_elses():
+            yield lambda: gate.wait(60)
+
+        daemon.parts.media.line.submit("discord:999", someone_elses(), quick=True)
+        clip = fake.upload("voice-message.ogg", media_files.tone(2.0), "audio/ogg", channel_id=CHANNEL)
+        cut_off["it"] = it = slash(fake, "ask", {"file": clip})
+        await until(lambda: it.texts() and "ahead of you" in it.texts()[-1], 60, "its place in line")
+        cut_off["gate"] = gate
+
+    try:
+        run(settings, fake, first)
+    finally:
+        if "gate" in cut_off:
+            cut_off["gate"].set()
+    it = cut_off["it"]
+    assert "ahead of you" in it.texts()[-1]
+
+    # and one left by a run an hour ago: its response can no longer be edited, a direct message says it
+    old = InFlight(settings.state_dir / "media.sqlite", clock=lambda: time.time() - 3600)
+    old.shown("discord", f"discord:{ONE}", {"application_id": 1, "token": "gone", "user_id": ONE})
+    old.close()
+
+    async def second(daemon):
+        await until(lambda: it.texts()[-1] == INTERRUPTED, 60, "the response to say it was interrupted")
+        await until(lambda: fake.dms.get(ONE), 60, "the direct message")
+        assert fake.dms[ONE] == [f"/ask: {INTERRUPTED}"]
+        assert not daemon.parts.media.in_flight.left("discord")
+
+    run(settings, fake, second)

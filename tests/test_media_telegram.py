@@ -197,3 +197,29 @@ def test_without_the_extras_installed_the_bot_says_what_to_install(world, monkey
         assert note["Files"] and "Recognised text" not in note["Content"]
 
     run(make(), tg, scenario)
+
+
+@pytest.mark.slow
+def test_a_decode_bomb_sent_as_a_short_voice_message_and_images_claiming_billions_of_pixels_are_refused_as_such(world):
+    """An 83-minute Matroska file in 10 MB sent as a 5 s voice message: "too long", from its header,
+    with nothing loaded or decoded; a 40000² PNG and a JPEG header claiming 65500²: "too many pixels"."""
+    make, tg, ollama, leanote = world
+
+    async def scenario(daemon):
+        tg.add_file("v-bomb", media_files.matroska_pcm(1, 5_000_000, 1000))
+        before = len(tg.sent_to(OWNER))
+        tg.send_voice(OWNER, "v-bomb", duration=5)
+        status = await status_and_reply(tg, OWNER, before, "Too long")
+        assert "Too long" in status["text"] and "at most 60 s" in status["text"], status["text"]
+        assert "v-bomb" in tg.downloads and not daemon.parts.media._engines  # refused from its header
+        chats = len(ollama.chats())
+        for name, data, mime in (("bomb.png", media_files.png_claiming(40_000, 40_000), "image/png"),
+                                 ("bomb.jpg", media_files.jpeg_claiming(65_500, 65_500), "image/jpeg")):
+            tg.add_file(name, data)
+            before = len(tg.sent_to(OWNER))
+            tg.send_document(OWNER, name, name, mime, caption="这是什么错误？")
+            got = await reply_to(tg, OWNER, before)
+            assert "too many pixels" in got["text"] and "not an image" not in got["text"], got["text"]
+        assert len(ollama.chats()) == chats and not daemon.parts.media._engines
+
+    run(make(max_file_mb=20), tg, scenario)

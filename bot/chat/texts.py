@@ -35,6 +35,8 @@ SYNCING = "开始同步… / Syncing…"
 NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
 TRANSCRIBING = "🎙 正在转写… / Transcribing…"
 READING_IMAGE = "🔎 正在识别图中文字… / Reading the text in the image…"
+# a voice message's or a photo's status message whose work a stop or a crash of the server cut off (said at its next start)
+INTERRUPTED = "⚠️ 服务重启，这条没处理完，请再发一次。 / Interrupted: the server restarted before this was done; please send it again."
 
 
 def waiting_text(ahead: int) -> str:

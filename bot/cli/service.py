@@ -108,7 +108,9 @@ def serve(app: App) -> None:
     from bot.serve import Daemon
     from bot.serve import services
 
-    asyncio.run(Daemon(app.settings, services()).run())
+    daemon = Daemon(app.settings, services())
+    asyncio.run(daemon.run())
+    daemon.exit()
 
 
 @click.command()

@@ -54,6 +54,7 @@ class DiscordBot:
         self.pacers: list = []
         self.dynamic: tuple = ()  # the buttons' classes, so a press is understood after a restart too
         self.client.setup_hook = self._setup
+        self.after_login: list = []  # coroutine functions run once logged in (before the gateway connects)
 
     @property
     def cfg(self):
@@ -98,6 +99,8 @@ class DiscordBot:
                 await self.tree.sync(guild=guild)
         else:
             await self.tree.sync()
+        for then in self.after_login:
+            await then()
 
     async def run(self, token: str) -> None:
         """Connect until the host stops; a connection failure propagates to the host's

@@ -8,13 +8,14 @@ image given to ``/note``, or in a message saved from the menu, is read by the ca
 from __future__ import annotations
 
 import logging
+import time
 
 import discord
 
 from rag.capture import Attachment
 from rag.media.base import MediaError, NoText
 
-from bot.chat.texts import READING_IMAGE, TRANSCRIBING, heard_line, seen_line, waiting_text
+from bot.chat.texts import INTERRUPTED, READING_IMAGE, TRANSCRIBING, heard_line, seen_line, waiting_text
 from bot.discord import answering, unasked
 from bot.discord.bot import DiscordBot
 from bot.render import DISCORD_CONTENT
@@ -51,12 +52,17 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     async def wait(ahead: int) -> None:
         await interaction.edit_original_response(content=waiting_text(ahead) if ahead else doing)
 
+    # the response says what is being done until the answer replaces it: kept on disk until then, so that
+    # a stop or a crash in between is said at the next start (``interrupted``)
+    shown = await media_case.shown(bot.parts, person, "discord", {
+        "application_id": interaction.application_id, "token": interaction.token, "user_id": interaction.user.id})
     try:
         data = await file.read()
     except (discord.HTTPException, OSError) as err:
         log.warning("downloading Discord attachment %s failed: %s", file.filename, err)
         await interaction.edit_original_response(content=f"没能下载文件 {file.filename}。 / Could not download "
                                                          f"{file.filename}.")
+        await media_case.settled(bot.parts, shown)
         return
     try:
         if kind.is_audio:
@@ -77,5 +83,27 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
             asked = media_case.photo_question(question, reading)
     except MediaError as err:
         await interaction.edit_original_response(content=str(err)[:DISCORD_CONTENT])
+        await media_case.settled(bot.parts, shown)
         return
+    await media_case.settled(bot.parts, shown)
     await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio)
+
+
+# an interaction's token edits its response for 15 minutes; later the person gets a direct message
+EDITABLE = 14 * 60
+
+
+async def interrupted(bot: DiscordBot) -> None:
+    """At the start: each ``/ask file:`` response a stop or a crash left saying it was at work now
+    says the job was interrupted (a direct message once the response can no longer be edited)."""
+
+    async def tell(shown) -> None:
+        place = shown.place
+        if time.time() - shown.time < EDITABLE:
+            webhook = discord.Webhook.partial(int(place["application_id"]), place["token"], client=bot.client)
+            await webhook.edit_message("@original", content=INTERRUPTED)  # (the route Discord gives the response)
+        else:
+            channel = await bot.client.create_dm(discord.Object(id=int(place["user_id"])))
+            await channel.send(f"/ask: {INTERRUPTED}")
+
+    await media_case.interrupted(bot.parts, "discord", tell)

@@ -178,6 +178,7 @@ async def service(host) -> None:
         await gaps.tell(bot, person, text)
 
     gaps_case.announce_with(host.parts, "discord", tell)
+    bot.after_login.append(lambda: media.interrupted(bot))  # an /ask file: a stop or a crash cut off: said so
     try:
         await bot.run(token)
     except discord.LoginFailure:

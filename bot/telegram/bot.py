@@ -17,9 +17,10 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
 from bot.chat.access import STRANGER, Access
 from bot.chat.digest import split_lines
-from bot.chat.texts import SORRY, commands
+from bot.chat.texts import INTERRUPTED, SORRY, commands
 from bot.usecases import capture as capture_case
 from bot.usecases import gaps as gaps_case
+from bot.usecases import media as media_case
 from bot.usecases.people import Person, person_key
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class TelegramBot:
             # a capture whose answer a kill cut off is told when it is written
             capture_case.announce_with(self.parts, "telegram", self.announce)
             gaps_case.announce_with(self.parts, "telegram", self.tell)  # a gap a note answers now, a digest
+            await self.interrupted()  # a voice message or photo a stop or a crash cut off: said so
             await self.host.stopping.wait()
         finally:
             if self.host.parts is not None:
@@ -123,6 +125,16 @@ class TelegramBot:
         reply = ReplyParameters(int(message), allow_sending_without_reply=True) if message.isdigit() else None
         await self.retrying(lambda: self.app.bot.send_message(chat_id, text, reply_parameters=reply,
                                                               link_preview_options=NO_PREVIEW))
+
+    async def interrupted(self) -> None:
+        """At the start: each media status message a stop or a crash left saying it was at work
+        ("🎙 Transcribing…") now says the job was interrupted, and to send it again."""
+
+        async def tell(shown) -> None:
+            await self.retrying(lambda: self.app.bot.edit_message_text(
+                INTERRUPTED, chat_id=shown.place["chat_id"], message_id=shown.place["message_id"]))
+
+        await media_case.interrupted(self.parts, "telegram", tell)
 
     async def tell(self, person: str, text: str) -> None:
         """Tell a person something in their private chat (a gap a note answers now, a digest)."""

@@ -77,17 +77,17 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     files = await _fetch(tg, message, tg.host.settings.media.max_audio_mb, "a voice message")
     if not files:
         return
-    status, wait = await _status(message, TRANSCRIBING)
+    status, wait, shown = await _status(tg, person, message, TRANSCRIBING)
     try:
         got = await media_case.voice(tg.parts, person, files[0], command=command, typed=after_command(caption),
                                      once=once_of(update), on_wait=wait)
     except MediaError as err:
-        await _edit(status, str(err))
+        await _settle(tg, shown, status, str(err))
         return
     if got.transcript is None:  # captured before (the same message again), or kept without its words
-        await _edit(status, got.receipt.message)
+        await _settle(tg, shown, status, got.receipt.message)
         return
-    await _edit(status, heard_line(got.transcript.line()))
+    await _settle(tg, shown, status, heard_line(got.transcript.line()))
     if got.kind == "ask":
         if not await unasked.offer(tg, update, got.transcript.text, clip=files[0]):  # a reminder: not asked
             await answering.answer(tg, update, got.transcript.text, heard=True)
@@ -118,17 +118,17 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
     except MediaError as err:
         await message.reply_text(str(err))
         return
-    status, wait = await _status(message, READING_IMAGE)
+    status, wait, shown = await _status(tg, person, message, READING_IMAGE)
     try:
         reading = await media_case.read(tg.parts, person, files[0].data, on_wait=wait)
     except NoText as err:  # the words sent with it are still a question
-        await _edit(status, str(err))
+        await _settle(tg, shown, status, str(err))
         reading = None
     except MediaError as err:
-        await _edit(status, str(err))
+        await _settle(tg, shown, status, str(err))
         return
     if reading is not None:
-        await _edit(status, seen_line(" ".join(reading.lines)[:300]))
+        await _settle(tg, shown, status, seen_line(" ".join(reading.lines)[:300]))
     await answering.answer(tg, update, media_case.photo_question(question, reading))
 
 
@@ -146,10 +146,13 @@ async def _fetch(tg: TelegramBot, message: Message, max_mb: float, what: str) ->
     return files
 
 
-async def _status(message: Message, working: str):
+async def _status(tg: TelegramBot, person, message: Message, working: str):
     """The one message that says the job's place in the machine's line, then ``working``
-    while it runs, then what came of it: the message and the ``on_wait`` that keeps it."""
+    while it runs, then what came of it (``_settle``): the message, the ``on_wait`` that keeps
+    it, and its record on disk until then (a restart says the job was interrupted: ``TelegramBot.run``)."""
     status = await message.reply_text(working)
+    shown = await media_case.shown(tg.parts, person, "telegram", {"chat_id": status.chat_id,
+                                                                  "message_id": status.message_id})
     waiting = in_line(message)
     waiting.shown["status"] = status
 
@@ -159,7 +162,13 @@ async def _status(message: Message, working: str):
         else:
             await _edit(status, working)
 
-    return status, wait
+    return status, wait, shown
+
+
+async def _settle(tg: TelegramBot, shown: int | None, status: Message, text: str) -> None:
+    """The status message says what came of its job, which has ended."""
+    await _edit(status, text)
+    await media_case.settled(tg.parts, shown)
 
 
 async def _edit(message: Message, text: str) -> None:

@@ -10,23 +10,32 @@
   is said under the receipt, and the capture is made all the same (nothing is lost).
 
 The work waits in the machine's one line (``rag.media.queue``); ``on_wait(n)`` hears how many
-jobs are ahead of the person's.
+jobs are ahead of the person's. The status message a door shows meanwhile is kept on disk from
+``shown`` to ``settled``; at the next start ``interrupted`` has the door tell the person of each
+one a stop or a crash left behind (``rag.media.inflight``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from rag.capture import VOICE_MARK, Attachment, Origin, Quote, Receipt, recognised
+from rag.errors import LeanoteRagError
 from rag.media.base import MediaError, NoText, Reading, Transcript
+from rag.media.inflight import Shown
 
 from bot.usecases import capture
 from bot.usecases.people import Person
 
 if TYPE_CHECKING:
     from bot.root import Parts
+
+log = logging.getLogger(__name__)
 
 Waiting = Callable[[int], Awaitable[None]]
 
@@ -159,3 +168,49 @@ async def voice(parts: "Parts", person: Person, clip: Attachment, *, command: st
     else:
         receipt = await capture.remember(parts, person, words, once=once)
     return Voice(kind, transcript, receipt)
+
+
+# --- status messages in flight ---------------------------------------------------------------------
+
+
+async def shown(parts: "Parts", person: Person, door: str, place: dict) -> int | None:
+    """A status message shown for the person's job (``place``: what ``door`` needs to edit it),
+    kept until ``settled``. None when it could not be kept (the job goes on all the same)."""
+    try:
+        return await asyncio.to_thread(parts.media.in_flight.shown, door, person.key, place)
+    except (LeanoteRagError, sqlite3.Error) as err:
+        log.warning("could not keep a media status message: %s", err)
+        return None
+
+
+async def settled(parts: "Parts", shown_id: int | None) -> None:
+    """The job ended, and its status message says what came of it."""
+    if shown_id is None:
+        return
+    try:
+        await asyncio.to_thread(parts.media.in_flight.settled, shown_id)
+    except (LeanoteRagError, sqlite3.Error) as err:
+        log.warning("could not settle a media status message: %s", err)
+
+
+async def interrupted(parts: "Parts", door: str, tell: Callable[[Shown], Awaitable[None]]) -> int:
+    """Each status message of ``door`` whose job a stop or a crash cut off, told (``tell`` edits
+    it to say so: ``bot.chat.texts.INTERRUPTED``) and then forgotten, also when telling failed (the
+    message deleted, the chat left: said in the log). How many were told."""
+    try:
+        left = await asyncio.to_thread(parts.media.in_flight.left, door)
+    except (LeanoteRagError, sqlite3.Error) as err:
+        log.warning("could not read the media status messages in flight: %s", err)
+        return 0
+    told = 0
+    for one in left:
+        try:
+            await tell(one)
+            told += 1
+        except Exception as err:  # noqa: BLE001 (whatever the platform said: the next one is told all the same)
+            log.info("could not tell %s that their media job was interrupted: %s", one.person, err)
+        await settled(parts, one.id)
+    if left:
+        log.info("%s: %d of %d media status messages left by a stop or a crash now say it was interrupted", door,
+                 told, len(left))
+    return told

@@ -5,6 +5,8 @@ loaded on first use, in the line's thread), the one line their work waits in, an
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import logging
 import threading
 import time
@@ -14,10 +16,12 @@ from typing import Awaitable, Callable, Iterator
 
 import numpy as np
 
-from rag.media import audio, ocr, speech
+from rag.errors import UserError
+from rag.media import audio, inflight, ocr, speech
 from rag.media.base import OCR_EXTRA, SPEECH_EXTRA, NoSpeech, NoText, NotInstalled, TooBig, Reader, Reading, Transcriber, Transcript
-from rag.media.queue import Line
-from rag.sections import MediaConfig
+from rag.media.inflight import InFlight
+from rag.media.queue import LONG, Line
+from rag.sections_chat import MediaConfig
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,7 @@ SPEECH: dict[str, tuple[Callable[[], str | None], Callable[[MediaConfig, Path], 
 }
 OCR: dict[str, tuple[Callable[[], str | None], Callable[[MediaConfig, Path], Reader]]] = {
     "rapidocr": (ocr.installed, lambda cfg, models: ocr.RapidReader(cfg.threads, cfg.max_image_mb,
-                                                                     cfg.max_image_pixels)),
+                                                                     cfg.max_image_pixels, cfg.ocr_pixels)),
 }
 OFF = {"speech": "语音转写已关闭（media.speech: off）。 / Voice messages are turned off (media.speech: off).",
        "ocr": "图片文字识别已关闭（media.ocr: off）。 / Reading images is turned off (media.ocr: off)."}
@@ -37,14 +41,19 @@ OFF = {"speech": "语音转写已关闭（media.speech: off）。 / Voice messag
 
 class Media:
     """Voice and images for one daemon: ``cfg`` (the ``media`` section), the models folder
-    (``<state_dir>/models``), the line (its lock file in the state folder)."""
+    (``<state_dir>/models``), the line (its lock file in the state folder), the status messages
+    in flight (``in_flight``: ``rag.media.inflight``)."""
 
     def __init__(self, cfg: MediaConfig, state_dir: Path):
         self.cfg = cfg
-        self.models = Path(state_dir) / "models"
-        self.line = Line(Path(state_dir) / "media.lock")
+        self.state_dir = Path(state_dir)
+        self.models = self.state_dir / "models"
+        self.line = Line(self.state_dir / "media.lock", after_step=give_back)
         self._engines: dict[str, object] = {}
         self._lock = threading.Lock()
+        self._in_flight: InFlight | None = None
+        self._closed = False
+        self._store_lock = threading.Lock()  # (not the engines': a model loads for seconds under that one)
 
     # --- what works here ----------------------------------------------------------------------
 
@@ -83,18 +92,31 @@ class Media:
         if len(data) > self.cfg.max_audio_mb * 1024 * 1024:
             raise TooBig(f"音频文件太大：最多 {self.cfg.max_audio_mb:g} MB。 / The audio file is too large: at most "
                          f"{self.cfg.max_audio_mb:g} MB (media.max_audio_mb).")
-        # decoded before it joins the line (a fraction of a second even for a long clip, and
-        # what cannot be decoded or is too long is said at once)
-        samples = await asyncio.to_thread(audio.decode, data, self.cfg.max_clip)
-        quick = samples.size <= self.cfg.piece * audio.RATE  # one piece: it need not wait behind a long clip's
-        return await self.line.run(person, self.hearing(samples), on_wait, quick)
+        # its header read at once (what is no audio, or says it is too long, is said before it waits);
+        # the decoding itself is the job's first step, in the line, one at a time (``audio``: a small
+        # file may hold hours)
+        clip = await asyncio.to_thread(audio.probe, data, self.cfg.max_clip)
+        quick = clip.seconds is not None and clip.seconds <= self.cfg.piece  # need not wait behind a long clip's piece
+        return await self.line.run(person, self.hearing(data), on_wait, quick)
 
-    def hearing(self, samples: np.ndarray) -> Iterator:
-        """The job of hearing a clip: a step for each of its pieces."""
+    def hearing(self, data: bytes) -> Iterator:
+        """The job of hearing a clip: its decoding with its first piece, then a step for each
+        other piece. A clip that turns out longer than one piece leaves the quick lane."""
         started = time.monotonic()
         texts, languages = [], Counter()
-        for piece in audio.pieces(samples, self.cfg.piece):
-            text, language = yield lambda piece=piece: self._engine("speech").transcribe(piece, self.cfg.language)
+
+        def first() -> tuple[np.ndarray, list[np.ndarray], tuple[str, str]]:
+            samples = audio.decode(data, self.cfg.max_clip)
+            pieces = audio.pieces(samples, self.cfg.piece)
+            return samples, pieces, self._engine("speech").transcribe(pieces[0], self.cfg.language)
+
+        samples, pieces, heard = yield first
+        if len(pieces) > 1:
+            yield LONG
+        for n, piece in enumerate(pieces):
+            if n:
+                heard = yield lambda piece=piece: self._engine("speech").transcribe(piece, self.cfg.language)
+            text, language = heard
             if text:
                 texts.append(text)
                 languages[language] += len(text)
@@ -155,9 +177,46 @@ class Media:
                 continue
             yield name, "ok", detail, ""
 
-    def close(self) -> None:
-        self.line.close()
+    @property
+    def in_flight(self) -> InFlight:
+        """The status messages shown for jobs that have not ended (made on first use)."""
+        with self._store_lock:
+            if self._closed:
+                raise UserError("the media part is closed (the daemon is stopping)")
+            if self._in_flight is None:
+                self._in_flight = InFlight(self.state_dir / inflight.FILE)
+            return self._in_flight
 
+    def busy(self) -> bool:
+        """Is a step (a transcription, an OCR: native code that cannot be stopped) running?"""
+        return self.line.busy()
+
+    def close(self) -> None:
+        """Jobs waiting are cancelled; a step running ends in its thread (``busy``)."""
+        self.line.close()
+        with self._store_lock:
+            self._closed = True
+            if self._in_flight is not None:
+                self._in_flight.close()
+                self._in_flight = None
+
+
+def give_back() -> None:
+    """What a step freed given back to the system. The engines' buffers (an OCR of a large image
+    takes half a gigabyte for a few seconds) are freed into glibc's heaps, which keep them: without
+    this the daemon stays at about its largest step's size, and the next step's peak comes on top
+    (measured: docs/voice-and-photos.md). Nothing where the C library is not glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
 def extra_of(kind: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import warnings
 from importlib import util as import_util
 
@@ -28,10 +29,14 @@ def installed() -> str | None:
     return None
 
 
-def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True):
-    """The image, upright and in RGB; ``TooBig`` or ``Unreadable`` (not an image) otherwise.
-    The size in pixels is read from the header, before any pixel is decoded (``decode`` False:
-    only that check, nothing decoded: a quick refusal before the image waits in line)."""
+def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True, fit: int | None = None,
+               read_pixels: int | None = None):
+    """The image, upright and in RGB; ``TooBig`` (too large, too many pixels) or ``Unreadable``
+    (not an image) otherwise. The size in pixels is read from the header, before any pixel is
+    decoded (``decode`` False: only that check, nothing decoded: a quick refusal before the image
+    waits in line). ``fit``: the longest side the reader looks at, ``read_pixels``: the most pixels;
+    a larger image is scaled down to both as it is decoded (a JPEG is decoded at a smaller scale),
+    so a large image costs its decoded pixels once, not in every copy made of it."""
     from PIL import Image, ImageOps  # the ocr extra's
 
     if len(data) > max_mb * 1024 * 1024:
@@ -39,21 +44,43 @@ def open_image(data: bytes, max_mb: float, max_pixels: int, decode: bool = True)
                      f"(media.max_image_mb).")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            # Pillow's warning past 89M pixels says nothing ours does not (below); its error past twice that is
+            # refused the same way, by the number of pixels it says the header claims
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            try:
+                image = Image.open(io.BytesIO(data))
+            except Image.DecompressionBombError as err:
+                said = _PIXELS.search(str(err))
+                raise TooBig(too_many_pixels(int(said.group(1)) if said else None, max_pixels)) from err
             width, height = image.size
             if width * height > max_pixels:
-                raise TooBig(f"图片像素太多：{width}×{height}，最多 {max_pixels:,} 像素。 / The image has too many "
-                             f"pixels: {width}×{height}, at most {max_pixels:,} (media.max_image_pixels).")
+                raise TooBig(too_many_pixels(width * height, max_pixels, f"{width}×{height}"))
             if not decode:
                 return None
-            image.load()
+            scale = min(1.0, (fit or max(width, height)) / max(width, height),
+                        ((read_pixels or width * height) / (width * height)) ** 0.5)
+            if scale < 1.0:
+                if image.mode not in _SCALED:
+                    image = image.convert("RGB")
+                image.thumbnail((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.LANCZOS)
+            else:
+                image.load()
             image = ImageOps.exif_transpose(image)
             return image.convert("RGB")
     except TooBig:
         raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
         raise Unreadable(NOT_AN_IMAGE) from err
+
+
+_PIXELS = re.compile(r"\((\d+) pixels\)")
+_SCALED = ("L", "LA", "RGB", "RGBA", "CMYK")  # modes scaled down as they are; others made RGB first
+
+
+def too_many_pixels(pixels: int | None, max_pixels: int, size: str = "") -> str:
+    said = size or (f"{pixels:,}" if pixels else f"over {max_pixels:,}")
+    return (f"图片像素太多：{said}，最多 {max_pixels:,} 像素。 / The image has too many pixels: {said}, at most "
+            f"{max_pixels:,} (media.max_image_pixels).")
 
 
 def lines_of(result) -> list[str]:
@@ -84,14 +111,18 @@ class RapidReader:
 
     name = "rapidocr"
 
-    def __init__(self, threads: int = 2, max_mb: float = 10.0, max_pixels: int = 40_000_000):
+    def __init__(self, threads: int = 2, max_mb: float = 10.0, max_pixels: int = 40_000_000,
+                 read_pixels: int = 2_400_000):
         from rapidocr_onnxruntime import RapidOCR
 
         self.engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
-        self.max_mb, self.max_pixels = max_mb, max_pixels
+        self.max_mb, self.max_pixels, self.read_pixels = max_mb, max_pixels, read_pixels
 
     def read(self, data: bytes) -> list[str]:
-        image = open_image(data, self.max_mb, self.max_pixels)
+        # scaled to the longest side RapidOCR reads at (it scales a larger image down to it itself) and to
+        # ``read_pixels``: its text detector's memory grows with the pixels (media.ocr_pixels)
+        image = open_image(data, self.max_mb, self.max_pixels, fit=self.engine.max_side_len,
+                           read_pixels=self.read_pixels)
         bgr = np.asarray(image)[:, :, ::-1].copy()
         result, _ = self.engine(bgr)
         return lines_of(result)

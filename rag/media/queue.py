@@ -12,7 +12,9 @@ A piece already running cannot be stopped, and on a busy machine one takes longe
 question lasts. So a quick job (one step: a clip no longer than one piece, or an image) does not
 wait behind a long job's piece at all: it runs beside it in the line's second lane, the quick
 lane (its own lock file). At most two steps run at once, the second always a quick job's; a
-quick job behind another quick job waits its turn as before.
+quick job behind another quick job waits its turn as before. A job submitted as quick that
+turns out long (a clip is decoded in its first step: its header may have said less) yields
+``LONG`` after that step, and goes on in the main lane, a step at a time like any long job.
 
 Whoever waits is told how many jobs are ahead of theirs (``on_wait(n)``) when it joins and
 each time that number falls, until it starts (``on_wait(0)``)."""
@@ -32,6 +34,7 @@ from typing import Any, Awaitable, Callable, Generator, Iterator
 log = logging.getLogger(__name__)
 
 Job = Generator[Callable[[], Any], Any, Any]
+LONG = object()  # yielded by a job (instead of a step) once it knows it is not one quick step; it is sent None
 
 
 class _Entry:
@@ -46,8 +49,9 @@ class Line:
     """The line (``lock_path``: the lock file held while a main-lane step runs, the quick lane's
     beside it with ``.quick`` added; None: none)."""
 
-    def __init__(self, lock_path: Path | None = None):
+    def __init__(self, lock_path: Path | None = None, after_step: Callable[[], None] | None = None):
         self.lock_path = lock_path
+        self.after_step = after_step  # called in the lane's thread after each step (whatever its outcome)
         self.quick_lock_path = lock_path.with_name(lock_path.name + ".quick") if lock_path else None
         self._cond = threading.Condition()
         self._jobs: dict[str, deque[_Entry]] = {}  # person -> their jobs, in order
@@ -164,8 +168,8 @@ class Line:
                 self._tell()
             while entry.step is not None and not entry.future.cancelled():
                 self._step(entry, lane)
-                if lane == "main":
-                    break  # one step, then the next person's turn; the quick lane runs its job to the end
+                if lane == "main" or not entry.quick:
+                    break  # one step, then the next person's turn; the quick lane runs a quick job to the end
             with self._cond:
                 if lane == "main":
                     self.running = None
@@ -200,15 +204,28 @@ class Line:
             with self._locked(self.lock_path if lane == "main" else self.quick_lock_path):
                 result = entry.step()
         except Exception as err:
+            self._after()
             self._advance(entry, lambda failed=err: entry.job.throw(failed))
             return
+        self._after()
         self._advance(entry, lambda: entry.job.send(result))
+
+    def _after(self) -> None:
+        if self.after_step is not None:
+            try:
+                self.after_step()
+            except Exception:
+                log.exception("after a media step")
 
     @staticmethod
     def _advance(entry: _Entry, resume: Callable[[], Callable[[], Any]]) -> None:
         """The job resumed: its next step, or its end (a result or an error) settled on its future."""
         try:
-            entry.step = resume()
+            step = resume()
+            if step is LONG:  # not quick after all: the rest of it in the main lane
+                entry.quick = False
+                step = entry.job.send(None)
+            entry.step = step
             return
         except StopIteration as done:
             outcome = ("result", done.value)
@@ -233,6 +250,11 @@ class Line:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def busy(self) -> bool:
+        """Is a step running in either lane?"""
+        with self._cond:
+            return self.running is not None or self.quick is not None
 
     def close(self) -> None:
         """Jobs still waiting are cancelled; the step running finishes in its thread."""
