@@ -70,3 +70,21 @@ def test_what_is_kept_for_the_button_is_bounded_and_each_persons_own(tmp_path):
     now[0] += unasked.KEEP + 1
     unasked.check(parts, bob, "别忘了带伞", clock=lambda: now[0])
     assert [u.person for u in parts.unasked.values()] == ["telegram:2"]
+
+
+def test_forget_takes_the_words_kept_for_the_button_too():
+    """/forget: what a person said that asked nothing is not kept for "Save as note" after it
+    (another person's stays)."""
+    from types import SimpleNamespace
+
+    from bot.usecases import gaps, unasked
+    from bot.usecases.people import Person
+
+    parts = SimpleNamespace(unasked={}, gaps_if_made=lambda: None, feedback_if_made=lambda: None)
+    alice, bob = Person(user_id="u1", key="telegram:1"), Person(user_id="u1", key="telegram:2")
+    mine = unasked.check(parts, alice, "remind me to call the dentist tomorrow")
+    theirs = unasked.check(parts, bob, "别忘了带伞")
+    gaps.forget(parts, alice)
+    with pytest.raises(unasked.Gone):
+        unasked.kept(parts, alice, mine.id)
+    assert unasked.kept(parts, bob, theirs.id).text == "别忘了带伞"

@@ -213,9 +213,13 @@ class Forgot:
 
 
 def forget(parts: "Parts", person: Person) -> Forgot:
-    """Everything kept of the person's questions: their gaps, their draft, their digest plan, and
-    the answers sent to them as feedback keeps them (else kept 180 days). In a worker thread."""
+    """Everything kept of the person's questions: their gaps, their draft, their digest plan, the
+    answers sent to them as feedback keeps them (else kept 180 days), and what they said that asked
+    nothing, kept for its "Save as note" button. In a worker thread."""
     store, feedback = parts.gaps_if_made(), parts.feedback_if_made()
+    for key, kept in list(parts.unasked.items()):  # the words kept for "Save as note" (bot.usecases.unasked)
+        if kept.person == person.key:
+            parts.unasked.pop(key, None)
     return Forgot(store.forget(person.key) if store is not None else 0,
                   feedback.forget_person(person.key) if feedback is not None else 0)
 
