@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
 SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
-from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
+from rag.sections import (AnswerConfig, ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, ExcludeConfig, GapsConfig,
+                          LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, RerankConfig, Section,
+                          SourceConfig, SyncConfig, TelegramConfig, UserMap)
+from rag.sections_index import Bm25Config, ChunkingConfig, EmbedderConfig, QdrantConfig, RetrievalConfig
 
 
 QUESTIONS_WEIGHT = 0.25  # retrieval.questions_weight unset while memory.questions is auto or on
@@ -56,6 +59,7 @@ class Settings(Section):
     bots: BotsConfig = BotsConfig()
     limits: LimitsConfig = LimitsConfig()
     capture: CaptureConfig = CaptureConfig()
+    gaps: GapsConfig = GapsConfig()
     memory: MemoryConfig = MemoryConfig()
     media: MediaConfig = MediaConfig()
     api: ApiConfig = ApiConfig()
