@@ -96,3 +96,64 @@ class Pacer:
                 await self._task
             except asyncio.CancelledError:
                 pass
+
+
+LINE_EDIT_EVERY = 5.0  # seconds between two edits of one "in line" message
+
+
+class Coalesced:
+    """One message that says a changing number (how many jobs are ahead in the media line): shown
+    at once the first time, then edited at most once per ``every`` seconds, the changes between two
+    edits coalesced into one with the latest (30 clips in line made 210 edits, one per clip ahead
+    per message: now a message waiting a minute is edited about 12 times, however many are ahead).
+    ``now`` shows a value at once (the job's turn came); ``close`` ends it: nothing is shown after,
+    and an edit under way is waited for, so the message's last word is the caller's."""
+
+    def __init__(self, show: Callable[[object], Awaitable[None]], every: float = LINE_EDIT_EVERY,
+                 clock: Callable[[], float] = time.monotonic, sleep=asyncio.sleep):
+        self.show, self.every, self.clock, self.sleep = show, every, clock, sleep
+        self.latest: object = None
+        self.shown_at: float | None = None
+        self.shows = 0
+        self._due: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def __call__(self, value) -> None:
+        self.latest = value
+        if self._closed or self._due is not None:
+            return  # an edit is due: it shows the latest
+        left = 0.0 if self.shown_at is None else self.every - (self.clock() - self.shown_at)
+        if left <= 0:
+            await self._show()
+        else:
+            self._due = asyncio.create_task(self._later(left))
+
+    async def now(self, value) -> None:
+        self.latest = value
+        self._cancel()
+        await self._show()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._cancel()
+        async with self._lock:  # an edit under way ends first
+            pass
+
+    def _cancel(self) -> None:
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+
+    async def _later(self, left: float) -> None:
+        await self.sleep(left)
+        self._due = None
+        await self._show()
+
+    async def _show(self) -> None:
+        async with self._lock:
+            if self._closed:
+                return
+            self.shown_at = self.clock()
+            self.shows += 1
+            await self.show(self.latest)
