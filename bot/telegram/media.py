@@ -87,6 +87,8 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     except MediaError as err:
         await _edit(tg, status, str(err), wait)
         return
+    finally:
+        await wait.close()
     if got.transcript is None:  # captured before (the same message again), or kept without its words
         await _edit(tg, status, got.receipt.message, wait)
         return
@@ -132,6 +134,8 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
     except MediaError as err:
         await _edit(tg, status, str(err), wait)
         return
+    finally:
+        await wait.close()
     if reading is not None:
         await _edit(tg, status, seen_line(" ".join(reading.lines)[:300]), wait)
     await answering.answer(tg, update, media_case.photo_question(question, reading), counted=True)
