@@ -22,16 +22,14 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rag.errors import ConfigError
+from rag.sections_gaps import GapsConfig
 
 log = logging.getLogger(__name__)
 
 CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
 SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
-from rag.sections import (AnswerConfig, ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, ExcludeConfig, GapsConfig,
-                          LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, RerankConfig, Section,
-                          SourceConfig, SyncConfig, TelegramConfig, UserMap)
-from rag.sections_index import Bm25Config, ChunkingConfig, EmbedderConfig, QdrantConfig, RetrievalConfig
+from rag.sections import (AnswerConfig, ApiConfig, Bm25Config, BotsConfig, CaptureConfig, ChunkingConfig, DiscordConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig, LimitsConfig, MediaConfig, MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig, SyncConfig, TelegramConfig, UserMap)
 
 
 QUESTIONS_WEIGHT = 0.25  # retrieval.questions_weight unset while memory.questions is auto or on

@@ -54,7 +54,7 @@ PROTOCOL_LIBS = {
     "click": {"bot/cli/"},
 }
 # rag/'s plumbing that every room may use: it imports none of them
-PLUMBING = {"rag.config", "rag.sections", "rag.sections_index", "rag.state_dir", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
+PLUMBING = {"rag.config", "rag.sections", "rag.state_dir", "rag.errors", "rag.model", "rag.redact", "rag.sqlite", "rag.limits", "rag.llm",
             "rag.speed", "rag.capture", "rag.http", "rag.language"}
 
 
