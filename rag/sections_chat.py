@@ -1,13 +1,13 @@
 """The sections of ``config.yaml`` about people and the doors they come through: who may ask
-(``users``), the bots, the API, capture from chat, voice and images, and the limits every door
-applies. The notes' side (source, index, answers, memory, sync) is ``rag.sections``, which also
-holds what both share (``Section``, durations)."""
+(``users``), the bots, the API, capture from chat, voice and images, what a person's knowledge
+gaps may cost, and the limits every door applies. The notes' side (source, index, answers,
+memory, sync) is ``rag.sections``, which also holds what both share (``Section``, durations)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -217,3 +217,13 @@ class LimitsConfig(Section):
         if self.request_kb < needs:
             raise ValueError(f"limits.request_kb must hold a question of limits.question_chars: at least {needs}")
         return self
+
+
+class GapsConfig(Section):
+    """What a person's knowledge gaps may cost (``rag.answer.gaps``, ``bot.usecases.gaps``)."""
+
+    LIVE: ClassVar[tuple[str, ...]] = ("max_open", "check_budget")
+    max_open: int = Field(default=200, ge=1, description="open knowledge gaps kept per person and Leanote user; a new "
+                          "one past this dismisses the one asked least recently")
+    check_budget: Duration = Field(default=20.0, description="search time the closing check after a pass may take; "
+                                   "the gaps it did not reach are checked after the next pass")

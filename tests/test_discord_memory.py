@@ -12,6 +12,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 
 from bot.chat.texts import MEMORY_OFF
+from bot.plain import discord_text
 from rag.memory.store import MemoryStore
 
 from conftest import until
@@ -143,6 +144,6 @@ def test_memory_off_says_so(memory, fake):
         for name, options in (("about", {"name": "Atlas"}), ("related", {"target": A_ATLAS}),
                               ("reject", {"id": "f0123456789ab"})):
             it, text = await command(fake, ONE, name, options)
-            assert text == MEMORY_OFF and it.ephemeral
+            assert text == discord_text(MEMORY_OFF) and it.ephemeral  # as the door's rule shows it
 
     run(settings_for(memory, fake, memory={"enabled": False}), fake, scenario)

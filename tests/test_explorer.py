@@ -195,6 +195,9 @@ def test_the_page_searches_draws_opens_a_card_and_rejects_a_fact(daemon, browser
     page.click("#search button")
     page.locator("#results .hit.entity").first.wait_for()
     page.locator("#card .fact").first.wait_for()  # the best entity opens at once
+    sources = page.locator("#card .fact .meta a.source")  # a fact's note: its title as text, the link a word of ours
+    assert sources.count() >= 1 and set(sources.all_inner_texts()) == {"open"}
+    assert "番茄炒蛋" in page.locator("#card .fact .meta").first.inner_text()
     graph = page.evaluate("window.explorerGraph")
     assert graph["center"] == "e:番茄炒蛋" and len(graph["nodes"]) >= 3
     assert page.locator("#graph canvas").count() == 1  # vis-network drew it

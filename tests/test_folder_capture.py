@@ -17,7 +17,7 @@ from sync.sources.files import _front_matter, stable_id
 
 from conftest import make_settings
 from fakes.ollama import FakeOllama
-from fakes.telegram import FakeTelegram
+from fakes.telegram import FakeTelegram, visible
 from test_telegram import final, until
 from test_telegram_capture import reply_to, said
 
@@ -64,8 +64,8 @@ def run_with_watcher(settings, tg, scenario):
 
 
 def shown_path(text: str) -> str:
-    """The file a receipt names (its path relative to the folder)."""
-    m = re.search(r"(Inbox/[^\n]+?\.md)", text)
+    """The file a receipt names (its path relative to the folder), as the message shows it."""
+    m = re.search(r"(Inbox/[^\n]+?\.md)", visible(text))
     assert m, text
     return m.group(1)
 

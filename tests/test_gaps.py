@@ -130,6 +130,54 @@ def test_forget_removes_the_persons_gaps_draft_and_plan_only(store):
     assert len(store.gaps("p2", "u")) == 1
 
 
+def test_past_most_open_the_gaps_asked_least_recently_are_dismissed(tmp_path):
+    """A person's open gaps cost every closing check: past ``most_open`` (gaps.max_open), a new gap
+    dismisses the ones asked least recently, that person's over that Leanote user only."""
+    clock = Clock(1_000_000.0)
+    store = GapStore(tmp_path / "g.sqlite", clock=clock)
+    made = []
+    for i in range(4):
+        clock.now += 60
+        made.append(store.add("p", "u", f"q{i}", f"q{i}", unit(*[float(k == i) for k in range(6)]), "refused",
+                              most_open=3)[0])
+    store.add("p2", "u", "other", "other", unit(1, 0, 0, 0, 0, 0), "refused", most_open=3)
+    assert {g.id for g in store.gaps("p", "u")} == set(made[1:])  # q0 went when q3 came
+    clock.now += 60
+    store.add("p", "u", "q1 again", "q1", unit(0, 1, 0, 0, 0, 0), "refused", most_open=3)  # joins q1: none goes
+    assert {g.id for g in store.gaps("p", "u")} == set(made[1:])
+    store.start_draft(made[2], "p", "telegram:1")
+    clock.now += 60
+    new, _ = store.add("p", "u", "q5", "q5", unit(0, 0, 0, 0, 0, 1), "refused", most_open=3)
+    assert {g.id for g in store.gaps("p", "u")} == {made[1], made[3], new}  # q2 was asked least recently
+    assert {g.id for g in store.gaps("p", "u", ("dismissed",))} == {made[0], made[2]}
+    assert store.draft("p") is None  # the note begun for the dismissed gap ends with it
+    assert len(store.gaps("p2", "u")) == 1  # another person's untouched
+    store.close()
+
+
+def test_a_queued_note_waits_until_every_open_gap_was_checked_against_it(store):
+    """The closing check's queue: each note has a turn; a gap checked up to a turn is past the notes of
+    that turn; a note leaves the queue once every open gap of its user is past it; a note changed again
+    goes to the back (its new text is checked too); a gap made later starts past what is queued."""
+    a, _ = store.add("p", "u", "a", "a", unit(1, 0), "refused")
+    b, _ = store.add("p", "u", "b", "b", unit(0, 1), "refused")
+    assert store.changed({"n1": "u", "n2": "u", "x": "nobody-with-gaps"}) == 2
+    queued = store.pending_checks()
+    assert set(queued) == {"u"} and set(queued["u"]) == {"n1", "n2"}
+    turn = max(queued["u"].values())
+    store.checked([a], turn)
+    assert store.drop_checked("u") == 0  # b was not checked yet: both notes wait
+    store.changed({"n1": "u"})  # n1 changed again: after a's turn
+    assert store.pending_checks()["u"]["n1"] > turn
+    store.checked([b], turn)
+    assert store.drop_checked("u") == 1  # n2 is past every gap; n1's new text not past a's
+    assert set(store.pending_checks()["u"]) == {"n1"}
+    c, _ = store.add("p", "u", "c", "c", unit(-1, 0), "refused")
+    assert store.get(c, "p").checked >= store.pending_checks()["u"]["n1"]  # asked after n1 was indexed
+    store.checked([a, b], store.pending_checks()["u"]["n1"])
+    assert store.drop_checked("u") == 1 and store.pending_checks() == {}
+
+
 def test_gaps_survive_a_kill_9_mid_run(tmp_path):
     """A process keeps a gap and is killed (SIGKILL) right after: the next one has it."""
     path = tmp_path / "gaps.sqlite"
@@ -215,6 +263,41 @@ def test_refused_questions_become_one_gap_and_a_synced_note_closes_it(notes_worl
             await asyncio.to_thread(parts.sync.run_pass, False, True)
             done = gaps.listing(parts, me, ("closed",))[0]
             assert (done.note_title, done.note_url) == (None, None) and done.count == 2
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_the_closing_check_is_bounded_and_what_it_did_not_reach_is_checked_next(notes_world):
+    """Past gaps.check_budget a pass checks no further gap (at least one, so a pass always goes
+    forward); the gaps it did not reach keep the note queued and are checked after the next pass,
+    until the one the note answers closes. Past gaps.max_open the person's least recently asked gap
+    was dismissed."""
+    settings, notes = notes_world
+    settings = settings.model_copy(update={"gaps": settings.gaps.model_copy(update={"max_open": 4,
+                                                                                    "check_budget": 1e-9})})
+    me = Person("telegram:1", "local")
+    questions = ["怎么给自行车换内胎？", "How do I configure nginx rate limiting?", "Kubernetes ingress 怎么配置 TLS 证书？",
+                 "How do I wax a snowboard?", "咖啡豆应该怎么保存才新鲜？"]
+
+    async def scenario():
+        with Parts(settings, create=True) as parts:
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            for q in questions:
+                assert (await asking.ask(parts, me, q)).answer.trace.outcome == "refused", q
+            assert sorted(g.question for g in gaps.listing(parts, me)) == sorted(questions[1:])
+            assert [g.question for g in gaps.listing(parts, me, ("dismissed",))] == [questions[0]]
+            (notes / "运维" / "nginx.md").write_text(NGINX)
+            await asyncio.to_thread(parts.sync.run_pass, False, True)
+            passes = []
+            while not passes or not passes[-1]:
+                assert len(passes) < 4, passes  # each pass checks at least one gap
+                passes.append(await gaps.check(parts))
+                if not passes[-1]:
+                    assert parts.gaps.pending_checks(), passes  # not reached yet: still queued
+            assert len(passes) == 4  # the nginx gap, asked first of the four, is checked last
+            assert [g.question for g in passes[-1]] == [questions[1]]
+            assert parts.gaps.pending_checks() == {}
 
     asyncio.run(scenario())
 

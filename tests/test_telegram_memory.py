@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bot.chat.texts import MEMORY_OFF
+from bot.plain import telegram_text
 from bot.usecases.memory import MemoryUnavailable, memory_of
 from rag.memory.store import MemoryStore, path_for
 from bot.root import Parts
@@ -196,6 +197,6 @@ def test_memory_off_or_not_built_says_so(memory, tmp_path):
     async def scenario(tg, settings):
         for text in ("/about Atlas", f"/related {A_ATLAS}", "/reject f0123456789ab"):
             _, got = await ask(tg, OWNER, text)
-            assert got["text"] == MEMORY_OFF
+            assert got["text"] == telegram_text(MEMORY_OFF)  # as the door's rule shows it
 
     run(memory, scenario, memory={"enabled": False})

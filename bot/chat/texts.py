@@ -185,20 +185,19 @@ def sources_first(citations, title: str, root=None) -> str:
 SNIPPET_CHARS = 120
 
 
-def hits_text(hits, query: str = "", root=None, escape: Callable[[str], str] = str) -> str:
+def hits_text(hits, query: str = "", root=None) -> str:
     """``/search``: each note found with where it is (a web link, or a note file's path in the
-    folder ``root``) and the lines of it that match ``query``; ``escape``: for a door that reads
-    Markdown (Discord)."""
+    folder ``root``) and the lines of it that match ``query``. Plain text (each door's one path
+    shows it: ``bot.plain``)."""
     if not hits:
         return "没有找到相关笔记。 / No matching notes."
     lines = []
     for i, h in enumerate(hits, start=1):
-        place = file_place(h.url, root) or h.url
-        where = f"<{place}>" if place.startswith(("http://", "https://")) and escape is not str else escape(place)
-        lines.append(escape(f"{i}. {h.title}" + (f" › {h.heading}" if h.heading else "")) + f"  {where}")
+        where = file_place(h.url, root) or h.url
+        lines.append(f"{i}. {h.title}" + (f" › {h.heading}" if h.heading else "") + f"  {where}")
         snippet = " ".join(excerpt(MARKER_RE.sub("", h.text), query, SNIPPET_CHARS).split())
         if snippet:
-            lines.append("   " + escape(snippet))
+            lines.append("   " + snippet)
     return "\n".join(lines)
 
 

@@ -29,17 +29,20 @@ COLOR = 0x2E7D32
 
 
 async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None,
-              heard: str | None = None, spoken: bool = False) -> None:
-    """``heard``: the line a voice clip or an image was read as, shown above the answer (the
-    interaction was deferred already, while it was read); ``spoken``: the question holds a clip's words."""
+              heard: str | None = None, spoken: bool = False, counted: bool = False) -> None:
+    """``heard``: the line a voice clip or an image was read as (plain text: shown above the answer by
+    the door's rule; the interaction was deferred already, while it was read); ``spoken``: the
+    question holds a clip's words; ``counted``: against the person's rate limit already (before the
+    clip or image was downloaded)."""
     person = await bot.person(interaction)
     if person is None:
         return
     if not (question or "").strip():
-        await _say(interaction, EMPTY)
+        await _say(bot, interaction, EMPTY)
         return
-    if not await bot.may_search(interaction):
+    if not counted and not await bot.may_search(interaction):
         return
+    heard = bot.markdown(heard)[0] if heard else None  # the words heard or read: nothing in them is Markdown
     question, notice = cut_message(bot.host.settings, question)
     if private is None:
         private = not bot.cfg.public_answers
@@ -107,12 +110,12 @@ def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
     return (head + text[cut:])[-limit:]
 
 
-async def _say(interaction: discord.Interaction, text: str) -> None:
+async def _say(bot: DiscordBot, interaction: discord.Interaction, text: str) -> None:
     """A one-line reply for the asker alone, before or after the interaction was deferred."""
     if interaction.response.is_done():
-        await interaction.edit_original_response(content=text[:DISCORD_CONTENT])
+        await bot.edit(interaction, text)
     else:
-        await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+        await bot.say(interaction, text)
 
 
 async def _error(interaction: discord.Interaction) -> None:

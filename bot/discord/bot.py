@@ -3,6 +3,12 @@
 ``service.build`` puts the slash commands, the menu and the buttons on it; each calls a handler
 of ``answering``, ``commands``, ``capturing`` or ``buttons`` with this bot first. Every reply but a public answer is ephemeral,
 and no message may mention anyone (text from notes or the LLM can hold ``@everyone``).
+
+Every text the bot sends but an answer (``answering`` renders those with ``bot.render``) goes out
+through one path, ``say``, ``edit`` or ``dm``: rendered by the door's rule (``bot.plain``: no
+Markdown of the text's own, so no masked link; every link-like token inert but the addresses of
+this install's notes), in parts within Discord's 2,000 characters with the buttons under the last.
+Discord's rate limits are waited out by discord.py (it retries a 429 after ``retry_after``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from discord import app_commands
 
 from bot.chat.access import Access
 from bot.chat.texts import SORRY
+from bot.plain import discord_text, messages, own_links
+from bot.render import DISCORD_CONTENT
 from bot.usecases.people import Person
 
 log = logging.getLogger(__name__)
@@ -84,10 +92,7 @@ class DiscordBot:
         log.error("discord: %s failed", what, exc_info=error)
         self.count_error()
         with suppress(discord.HTTPException):
-            if interaction.response.is_done():
-                await interaction.followup.send(SORRY, ephemeral=True)
-            else:
-                await interaction.response.send_message(SORRY, ephemeral=True)
+            await self.say(interaction, SORRY)
 
     async def _setup(self) -> None:
         # Presses on buttons under answers sent before this start are handled too.
@@ -149,7 +154,7 @@ class DiscordBot:
         if why is None and isinstance(person, str):
             why = person
         if why is not None:
-            await interaction.response.send_message(why, ephemeral=True)
+            await self.say(interaction, why)
             return None
         return person
 
@@ -158,6 +163,41 @@ class DiscordBot:
         is over, says so (privately) and returns False."""
         wait = self.access.rate("discord", interaction.user.id)
         if wait:
-            await interaction.response.send_message(self.access.slow_down(wait), ephemeral=True)
+            await self.say(interaction, self.access.slow_down(wait))
             return False
         return True
+
+    # --- saying -----------------------------------------------------------------------------
+
+    def own(self, token: str) -> bool:
+        """A token shown as a link: an address of this install's notes."""
+        return own_links(self.host.settings.leanote.base_url)(token)
+
+    def markdown(self, text: str) -> list[str]:
+        """Plain text as the Discord messages it takes, by the door's rule (``bot.plain``)."""
+        return messages(text, DISCORD_CONTENT, lambda line: discord_text(line, self.own))
+
+    async def say(self, interaction: discord.Interaction, text: str, *, view: discord.ui.View | None = None,
+                  ephemeral: bool = True) -> None:
+        """Answer the interaction with ``text`` (plain): the response, or follow-ups once it was
+        given (or deferred); the door's one path (module docstring). ``view``: buttons under its
+        last part."""
+        parts = self.markdown(text)
+        for i, part in enumerate(parts):
+            extra = {"view": view} if view is not None and i == len(parts) - 1 else {}
+            if not interaction.response.is_done():
+                await interaction.response.send_message(part, ephemeral=ephemeral, **extra)
+            else:
+                await interaction.followup.send(part, ephemeral=ephemeral, **extra)
+
+    async def edit(self, interaction: discord.Interaction, text: str, *, view: discord.ui.View | None = None) -> None:
+        """The interaction's response says ``text`` (plain) now, what fits in one message: the
+        door's one path."""
+        extra = {"view": view} if view is not None else {}
+        await interaction.edit_original_response(content=self.markdown(text)[0], **extra)
+
+    async def dm(self, user_id: int, text: str) -> None:
+        """A direct message to a person (a gap a note answers now, a digest): the door's one path."""
+        channel = await self.client.create_dm(discord.Object(id=user_id))
+        for part in self.markdown(text):
+            await channel.send(part)

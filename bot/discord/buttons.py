@@ -15,7 +15,6 @@ from rag.answer.feedback import NotYours, UnknownAnswer
 from bot.chat.texts import (MEMORY_ITEMS, NO_TRACE_KEPT, REMAPPED_WHY, VERDICT_BUTTONS, MemoryReply, not_saved_text,
                             trace_text, verdict_reply)
 from bot.discord.bot import DiscordBot
-from bot.render import DISCORD_CONTENT
 from bot.usecases import answers
 from bot.usecases.people import Person, person_key
 
@@ -29,10 +28,10 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, action: str, 
         record = await asyncio.to_thread(answers.pressed, bot.parts, person_key("discord", interaction.user.id),
                                          answer_id)
     except NotYours:
-        await interaction.response.send_message(NOT_YOURS, ephemeral=True)
+        await bot.say(interaction, NOT_YOURS)
         return
     except UnknownAnswer:
-        await interaction.response.send_message(FORGOTTEN, ephemeral=True)
+        await bot.say(interaction, FORGOTTEN)
         return
     person = await bot.person(interaction)  # the asker must still be let in here
     if person is None:
@@ -55,17 +54,17 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, action: str, 
         text = NOT_YOURS
     except UnknownAnswer:
         text = FORGOTTEN
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, text)
 
 
 async def _save_answer(bot: DiscordBot, interaction: discord.Interaction, person: Person, record) -> None:
     why_not = await answers.save_blocked(bot.parts, person, record)
     if why_not is not None:
-        await interaction.response.send_message(not_saved_text(why_not)[0], ephemeral=True)
+        await bot.say(interaction, not_saved_text(why_not)[0])
         return
     await interaction.response.defer(thinking=True, ephemeral=True)
     receipt = await answers.save_answer(bot.parts, person, record)  # (an error: the error handler tells the person)
-    await interaction.followup.send(receipt.message[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, receipt.message)
 
 
 async def verdict(bot: DiscordBot, interaction: discord.Interaction, verdict: str, item_id: str) -> None:
@@ -75,7 +74,7 @@ async def verdict(bot: DiscordBot, interaction: discord.Interaction, verdict: st
     if person is None:
         return
     _, text = await verdict_reply(bot.parts, person, item_id, verdict)
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, text)
 
 
 class FeedbackButton(discord.ui.DynamicItem[discord.ui.Button],

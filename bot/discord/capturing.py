@@ -19,7 +19,7 @@ from rag.capture import Attachment, Origin, Quote
 from bot.chat.gaps import not_written_text
 from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.discord.bot import DiscordBot
-from bot.render import DISCORD_CONTENT
+from bot.chat.pacing import Coalesced
 from bot.usecases import capture, gaps
 from bot.usecases import media as media_case
 
@@ -43,8 +43,7 @@ async def save_message(bot: DiscordBot, interaction: discord.Interaction, messag
     text = message.content or "\n\n".join(e.description for e in message.embeds if e.description)
     if not text.strip() and not message.attachments:
         if await bot.person(interaction) is not None:
-            await interaction.response.send_message(
-                "这条消息没有可保存的文字或文件。 / That message has no text or files to save.", ephemeral=True)
+            await bot.say(interaction, "这条消息没有可保存的文字或文件。 / That message has no text or files to save.")
         return
     # the menu pressed twice on one message (a double click, a second look) saves it once
     once = f"discord:{message.channel.id}:{message.id}"
@@ -61,10 +60,9 @@ async def outbox(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     if not bot.can_capture:
-        await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
+        await bot.say(interaction, NO_CAPTURE)
         return
-    text = outbox_text(await capture.outbox(bot.parts, person))
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, outbox_text(await capture.outbox(bot.parts, person)))
 
 
 async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str, text: str,
@@ -77,11 +75,11 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
     if person is None:
         return
     if not bot.can_capture:
-        await interaction.response.send_message(NO_CAPTURE, ephemeral=True)
+        await bot.say(interaction, NO_CAPTURE)
         return
     why = _before_download(bot, files, person)
     if why:  # nothing downloaded, nothing written
-        await interaction.response.send_message(why[:DISCORD_CONTENT], ephemeral=True)
+        await bot.say(interaction, why)
         return
     # Writing may take a few seconds (Leanote's answer, or the wait before "queued").
     await interaction.response.defer(thinking=True, ephemeral=True)
@@ -91,9 +89,8 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
             data = await f.read()
         except (discord.HTTPException, OSError) as err:
             log.warning("downloading Discord attachment %s failed: %s", f.filename, err)
-            await interaction.followup.send(
-                f"没能下载文件 {f.filename}，什么也没记。 / Could not download {f.filename}; nothing was saved.",
-                ephemeral=True)
+            await bot.say(interaction, f"没能下载文件 {f.filename}，什么也没记。 / Could not download {f.filename}; "
+                                       f"nothing was saved.")
             return
         attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
     draft = None
@@ -104,24 +101,29 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
         if receipt.status == "refused":  # said with it: the draft is over (✍️ again to retry)
             receipt = replace(receipt, message=not_written_text(draft, receipt.message))
     elif kind == "note":  # a photo's text goes under it, a clip's words become the text (read on this machine)
+        paced = Coalesced(lambda ahead: bot.edit(interaction, waiting_text(ahead)))  # at most every few seconds
+
         async def wait(ahead: int) -> None:
             if ahead:
-                await interaction.edit_original_response(content=waiting_text(ahead))
+                await paced(ahead)
 
-        receipt = await media_case.note(bot.parts, person, text or "", origin=origin, files=attachments, quote=quote,
-                                        once=once, on_wait=wait)
+        try:
+            receipt = await media_case.note(bot.parts, person, text or "", origin=origin, files=attachments,
+                                            quote=quote, once=once, on_wait=wait)
+        finally:
+            await paced.close()
     elif kind == "append":
         receipt = await capture.append(bot.parts, person, text or "", once=once)
     else:
         receipt = await capture.remember(bot.parts, person, text or "", once=once)
-    await interaction.followup.send(receipt.message[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, receipt.message)
 
 
 def _before_download(bot: DiscordBot, files: list[discord.Attachment], person) -> str | None:
     """Refusals that need no download: capture turned off or with nowhere to write (for this
     person), a file larger than ``capture.max_file_mb`` (Discord says each file's size up front)."""
     cfg = bot.host.settings.capture
-    why = capture.unavailable(bot.parts, person)
+    why = capture.unavailable(bot.parts, person) or (capture.too_often(bot.parts, person) if files else None)
     if why:
         return why
     limit = cfg.max_file_mb * 1024 * 1024

@@ -13,7 +13,6 @@ from bot.chat.texts import (ADMINS_ONLY, FRESH_START, SYNCING, about_text, cut_m
                             memory_unavailable_text, related_text, status_reply, sync_text, trace_text, with_notice)
 from bot.discord.bot import DiscordBot
 from bot.discord.buttons import memory_view
-from bot.render import DISCORD_CONTENT, discord_escape
 from bot.usecases import asking, memory as memory_case, syncing
 
 log = logging.getLogger(__name__)
@@ -24,15 +23,14 @@ async def search(bot: DiscordBot, interaction: discord.Interaction, query: str) 
     if person is None:
         return
     if not (query or "").strip():
-        await interaction.response.send_message("请写下关键词。 / Please write what to search for.", ephemeral=True)
+        await bot.say(interaction, "请写下关键词。 / Please write what to search for.")
         return
     if not await bot.may_search(interaction):
         return
     query, notice = cut_message(bot.host.settings, query)
     await interaction.response.defer(thinking=True, ephemeral=True)
     found = await asking.search(bot.parts, person, query, 8)
-    text = hits_text(found.hits, query, notes_root(bot.host.settings), escape=discord_escape)
-    await interaction.followup.send(with_notice(text, notice)[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, with_notice(hits_text(found.hits, query, notes_root(bot.host.settings)), notice))
 
 
 async def reset(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -40,15 +38,14 @@ async def reset(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     asking.reset(bot.parts, person)
-    await interaction.response.send_message(FRESH_START, ephemeral=True)
+    await bot.say(interaction, FRESH_START)
 
 
 async def status(bot: DiscordBot, interaction: discord.Interaction) -> None:
     person = await bot.person(interaction)
     if person is None:
         return
-    text = await status_reply(bot.parts, person)
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, await status_reply(bot.parts, person))
 
 
 async def sync(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -56,12 +53,12 @@ async def sync(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     if not person.admin:
-        await interaction.response.send_message(ADMINS_ONLY, ephemeral=True)
+        await bot.say(interaction, ADMINS_ONLY)
         return
-    await interaction.response.send_message(SYNCING, ephemeral=True)
+    await bot.say(interaction, SYNCING)
     done = sync_text(await syncing.request_sync(bot.parts, person))  # what the pass did, when it is done
     try:
-        await interaction.edit_original_response(content=done[:DISCORD_CONTENT])
+        await bot.edit(interaction, done)
     except discord.HTTPException as err:  # (an interaction's token lasts 15 minutes)
         log.info("could not say what /sync did: %s", err)
 
@@ -70,8 +67,7 @@ async def why(bot: DiscordBot, interaction: discord.Interaction) -> None:
     person = await bot.person(interaction)
     if person is None:
         return
-    await interaction.response.send_message(trace_text(asking.why(bot.parts, person))[:DISCORD_CONTENT],
-                                            ephemeral=True)
+    await bot.say(interaction, trace_text(asking.why(bot.parts, person)))
 
 
 async def memory(bot: DiscordBot, interaction: discord.Interaction, what: str, target: str) -> None:
@@ -85,32 +81,14 @@ async def memory(bot: DiscordBot, interaction: discord.Interaction, what: str, t
     except memory_case.MemoryUnavailable as err:
         problem = memory_unavailable_text(err)
     if problem or not (target or "").strip():
-        await interaction.response.send_message(problem or "请写下名称或问题。 / Please write a name or a question.",
-                                                ephemeral=True)
+        await bot.say(interaction, problem or "请写下名称或问题。 / Please write a name or a question.")
         return
     if not await bot.may_search(interaction):
         return
     target, notice = cut_message(bot.host.settings, target)
     await interaction.response.defer(thinking=True, ephemeral=True)
-    link = (lambda url: f"<{url}>" if url else "")
     if what == "about":
-        reply = about_text(await memory_case.about(bot.parts, person, target), link, discord_escape)
+        reply = about_text(await memory_case.about(bot.parts, person, target))
     else:
-        reply = related_text(await memory_case.related(bot.parts, person, target), link, discord_escape)
-    parts = lines_within(with_notice(reply.text, notice), DISCORD_CONTENT)
-    for i, part in enumerate(parts):
-        view = {"view": memory_view(reply)} if reply.items and i == len(parts) - 1 else {}
-        await interaction.followup.send(part, ephemeral=True, **view)
-
-
-def lines_within(text: str, limit: int) -> list[str]:
-    """Text cut between lines into parts of at most ``limit`` characters."""
-    parts, current = [], ""
-    for line in text.splitlines():
-        line = line[:limit]
-        if current and len(current) + 1 + len(line) > limit:
-            parts.append(current)
-            current = line
-        else:
-            current = f"{current}\n{line}" if current else line
-    return parts + [current] if current or not parts else parts
+        reply = related_text(await memory_case.related(bot.parts, person, target))
+    await bot.say(interaction, with_notice(reply.text, notice), view=memory_view(reply) if reply.items else None)

@@ -16,13 +16,12 @@ from rag.answer.gaps import GapDone, UnknownGap
 from rag.digest_plan import USAGE, plan_text
 from rag.errors import UserError
 
-from bot.chat.digest import plan_reply, split_lines
+from bot.chat.digest import plan_reply
 from bot.chat.gaps import (CANCEL_BUTTON, DISMISSED, GAP_BUTTONS, NOT_YOUR_GAP, NOTHING_WAITS, GapsReply,
                            ended_text, forgot_text, gaps_text, writing_text)
 from bot.chat.texts import NO_CAPTURE
 from bot.discord.bot import DiscordBot
 from bot.discord.capturing import PLACE
-from bot.render import DISCORD_CONTENT
 from bot.usecases import capture, digest, gaps
 from bot.usecases.people import Person
 
@@ -34,8 +33,7 @@ async def show(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     reply = gaps_text(await asyncio.to_thread(gaps.shown, bot.parts, person), how="note")
-    await interaction.response.send_message(reply.text[:DISCORD_CONTENT], ephemeral=True,
-                                            view=gap_view(reply, capture.offered(bot.parts)))
+    await bot.say(interaction, reply.text, view=gap_view(reply, capture.offered(bot.parts)))
 
 
 async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
@@ -43,7 +41,7 @@ async def forget(bot: DiscordBot, interaction: discord.Interaction) -> None:
     if person is None:
         return
     gone = await asyncio.to_thread(gaps.forget, bot.parts, person)
-    await interaction.response.send_message(forgot_text(gone), ephemeral=True)
+    await bot.say(interaction, forgot_text(gone))
 
 
 async def plan(bot: DiscordBot, interaction: discord.Interaction, when: str | None) -> None:
@@ -60,14 +58,14 @@ async def plan(bot: DiscordBot, interaction: discord.Interaction, when: str | No
                               private=interaction.guild_id is None)
         except UserError as err:
             text = str(err)
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, text)
 
 
 async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap_id: str) -> None:
     person = await bot.person(interaction)
     if person is None:
         return
-    view = discord.utils.MISSING
+    view = None
     try:
         if act == "x":
             gap = await asyncio.to_thread(gaps.dismiss, bot.parts, person, gap_id)
@@ -88,7 +86,7 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, act: str, gap
         text = NOT_YOUR_GAP
     except GapDone as err:
         text = str(err)
-    await interaction.response.send_message(text[:DISCORD_CONTENT], ephemeral=True, view=view)
+    await bot.say(interaction, text, view=view)
 
 
 async def before_command(bot: DiscordBot, interaction: discord.Interaction) -> bool:
@@ -113,7 +111,7 @@ async def after_command(bot: DiscordBot, interaction: discord.Interaction) -> No
     """After a command that ended a waiting draft: the person is told, privately."""
     ended = interaction.extras.get(ENDED)
     if ended is not None and interaction.response.is_done():
-        await interaction.followup.send(ended_text(ended)[:DISCORD_CONTENT], ephemeral=True)
+        await bot.say(interaction, ended_text(ended))
 
 
 class GapButton(discord.ui.DynamicItem[discord.ui.Button], template=r"gap:(?P<act>w|x|c):(?P<id>[A-Za-z0-9_-]{1,32})"):
@@ -156,6 +154,4 @@ def gap_view(reply: GapsReply, can_write: bool = True) -> discord.ui.View:
 
 async def tell(bot: DiscordBot, person: str, text: str) -> None:
     """A direct message to a Discord person (a gap a note answers now, a digest)."""
-    channel = await bot.client.create_dm(discord.Object(id=int(person.partition(":")[2])))
-    for part in split_lines(text, DISCORD_CONTENT):
-        await channel.send(part)
+    await bot.dm(int(person.partition(":")[2]), text)

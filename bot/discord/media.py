@@ -18,7 +18,7 @@ from rag.media.base import MediaError, NoText
 from bot.chat.texts import INTERRUPTED, READING_IMAGE, TRANSCRIBING, heard_line, seen_line, waiting_text
 from bot.discord import answering, unasked
 from bot.discord.bot import DiscordBot
-from bot.render import DISCORD_CONTENT
+from bot.chat.pacing import Coalesced
 from bot.usecases import media as media_case
 
 log = logging.getLogger(__name__)
@@ -43,14 +43,17 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     if not problem and file.size > most * 1024 * 1024:
         problem = (f"文件 {file.filename} 太大：最多 {most:g} MB。 / {file.filename} is too large: at most {most:g} MB.")
     if problem:  # said before anything is downloaded
-        await interaction.response.send_message(problem[:DISCORD_CONTENT], ephemeral=True)
+        await bot.say(interaction, problem)
+        return
+    if not await bot.may_search(interaction):  # a question's count, before it is downloaded, heard or read
         return
     if private is None:
         private = not bot.cfg.public_answers
     await interaction.response.defer(thinking=True, ephemeral=private)
+    paced = Coalesced(lambda ahead: bot.edit(interaction, waiting_text(ahead) if ahead else doing))
 
-    async def wait(ahead: int) -> None:
-        await interaction.edit_original_response(content=waiting_text(ahead) if ahead else doing)
+    async def wait(ahead: int) -> None:  # its place in line, edited at most every few seconds
+        await (paced(ahead) if ahead else paced.now(0))
 
     # the response says what is being done until the answer replaces it: kept on disk until then, so that
     # a stop or a crash in between is said at the next start (``interrupted``)
@@ -60,20 +63,20 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         data = await file.read()
     except (discord.HTTPException, OSError) as err:
         log.warning("downloading Discord attachment %s failed: %s", file.filename, err)
-        await interaction.edit_original_response(content=f"没能下载文件 {file.filename}。 / Could not download "
-                                                         f"{file.filename}.")
+        await bot.edit(interaction, f"没能下载文件 {file.filename}。 / Could not download {file.filename}.")
         await media_case.settled(bot.parts, shown)
         return
     try:
         if kind.is_audio:
-            heard = await media_case.hear(bot.parts, person, data, wait)
+            heard = await _done(paced, media_case.hear(bot.parts, person, data, wait))
             line, asked = heard_line(heard.line()), "\n\n".join(t for t in (question.strip(), heard.text) if t)
             clip = Attachment(file.filename, data, kind.mime)
             if not question.strip() and await unasked.offer(bot, interaction, person, heard.text, line, clip):
+                await media_case.settled(bot.parts, shown)
                 return  # a reminder, a to-do said: not asked as a question
         else:
             try:
-                reading = await media_case.read(bot.parts, person, data, wait)
+                reading = await _done(paced, media_case.read(bot.parts, person, data, wait))
             except NoText as err:
                 if not question.strip():
                     raise
@@ -82,11 +85,20 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
                 line = seen_line(" ".join(reading.lines)[:300])
             asked = media_case.photo_question(question, reading)
     except MediaError as err:
-        await interaction.edit_original_response(content=str(err)[:DISCORD_CONTENT])
+        await bot.edit(interaction, str(err))
         await media_case.settled(bot.parts, shown)
         return
     await media_case.settled(bot.parts, shown)
-    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio)
+    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio, counted=True)
+
+
+async def _done(paced: Coalesced, work):
+    """What the media work gives; its place in line is said no more once it ends (an edit under
+    way ends first), so what comes next is the response's last word."""
+    try:
+        return await work
+    finally:
+        await paced.close()
 
 
 # an interaction's token edits its response for 15 minutes; later the person gets a direct message
@@ -103,7 +115,6 @@ async def interrupted(bot: DiscordBot) -> None:
             webhook = discord.Webhook.partial(int(place["application_id"]), place["token"], client=bot.client)
             await webhook.edit_message("@original", content=INTERRUPTED)  # (the route Discord gives the response)
         else:
-            channel = await bot.client.create_dm(discord.Object(id=int(place["user_id"])))
-            await channel.send(f"/ask: {INTERRUPTED}")
+            await bot.dm(int(place["user_id"]), f"/ask: {INTERRUPTED}")
 
     await media_case.interrupted(bot.parts, "discord", tell)

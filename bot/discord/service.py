@@ -133,7 +133,7 @@ def _register(bot: DiscordBot) -> None:
 
     @bot.tree.command(name="help", description="帮助 / help")
     async def help_(interaction: discord.Interaction) -> None:
-        await interaction.response.send_message(discord_help(bot.parts)[:DISCORD_CONTENT], ephemeral=True)
+        await bot.say(interaction, discord_help(bot.parts))
 
     if not bot.can_capture or not capture_case.offered(bot.parts):  # nowhere to write: no capture commands
         return

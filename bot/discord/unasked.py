@@ -12,7 +12,6 @@ from rag.capture import Attachment
 from bot.chat.unasked import ASK_ANYWAY_DISCORD, SAVE_BUTTON
 from bot.chat.unasked import not_a_question as reply_text
 from bot.discord.bot import DiscordBot
-from bot.render import DISCORD_CONTENT
 from bot.usecases import unasked as unasked_case
 from bot.usecases.people import Person
 
@@ -20,7 +19,7 @@ from bot.usecases.people import Person
 async def offer(bot: DiscordBot, interaction: discord.Interaction, person: Person, heard: str, line: str,
                 clip: Attachment) -> bool:
     """True when the words ``heard`` ask nothing and the (deferred) response says so under
-    ``line`` (the words as shown); False: ask them."""
+    ``line`` (the words as heard, plain); False: ask them."""
     item = unasked_case.check(bot.parts, person, heard, clip)
     if item is None:
         return False
@@ -28,8 +27,7 @@ async def offer(bot: DiscordBot, interaction: discord.Interaction, person: Perso
     view = discord.ui.View(timeout=None)
     if can:
         view.add_item(UnaskedButton(item.id))
-    text = f"{line}\n{reply_text(can, ASK_ANYWAY_DISCORD)}"
-    await interaction.edit_original_response(content=text[:DISCORD_CONTENT], view=view)
+    await bot.edit(interaction, f"{line}\n{reply_text(can, ASK_ANYWAY_DISCORD)}", view=view)
     return True
 
 
@@ -40,11 +38,11 @@ async def press(bot: DiscordBot, interaction: discord.Interaction, item_id: str)
     try:
         item = unasked_case.kept(bot.parts, person, item_id)
     except unasked_case.Gone as err:
-        await interaction.response.send_message(str(err), ephemeral=True)
+        await bot.say(interaction, str(err))
         return
     await interaction.response.defer(thinking=True, ephemeral=True)
     receipt = await unasked_case.save(bot.parts, person, item)
-    await interaction.followup.send(receipt.message[:DISCORD_CONTENT], ephemeral=True)
+    await bot.say(interaction, receipt.message)
 
 
 class UnaskedButton(discord.ui.DynamicItem[discord.ui.Button], template=r"nq:(?P<id>[0-9a-f]{1,32})"):

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 async def on_ask(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     question = " ".join(context.args or [])
     if not question.strip():
-        await update.effective_message.reply_text("用法 usage: /ask 你的问题")
+        await tg.reply(update.effective_message, "用法 usage: /ask 你的问题")
         return
     await answer(tg, update, question)
 
@@ -58,18 +58,19 @@ async def on_text(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     await answer(tg, update, question)
 
 
-async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = False) -> None:
-    """``heard``: the question is what a voice message was heard as."""
+async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = False, counted: bool = False) -> None:
+    """``heard``: the question is what a voice message was heard as; ``counted``: against the
+    person's rate limit already (a clip, a photo: before it was fetched)."""
     person = await tg.who(update)
     if person is None:
         return
     if not (question or "").strip():  # a blank message, or only the bot's @name
-        await update.effective_message.reply_text(EMPTY)
+        await tg.reply(update.effective_message, EMPTY)
         return
-    if not await tg.may_search(update):
+    if not counted and not await tg.may_search(update):
         return
     question, notice = cut_message(tg.host.settings, question)
-    placeholder = await tg.retrying(lambda: update.effective_message.reply_text("…"))
+    placeholder = await tg.reply(update.effective_message, "…")
 
     reading = SourceLinks()  # the sources' links, once they are known
 
@@ -102,7 +103,7 @@ async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = F
         await pacer.stop()
         typing.cancel()
     if asked is None:
-        await final(tg, placeholder, [SORRY], html=False)
+        await tg.edit(placeholder, SORRY)
         return
     got = asked.answer
     body = got.shown + "".join(f"\n\n*{n}*" for n in (got.notice, notice) if n)
@@ -110,7 +111,7 @@ async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = F
         listed = telegram_sources(got.citations, label(question, "sources"), notes_root(tg.host.settings))
     else:
         listed = telegram_sources(got.closest, label(question, "closest"), notes_root(tg.host.settings))
-    await final(tg, placeholder, telegram_messages(body, listed, links=NoteLinks(got.citations)), html=True,
+    await final(tg, placeholder, telegram_messages(body, listed, links=NoteLinks(got.citations)),
                 markup=buttons(asked, capture.offered(tg.parts)))
 
 
@@ -129,11 +130,12 @@ def buttons(asked: asking.Asked, can_save: bool = True) -> InlineKeyboardMarkup 
     return InlineKeyboardMarkup([row[:3], row[3:]] if len(row) > 3 else [row])
 
 
-async def final(tg: TelegramBot, placeholder: Message, parts: list[str], html: bool,
+async def final(tg: TelegramBot, placeholder: Message, parts: list[str],
                 markup: InlineKeyboardMarkup | None = None) -> None:
-    """The answer's messages: the first replaces the placeholder; the buttons go under the last."""
+    """The answer's messages (Telegram HTML, ``bot.render``'s): the first replaces the placeholder;
+    the buttons go under the last."""
     for i, part in enumerate(parts):
-        mode = ParseMode.HTML if html else None
+        mode = ParseMode.HTML
         keys = markup if i == len(parts) - 1 else None
 
         async def send(text=part, mode=mode, first=(i == 0), keys=keys):
@@ -149,10 +151,9 @@ async def final(tg: TelegramBot, placeholder: Message, parts: list[str], html: b
             message = str(err).lower()
             if "not modified" in message:
                 continue
-            if not html:
-                raise
-            log.info("Telegram rejected the HTML (%s); sending plain text", err)
-            plain = BeautifulSoup(part, "html.parser").get_text()
-            await tg.retrying(lambda text=plain, first=(i == 0), keys=keys: (
-                placeholder.edit_text(text, link_preview_options=NO_PREVIEW, reply_markup=keys) if first
-                else placeholder.chat.send_message(text, link_preview_options=NO_PREVIEW, reply_markup=keys)))
+            log.info("Telegram rejected the HTML (%s); sending its text", err)
+            plain = BeautifulSoup(part, "html.parser").get_text()  # as the door's plain text: tokens inert
+            if i == 0:
+                await tg.edit(placeholder, plain, markup=keys)
+            else:
+                await tg.send(placeholder.chat.id, plain, markup=keys)

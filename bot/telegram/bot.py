@@ -2,6 +2,12 @@
 
 The handlers (``answering``, ``commands``, ``capturing``, ``buttons``) are registered by
 ``service.build``; each takes this bot as its first argument.
+
+Every text the bot sends but an answer (``answering`` renders those with ``bot.render``) goes out
+through one path, ``reply``, ``send`` or ``edit``: rendered by the door's rule (``bot.plain``:
+HTML, every link-like token inert but the addresses of this install's notes), in parts within
+Telegram's limit with the buttons under the last, and a ``RetryAfter`` waited out, so a reply that
+meets Telegram's flood limit half-way still arrives whole, with its buttons.
 """
 
 from __future__ import annotations
@@ -10,14 +16,15 @@ import asyncio
 import logging
 from contextlib import suppress
 
-from telegram import BotCommand, LinkPreviewOptions, ReplyParameters, Update
-from telegram.constants import ChatAction, ChatType
-from telegram.error import Forbidden, RetryAfter, TelegramError
+from telegram import BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
 from bot.chat.access import STRANGER, Access
-from bot.chat.digest import split_lines
 from bot.chat.texts import INTERRUPTED, SORRY, commands
+from bot.plain import messages, own_links, telegram_text
+from bot.render import TELEGRAM_LIMIT
 from bot.usecases import capture as capture_case
 from bot.usecases import gaps as gaps_case
 from bot.usecases import media as media_case
@@ -27,7 +34,6 @@ log = logging.getLogger(__name__)
 
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 TYPING_EVERY = 4.0
-PART = 4000  # characters of a plain reply per message (Telegram's limit is 4,096)
 
 
 def seconds(err: RetryAfter) -> float:
@@ -35,10 +41,6 @@ def seconds(err: RetryAfter) -> float:
     if value is not None:
         return value.total_seconds()
     return float(err.retry_after)
-
-
-def chunks(text: str, size: int = PART) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def file_url(base_url: str) -> str:
@@ -87,7 +89,7 @@ class TelegramBot:
             if update.callback_query is not None:
                 await update.callback_query.answer(SORRY[:200], show_alert=True)
             elif update.effective_message is not None:
-                await update.effective_message.reply_text(SORRY)
+                await self.reply(update.effective_message, SORRY)
 
     async def run(self) -> None:
         """Connect and poll until the host stops. Connection errors propagate, so the
@@ -123,8 +125,7 @@ class TelegramBot:
         _, chat, message = (once.split(":") + ["", ""])[:3] if once.startswith("telegram:") else ("", "", "")
         chat_id = int(chat) if chat.lstrip("-").isdigit() else int(person.partition(":")[2])
         reply = ReplyParameters(int(message), allow_sending_without_reply=True) if message.isdigit() else None
-        await self.retrying(lambda: self.app.bot.send_message(chat_id, text, reply_parameters=reply,
-                                                              link_preview_options=NO_PREVIEW))
+        await self.send(chat_id, text, reply_to=reply)
 
     async def interrupted(self) -> None:
         """At the start: each media status message a stop or a crash left saying it was at work
@@ -138,9 +139,7 @@ class TelegramBot:
 
     async def tell(self, person: str, text: str) -> None:
         """Tell a person something in their private chat (a gap a note answers now, a digest)."""
-        chat_id = int(person.partition(":")[2])
-        for part in split_lines(text, PART):
-            await self.retrying(lambda p=part: self.app.bot.send_message(chat_id, p, link_preview_options=NO_PREVIEW))
+        await self.send(int(person.partition(":")[2]), text)
 
     # --- who is asking --------------------------------------------------------------------
 
@@ -154,18 +153,16 @@ class TelegramBot:
         person = self.access.person("telegram", user.id, chat.id)
         if chat.type != ChatType.PRIVATE and chat.id not in self.cfg.allowed_chats:
             if isinstance(person, Person) and self.access.once_in_a_while(("group", chat.id)):
-                await message.reply_text(
-                    f"这个群还没有开通：请把群 id {chat.id} 加到 telegram.allowed_chats。\n"
-                    f"Not enabled in this group: add its id {chat.id} to telegram.allowed_chats."
-                )
+                await self.reply(message, f"这个群还没有开通：请把群 id {chat.id} 加到 telegram.allowed_chats。\n"
+                                          f"Not enabled in this group: add its id {chat.id} to telegram.allowed_chats.")
             return None
         if person is None:
             refusal = self.access.stranger("telegram", user.id)
             if refusal:
-                await message.reply_text(refusal)
+                await self.reply(message, refusal)
             return None
         if isinstance(person, str):
-            await message.reply_text(person)
+            await self.reply(message, person)
             return None
         return person
 
@@ -185,27 +182,67 @@ class TelegramBot:
         is over, says so and returns False."""
         wait = self.access.rate("telegram", update.effective_user.id)
         if wait:
-            await update.effective_message.reply_text(self.access.slow_down(wait))
+            await self.reply(update.effective_message, self.access.slow_down(wait))
             return False
         return True
 
     # --- replying ---------------------------------------------------------------------------
 
+    def own(self, token: str) -> bool:
+        """A token shown as it is: an address of this install's notes, or the bot's own @name."""
+        try:
+            name = (f"@{self.app.bot.username}",)
+        except RuntimeError:  # (not connected yet)
+            name = ()
+        return own_links(self.host.settings.leanote.base_url, name)(token)
+
+    def html(self, text: str) -> list[str]:
+        """Plain text as the Telegram HTML messages it takes, by the door's rule (``bot.plain``)."""
+        return messages(text, TELEGRAM_LIMIT, lambda line: telegram_text(line, self.own))
+
+    async def reply(self, message: Message, text: str, *, markup=None, quote: bool | None = None) -> Message:
+        """Reply to ``message`` with ``text`` (plain): the door's one path (module docstring).
+        ``markup``: buttons under its last part. The last message sent."""
+        parts = self.html(text)
+        for i, part in enumerate(parts):
+            keys = markup if i == len(parts) - 1 else None
+            sent = await self.retrying(lambda p=part, k=keys: message.reply_text(
+                p, parse_mode=ParseMode.HTML, link_preview_options=NO_PREVIEW, reply_markup=k, do_quote=quote))
+        return sent
+
+    async def send(self, chat_id: int, text: str, *, markup=None, reply_to: ReplyParameters | None = None) -> Message:
+        """Send ``text`` (plain) to a chat: the door's one path (module docstring)."""
+        parts = self.html(text)
+        for i, part in enumerate(parts):
+            keys = markup if i == len(parts) - 1 else None
+            sent = await self.retrying(lambda p=part, k=keys: self.app.bot.send_message(
+                chat_id, p, parse_mode=ParseMode.HTML, link_preview_options=NO_PREVIEW, reply_markup=k,
+                reply_parameters=reply_to))
+        return sent
+
+    async def edit(self, message: Message, text: str, *, markup=None) -> None:
+        """``message`` says ``text`` (plain) now, what fits in one message: the door's one path. An
+        edit that changes nothing is no error."""
+        try:
+            await self.retrying(lambda: message.edit_text(self.html(text)[0], parse_mode=ParseMode.HTML,
+                                                          link_preview_options=NO_PREVIEW, reply_markup=markup))
+        except BadRequest as err:
+            if "not modified" not in str(err).lower():
+                raise
+
     async def privately(self, update: Update, text: str) -> None:
         """Answer in the person's private chat: a group sees nothing of it."""
         message = update.effective_message
         if update.effective_chat.type == ChatType.PRIVATE:
-            for part in chunks(text):
-                await message.reply_text(part, link_preview_options=NO_PREVIEW)
+            await self.reply(message, text)
             return
         try:
-            for part in chunks(text):
-                await self.app.bot.send_message(update.effective_user.id, part, link_preview_options=NO_PREVIEW)
+            await self.send(update.effective_user.id, text)
         except Forbidden:  # the person never opened a private chat with the bot
-            await message.reply_text(f"请先私聊我（@{self.app.bot.username}），再发这个命令。 / "
-                                     f"Open a private chat with @{self.app.bot.username} and send the command there.")
+            await self.reply(message, f"请先私聊我（@{self.app.bot.username}），再发这个命令。 / "
+                                      f"Open a private chat with @{self.app.bot.username} and send the command there.")
             return
-        await message.reply_text("已私信给你。 / Sent to you privately.")
+        await self.reply(message, "已私信给你。 / Sent to you privately.")
 
     async def to_presser(self, query, text: str, answered: bool = False, markup=None) -> None:
         """Send ``text`` to whoever pressed, in their private chat (a group sees nothing of it);
@@ -214,10 +251,7 @@ class TelegramBot:
         message = query.message
         private = message is not None and message.chat.type == ChatType.PRIVATE and message.chat.id == user_id
         try:
-            parts = chunks(text)
-            for i, part in enumerate(parts):
-                await self.app.bot.send_message(user_id, part, link_preview_options=NO_PREVIEW,
-                                                reply_markup=markup if i == len(parts) - 1 else None)
+            await self.send(user_id, text, markup=markup)
         except Forbidden:  # never opened a private chat with the bot
             if not answered:
                 await query.answer(f"请先私聊我（@{self.app.bot.username}）。 / Open a private chat with "

@@ -19,7 +19,8 @@ from telegram.ext import ContextTypes
 from rag.capture import Attachment, Origin, Quote, md_escape, md_label, md_url
 
 from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
-from bot.telegram.bot import NO_PREVIEW, TelegramBot
+from bot.chat.pacing import Coalesced
+from bot.telegram.bot import TelegramBot
 from bot.usecases import capture
 from bot.usecases import media as media_case
 from bot.usecases.people import Person
@@ -60,7 +61,7 @@ async def on_forward(tg: TelegramBot, update: Update, context: ContextTypes.DEFA
         return
     message = update.effective_message
     if not capturable(message):
-        await message.reply_text(UNSUPPORTED)
+        await tg.reply(message, UNSUPPORTED)
         return
     await _capture(tg, update, person, "", origin=origin_of(message), source=message, quote=quote_of(message))
 
@@ -71,7 +72,7 @@ async def on_media_hint(tg: TelegramBot, update: Update, context: ContextTypes.D
     person = await tg.who(update)
     if person is not None:
         why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts, person)
-        await update.effective_message.reply_text(why or MEDIA_HINT)
+        await tg.reply(update.effective_message, why or MEDIA_HINT)
 
 
 async def on_save(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -83,10 +84,10 @@ async def on_save(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     message = update.effective_message
     target = message.reply_to_message
     if target is None:
-        await message.reply_text(SAVE_USAGE)
+        await tg.reply(message, SAVE_USAGE)
         return
     if not capturable(target):
-        await message.reply_text(UNSUPPORTED)
+        await tg.reply(message, UNSUPPORTED)
         return
     extra = after_command(message.text)
     own = target.forward_origin is None and target.from_user is not None and \
@@ -112,7 +113,7 @@ async def _add_text(tg: TelegramBot, update: Update, how) -> None:
     if person is None or not await _can_capture(tg, update):
         return
     receipt = await how(tg.parts, person, after_command(update.effective_message.text), once=once_of(update))
-    await update.effective_message.reply_text(receipt.message, link_preview_options=NO_PREVIEW)
+    await tg.reply(update.effective_message, receipt.message)
 
 
 async def on_outbox(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -121,14 +122,14 @@ async def on_outbox(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
         return
     why = capture.unavailable(tg.parts, person)
     if why:  # nowhere to write: why, not an empty list
-        await update.effective_message.reply_text(why)
+        await tg.reply(update.effective_message, why)
         return
     await tg.privately(update, outbox_text(await capture.outbox(tg.parts, person)))
 
 
 async def _can_capture(tg: TelegramBot, update: Update) -> bool:
     if not tg.parts.can_capture:
-        await update.effective_message.reply_text(NO_CAPTURE)
+        await tg.reply(update.effective_message, NO_CAPTURE)
         return False
     return True
 
@@ -138,9 +139,9 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
     """A new note from ``text`` and the photo or document of ``source``; the receipt as the reply."""
     if not await _can_capture(tg, update):
         return
-    why = capture.unavailable(tg.parts, person)
+    why = capture.unavailable(tg.parts, person) or (capture.too_often(tg.parts, person) if source is not None else None)
     if why:  # said before any file is fetched
-        await update.effective_message.reply_text(why)
+        await tg.reply(update.effective_message, why)
         return
     files: list[Attachment] = []
     if source is not None:
@@ -151,31 +152,41 @@ async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *
             problem = ("没能从 Telegram 取到这个文件，请再发一次。 / Could not fetch the file from Telegram; "
                        "please send it again.")
         if problem:
-            await update.effective_message.reply_text(problem)
+            await tg.reply(update.effective_message, problem)
             return
-    receipt = await media_case.note(tg.parts, person, text, origin=origin, files=files, quote=quote,
-                                    once=once_of(update), on_wait=in_line(update.effective_message))
-    await update.effective_message.reply_text(receipt.message, link_preview_options=NO_PREVIEW)
+    waiting = in_line(tg, update.effective_message)
+    try:
+        receipt = await media_case.note(tg.parts, person, text, origin=origin, files=files, quote=quote,
+                                        once=once_of(update), on_wait=waiting)
+    finally:
+        await waiting.close()
+    await tg.reply(update.effective_message, receipt.message)
 
 
-def in_line(message: Message, doing: str = ""):
-    """``on_wait`` for media work: a message saying how many are ahead, edited as that falls
-    (none is sent when nothing is ahead; ``doing`` then says what is being done, when given, else
-    the message goes once its turn comes)."""
+def in_line(tg: TelegramBot, message: Message, doing: str = ""):
+    """``on_wait`` for media work: a message saying how many are ahead, edited as that falls, at
+    most every few seconds (``Coalesced``; none is sent when nothing is ahead; ``doing`` then says
+    what is being done, when given, else the message goes once its turn comes). ``close`` it before
+    the message says what came of the work."""
     shown: dict[str, Message] = {}
 
-    async def tell(ahead: int) -> None:
+    async def show(ahead: int) -> None:
         text = waiting_text(ahead) if ahead else doing
         with suppress(TelegramError):
             if not text:  # its turn came: the "in line" message has said what it had to
                 if "status" in shown:
                     await shown.pop("status").delete()
             elif "status" in shown:
-                await shown["status"].edit_text(text)
+                await tg.edit(shown["status"], text)
             else:
-                shown["status"] = await message.reply_text(text)
+                shown["status"] = await tg.reply(message, text)
 
-    tell.shown = shown
+    paced = Coalesced(show)
+
+    async def tell(ahead: int) -> None:
+        await (paced(ahead) if ahead else paced.now(0))
+
+    tell.shown, tell.close, tell.paced = shown, paced.close, paced
     return tell
 
 

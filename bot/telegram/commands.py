@@ -17,8 +17,7 @@ from bot.chat.access import STRANGER
 from bot.chat.texts import (ABOUT_USAGE, ADMINS_ONLY, FRESH_START, help_for, RELATED_USAGE, SYNCING, VERDICT_BUTTONS,
                             VERDICT_USAGE, MemoryReply, about_text, cut_message, hits_text, memory_unavailable_text, notes_root,
                             related_text, status_reply, sync_text, trace_text, verdict_reply, with_notice)
-from bot.render import TELEGRAM_LIMIT
-from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
+from bot.telegram.bot import TelegramBot
 from bot.usecases import asking, memory, syncing
 
 
@@ -28,7 +27,7 @@ async def on_help(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     if user is not None and update.effective_chat.type == ChatType.PRIVATE \
             and tg.access.person("telegram", user.id) is None:
         text += "\n\n" + STRANGER["telegram"].format(id=user.id)  # /start: a newcomer learns their id
-    await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
+    await tg.reply(update.effective_message, text)
 
 
 async def on_search(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -37,15 +36,14 @@ async def on_search(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     if person is None:
         return
     if not query.strip():
-        await update.effective_message.reply_text("用法 usage: /search 关键词")
+        await tg.reply(update.effective_message, "用法 usage: /search 关键词")
         return
     if not await tg.may_search(update):
         return
     query, notice = cut_message(tg.host.settings, query)
     found = await asking.search(tg.parts, person, query, 8)
     root = notes_root(tg.host.settings)
-    await update.effective_message.reply_text(with_notice(hits_text(found.hits, query, root), notice),
-                                              link_preview_options=NO_PREVIEW)
+    await tg.reply(update.effective_message, with_notice(hits_text(found.hits, query, root), notice))
 
 
 async def on_reset(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -53,7 +51,7 @@ async def on_reset(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     if person is None:
         return
     asking.reset(tg.parts, person)
-    await update.effective_message.reply_text(FRESH_START)
+    await tg.reply(update.effective_message, FRESH_START)
 
 
 async def on_why(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -75,12 +73,12 @@ async def on_sync(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     if person is None:
         return
     if not person.admin:
-        await update.effective_message.reply_text(ADMINS_ONLY)
+        await tg.reply(update.effective_message, ADMINS_ONLY)
         return
-    said = await update.effective_message.reply_text(SYNCING)
+    said = await tg.reply(update.effective_message, SYNCING)
     done = sync_text(await syncing.request_sync(tg.parts, person))  # what the pass did, when it is done
     with suppress(TelegramError):
-        await tg.retrying(lambda: said.edit_text(done[:TELEGRAM_LIMIT], link_preview_options=NO_PREVIEW))
+        await tg.edit(said, done)
 
 
 # --- the memory of the notes ---------------------------------------------------------------
@@ -100,12 +98,12 @@ async def _memory(tg: TelegramBot, update: Update, what: str, target: str) -> No
         return
     message = update.effective_message
     if not target.strip():
-        await message.reply_text(ABOUT_USAGE if what == "about" else RELATED_USAGE)
+        await tg.reply(message, ABOUT_USAGE if what == "about" else RELATED_USAGE)
         return
     try:
         memory.memory_of(tg.parts)
     except memory.MemoryUnavailable as err:
-        await message.reply_text(memory_unavailable_text(err))
+        await tg.reply(message, memory_unavailable_text(err))
         return
     if not await tg.may_search(update):
         return
@@ -114,10 +112,7 @@ async def _memory(tg: TelegramBot, update: Update, what: str, target: str) -> No
         reply = about_text(await memory.about(tg.parts, person, target))
     else:
         reply = related_text(await memory.related(tg.parts, person, target))
-    parts = chunks(with_notice(reply.text, notice))
-    for i, part in enumerate(parts):
-        keys = memory_buttons(reply) if i == len(parts) - 1 else None
-        await message.reply_text(part, link_preview_options=NO_PREVIEW, reply_markup=keys)
+    await tg.reply(message, with_notice(reply.text, notice), markup=memory_buttons(reply))
 
 
 def memory_buttons(reply: MemoryReply) -> InlineKeyboardMarkup | None:
@@ -142,7 +137,7 @@ async def _verdict(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
         return
     args = context.args or []
     if len(args) != 1:
-        await update.effective_message.reply_text(VERDICT_USAGE)
+        await tg.reply(update.effective_message, VERDICT_USAGE)
         return
     _, text = await verdict_reply(tg.parts, person, args[0], verdict)
-    await update.effective_message.reply_text(text, link_preview_options=NO_PREVIEW)
+    await tg.reply(update.effective_message, text)

@@ -30,7 +30,7 @@ from bot.chat.gaps import (CANCEL_BUTTON, CONFIRM_BUTTONS, DISMISSED, GAP_BUTTON
                            NOTHING_WAITS, GapsReply, confirm_text, ended_text, forgot_text, gaps_text, not_written_text,
                            writing_text)
 from bot.chat.texts import NO_CAPTURE
-from bot.telegram.bot import NO_PREVIEW, TelegramBot, chunks
+from bot.telegram.bot import TelegramBot
 from bot.telegram.capturing import after_command, markdown, once_of
 from bot.usecases import capture, digest, gaps
 from bot.usecases.people import Person
@@ -58,23 +58,19 @@ async def on_gaps(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     if person is None:
         return
     reply = gaps_text(await asyncio.to_thread(gaps.shown, tg.parts, person))
-    can_write = capture.offered(tg.parts)
-    parts = chunks(reply.text)
-    user_id = update.effective_user.id
+    keys = gap_buttons(reply, capture.offered(tg.parts))
     message = update.effective_message
-    try:
-        for i, part in enumerate(parts):
-            keys = gap_buttons(reply, can_write) if i == len(parts) - 1 else None
-            if update.effective_chat.type == ChatType.PRIVATE:
-                await message.reply_text(part, link_preview_options=NO_PREVIEW, reply_markup=keys)
-            else:
-                await tg.app.bot.send_message(user_id, part, link_preview_options=NO_PREVIEW, reply_markup=keys)
+    try:  # (a flood limit met half-way is waited out: the list arrives whole, its buttons under it)
+        if update.effective_chat.type == ChatType.PRIVATE:
+            await tg.reply(message, reply.text, markup=keys)
+        else:
+            await tg.send(update.effective_user.id, reply.text, markup=keys)
     except Forbidden:  # never opened a private chat with the bot
-        await message.reply_text(f"请先私聊我（@{tg.app.bot.username}），再发 /gaps。 / Open a private chat with "
-                                 f"@{tg.app.bot.username} and send /gaps there.")
+        await tg.reply(message, f"请先私聊我（@{tg.app.bot.username}），再发 /gaps。 / Open a private chat with "
+                                f"@{tg.app.bot.username} and send /gaps there.")
         return
     if update.effective_chat.type != ChatType.PRIVATE:
-        await message.reply_text("已私信给你。 / Sent to you privately.")
+        await tg.reply(message, "已私信给你。 / Sent to you privately.")
 
 
 async def on_forget(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -82,7 +78,7 @@ async def on_forget(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     if person is None:
         return
     gone = await asyncio.to_thread(gaps.forget, tg.parts, person)
-    await update.effective_message.reply_text(forgot_text(gone))
+    await tg.reply(update.effective_message, forgot_text(gone))
 
 
 async def on_digest(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -94,14 +90,14 @@ async def on_digest(tg: TelegramBot, update: Update, context: ContextTypes.DEFAU
     words = after_command(message.text)
     if not words:
         plan = await asyncio.to_thread(digest.plan_of, tg.parts, person)
-        await message.reply_text(f"摘要 digest: {plan_text(plan)}\n" + USAGE.format(tz=plan.tz if plan else "UTC"))
+        await tg.reply(message, f"摘要 digest: {plan_text(plan)}\n" + USAGE.format(tz=plan.tz if plan else "UTC"))
         return
     try:
         plan = await asyncio.to_thread(digest.set_plan, tg.parts, person, words)
     except UserError as err:
-        await message.reply_text(str(err))
+        await tg.reply(message, str(err))
         return
-    await message.reply_text(plan_reply(plan, private=update.effective_chat.type == ChatType.PRIVATE))
+    await tg.reply(message, plan_reply(plan, private=update.effective_chat.type == ChatType.PRIVATE))
 
 
 def _buttons(gap_id: str, which) -> InlineKeyboardMarkup:
@@ -199,11 +195,11 @@ async def drafted(tg: TelegramBot, update: Update, person: Person) -> bool:
     message = update.effective_message
     text = markdown(message.text or "", message.entities)
     if gaps.looks_like_question(text):
-        await message.reply_text(confirm_text(draft), do_quote=True,
-                                 reply_markup=_buttons(draft.gap_id, CONFIRM_BUTTONS + (CANCEL_BUTTON,)))
+        await tg.reply(message, confirm_text(draft), quote=True,
+                       markup=_buttons(draft.gap_id, CONFIRM_BUTTONS + (CANCEL_BUTTON,)))
         return True
     said = await _write(tg, person, draft, text, once_of(update))
-    await message.reply_text(said, link_preview_options=NO_PREVIEW)
+    await tg.reply(message, said)
     return True
 
 
@@ -226,8 +222,8 @@ async def on_command(tg: TelegramBot, update: Update, context: ContextTypes.DEFA
         if draft is None:
             return
         said = await _write(tg, person, draft, text, once_of(update))
-        await message.reply_text(said, link_preview_options=NO_PREVIEW)
+        await tg.reply(message, said)
         raise ApplicationHandlerStop
     ended = await asyncio.to_thread(gaps.end_draft, tg.parts, person)
     if ended is not None:
-        await message.reply_text(ended_text(ended))
+        await tg.reply(message, ended_text(ended))

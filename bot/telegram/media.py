@@ -24,7 +24,7 @@ from rag.media.audio import too_long
 
 from bot.chat.texts import NO_CAPTURE, READING_IMAGE, TRANSCRIBING, heard_line, seen_line
 from bot.telegram import answering, unasked
-from bot.telegram.bot import NO_PREVIEW, TelegramBot
+from bot.telegram.bot import TelegramBot
 from bot.telegram.capturing import fetch_files, after_command, in_line, once_of
 from bot.usecases import capture
 from bot.usecases import media as media_case
@@ -60,19 +60,22 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
     message = update.effective_message
     caption = _caption(message, context.bot.username or "")
     command = "note" if NOTE_CAPTION.match(caption) else ""
-    if command:  # nowhere to write: said before the clip is fetched or heard
-        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts, person)
+    if command:  # nowhere to write, or too often: said before the clip is fetched or heard
+        why = NO_CAPTURE if not tg.parts.can_capture else (capture.unavailable(tg.parts, person)
+                                                          or capture.too_often(tg.parts, person))
         if why:
-            await message.reply_text(why)
+            await tg.reply(message, why)
             return
     problem = media_case.speech_problem(tg.parts)
     if problem and not command:  # a /note keeps the clip without its words
-        await message.reply_text(problem)
+        await tg.reply(message, problem)
         return
     clip = message.voice or message.audio
     limit = tg.host.settings.media.max_clip
     if clip.duration and clip.duration > limit and not command:
-        await message.reply_text(too_long(limit))  # said from what Telegram tells, before any download
+        await tg.reply(message, too_long(limit))  # said from what Telegram tells, before any download
+        return
+    if not command and not await tg.may_search(update):  # a question's count, before it is fetched or heard
         return
     files = await _fetch(tg, message, tg.host.settings.media.max_audio_mb, "a voice message")
     if not files:
@@ -82,17 +85,19 @@ async def on_voice(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
         got = await media_case.voice(tg.parts, person, files[0], command=command, typed=after_command(caption),
                                      once=once_of(update), on_wait=wait)
     except MediaError as err:
-        await _settle(tg, shown, status, str(err))
+        await _settle(tg, shown, status, str(err), wait)
         return
+    finally:
+        await wait.close()
     if got.transcript is None:  # captured before (the same message again), or kept without its words
-        await _settle(tg, shown, status, got.receipt.message)
+        await _settle(tg, shown, status, got.receipt.message, wait)
         return
-    await _settle(tg, shown, status, heard_line(got.transcript.line()))
+    await _settle(tg, shown, status, heard_line(got.transcript.line()), wait)
     if got.kind == "ask":
         if not await unasked.offer(tg, update, got.transcript.text, clip=files[0]):  # a reminder: not asked
-            await answering.answer(tg, update, got.transcript.text, heard=True)
+            await answering.answer(tg, update, got.transcript.text, heard=True, counted=True)
         return
-    await message.reply_text(got.receipt.message, link_preview_options=NO_PREVIEW)
+    await tg.reply(message, got.receipt.message)
 
 
 async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -108,7 +113,9 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
         return
     problem = media_case.ocr_problem(tg.parts)
     if problem:
-        await message.reply_text(problem)
+        await tg.reply(message, problem)
+        return
+    if not await tg.may_search(update):  # a question's count, before the photo is fetched or read
         return
     files = await _fetch(tg, message, tg.host.settings.media.max_image_mb, "a photo")
     if not files:
@@ -116,20 +123,22 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
     try:
         media_case.check_image(tg.parts, files[0].data)
     except MediaError as err:
-        await message.reply_text(str(err))
+        await tg.reply(message, str(err))
         return
     status, wait, shown = await _status(tg, person, message, READING_IMAGE)
     try:
         reading = await media_case.read(tg.parts, person, files[0].data, on_wait=wait)
     except NoText as err:  # the words sent with it are still a question
-        await _settle(tg, shown, status, str(err))
+        await _settle(tg, shown, status, str(err), wait)
         reading = None
     except MediaError as err:
-        await _settle(tg, shown, status, str(err))
+        await _settle(tg, shown, status, str(err), wait)
         return
+    finally:
+        await wait.close()
     if reading is not None:
-        await _settle(tg, shown, status, seen_line(" ".join(reading.lines)[:300]))
-    await answering.answer(tg, update, media_case.photo_question(question, reading))
+        await _settle(tg, shown, status, seen_line(" ".join(reading.lines)[:300]), wait)
+    await answering.answer(tg, update, media_case.photo_question(question, reading), counted=True)
 
 
 async def _fetch(tg: TelegramBot, message: Message, max_mb: float, what: str) -> list:
@@ -141,39 +150,35 @@ async def _fetch(tg: TelegramBot, message: Message, max_mb: float, what: str) ->
         log.warning("could not fetch %s from Telegram: %s", what, err)
         files, why = [], NOT_FETCHED
     if why:
-        await message.reply_text(why)
+        await tg.reply(message, why)
         return []
     return files
 
 
 async def _status(tg: TelegramBot, person, message: Message, working: str):
-    """The one message that says the job's place in the machine's line, then ``working``
-    while it runs, then what came of it (``_settle``): the message, the ``on_wait`` that keeps
-    it, and its record on disk until then (a restart says the job was interrupted: ``TelegramBot.run``)."""
-    status = await message.reply_text(working)
+    """The one message that says the job's place in the machine's line (edited at most every few
+    seconds), then ``working`` while it runs, then what came of it (``_settle``): the message, the
+    ``on_wait`` that keeps it, and its record on disk until then (a restart says the job was
+    interrupted: ``TelegramBot.run``)."""
+    status = await tg.reply(message, working)
     shown = await media_case.shown(tg.parts, person, "telegram", {"chat_id": status.chat_id,
                                                                   "message_id": status.message_id})
-    waiting = in_line(message)
-    waiting.shown["status"] = status
-
-    async def wait(ahead: int) -> None:
-        if ahead:
-            await waiting(ahead)
-        else:
-            await _edit(status, working)
-
+    wait = in_line(tg, message, doing=working)
+    wait.shown["status"] = status
     return status, wait, shown
 
 
-async def _settle(tg: TelegramBot, shown: int | None, status: Message, text: str) -> None:
+async def _settle(tg: TelegramBot, shown: int | None, status: Message, text: str, waiting=None) -> None:
     """The status message says what came of its job, which has ended."""
-    await _edit(status, text)
+    await _edit(tg, status, text, waiting)
     await media_case.settled(tg.parts, shown)
 
 
-async def _edit(message: Message, text: str) -> None:
+async def _edit(tg: TelegramBot, message: Message, text: str, waiting=None) -> None:
+    """The status says what came of the work (``waiting``: its place in line is said no more)."""
+    if waiting is not None:
+        await waiting.close()
     try:
-        await message.edit_text(text, link_preview_options=NO_PREVIEW)
+        await tg.edit(message, text)
     except TelegramError as err:
-        if "not modified" not in str(err).lower():
-            log.info("could not edit a media status message: %s", err)
+        log.info("could not edit a media status message: %s", err)

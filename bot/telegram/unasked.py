@@ -35,7 +35,7 @@ async def offer(tg: TelegramBot, update: Update, text: str, clip: Attachment | N
         return False
     can = unasked_case.can_save(tg.parts)
     keys = InlineKeyboardMarkup([[InlineKeyboardButton(SAVE_BUTTON, callback_data=f"nq:{item.id}")]]) if can else None
-    await update.effective_message.reply_text(reply_text(can, ASK_ANYWAY_TELEGRAM), reply_markup=keys)
+    await tg.reply(update.effective_message, reply_text(can, ASK_ANYWAY_TELEGRAM), markup=keys)
     return True
 
 

@@ -47,6 +47,13 @@ def unavailable(parts: "Parts", person: Person | None = None) -> str | None:
     return _writer(parts).refused_for(person.user_id if person is not None else "")
 
 
+def too_often(parts: "Parts", person: Person) -> str | None:
+    """Why the person may not capture now (``capture.rate_limit`` a minute used up), or None:
+    asked before a file is downloaded or read (a clip is not heard to be refused after). Counts
+    nothing: the capture counts when it is made."""
+    return _writer(parts).too_often(person.key)
+
+
 def offered(parts: "Parts") -> bool:
     """Whether the doors offer capture here ("Save as note", ✍️ under /gaps, the capture
     commands): this process writes, capture is on and has somewhere to write."""

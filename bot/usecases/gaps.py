@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
@@ -72,8 +74,11 @@ async def noted(parts: "Parts", person: Person, answer: "Answer", answer_id: str
 
 
 def _add(parts: "Parts", person: Person, wording: str, standalone: str, why: str, answer_id: str | None) -> str:
+    """The ask kept; past ``gaps.max_open`` open gaps of the person, the least recently asked
+    are dismissed (a person's gaps cost every closing check)."""
     vector = parts.index.embed_query([standalone])[0]
-    gap_id, _ = parts.gaps.add(person.key, person.user_id, wording, standalone, vector, why, answer_id)
+    gap_id, _ = parts.gaps.add(person.key, person.user_id, wording, standalone, vector, why, answer_id,
+                               most_open=parts.settings.gaps.max_open)
     return gap_id
 
 
@@ -235,33 +240,61 @@ def closed_line(gap: Gap, root=None) -> str:
             f"{shown_link(gap.note_url, root) if gap.note_url else ''}").strip()
 
 
-def close_answered(parts: "Parts") -> list[Gap]:
+def close_answered(parts: "Parts", halt: threading.Event | None = None) -> list[Gap]:
     """The queued changed notes against the open gaps of their users: a gap closes (with the note)
     when one changed note answers at least half of its newest wordings (``TRIED``): one wording
     a note happens to share words with is not enough (bench/gaps.py: an English wording closed
     by a note on a neighbouring subject, its Chinese ones not), nor is one rare name a wording
-    shares with it (``rag.answer.gaps.more_than_a_name``). In a worker thread; the queue
-    is emptied per user once checked, so a kill in between checks again."""
+    shares with it (``rag.answer.gaps.more_than_a_name``). In a worker thread.
+
+    Bounded: past ``gaps.check_budget`` seconds of it (or once ``halt`` is set: the daemon stops)
+    no further gap is checked; the gaps not reached keep their turn and go first after the next
+    pass, and a queued note leaves the queue only once every open gap of its user was checked
+    against it (``GapStore.drop_checked``): nothing is lost, to a budget or to a kill. Each pass
+    begins with the gaps checked longest ago, one person's and another's in turn."""
     store = parts.gaps_if_made()
     if store is None:
         return []
+    deadline = time.monotonic() + parts.settings.gaps.check_budget
     closed: list[Gap] = []
     for user_id, notes in store.pending_checks().items():
-        rarity = Rarity(parts.index, user_id)
-        for gap in store.open_of_user(user_id):
-            tried = gap.wordings[:TRIED]
-            found = [answering_note(parts.index, parts.settings, w, user_id, notes, rarity) for w in tried]
-            votes: dict[str, list] = {}
-            for hit in found:
-                if hit is not None:
-                    votes.setdefault(hit.note_id, []).append(hit)
-            best = max(votes.values(), key=len, default=[])
-            if best and 2 * len(best) >= len(tried):
-                hit = best[0]
-                if store.close_gap(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id)):
-                    closed.append(store.get(gap.id, gap.person))
-        store.done_checks(user_id, notes)
+        turn, rarity, done = max(notes.values()), Rarity(parts.index, user_id), []
+        for gap in _in_turn(store.open_of_user(user_id)):
+            changed = {n for n, seq in notes.items() if seq > gap.checked}
+            if changed and (done or closed) and (time.monotonic() > deadline or (halt and halt.is_set())):
+                break  # (at least one gap a pass: a budget too small still goes forward)
+            if changed and _answered(parts, store, gap, user_id, changed, rarity):
+                closed.append(store.get(gap.id, gap.person))
+            done.append(gap.id)
+        store.checked(done, turn)
+        store.drop_checked(user_id)
     return closed
+
+
+def _in_turn(open_gaps: list[Gap]) -> list[Gap]:
+    """The gaps checked longest ago first; among those, each person's in turn, their most
+    recently asked first (one person's many gaps do not keep another's waiting)."""
+    by_person: dict[str, list[Gap]] = {}
+    for gap in sorted(open_gaps, key=lambda g: -g.last):
+        by_person.setdefault(gap.person, []).append(gap)
+    place = {gap.id: i for gaps in by_person.values() for i, gap in enumerate(gaps)}
+    return sorted(open_gaps, key=lambda g: (g.checked, place[g.id], g.person))
+
+
+def _answered(parts: "Parts", store, gap: Gap, user_id: str, changed: set[str], rarity: Rarity) -> bool:
+    """Does one of the ``changed`` notes answer the gap (at least half of its newest wordings)?
+    If so the gap is closed with it."""
+    tried = gap.wordings[:TRIED]
+    votes: dict[str, list] = {}
+    for wording in tried:
+        hit = answering_note(parts.index, parts.settings, wording, user_id, changed, rarity)
+        if hit is not None:
+            votes.setdefault(hit.note_id, []).append(hit)
+    best = max(votes.values(), key=len, default=[])
+    if not best or 2 * len(best) < len(tried):
+        return False
+    hit = best[0]
+    return store.close_gap(gap.id, hit.note_id, hit.title, hit.url or parts.note_url(hit.note_id))
 
 
 def announce_with(parts: "Parts", platform: str, announce: Announce) -> None:
@@ -288,7 +321,12 @@ async def check(parts: "Parts") -> list[Gap]:
         return []
     closed = []
     if await asyncio.to_thread(store.pending_checks):  # (nothing changed: no search, no index opened)
-        closed = await parts.answers.in_search_thread(close_answered, parts)
+        halt = threading.Event()
+        try:
+            closed = await parts.answers.in_search_thread(close_answered, parts, halt)
+        except asyncio.CancelledError:  # the daemon stops: the thread ends after the gap it is checking
+            halt.set()
+            raise
     for gap in closed:  # ids only: the question is the person's, not the log's
         log.info("gap %s of %s closed: note %s now answers it", gap.id, gap.person, gap.note_id)
     for gap in await asyncio.to_thread(store.untold):

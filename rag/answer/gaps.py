@@ -114,6 +114,15 @@ MIGRATIONS = [
     DROP TABLE plans;
     ALTER TABLE plans_by_person RENAME TO plans
     """,
+    # the closing check in slices: each queued note has its turn (``seq``, from a counter that never
+    # goes back), each open gap the turn it was last checked up to (``checked``)
+    """
+    ALTER TABLE checks ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE gaps ADD COLUMN checked INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    INSERT INTO counters(name, value) VALUES ('checks', 1);
+    UPDATE checks SET seq = 1
+    """,
 ]
 
 
@@ -155,6 +164,7 @@ class Gap:
     note_id: str | None = None
     note_title: str | None = None
     note_url: str | None = None
+    checked: int = 0  # the turn of the queued notes it was checked up to (``GapStore.pending_checks``)
 
     @property
     def question(self) -> str:
@@ -192,6 +202,15 @@ def _vector(v) -> bytes:
     return np.asarray(v, dtype=np.float32).tobytes()
 
 
+def _turn(db, step: int = 0) -> int:
+    """The queue's turn counter (in a write): ``step`` 1 takes the next turn, 0 reads the last."""
+    if step:
+        db.execute("INSERT INTO counters(name, value) VALUES ('checks', 1) "
+                   "ON CONFLICT(name) DO UPDATE SET value = value + 1")
+    row = db.execute("SELECT value FROM counters WHERE name = 'checks'").fetchone()
+    return row[0] if row else 0
+
+
 class GapStore(LockedDB):
     """The gaps, the notes to check them against, the notes being written for them and the
     digest plans. One connection behind a lock, called from worker threads."""
@@ -209,10 +228,11 @@ class GapStore(LockedDB):
     # --- asks -------------------------------------------------------------------------------
 
     def add(self, person: str, user_id: str, wording: str, standalone: str, vector, why: str,
-            answer_id: str | None = None, join_at: float = JOIN_AT) -> tuple[str, bool]:
+            answer_id: str | None = None, join_at: float = JOIN_AT, most_open: int | None = None) -> tuple[str, bool]:
         """An ask: joins the person's open gap it is closest to (cosine ≥ ``join_at`` with one
-        of its asks), else starts one. The gap's id, and whether it is new. The same answer's
-        ask is kept once (a 👎 on a refused answer)."""
+        of its asks), else starts one: past ``most_open`` open gaps of the person over that
+        Leanote user, the ones asked least recently are dismissed. The gap's id, and whether it
+        is new. The same answer's ask is kept once (a 👎 on a refused answer)."""
         if why not in WHY:
             raise ValueError(f"why must be one of {WHY}, not {why!r}")
         v = np.asarray(vector, dtype=np.float32)
@@ -231,13 +251,19 @@ class GapStore(LockedDB):
                 i = int(np.argmax(sims))
                 best, gap_id = float(sims[i]), rows[i][0]
             new = best < join_at
-            if new:
+            if new:  # checked from now on: the notes queued before did not answer it (it was just asked)
                 gap_id = secrets.token_urlsafe(ID_BYTES)
-                db.execute("INSERT INTO gaps(id, person, user_id, created, last, count) VALUES (?, ?, ?, ?, ?, 0)",
-                           (gap_id, person, user_id, now, now))
+                db.execute("INSERT INTO gaps(id, person, user_id, created, last, count, checked) VALUES "
+                           "(?, ?, ?, ?, ?, 0, ?)", (gap_id, person, user_id, now, now, _turn(db)))
             db.execute("INSERT INTO asks(gap_id, time, wording, standalone, why, answer_id, vector) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?)", (gap_id, now, wording, standalone, why, answer_id, _vector(v)))
             db.execute("UPDATE gaps SET count = count + 1, last = ? WHERE id = ?", (now, gap_id))
+            if new and most_open is not None:
+                db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id IN (SELECT id FROM gaps WHERE "
+                           "person = ? AND user_id = ? AND state = 'open' ORDER BY last DESC, rowid DESC LIMIT -1 "
+                           "OFFSET ?)", (now, person, user_id, most_open))
+                db.execute("DELETE FROM drafts WHERE person = ? AND gap_id IN (SELECT id FROM gaps WHERE "
+                           "state = 'dismissed')", (person,))
             return gap_id, new
 
         return self._write(work)
@@ -264,15 +290,15 @@ class GapStore(LockedDB):
     def _gaps(self, where: str, args: tuple) -> list[Gap]:
         with self._lock:
             rows = self.db.execute(
-                "SELECT id, person, user_id, state, created, last, count, changed, note_id, note_title, note_url "
-                f"FROM gaps WHERE {where}", args).fetchall()
+                "SELECT id, person, user_id, state, created, last, count, changed, note_id, note_title, note_url, "
+                f"checked FROM gaps WHERE {where}", args).fetchall()
             out = []
             for r in rows:
                 asks = self.db.execute("SELECT wording, why FROM asks WHERE gap_id = ? ORDER BY time DESC, rowid DESC",
                                        (r[0],)).fetchall()
                 out.append(Gap(*r[:7], wordings=list(dict.fromkeys(a[0] for a in asks)),
                                why=sorted({a[1] for a in asks}), changed=r[7], note_id=r[8], note_title=r[9],
-                               note_url=r[10]))
+                               note_url=r[10], checked=r[11]))
         return out
 
     def gaps(self, person: str, user_id: str | None, states: tuple[str, ...] = ("open",)) -> list[Gap]:
@@ -381,27 +407,45 @@ class GapStore(LockedDB):
 
     def changed(self, notes: dict[str, str]) -> int:
         """Notes (id -> Leanote user) indexed with new text: queued to be checked against the
-        open gaps of their user; only users with open gaps. How many were queued."""
+        open gaps of their user, each with a new turn (a note queued again goes to the back: the
+        gaps checked against its old text are checked against the new); only users with open
+        gaps. How many were queued."""
         if not notes:
             return 0
         with self._lock:
             users = {r[0] for r in self.db.execute("SELECT DISTINCT user_id FROM gaps WHERE state = 'open'")}
         rows = [(n, u) for n, u in notes.items() if u in users]
+
+        def work(db):
+            for note_id, user_id in rows:
+                db.execute("INSERT INTO checks(note_id, user_id, seq) VALUES (?, ?, ?) ON CONFLICT(note_id, user_id) "
+                           "DO UPDATE SET seq = excluded.seq", (note_id, user_id, _turn(db, 1)))
+
         if rows:
-            self._write(lambda db: db.executemany("INSERT OR IGNORE INTO checks(note_id, user_id) VALUES (?, ?)", rows))
+            self._write(work)
         return len(rows)
 
-    def pending_checks(self) -> dict[str, set[str]]:
-        """The queued notes by Leanote user (``done_checks`` takes them off once checked)."""
-        out: dict[str, set[str]] = {}
+    def pending_checks(self) -> dict[str, dict[str, int]]:
+        """The queued notes by Leanote user, each with its turn: a gap checked up to a turn
+        (``Gap.checked``, ``checked``) is checked against the notes of later turns only; a note
+        leaves the queue once every open gap of its user is past its turn (``drop_checked``)."""
+        out: dict[str, dict[str, int]] = {}
         with self._lock:
-            for note_id, user_id in self.db.execute("SELECT note_id, user_id FROM checks"):
-                out.setdefault(user_id, set()).add(note_id)
+            for note_id, user_id, seq in self.db.execute("SELECT note_id, user_id, seq FROM checks"):
+                out.setdefault(user_id, {})[note_id] = seq
         return out
 
-    def done_checks(self, user_id: str, note_ids) -> None:
-        self._write(lambda db: db.executemany("DELETE FROM checks WHERE note_id = ? AND user_id = ?",
-                                           [(n, user_id) for n in note_ids]))
+    def checked(self, gap_ids, turn: int) -> None:
+        """These gaps were checked against every note queued up to ``turn``."""
+        ids = [(turn, g) for g in gap_ids]
+        if ids:
+            self._write(lambda db: db.executemany("UPDATE gaps SET checked = MAX(checked, ?) WHERE id = ?", ids))
+
+    def drop_checked(self, user_id: str) -> int:
+        """The user's queued notes every open gap of theirs was checked against leave the queue."""
+        return self._write(lambda db: db.execute(
+            "DELETE FROM checks WHERE user_id = ? AND seq <= COALESCE((SELECT MIN(checked) FROM gaps WHERE "
+            "user_id = ? AND state = 'open'), seq)", (user_id, user_id)).rowcount)
 
     def close_gap(self, gap_id: str, note_id: str, title: str, url: str) -> bool:
         """A note answers the gap now: closed, with the note, to be told (``untold``)."""

@@ -166,6 +166,15 @@ class Capture(Failures, Writing):
             if len(f.data) > cfg.max_file_mb * 1024 * 1024:
                 return (f"文件 {f.filename} 太大：最多 {cfg.max_file_mb:g} MB。 / {f.filename} is too large: at most "
                         f"{cfg.max_file_mb:g} MB.")
+        why = self.too_often(person)
+        if why is None:
+            self._rates[person].append(self.clock())
+        return why
+
+    def too_often(self, person: str) -> str | None:
+        """Why this person may not capture now (their ``capture.rate_limit`` a minute is used up),
+        or None; counts nothing (a door asks before it downloads or reads a file)."""
+        cfg = self.settings.capture
         now = self.clock()
         window = self._rates.setdefault(person, deque())
         while window and now - window[0] >= 60:
@@ -173,7 +182,6 @@ class Capture(Failures, Writing):
         if len(window) >= cfg.rate_limit:
             return (f"慢一点：每分钟最多记录 {cfg.rate_limit} 条。 / Easy there: {cfg.rate_limit} captures a minute; "
                     f"try again in {60 - (now - window[0]):.0f} s.")
-        window.append(now)
         return None
 
     async def note(self, person: str, user_id: str, text: str, *, origin: Origin | None = None,

@@ -57,6 +57,13 @@ class _Checker(HTMLParser):
             self.stack.pop()
 
 
+def visible(text: str) -> str:
+    """A message's text as Telegram shows it: without the tags of its HTML, entities as their characters."""
+    import html as _html
+
+    return _html.unescape(re.sub(r"<[^>]*>", "", text))
+
+
 def html_error(text: str) -> str | None:
     if re.search(r"&(?!(amp|lt|gt|quot|#\d+);)", text):
         return "unsupported entity"

@@ -170,8 +170,10 @@ function factBlock(f, withSource) {
   return el("div", { class: `fact ${f.status}`, "data-fact": f.fact_id },
     el("div", { class: "triple" }, `${f.subject} —${f.predicate}→ ${f.object}`, ...badges),
     el("blockquote", {}, f.quote),
-    withSource && f.url ? el("div", { class: "meta" }, el("a", { href: f.url, target: "_blank", rel: "noopener" },
-      f.title || f.note_id), ` ${date(f.time)}`) : null,
+    // the note's title as text, its address behind a word of ours: a title is no link's words (one
+    // titled "docs.python.org" would name a host the link does not go to)
+    withSource && f.url ? el("div", { class: "meta" }, `${f.title || f.note_id} ${date(f.time)} `,
+      el("a", { class: "source", href: f.url, target: "_blank", rel: "noopener" }, "open")) : null,
     el("div", { class: "meta" }, `id ${f.fact_id} `, verdictButtons(f.fact_id, "fact")));
 }
 
