@@ -34,7 +34,7 @@ def with_telegram(serves, tmp_path: Path, tg: FakeTelegram, state_dir: Path | No
         "sync: {interval: 1h}\nlog_level: INFO\n"
         f"telegram: {{enabled: true, token_env: LR_TG_TOKEN, base_url: '{tg.base_url}', edit_interval: 0.3}}\n"
         f"users: [{{leanote_user_id: local, telegram_ids: [{OWNER}]}}]\n"
-        "media: {language: en, piece: 30s, threads: 1}\n"))
+        "media: {language: en, piece: 30s, threads: 1, max_clip: 15m}\n"))
 
 
 def status_message(tg: FakeTelegram, before: int) -> dict | None:
@@ -69,9 +69,12 @@ def test_sigterm_while_a_clip_is_transcribed_stops_cleanly_and_the_next_start_sa
         s = with_telegram(serves, tmp_path, tg)
         proc = s.start()
         until(lambda: tg.method_calls("getUpdates"), what="the bot to poll", proc=proc, log=s.log)
-        tg.add_file("v-long", media_files.spoken(SENTENCES * 2))  # about 40 s: two 30 s pieces on one thread
+        # about 10 minutes: twenty 30 s pieces on one thread, a minute or more of hearing on any machine
+        # after the model is loaded, so the stop below always comes while a piece is being heard (with a
+        # 40 s clip, a quiet box had heard it all before the stop)
+        tg.add_file("v-long", media_files.spoken(SENTENCES * 30))
         before = len(tg.sent_to(OWNER))
-        tg.send_voice(OWNER, "v-long", duration=40)
+        tg.send_voice(OWNER, "v-long", duration=600)
         until(lambda: status_message(tg, before), what="the status message", proc=proc, log=s.log)
         assert status_message(tg, before)["text"] == TRANSCRIBING
         # the model is loaded in the clip's first step, which then hears its first piece
