@@ -28,13 +28,14 @@ COLOR = 0x2E7D32
 
 
 async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None,
-              heard: str | None = None, spoken: bool = False) -> None:
+              heard: str | None = None, spoken: bool = False, seen: str = "") -> None:
     """``heard``: the line a voice clip or an image was read as, shown above the answer (the
-    interaction was deferred already, while it was read); ``spoken``: the question holds a clip's words."""
+    interaction was deferred already, while it was read); ``spoken``: the question holds a clip's
+    words; ``seen``: the text read from an image sent with it (``asking.ask``)."""
     person = await bot.person(interaction)
     if person is None:
         return
-    if not (question or "").strip():
+    if not (question or "").strip() and not seen.strip():
         await _say(interaction, EMPTY)
         return
     if not await bot.may_search(interaction):
@@ -50,7 +51,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     def sources(found) -> None:
         reading.found(found)
-        pacer.show_first(sources_first(found, label(question, "reading")))
+        pacer.show_first(sources_first(found, label(question or seen, "reading")))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
@@ -66,7 +67,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     pacer.start()
     try:
         asked = await asking.ask(bot.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True,
-                                 heard=spoken)
+                                 heard=spoken, seen=seen)
     except Exception:
         log.exception("answering a Discord question failed")
         bot.count_error()

@@ -58,6 +58,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         await interaction.edit_original_response(content=f"没能下载文件 {file.filename}。 / Could not download "
                                                          f"{file.filename}.")
         return
+    seen = ""
     try:
         if kind.is_audio:
             heard = await media_case.hear(bot.parts, person, data, wait)
@@ -71,8 +72,9 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
                 reading, line = None, str(err)
             else:
                 line = seen_line(" ".join(reading.lines)[:300])
-            asked = media_case.photo_question(question, reading)
+            photo = media_case.photo_question(question, reading)
+            asked, seen = photo.words, photo.seen
     except MediaError as err:
         await interaction.edit_original_response(content=str(err)[:DISCORD_CONTENT])
         return
-    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio)
+    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio, seen=seen)

@@ -122,7 +122,8 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
         return
     if reading is not None:
         await _edit(status, seen_line(" ".join(reading.lines)[:300]))
-    await answering.answer(tg, update, media_case.photo_question(question, reading))
+    asked = media_case.photo_question(question, reading)
+    await answering.answer(tg, update, asked.words, seen=asked.seen)
 
 
 async def _fetch(tg: TelegramBot, message: Message, max_mb: float, what: str) -> list:

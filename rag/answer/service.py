@@ -90,6 +90,11 @@ class Turn:
     question: str = ""
     standalone: str = ""
     heard: bool = False  # the question is a transcript (rag.answer.alikes)
+    # Text recognised in a photo sent with the question (``seen`` of ``ask``): part of what is
+    # searched, and what ``own`` leaves out: the person's own words, the only ones whose names
+    # are judged (``answer.refuse_unknown_names``).
+    seen: str = ""
+    own: str = ""
     trace: Trace | None = None
     shown_sources: bool = False
     started: float = field(default_factory=time.perf_counter)
@@ -206,25 +211,31 @@ class AnswerService:
         on_sources: OnSources | None = None,
         caller: str | None = None,
         heard: bool = False,
+        seen: str = "",
     ) -> Answer:
         """The answer to ``question`` from ``user_id``'s notes. ``caller`` (an API token, a
         chat person; default: the conversation, else the user) gets its fair share: at most
         ``bots.max_concurrent_llm`` of its answers under way at once, and the LLM's slots
         in turn with other callers (``rag.answer.fair``). ``heard``: the question is what a voice
-        clip was heard as (its sound-alikes of the notes' words join the search: ``rag.answer.alikes``)."""
+        clip was heard as (its sound-alikes of the notes' words join the search: ``rag.answer.alikes``).
+        ``seen``: text read from a photo sent with the question (an error on a terminal, a page):
+        searched with it, after it, as part of the question, but evidence of what the person saw,
+        not words they chose: a host name, a prompt or a path in it is no name they ask about
+        (``answer.refuse_unknown_names`` reads only ``question``), and a photo is what a short
+        question such as "这个报错怎么办" refers to, not the conversation before it."""
         key = caller or conversation or user_id
         async with self._turns.turn(key):
             token = CALLER.set(key)
             try:
-                return await self._ask(question, user_id, conversation, on_token, on_sources, heard)
+                return await self._ask(question, user_id, conversation, on_token, on_sources, heard, seen)
             finally:
                 CALLER.reset(token)
 
     async def _ask(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
-                   on_sources: OnSources | None, heard: bool = False) -> Answer:
+                   on_sources: OnSources | None, heard: bool = False, seen: str = "") -> Answer:
         """The answer in stages, each named as the trace's timings name it; a stage that ends
         the answer (a listing, a refusal, the passages) returns it."""
-        turn = await self._understand(question, user_id, conversation, on_token, on_sources)
+        turn = await self._understand(question, user_id, conversation, on_token, on_sources, seen)
         turn.heard = heard
         listed = await self._listed(turn)
         if listed is not None:
@@ -246,16 +257,20 @@ class AnswerService:
     # --- the stages of an answer -----------------------------------------------------------
 
     async def _understand(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
-                          on_sources: OnSources | None) -> "Turn":
-        """``rewrite``: the question cut to ``limits.question_chars`` (every stage reads at most
-        that), and a follow-up made standalone from the conversation's history."""
+                          on_sources: OnSources | None, seen: str = "") -> "Turn":
+        """``rewrite``: the question (and the text of a photo sent with it, after it) cut to
+        ``limits.question_chars`` (every stage reads at most that), and a follow-up made
+        standalone from the conversation's history."""
         turn = Turn(user_id, conversation, on_token, on_sources)
-        question, _ = limits.cut(question, self.settings.limits.question_chars)
+        most = self.settings.limits.question_chars
+        own, seen = question.strip(), seen.strip()
+        question, _ = limits.cut("\n\n".join(p for p in (own, seen) if p), most)
         if not question:
             raise UserError("the question is empty")
+        turn.own, turn.seen = limits.cut(own, most)[0], seen
         history = self.conversations.history(user_id, conversation)
         standalone, follow = question, ""
-        if history and followup.is_follow_up(question):
+        if history and not seen and followup.is_follow_up(question):
             standalone, follow = await self._standalone(history, question, self.settings.limits.question_chars)
             turn.mark("rewrite")
         turn.question, turn.standalone = question, standalone
@@ -324,10 +339,11 @@ class AnswerService:
         """The refusal without asking the LLM: a name the notes never mention
         (``answer.refuse_unknown_names``), or evidence too weak to be about the question."""
         trace, question, standalone = turn.trace, turn.question, turn.standalone
+        asked = turn.own if turn.seen else standalone  # a photo's text names nothing the person asks about
         if self.settings.answer.refuse_unknown_names and hits:
-            unknown = await self.in_search_thread(self._unknown_names, standalone, turn.user_id, hits)
+            unknown = await self.in_search_thread(self._unknown_names, asked, turn.user_id, hits)
             if unknown:
-                shown = [as_written(standalone, n) for n in unknown]
+                shown = [as_written(asked, n) for n in unknown]
                 trace.unknown_names = shown
                 trace.decision = (f"the notes never mention {', '.join(shown)} (answer.refuse_unknown_names): "
                                   f"refused without asking the LLM")
