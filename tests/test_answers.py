@@ -620,3 +620,44 @@ def test_in_a_terminal_a_streamed_answer_that_is_then_rejected_is_taken_back(ind
     assert "牛肉" not in out.decode()  # the model's own words never reached the terminal
     assert "（模型写的回答在你的笔记里找不到依据，没有显示。以下是笔记里最相关的段落。）" in shown, out.decode()[-3000:]
     assert "[1] 番茄炒蛋" in shown and "来源:" in shown
+
+
+READING_NOTES = {
+    "读书/原子习惯.md": "# 原子习惯\n\n詹姆斯·克利尔的书。\n\n## 两分钟规则\n\n"
+                       "开始一个新习惯时，把它缩短到两分钟以内就能做完：想读书，就先读一页。\n",
+    "菜谱/番茄炒蛋.md": "# 番茄炒蛋\n\n先把鸡蛋炒好盛出，再下番茄，中火炒出汁。\n",
+    "运维/备份.md": "# 用 restic 备份\n\n保留最近 7 个每日快照。\n",
+}
+
+
+@pytest.fixture(scope="module")
+def reading(tmp_path_factory, use_embedder):
+    folder = tmp_path_factory.mktemp("reading-notes")
+    for name, text in READING_NOTES.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+    return index_samples(folder.parent / f"{folder.name}-state", use_embedder, source={"kind": "files", "path": str(folder)})
+
+
+@pytest.mark.parametrize("question", [
+    "Atomic Habits 里说的两分钟规则是什么？",
+    "What is the two-minute rule in Atomic Habits?",
+])
+def test_the_english_title_of_a_chinese_note_is_a_name_the_notes_mention(reading, use_embedder, ollama, question):
+    service, index = service_for(reading, use_embedder, ollama.url)
+    try:
+        ollama.reply("开始一个新习惯时，把它缩短到两分钟以内就能做完[1]。")
+        answer, _ = ask(service, question)
+        assert answer.trace.unknown_names == [] and len(ollama.chats()) == 1, answer.trace.decision
+        assert answer.citations and answer.citations[0].title == "原子习惯"
+    finally:
+        index.close()
+
+
+def test_an_english_title_no_note_translates_to_is_still_refused_naming_it(reading, use_embedder, ollama):
+    service, index = service_for(reading, use_embedder, ollama.url)
+    try:
+        answer, _ = ask(service, "Deep Work 这本书里怎么说专注的？")
+        assert answer.trace.unknown_names == ["Deep", "Work"] and ollama.chats() == []
+    finally:
+        index.close()

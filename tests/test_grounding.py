@@ -119,3 +119,14 @@ def test_unknown_names_are_those_no_chunk_holds_nor_a_found_chunk_spells():
                                   "You cannot answer a ping with iptables dropping it [2]."])
 def test_saying_something_cannot_be_done_is_no_refusal(text):
     assert not refuses(text, REFUSAL)
+
+
+def test_a_name_translating_to_a_word_of_a_found_notes_title_counts_as_mentioned():
+    glossary = {"atomic": frozenset({"原子"}), "habits": frozenset({"习惯", "习"}), "deep": frozenset({"深"})}
+    translate = lambda w: glossary.get(w, frozenset())  # noqa: E731
+    found = ["原子习惯\n两分钟规则\n想读书，就先读一页。"]
+    assert unknown_names("Atomic Habits 里的两分钟规则？", set().__contains__, found, ["原子习惯"], translate) == []
+    # a single character of a title is not enough (习 in 学习), nor a translation of no found title's word
+    assert unknown_names("Habits 怎么养成？", set().__contains__, ["学习方法"], ["学习方法"],
+                         lambda w: frozenset({"习"})) == ["habits"]
+    assert unknown_names("Deep Habits", set().__contains__, found, ["原子习惯"], translate) == ["deep"]

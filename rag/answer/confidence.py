@@ -18,8 +18,11 @@ A name is a Latin-script word the person wrote on purpose:
 
 A name counts as mentioned when any chunk of the person's notes holds it as a term of
 the search index (the same tokenizer: ``rag.index.lexical``) or, spelled inside a longer word,
-in the text of a chunk the search found (``postgres`` in ``PostgreSQL``). CJK words are
-not judged: paraphrase changes them (``好几回`` for ``多次``) as often as it keeps them.
+in the text of a chunk the search found (``postgres`` in ``PostgreSQL``), or when it is the
+English for a word of the title of a note the search found (``Atomic Habits`` for
+《原子习惯》: the glossary of ``rag.index.translate`` gives ``原子`` and ``习惯``; a word of two
+characters or more, so that ``习`` alone does not count). CJK words are not judged:
+paraphrase changes them (``好几回`` for ``多次``) as often as it keeps them.
 
 What it holds back, and what it never should, is measured on the dev set: docs/answers.md.
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-from rag.index.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
+from rag.index.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id, tokenize
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _LETTERS = re.compile(r"[A-Za-z]")
@@ -62,15 +65,22 @@ def _named_in_english(word: str, before: str) -> bool:
     return any(c.isupper() for c in word[1:])  # camelCase, NSProxy, ALLCAPS even where a sentence begins
 
 
-def unknown_names(question: str, holds: Callable[[str], bool], texts: Iterable[str] = ()) -> list[str]:
+def unknown_names(question: str, holds: Callable[[str], bool], texts: Iterable[str] = (),
+                  titles: Iterable[str] = (), translate: Callable[[str], frozenset[str]] | None = None) -> list[str]:
     """The question's names that no note mentions: ``holds(term)`` says whether any chunk
     of the person's holds the term; ``texts`` are chunks the search found (a name inside
-    a longer word there counts as mentioned)."""
+    a longer word there counts as mentioned); ``titles`` the titles of the notes it found,
+    and ``translate(word)`` an English word's Chinese terms: a name whose translation is a
+    word of one of those titles counts as mentioned."""
     wanted = names(question)
     if not wanted:
         return []
     seen = "\n".join(texts).lower()
-    return [n for n in wanted if n not in seen and not holds(n)]
+    unknown = [n for n in wanted if n not in seen and not holds(n)]
+    if unknown and translate is not None:
+        titled = {t for title in titles for t in tokenize(title) if len(t) > 1}
+        unknown = [n for n in unknown if not (translate(n) & titled)]
+    return unknown
 
 
 def term_query(term: str) -> SparseVector:
