@@ -129,4 +129,4 @@ def test_a_name_translating_to_a_word_of_a_found_notes_title_counts_as_mentioned
     # a single character of a title is not enough (习 in 学习), nor a translation of no found title's word
     assert unknown_names("Habits 怎么养成？", set().__contains__, ["学习方法"], ["学习方法"],
                          lambda w: frozenset({"习"})) == ["habits"]
-    assert unknown_names("Deep Habits", set().__contains__, found, ["原子习惯"], translate) == ["deep"]
+    assert unknown_names("What do Deep Habits say?", set().__contains__, found, ["原子习惯"], translate) == ["deep"]
