@@ -40,6 +40,18 @@ def dense_outlier(hits: list[Hit]) -> float:
     return (scores[-1] - statistics.fmean(rest)) / spread
 
 
+def signals(question: str, hits: list[Hit], translated: frozenset[str], unknown: list[str]) -> dict:
+    """What the gate weighs, for the trace (and the answer eval, which draws the gate's
+    trade-off from it): the best dense score, the best term coverage, how far the best dense
+    score stands out (σ; None: too few candidates to tell), the share of the question's own
+    words the best passage holds (``about``), and the names no note mentions."""
+    dense, cover = relevance(question, hits, translated)
+    z = dense_outlier(hits)
+    share = about(question, hits)
+    return {"dense": round(dense, 4), "cover": round(cover, 3), "z": round(z, 2) if z != float("inf") else None,
+            "about": round(share, 3) if share is not None else None, "unknown": unknown}
+
+
 def too_weak(cfg: AnswerConfig, question: str, hits: list[Hit], rerank_scores: dict[str, float],
              translated: frozenset[str] = frozenset()) -> str:
     """Why the evidence is too weak to ask the LLM, or "" when it is worth a try.
@@ -78,14 +90,13 @@ PLAUSIBLE_COVER = 0.35
 PLAUSIBLE_NOTES = 3
 
 
-def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
-    """Whether the best passages are about the question, and why (for the trace). An English
-    question's Chinese words (``rag.index.translate``) are not counted here: their share in the
-    best passage tells the notes that answer it from the others no better than chance
-    (docs/answers.md, "English questions about Chinese notes")."""
+def about(question: str, hits: list[Hit]) -> float | None:
+    """The largest share of the question's own words (``specifics.terms``, less the words of
+    asking) that a passage of the best ``PLAUSIBLE_NOTES`` notes holds; None when the question
+    has no words of its own."""
     asked = specifics.terms(question) - _ASKING
     if not asked:
-        return bool(hits), "the question has no words of its own to look for"
+        return None
     best, seen = 0.0, set()
     for h in hits:
         if h.note_id in seen:
@@ -95,6 +106,17 @@ def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
         best = max(best, body.share(asked))
         if len(seen) >= PLAUSIBLE_NOTES:
             break
+    return best
+
+
+def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
+    """Whether the best passages are about the question, and why (for the trace). An English
+    question's Chinese words (``rag.index.translate``) are not counted here: their share in the
+    best passage tells the notes that answer it from the others no better than chance
+    (docs/answers.md, "English questions about Chinese notes")."""
+    best = about(question, hits)
+    if best is None:
+        return bool(hits), "the question has no words of its own to look for"
     return best >= PLAUSIBLE_COVER, f"the best passage holds {best:.0%} of the question's words"
 
 

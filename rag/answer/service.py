@@ -44,6 +44,7 @@ from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
 from rag.answer.fair import CALLER, FairSlots, Turns
+from rag.answer.gate import signals as gate_signals
 from rag.answer.gate import too_weak
 from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 from rag.answer.alikes import sound_alikes
@@ -340,8 +341,10 @@ class AnswerService:
         (``answer.refuse_unknown_names``), or evidence too weak to be about the question."""
         trace, question, standalone = turn.trace, turn.question, turn.standalone
         asked = turn.own if turn.seen else standalone  # a photo's text names nothing the person asks about
+        translated = await self.in_search_thread(self._translated, standalone)  # may read the glossary's file
+        unknown = await self.in_search_thread(self._unknown_names, asked, turn.user_id, hits) if hits else []
+        trace.gate = gate_signals(standalone, hits, translated, [as_written(asked, n) for n in unknown])
         if self.settings.answer.refuse_unknown_names and hits:
-            unknown = await self.in_search_thread(self._unknown_names, asked, turn.user_id, hits)
             if unknown:
                 shown = [as_written(asked, n) for n in unknown]
                 trace.unknown_names = shown
@@ -352,7 +355,6 @@ class AnswerService:
                 answer.notice = outcomes.language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
                 return self._end(turn, answer)
-        translated = await self.in_search_thread(self._translated, standalone)  # may read the glossary's file
         weak = too_weak(self.settings.answer, standalone, hits, scores, translated)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
