@@ -16,13 +16,19 @@ A name is a Latin-script word the person wrote on purpose:
   joined by ``.`` or ``_`` (``retry_count``): ordinary words (``watermarks``,
   ``out-of-order``) are not names; notes say them differently.
 
+A possessive is no part of a name (``Sentinel's`` is ``Sentinel``).
+
 A name counts as mentioned when any chunk of the person's notes holds it as a term of
 the search index (the same tokenizer: ``rag.index.lexical``) or, spelled inside a longer word,
-in the text of a chunk the search found (``postgres`` in ``PostgreSQL``), or when it is the
-English for a word of the title of a note the search found (``Atomic Habits`` for
-《原子习惯》: the glossary of ``rag.index.translate`` gives ``原子`` and ``习惯``; a word of two
-characters or more, so that ``习`` alone does not count). CJK words are not judged:
-paraphrase changes them (``好几回`` for ``多次``) as often as it keeps them.
+in the text of a chunk the search found (``postgres`` in ``PostgreSQL``), or when the search
+found it written in Chinese: one of its Chinese forms (``rag.index.translate.renderings``:
+CC-CEDICT's words and proper names) is a term of the title, heading or text of one of the
+best chunks found (those the LLM would read).
+``Atomic Habits`` asked of 《原子习惯》 (原子, 习惯), ``Hunan`` of a note on 湖南 dishes, ``North
+Indian`` of one on 北印度 curry: Chinese notes write those in characters, so their absence in
+Latin script says nothing, while a tool's name (``Flink``, ``Ansible``) has no Chinese form
+and is looked up as written. CJK words are not judged: paraphrase changes them (``好几回``
+for ``多次``) as often as it keeps them.
 
 What it holds back, and what it never should, is measured on the dev set: docs/answers.md.
 """
@@ -37,6 +43,7 @@ from rag.index.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _LETTERS = re.compile(r"[A-Za-z]")
 _SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*[\"'“‘(]*$")
+_POSSESSIVE = re.compile(r"['’]s?$")
 MAX_NAMES = 8  # looked up per question, at most
 
 
@@ -47,7 +54,7 @@ def names(question: str) -> list[str]:
     for m in WORD_RUNS.finditer(question):
         if m.lastgroup != "word":
             continue
-        word = m.group()
+        word = _POSSESSIVE.sub("", m.group())
         if len(_LETTERS.findall(word)) < 2 or word.lower() in STOPWORDS or len(word) > MAX_TERM_CHARS:
             continue
         if not cjk and not _named_in_english(word, question[: m.start()]):
@@ -66,20 +73,20 @@ def _named_in_english(word: str, before: str) -> bool:
 
 
 def unknown_names(question: str, holds: Callable[[str], bool], texts: Iterable[str] = (),
-                  titles: Iterable[str] = (), translate: Callable[[str], frozenset[str]] | None = None) -> list[str]:
+                  translate: Callable[[str], frozenset[str]] | None = None, best: int = 6) -> list[str]:
     """The question's names that no note mentions: ``holds(term)`` says whether any chunk
-    of the person's holds the term; ``texts`` are chunks the search found (a name inside
-    a longer word there counts as mentioned); ``titles`` the titles of the notes it found,
-    and ``translate(word)`` an English word's Chinese terms: a name whose translation is a
-    word of one of those titles counts as mentioned."""
+    of the person's holds the term; ``texts`` are chunks the search found, best first (a name
+    inside a longer word there counts as mentioned, and so does a name whose Chinese forms,
+    ``translate(name)``, hold a term of one of the ``best`` first)."""
     wanted = names(question)
     if not wanted:
         return []
+    texts = list(texts)
     seen = "\n".join(texts).lower()
     unknown = [n for n in wanted if n not in seen and not holds(n)]
     if unknown and translate is not None:
-        titled = {t for title in titles for t in tokenize(title) if len(t) > 1}
-        unknown = [n for n in unknown if not (translate(n) & titled)]
+        found = {t for text in texts[:best] for t in tokenize(text)}
+        unknown = [n for n in unknown if not (translate(n) & found)]
     return unknown
 
 

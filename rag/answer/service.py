@@ -53,7 +53,7 @@ from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from rag.index.translate import chinese_terms
+from rag.index.translate import chinese_terms, renderings
 from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.speed import FILE as SPEED_FILE
@@ -579,22 +579,16 @@ class AnswerService:
             return frozenset()
         return chinese_terms(question, self.settings.state_dir)
 
-    def _english(self, word: str) -> frozenset[str]:
-        """An English word's Chinese terms (``rag.index.translate``), whatever the question's
-        language: a name in a Chinese question may be the English title of a note."""
-        if not self.settings.retrieval.translate_english:
-            return frozenset()
-        return chinese_terms(word, self.settings.state_dir)
-
     def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
-        """The names the question uses that no chunk of the user's holds, nor translates a word
-        of a found note's title to (``rag.answer.confidence``)."""
+        """The names the question uses that no chunk of the user's holds, in Latin script or (the
+        chunks found) in Chinese (``rag.answer.confidence``)."""
         def holds(term: str) -> bool:
             _, sparse = self.index.store.search(None, term_query(term), user_id, 1)
             return bool(sparse)
 
         return unknown_names(question, holds, [f"{h.title}\n{h.heading}\n{h.text}" for h in hits],
-                             titles={h.title for h in hits}, translate=self._english)
+                             translate=partial(renderings, cache_dir=self.settings.state_dir),
+                             best=self.settings.answer.top_k)
 
     def _finish(self, answer: Answer, user_id: str, conversation: str | None, trace: Trace, timings: dict,
                 started: float) -> Answer:
