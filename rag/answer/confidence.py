@@ -16,7 +16,8 @@ A name is a Latin-script word the person wrote on purpose:
   joined by ``.`` or ``_`` (``retry_count``): ordinary words (``watermarks``,
   ``out-of-order``) are not names; notes say them differently.
 
-A possessive is no part of a name (``Sentinel's`` is ``Sentinel``).
+A possessive or an acronym's plural is no part of a name (``Sentinel's`` is ``Sentinel``,
+``JDKs`` is ``JDK``).
 
 A name counts as mentioned when any chunk of the person's notes holds it as a term of
 the search index (the same tokenizer: ``rag.index.lexical``) or, spelled inside a longer word,
@@ -44,6 +45,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-
 _LETTERS = re.compile(r"[A-Za-z]")
 _SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*[\"'“‘(]*$")
 _POSSESSIVE = re.compile(r"['’]s?$")
+_PLURAL = re.compile(r"^([A-Z][A-Z0-9]+)s$")  # JDKs, APIs, GPUs: the name's plural
 MAX_NAMES = 8  # looked up per question, at most
 
 
@@ -54,7 +56,7 @@ def names(question: str) -> list[str]:
     for m in WORD_RUNS.finditer(question):
         if m.lastgroup != "word":
             continue
-        word = _POSSESSIVE.sub("", m.group())
+        word = _PLURAL.sub(r"\1", _POSSESSIVE.sub("", m.group()))
         if len(_LETTERS.findall(word)) < 2 or word.lower() in STOPWORDS or len(word) > MAX_TERM_CHARS:
             continue
         if not cjk and not _named_in_english(word, question[: m.start()]):
