@@ -119,6 +119,23 @@ def test_a_refusal_while_retrieval_is_confident_brings_the_best_passages_not_a_b
     assert answer.notice.startswith("（模型没能")
 
 
+@pytest.mark.parametrize("question", ["洗车一次多少钱？", "我的车险什么时候到期？"])
+def test_a_refusal_shows_no_passage_nor_note_about_something_else(answering, ollama, question):
+    """No note is about car service: what the question shares with them (一次, 多少钱, 时候) is what
+    every note says. The refusal names no note, and shows no passage as "the most relevant"."""
+    ollama.reply(REFUSAL)
+    answer, _ = ask(answering, question)
+    assert answer.answer == REFUSAL and answer.citations == [] and answer.closest == [], answer.answer
+    assert answer.trace.outcome == "llm_refused" and "rarity" in answer.trace.decision
+
+
+def test_a_refusal_names_only_the_closest_notes_about_the_question(answering, ollama):
+    answer, _ = ask(answering, "用 Ansible 给家里的服务器做备份，快照保留几天？")  # refused for the name, before the LLM
+    assert answer.trace.unknown_names == ["Ansible"] and ollama.chats() == []
+    # the notes about the home server, not the short-link service's deployment (which shares 服务器 alone)
+    assert [c.title for c in answer.closest] == ["用 restic 备份家里的服务器", "家庭网络与路由器设置"]
+
+
 def test_pasted_headers_and_the_question_back_are_no_answer(answering, ollama):
     """Markers after copied evidence headers or the question itself cite nothing: passages instead."""
     ollama.reply("[1] 红烧肉（妈妈的做法）\n红烧肉用了几克冰糖和什么酒[1][2]？")
@@ -153,7 +170,8 @@ def test_a_name_no_note_mentions_is_refused_naming_it_without_asking_the_llm(ans
     answer, _ = ask(answering, question)
     assert answer.answer == refusal_for(question) and not answer.used_llm and ollama.chats() == []
     assert answer.trace.outcome == "refused" and answer.trace.unknown_names[:2] == name.split(", ")
-    assert name.split(", ")[0] in answer.notice and answer.closest  # the nearest notes still shown
+    # no sample note is about either: none is named as the closest (test_a_refusal_names_only_...)
+    assert name.split(", ")[0] in answer.notice and answer.closest == []
 
 
 @pytest.mark.parametrize("question", [
@@ -498,7 +516,7 @@ def test_a_long_answer_of_the_models_own_with_one_line_from_a_note_ends_as_the_r
     answer, streamed = ask(answering, "做马卡龙的蛋白霜要打发到什么程度？鸡蛋要先冷藏吗？")
     assert answer.trace.citing in ("uncited", "partly") and answer.trace.outcome == "llm_refused"
     assert answer.answer == REFUSAL and not answer.citations and not answer.grounded
-    assert answer.closest and answer.closest[0].title == "番茄炒蛋"  # the closest notes, by title
+    assert answer.closest == []  # 番茄炒蛋 shares 鸡蛋 alone: about something else, not named
     assert answer.notice == "（模型写了一段你的笔记里没有依据的回答，没有显示。）"
     assert "杏仁粉" not in streamed and "8 分钟" not in streamed  # never on screen
     assert "left out" in answer.trace.support  # /why says what was dropped

@@ -44,7 +44,10 @@ from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
 from rag.answer.fair import CALLER, FairSlots, Turns
+from rag.answer.gate import RARITY_CAP
+from rag.answer.gate import asked as gate_asked
 from rag.answer.gate import signals as gate_signals
+from rag.answer.gate import weight as gate_weight
 from rag.answer.gate import too_weak
 from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 from rag.answer.alikes import sound_alikes
@@ -351,14 +354,16 @@ class AnswerService:
                 trace.decision = (f"the notes never mention {', '.join(shown)} (answer.refuse_unknown_names): "
                                   f"refused without asking the LLM")
                 trace.outcome = "refused"
-                answer = outcomes.refusal(self.settings, question, top)
+                rarity = await self.in_search_thread(self._rarity, standalone, turn.user_id)
+                answer = outcomes.refusal(self.settings, question, top, standalone, rarity)
                 answer.notice = outcomes.language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
                                                  f"Your notes never mention {', '.join(shown)}.")
                 return self._end(turn, answer)
         weak = too_weak(self.settings.answer, standalone, hits, scores, translated)
         if weak:
             trace.decision, trace.outcome = weak, "refused"
-            return self._end(turn, outcomes.refusal(self.settings, question, top))
+            rarity = await self.in_search_thread(self._rarity, standalone, turn.user_id)
+            return self._end(turn, outcomes.refusal(self.settings, question, top, standalone, rarity))
         return None
 
     async def _evidence(self, turn: "Turn", top: list[Hit], facts: list[dict]) -> "Prepared | Answer":
@@ -445,7 +450,11 @@ class AnswerService:
             return self._end(turn, self._llm_down(turn.question, top, trace, err))
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace)
+        rarity = None  # what the passages shown instead must be about (not needed for the model's own answer)
+        if support.verdict(text, gate.result, self.settings.answer.refusal) not in ("cited", "inferred"):
+            rarity = await self.in_search_thread(self._rarity, turn.standalone, turn.user_id)
+        answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace,
+                                   rarity)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
@@ -578,6 +587,21 @@ class AnswerService:
         if not self.settings.retrieval.translate_english:
             return frozenset()
         return chinese_terms(question, self.settings.state_dir)
+
+    def _rarity(self, question: str, user_id: str) -> dict[str, float]:
+        """How rare each of the question's own words is in the user's notes (``gate.weight``:
+        BM25's IDF over their chunks, each word's chunks counted up to ``gate.RARITY_CAP``), so
+        that what is shown after a refusal is about what the question says, not about its
+        common words. Run in the search thread."""
+        words = gate_asked(question)
+        if not words:
+            return {}
+        chunks = self.index.store.count_by_user().get(user_id, 0)
+        out = {}
+        for word in words:
+            _, sparse = self.index.store.search(None, term_query(word), user_id, RARITY_CAP)
+            out[word] = gate_weight(max(chunks, len(sparse)), len(sparse))
+        return out
 
     def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
         """The names the question uses that no chunk of the user's holds, in Latin script or (the
