@@ -35,20 +35,14 @@ from typing import AsyncIterator, Awaitable, Callable
 from rag import limits
 from rag import llm as llm_mod
 from rag import language
-from rag.answer import followup, outcomes, remembered, support
+from rag.answer import followup, outcomes, refusing, remembered, support
 from rag.answer import rerank as rerank_mod
-from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer.conversation import Conversations
 from rag.answer.evidence import build_evidence, header
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
 from rag.answer.fair import CALLER, FairSlots, Turns
-from rag.answer.gate import RARITY_CAP
-from rag.answer.gate import asked as gate_asked
-from rag.answer.gate import signals as gate_signals
-from rag.answer.gate import weight as gate_weight
-from rag.answer.gate import too_weak
 from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 from rag.answer.alikes import sound_alikes
 from rag.answer.types import Answer, Candidate, Citation, Trace, extractive
@@ -56,7 +50,6 @@ from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from rag.index.translate import chinese_terms, renderings
 from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.speed import FILE as SPEED_FILE
@@ -340,31 +333,19 @@ class AnswerService:
         return hits, scores
 
     async def _refused(self, turn: "Turn", hits: list[Hit], top: list[Hit], scores: dict[str, float]) -> Answer | None:
-        """The refusal without asking the LLM: a name the notes never mention
-        (``answer.refuse_unknown_names``), or evidence too weak to be about the question."""
-        trace, question, standalone = turn.trace, turn.question, turn.standalone
-        asked = turn.own if turn.seen else standalone  # a photo's text names nothing the person asks about
-        translated = await self.in_search_thread(self._translated, standalone)  # may read the glossary's file
-        unknown = await self.in_search_thread(self._unknown_names, asked, turn.user_id, hits) if hits else []
-        trace.gate = gate_signals(standalone, hits, translated, [as_written(asked, n) for n in unknown])
-        if self.settings.answer.refuse_unknown_names and hits:
-            if unknown:
-                shown = [as_written(asked, n) for n in unknown]
-                trace.unknown_names = shown
-                trace.decision = (f"the notes never mention {', '.join(shown)} (answer.refuse_unknown_names): "
-                                  f"refused without asking the LLM")
-                trace.outcome = "refused"
-                rarity = await self.in_search_thread(self._rarity, standalone, turn.user_id)
-                answer = outcomes.refusal(self.settings, question, top, standalone, rarity)
-                answer.notice = outcomes.language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
-                                                 f"Your notes never mention {', '.join(shown)}.")
-                return self._end(turn, answer)
-        weak = too_weak(self.settings.answer, standalone, hits, scores, translated)
-        if weak:
-            trace.decision, trace.outcome = weak, "refused"
-            rarity = await self.in_search_thread(self._rarity, standalone, turn.user_id)
-            return self._end(turn, outcomes.refusal(self.settings, question, top, standalone, rarity))
-        return None
+        """The refusal without asking the LLM (``rag.answer.refusing``): a name the notes never
+        mention in the person's own words, or evidence too weak to be about the question."""
+        trace = turn.trace
+        judged = await self.in_search_thread(refusing.judge, self.index, self.settings, turn.standalone,
+                                             turn.own if turn.seen else turn.standalone, turn.user_id, hits, scores)
+        trace.gate = judged.signals
+        if not judged.why:
+            return None
+        trace.decision, trace.outcome = judged.why, "refused"
+        trace.unknown_names = judged.names if judged.for_names else []
+        answer = outcomes.refusal(self.settings, turn.question, top, turn.standalone, judged.rarity)
+        answer.notice = judged.notice(turn.question)
+        return self._end(turn, answer)
 
     async def _evidence(self, turn: "Turn", top: list[Hit], facts: list[dict]) -> "Prepared | Answer":
         """``sources`` (when the model's speed is not known yet: shown first, then the speed
@@ -452,7 +433,7 @@ class AnswerService:
         text = "".join(parts).strip()
         rarity = None  # what the passages shown instead must be about (not needed for the model's own answer)
         if support.verdict(text, gate.result, self.settings.answer.refusal) not in ("cited", "inferred"):
-            rarity = await self.in_search_thread(self._rarity, turn.standalone, turn.user_id)
+            rarity = await self.in_search_thread(refusing.rarity, self.index, turn.standalone, turn.user_id)
         answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace,
                                    rarity)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
@@ -581,38 +562,8 @@ class AnswerService:
         self._llm_failing = False
 
     def _translated(self, question: str) -> frozenset[str]:
-        """An English question's Chinese words (``rag.index.translate``), as its search used them
-        (usually made there already: looked up). Run in the search thread: the first may read
-        the kept glossary."""
-        if not self.settings.retrieval.translate_english:
-            return frozenset()
-        return chinese_terms(question, self.settings.state_dir)
-
-    def _rarity(self, question: str, user_id: str) -> dict[str, float]:
-        """How rare each of the question's own words is in the user's notes (``gate.weight``:
-        BM25's IDF over their chunks, each word's chunks counted up to ``gate.RARITY_CAP``), so
-        that what is shown after a refusal is about what the question says, not about its
-        common words. Run in the search thread."""
-        words = gate_asked(question)
-        if not words:
-            return {}
-        chunks = self.index.store.count_by_user().get(user_id, 0)
-        out = {}
-        for word in words:
-            _, sparse = self.index.store.search(None, term_query(word), user_id, RARITY_CAP)
-            out[word] = gate_weight(max(chunks, len(sparse)), len(sparse))
-        return out
-
-    def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
-        """The names the question uses that no chunk of the user's holds, in Latin script or (the
-        chunks found) in Chinese (``rag.answer.confidence``)."""
-        def holds(term: str) -> bool:
-            _, sparse = self.index.store.search(None, term_query(term), user_id, 1)
-            return bool(sparse)
-
-        return unknown_names(question, holds, [f"{h.title}\n{h.heading}\n{h.text}" for h in hits],
-                             translate=partial(renderings, cache_dir=self.settings.state_dir),
-                             best=self.settings.answer.top_k)
+        """An English question's Chinese words (``rag.answer.refusing.translated``); in the search thread."""
+        return refusing.translated(self.settings, question)
 
     def _finish(self, answer: Answer, user_id: str, conversation: str | None, trace: Trace, timings: dict,
                 started: float) -> Answer:
