@@ -155,6 +155,9 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", action="store_true", help="the tables as JSON, with the question ids")
     ap.add_argument("--join", metavar="NAME", help="one table of all the runs' questions, under this name")
+    ap.add_argument("--signals-from", metavar="KEY", action="append", default=[],
+                    help="take each question's gate signals from this run (the same search, e.g. a stand-in run "
+                         "of newer code), the model's outcomes from the KEYS")
     args = ap.parse_args()
     if args.shown:
         print("\n".join(shown(args.shown)))
@@ -170,6 +173,18 @@ def main() -> int:
             print(f"run {key!r} keeps no gate signals (recorded before they were): run it again", file=sys.stderr)
             return 2
         out[key] = rows
+    if args.signals_from:
+        signals = {}
+        for key in args.signals_from:
+            if key not in runs:
+                print(f"no run {key!r} in {args.results}", file=sys.stderr)
+                return 2
+            signals.update({r["id"]: r["gate"] for r in runs[key]["report"]["rows"]})
+        missing = sorted({r["id"] for rows in out.values() for r in rows} - signals.keys())
+        if missing:
+            print(f"no signals for {', '.join(missing)} in --signals-from", file=sys.stderr)
+            return 2
+        out = {key: [{**r, "gate": signals[r["id"]]} for r in rows] for key, rows in out.items()}
     if args.join:
         out = {args.join: [r for rows in out.values() for r in rows]}
     out = {key: table(rows) for key, rows in out.items()}
