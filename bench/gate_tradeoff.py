@@ -4,6 +4,7 @@
         --set answer.outlier_z=0 --set retrieval.expand=off            # every question reaches the model
     .venv/bin/python bench/gate_tradeoff.py "reader stand-in, answer.refuse_unknown_names=false, ..."
     ... [--results FILE] [--markdown] [--join NAME]                    # several run keys: one table each, or one
+    ... --shown FILE.jsonl … [KEY …]                                   # what a refusal may show (module end)
 
 With the gate open every question reaches the model, and each row of the run keeps what the gate
 weighed (``rag.answer.gate.signals``: the best dense score, the best term coverage, how far the best
@@ -102,8 +103,8 @@ def lines(key: str, result: list[dict], markdown: bool) -> list[str]:
     return [key] + ["  ".join(str(x).ljust(w) for x, w in zip(row, width)) for row in [head, *body]] + [""]
 
 
-def shown(files: list[Path]) -> list[str]:
-    """The ``--shown`` table (module docstring)."""
+def shown(files: list[Path], only: set[str] | None = None) -> list[str]:
+    """The ``--shown`` table (module docstring); ``only``: these questions alone."""
     import yaml
 
     from rag import config as config_mod
@@ -123,7 +124,7 @@ def shown(files: list[Path]) -> list[str]:
     with NoteIndex.open(settings) as index:
         for path in files:
             questions = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            questions = [q for q in questions if not q.get("after_changes")]
+            questions = [q for q in questions if not q.get("after_changes") and (only is None or q["id"] in only)]
             found = []
             for q in questions:
                 hits = search(index, q["question"], q["user_id"], settings.rerank.candidates)[: settings.answer.top_k]
@@ -150,7 +151,9 @@ def shown(files: list[Path]) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("keys", nargs="*", help="run keys of the results file (each run with the gate open)")
-    ap.add_argument("--shown", type=Path, nargs="+", metavar="JSONL", help="question files: what a refusal may show")
+    ap.add_argument("--shown", type=Path, nargs="+", metavar="JSONL",
+                    help="question files: what a refusal may show (with KEYS: only the questions whose model reply "
+                         "those runs did not show)")
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "answers_eval_results.json")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", action="store_true", help="the tables as JSON, with the question ids")
@@ -159,8 +162,13 @@ def main() -> int:
                     help="take each question's gate signals from this run (the same search, e.g. a stand-in run "
                          "of newer code), the model's outcomes from the KEYS")
     args = ap.parse_args()
+    runs = json.loads(args.results.read_text(encoding="utf-8"))["runs"] if args.results.exists() else {}
     if args.shown:
-        print("\n".join(shown(args.shown)))
+        only = None
+        if args.keys:  # the questions whose model reply these runs did not show (refused, or withdrawn)
+            only = {r["id"] for key in args.keys for r in runs[key]["report"]["rows"]
+                    if r["outcome"] in ("llm_passages", "llm_refused")}
+        print("\n".join(shown(args.shown, only)))
         return 0
     runs = json.loads(args.results.read_text(encoding="utf-8"))["runs"]
     out = {}
