@@ -3,6 +3,7 @@
     .venv/bin/python bench/answers_eval.py --set answer.refuse_unknown_names=false \\
         --set answer.outlier_z=0 --set retrieval.expand=off            # every question reaches the model
     .venv/bin/python bench/gate_tradeoff.py "reader stand-in, answer.refuse_unknown_names=false, ..."
+    .venv/bin/python bench/gate_tradeoff.py [--tiny]                   # no key: the stand-in's run first, then its table
     ... [--results FILE] [--markdown] [--join NAME]                    # several run keys: one table each, or one
     ... --shown FILE.jsonl … [KEY …]                                   # what a refusal may show (module end)
 
@@ -32,6 +33,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+OPEN = ["answer.refuse_unknown_names=false", "answer.outlier_z=0", "retrieval.expand=off"]
+STAND_IN_OPEN = "reader stand-in, " + ", ".join(OPEN)  # the key bench/answers_eval.py files that run under
 
 # (name, refuse_unknown_names, outlier_z, min_dense, min_coverage)
 SETTINGS = [("gate open", False, 0.0, None, None)]
@@ -148,6 +151,26 @@ def shown(files: list[Path], only: set[str] | None = None) -> list[str]:
                       "questions with a passage about them (of the best 3 notes of the evidence)"]
 
 
+def stand_in_run(tiny: bool) -> Path:
+    """``bench/answers_eval.py`` with the reader stand-in and the gate open (``--tiny``: on the sample
+    notes, its results apart from the recorded ones); the results file it wrote."""
+    import os
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ)
+    out = REPO / "bench" / "answers_eval_results.json"
+    if tiny:
+        env["LEANOTE_RAG_BENCH_OUT"] = folder = os.environ.get("LEANOTE_RAG_BENCH_OUT") or tempfile.mkdtemp(
+            prefix="lr-bench-")
+        out = Path(folder) / "answers_eval_results.json"
+    args = [sys.executable, str(REPO / "bench" / "answers_eval.py"), *(["--tiny"] if tiny else [])]
+    for setting in OPEN:
+        args += ["--set", setting]
+    subprocess.run(args, check=True, env=env, stdout=sys.stderr)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("keys", nargs="*", help="run keys of the results file (each run with the gate open)")
@@ -155,6 +178,7 @@ def main() -> int:
                     help="question files: what a refusal may show (with KEYS: only the questions whose model reply "
                          "those runs did not show)")
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "answers_eval_results.json")
+    ap.add_argument("--tiny", action="store_true", help="with no key: the stand-in's run on the sample notes")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", action="store_true", help="the tables as JSON, with the question ids")
     ap.add_argument("--join", metavar="NAME", help="one table of all the runs' questions, under this name")
@@ -162,6 +186,10 @@ def main() -> int:
                     help="take each question's gate signals from this run (the same search, e.g. a stand-in run "
                          "of newer code), the model's outcomes from the KEYS")
     args = ap.parse_args()
+    if not args.keys and not args.shown:
+        args.results, args.keys = stand_in_run(args.tiny), [STAND_IN_OPEN]
+    elif args.tiny:
+        ap.error("--tiny is for the run without a key")
     runs = json.loads(args.results.read_text(encoding="utf-8"))["runs"] if args.results.exists() else {}
     if args.shown:
         only = None
