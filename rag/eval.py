@@ -398,6 +398,7 @@ def _row(q: dict, answer: "Answer", refusal: str | tuple[str, ...]) -> dict:
         "trap_cited": sorted(traps & set(cited)),
         "trap_closest": sorted(traps & set(closest)),
         "unknown_names": list(trace.unknown_names) if trace is not None else [],
+        "gate": dict(trace.gate) if trace is not None else {},
         "first_token_ms": answer.timings_ms.get("first_token") if llm_answered else None,
         "sources_ms": answer.timings_ms.get("sources"),
         "total_ms": answer.timings_ms.get("total"),

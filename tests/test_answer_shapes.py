@@ -94,13 +94,18 @@ def run_telegram(settings, tg, scenario):
 
 
 async def ask(tg, question: str) -> dict:
-    """The question sent; the answer's message once it is final (its sources under it)."""
+    """The question sent; the answer's message once it is final: its sources under it, or (a refusal
+    that lists no note) its feedback buttons, which come only with the last edit."""
     before = len(tg.sent_to(OWNER))
     tg.say(OWNER, question)
 
+    def done(m: dict) -> bool:
+        buttons = [b for row in (m.get("reply_markup") or {}).get("inline_keyboard", []) for b in row]
+        return bool(re.search(r"<b>(来源|最接近的笔记|Sources|Closest notes)</b>", m["text"])) or any(
+            str(b.get("callback_data", "")).startswith("fb:") for b in buttons)
+
     def final():
-        sent = tg.sent_to(OWNER)[before:]
-        return [m for m in sent if re.search(r"<b>(来源|最接近的笔记|Sources|Closest notes)</b>", m["text"])]
+        return [m for m in tg.sent_to(OWNER)[before:] if done(m)]
 
     return (await until(final, 40, f"the answer to {question!r}"))[0]
 

@@ -119,3 +119,23 @@ def test_unknown_names_are_those_no_chunk_holds_nor_a_found_chunk_spells():
                                   "You cannot answer a ping with iptables dropping it [2]."])
 def test_saying_something_cannot_be_done_is_no_refusal(text):
     assert not refuses(text, REFUSAL)
+
+
+def test_a_name_the_best_chunks_found_write_in_chinese_counts_as_mentioned():
+    chinese = {"atomic": frozenset({"原子"}), "habits": frozenset({"习惯", "习"}), "deep": frozenset({"深"}),
+               "hunan": frozenset({"湖南"})}
+    translate = lambda w: chinese.get(w, frozenset())  # noqa: E731
+    found = ["原子习惯\n两分钟规则\n想读书，就先读一页。", "米粉鸭\n湖南的家常菜"]
+    assert unknown_names("Atomic Habits 里的两分钟规则？", set().__contains__, found, translate) == []
+    assert unknown_names("What is in the Hunan duck?", set().__contains__, found, translate) == []
+    # a word the found chunks do not hold as a term (习 is inside 学习, not a word of it); a name no
+    # chunk writes in any script; and a chunk further down than the best the LLM would read
+    assert unknown_names("Habits 怎么养成？", set().__contains__, ["学习方法"], lambda w: frozenset({"习"})) == ["habits"]
+    assert unknown_names("What do Deep Habits say?", set().__contains__, found, translate) == ["deep"]
+    assert unknown_names("What is in the Hunan duck?", set().__contains__, found, translate, best=1) == ["hunan"]
+
+
+def test_a_possessive_or_an_acronyms_plural_is_no_part_of_a_name():
+    assert names("Why did Sentinel's warm-up and SPDY’s header compression differ from Alibaba's?") == [
+        "sentinel", "spdy", "alibaba"]
+    assert names("Why could older JDKs max out the CPU, and do APIs say why?") == ["jdk", "cpu", "api"]

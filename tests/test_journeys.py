@@ -186,7 +186,6 @@ def screenshot() -> bytes:
     return media_files.text_png(SCREEN, size=28, width=1100)
 
 
-@ITEM3
 @needs_media
 @pytest.mark.slow
 def test_folder_install_telegram_photo_question_over_a_terminal_screenshot(tmp_path, monkeypatch, ollama, tg):
@@ -207,7 +206,6 @@ def test_folder_install_telegram_photo_question_over_a_terminal_screenshot(tmp_p
     world.run(journey)
 
 
-@ITEM3
 @needs_media
 @pytest.mark.slow
 def test_leanote_install_discord_photo_question_over_a_terminal_screenshot(tmp_path, monkeypatch, ollama, leanote,

@@ -153,6 +153,35 @@ def test_what_cannot_be_heard_or_read_is_said_in_one_line_and_a_captured_photo_k
 
 
 @pytest.mark.slow
+def test_a_terminal_screenshot_asked_about_is_answered_its_host_names_and_flags_not_taken_for_names_asked(world):
+    make, tg, ollama, leanote = world
+
+    async def scenario(daemon):
+        # the error on a terminal, with a prompt, a host, sudo and a flag no note mentions: what the person
+        # saw, not names they ask about (typed, "web-01" would be refused naming it)
+        tg.add_file("p-error", media_files.text_png(["deploy@web-01:~$ sudo ./batch-import --dry-run",
+                                                      "FATAL: sorry, too many clients already"]))
+        ollama.reply("事故之后把 pool_size 调到了 20，并且打开了 pool_pre_ping[1]。")
+        before = len(tg.sent_to(OWNER))
+        tg.send_photo(OWNER, "p-error", caption="这个报错我的笔记里有说怎么处理吗？")
+        status = await status_and_reply(tg, OWNER, before, "🔎 「")
+        assert "web-01" in status["text"] and "clients" in status["text"], status["text"]
+        answer = await until(lambda: [m for m in tg.sent_to(OWNER)[before + 1:] if "来源" in m["text"]
+                                      or "最接近" in m["text"]], 60, "the answer")
+        text = answer[0]["text"]
+        assert "没有提到" not in text and "pool_pre_ping" in text and "PostgreSQL 连接池配置" in text, text
+        asked = ollama.chats()[-1]["messages"][-1]["content"]
+        assert "这个报错我的笔记里有说怎么处理吗" in asked and "too many clients" in asked
+        # the host typed by the person is a name they ask about: refused, naming it
+        chats = len(ollama.chats())
+        tg.say(OWNER, "web-01 上跑批量导入时报 too many clients already，笔记里有处理办法吗？")
+        got = await until(lambda: [m for m in tg.sent_to(OWNER) if "没有提到 web-01" in m["text"]], 60, "the refusal")
+        assert got and len(ollama.chats()) == chats
+
+    run(make(), tg, scenario)
+
+
+@pytest.mark.slow
 def test_without_speech_the_bot_says_so_and_a_voice_note_is_still_kept(world):
     make, tg, ollama, leanote = world
 

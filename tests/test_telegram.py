@@ -512,12 +512,12 @@ def test_an_answer_speaks_the_questions_language_on_every_path(world):
 
     async def scenario(daemon):
         shown = {
-            "quick refusal": await ask("How does Apache Flink handle out-of-order events?"),
+            "quick refusal": await ask("How do I rebase a branch with Magit?"),
             "withdrawn": await ask("How do I make tomato scrambled eggs less sour?",
                                    "Pour a cup of vinegar and bake it for two hours at 300 degrees[1]."),
             "llm down": await ask("How do I make tomato scrambled eggs less sour?", error=True),
         }
-        assert "Your notes never mention Apache, Flink." in shown["quick refusal"]
+        assert "Your notes never mention Magit." in shown["quick refusal"] and "rebase vs merge" in shown["quick refusal"]
         assert "Your notes have nothing on this." in shown["quick refusal"] and "Closest notes" in shown["quick refusal"]
         assert "not backed by your notes" in shown["withdrawn"] or "do not back" in shown["withdrawn"], shown["withdrawn"]
         assert "The language model is unavailable" in shown["llm down"] and "Sources" in shown["llm down"]

@@ -29,15 +29,15 @@ COLOR = 0x2E7D32
 
 
 async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None,
-              heard: str | None = None, spoken: bool = False, counted: bool = False) -> None:
+              heard: str | None = None, spoken: bool = False, counted: bool = False, seen: str = "") -> None:
     """``heard``: the line a voice clip or an image was read as (plain text: shown above the answer by
     the door's rule; the interaction was deferred already, while it was read); ``spoken``: the
     question holds a clip's words; ``counted``: against the person's rate limit already (before the
-    clip or image was downloaded)."""
+    clip or image was downloaded); ``seen``: the text read from an image sent with it (``asking.ask``)."""
     person = await bot.person(interaction)
     if person is None:
         return
-    if not (question or "").strip():
+    if not (question or "").strip() and not seen.strip():
         await _say(bot, interaction, EMPTY)
         return
     if not counted and not await bot.may_search(interaction):
@@ -54,7 +54,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     def sources(found) -> None:
         reading.found(found)
-        pacer.show_first(sources_first(found, label(question, "reading"), notes_root(bot.host.settings)))
+        pacer.show_first(sources_first(found, label(question or seen, "reading"), notes_root(bot.host.settings)))
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
@@ -70,7 +70,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     pacer.start()
     try:
         asked = await asking.ask(bot.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True,
-                                 heard=spoken)
+                                 heard=spoken, seen=seen)
     except Exception:
         log.exception("answering a Discord question failed")
         bot.count_error()

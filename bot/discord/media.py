@@ -66,6 +66,7 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
         await bot.edit(interaction, f"没能下载文件 {file.filename}。 / Could not download {file.filename}.")
         await media_case.settled(bot.parts, shown)
         return
+    seen = ""
     try:
         if kind.is_audio:
             heard = await _done(paced, media_case.hear(bot.parts, person, data, wait))
@@ -83,13 +84,14 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
                 reading, line = None, str(err)
             else:
                 line = seen_line(" ".join(reading.lines)[:300])
-            asked = media_case.photo_question(question, reading)
+            photo = media_case.photo_question(question, reading)
+            asked, seen = photo.words, photo.seen
     except MediaError as err:
         await bot.edit(interaction, str(err))
         await media_case.settled(bot.parts, shown)
         return
     await media_case.settled(bot.parts, shown)
-    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio, counted=True)
+    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio, counted=True, seen=seen)
 
 
 async def _done(paced: Coalesced, work):

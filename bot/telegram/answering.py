@@ -58,9 +58,11 @@ async def on_text(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT
     await answer(tg, update, question)
 
 
-async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = False, counted: bool = False) -> None:
+async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = False, counted: bool = False,
+                 seen: str = "") -> None:
     """``heard``: the question is what a voice message was heard as; ``counted``: against the
-    person's rate limit already (a clip, a photo: before it was fetched)."""
+    person's rate limit already (a clip, a photo: before it was fetched); ``seen``: the text read
+    from a photo sent with it (``asking.ask``)."""
     person = await tg.who(update)
     if person is None:
         return
@@ -94,7 +96,7 @@ async def answer(tg: TelegramBot, update: Update, question: str, heard: bool = F
     pacer.start()
     try:
         asked = await asking.ask(tg.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True,
-                                 heard=heard)
+                                 heard=heard, seen=seen)
     except Exception:
         log.exception("answering a Telegram question failed")
         tg.count_error()

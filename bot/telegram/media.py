@@ -138,7 +138,8 @@ async def on_photo_question(tg: TelegramBot, update: Update, context: ContextTyp
         await wait.close()
     if reading is not None:
         await _settle(tg, shown, status, seen_line(" ".join(reading.lines)[:300]), wait)
-    await answering.answer(tg, update, media_case.photo_question(question, reading), counted=True)
+    asked = media_case.photo_question(question, reading)
+    await answering.answer(tg, update, asked.words, counted=True, seen=asked.seen)
 
 
 async def _fetch(tg: TelegramBot, message: Message, max_mb: float, what: str) -> list:

@@ -19,16 +19,19 @@ log = logging.getLogger(__name__)
 
 
 async def ask(parts: "Parts", person: Person, question: str, *, on_token: "OnToken | None" = None,
-              on_sources: "OnSources | None" = None, keep: bool = False, heard: bool = False) -> Asked:
+              on_sources: "OnSources | None" = None, keep: bool = False, heard: bool = False,
+              seen: str = "") -> Asked:
     """The answer to ``question`` from the person's notes, in their conversation (a follow-up
     is read with what came before), with their fair share of the LLM (``rag.answer.fair``).
     ``on_token`` hears the text as it is written, ``on_sources`` the notes the evidence comes
     from, before the LLM reads. ``keep``: the answer is recorded for the buttons under it (a
     chat door's 👍 / 👎 / Why? / Save as note); a failure to record it loses only the buttons.
     A question the notes could not answer is kept as one of the person's gaps (``gaps.noted``).
-    ``heard``: the question is a voice clip's words (searched with the notes' words it sounds like)."""
+    ``heard``: the question is a voice clip's words (searched with the notes' words it sounds like);
+    ``seen``: the text read from a photo sent with it (searched with it, never taken for names the
+    person asks about: ``rag.answer.service.AnswerService.ask``)."""
     answer = await parts.answers.ask(question, person.user_id, conversation=person.conversation, on_token=on_token,
-                                     on_sources=on_sources, caller=person.key, heard=heard)
+                                     on_sources=on_sources, caller=person.key, heard=heard, seen=seen)
     answer_id = None
     if keep:
         try:  # a write to the feedback store

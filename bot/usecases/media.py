@@ -4,7 +4,8 @@
   not: the extra not installed, too long, too large, not audio or not an image, nothing in it);
 - ``spoken``: what a transcript asks for: a note ("note …", "笔记 …", "记一下 …"), a line to
   remember ("remember …", "记住 …"), or else a question;
-- ``photo_question``: a photo's question: the words sent with it, then the text read from it;
+- ``photo_question``: a photo's question: the words sent with it, and apart from them the text
+  read from it (searched with them, but what the person saw, not what they ask about);
 - ``note``: a capture whose files are read first: a photo's text goes under it in the note
   (marked as recognised), an audio file's words become the note's text; what could not be read
   is said under the receipt, and the capture is made all the same (nothing is lost).
@@ -75,11 +76,19 @@ def spoken(text: str) -> tuple[str, str]:
     return "ask", text.strip()
 
 
-def photo_question(caption: str, reading: Reading | None) -> str:
-    """A photo's question: the words sent with it, then the text read from it (what the
-    question is about: an error message, a page)."""
-    parts = [caption.strip(), reading.text.strip() if reading is not None else ""]
-    return "\n\n".join(p for p in parts if p)
+@dataclass
+class PhotoQuestion:
+    """A photo's question: ``words``, the person's own (sent with it), and ``seen``, the text
+    read from it (what the question is about: an error message, a page). Both are searched;
+    only the words are the person's choice: a host name, a prompt or a path on a screenshot is
+    no name they ask about (``asking.ask``'s ``seen``)."""
+
+    words: str
+    seen: str
+
+
+def photo_question(caption: str, reading: Reading | None) -> PhotoQuestion:
+    return PhotoQuestion(caption.strip(), reading.text.strip() if reading is not None else "")
 
 
 async def note(parts: "Parts", person: Person, text: str, *, files: list[Attachment] = (),

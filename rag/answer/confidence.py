@@ -16,10 +16,20 @@ A name is a Latin-script word the person wrote on purpose:
   joined by ``.`` or ``_`` (``retry_count``): ordinary words (``watermarks``,
   ``out-of-order``) are not names; notes say them differently.
 
+A possessive or an acronym's plural is no part of a name (``Sentinel's`` is ``Sentinel``,
+``JDKs`` is ``JDK``).
+
 A name counts as mentioned when any chunk of the person's notes holds it as a term of
 the search index (the same tokenizer: ``rag.index.lexical``) or, spelled inside a longer word,
-in the text of a chunk the search found (``postgres`` in ``PostgreSQL``). CJK words are
-not judged: paraphrase changes them (``好几回`` for ``多次``) as often as it keeps them.
+in the text of a chunk the search found (``postgres`` in ``PostgreSQL``), or when the search
+found it written in Chinese: one of its Chinese forms (``rag.index.translate.renderings``:
+CC-CEDICT's words and proper names) is a term of the title, heading or text of one of the
+best chunks found (those the LLM would read).
+``Atomic Habits`` asked of 《原子习惯》 (原子, 习惯), ``Hunan`` of a note on 湖南 dishes, ``North
+Indian`` of one on 北印度 curry: Chinese notes write those in characters, so their absence in
+Latin script says nothing, while a tool's name (``Flink``, ``Ansible``) has no Chinese form
+and is looked up as written. CJK words are not judged: paraphrase changes them (``好几回``
+for ``多次``) as often as it keeps them.
 
 What it holds back, and what it never should, is measured on the dev set: docs/answers.md.
 """
@@ -29,11 +39,13 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-from rag.index.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id
+from rag.index.lexical import MAX_TERM_CHARS, STOPWORDS, WORD_RUNS, SparseVector, term_id, tokenize
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _LETTERS = re.compile(r"[A-Za-z]")
 _SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)\s*[\"'“‘(]*$")
+_POSSESSIVE = re.compile(r"['’]s?$")
+_PLURAL = re.compile(r"^([A-Z][A-Z0-9]+)s$")  # JDKs, APIs, GPUs: the name's plural
 MAX_NAMES = 8  # looked up per question, at most
 
 
@@ -44,7 +56,7 @@ def names(question: str) -> list[str]:
     for m in WORD_RUNS.finditer(question):
         if m.lastgroup != "word":
             continue
-        word = m.group()
+        word = _PLURAL.sub(r"\1", _POSSESSIVE.sub("", m.group()))
         if len(_LETTERS.findall(word)) < 2 or word.lower() in STOPWORDS or len(word) > MAX_TERM_CHARS:
             continue
         if not cjk and not _named_in_english(word, question[: m.start()]):
@@ -62,15 +74,22 @@ def _named_in_english(word: str, before: str) -> bool:
     return any(c.isupper() for c in word[1:])  # camelCase, NSProxy, ALLCAPS even where a sentence begins
 
 
-def unknown_names(question: str, holds: Callable[[str], bool], texts: Iterable[str] = ()) -> list[str]:
+def unknown_names(question: str, holds: Callable[[str], bool], texts: Iterable[str] = (),
+                  translate: Callable[[str], frozenset[str]] | None = None, best: int = 6) -> list[str]:
     """The question's names that no note mentions: ``holds(term)`` says whether any chunk
-    of the person's holds the term; ``texts`` are chunks the search found (a name inside
-    a longer word there counts as mentioned)."""
+    of the person's holds the term; ``texts`` are chunks the search found, best first (a name
+    inside a longer word there counts as mentioned, and so does a name whose Chinese forms,
+    ``translate(name)``, hold a term of one of the ``best`` first)."""
     wanted = names(question)
     if not wanted:
         return []
+    texts = list(texts)
     seen = "\n".join(texts).lower()
-    return [n for n in wanted if n not in seen and not holds(n)]
+    unknown = [n for n in wanted if n not in seen and not holds(n)]
+    if unknown and translate is not None:
+        found = {t for text in texts[:best] for t in tokenize(text)}
+        unknown = [n for n in unknown if not (translate(n) & found)]
+    return unknown
 
 
 def term_query(term: str) -> SparseVector:

@@ -6,6 +6,7 @@ so a collection of 15 notes and one of 50,000 are judged alike.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from rag.answer import specifics
@@ -40,6 +41,18 @@ def dense_outlier(hits: list[Hit]) -> float:
     return (scores[-1] - statistics.fmean(rest)) / spread
 
 
+def signals(question: str, hits: list[Hit], translated: frozenset[str], unknown: list[str]) -> dict:
+    """What the gate weighs, for the trace (and the answer eval, which draws the gate's
+    trade-off from it): the best dense score, the best term coverage, how far the best dense
+    score stands out (σ; None: too few candidates to tell), the share of the question's own
+    words the best passage holds (``about``), and the names no note mentions."""
+    dense, cover = relevance(question, hits, translated)
+    z = dense_outlier(hits)
+    share = about(question, hits)
+    return {"dense": round(dense, 4), "cover": round(cover, 3), "z": round(z, 2) if z != float("inf") else None,
+            "about": round(share, 3) if share is not None else None, "unknown": unknown}
+
+
 def too_weak(cfg: AnswerConfig, question: str, hits: list[Hit], rerank_scores: dict[str, float],
              translated: frozenset[str] = frozenset()) -> str:
     """Why the evidence is too weak to ask the LLM, or "" when it is worth a try.
@@ -72,30 +85,89 @@ def too_weak(cfg: AnswerConfig, question: str, hits: list[Hit], rerank_scores: d
 
 
 # Passages replace an answer only when they are about the question: the best passage of the
-# top notes holds at least this share of the question's words (its title and heading count).
-# Below, the person is told the notes hold no answer, with the closest notes' titles only.
+# top notes holds at least this share of what the question says (its words, each weighted by
+# how rare it is in the person's notes: ``rarity``; the passage's title and heading count).
+# Below, the person is told the notes hold no answer, and only the closest notes that are about
+# the question by the same measure are named (none, when none is).
 PLAUSIBLE_COVER = 0.35
 PLAUSIBLE_NOTES = 3
+RARITY_CAP = 500  # chunks counted per word at most: a word in more is common, whatever the count
 
 
-def plausible(question: str, hits: list[Hit]) -> tuple[bool, str]:
-    """Whether the best passages are about the question, and why (for the trace). An English
-    question's Chinese words (``rag.index.translate``) are not counted here: their share in the
-    best passage tells the notes that answer it from the others no better than chance
-    (docs/answers.md, "English questions about Chinese notes")."""
-    asked = specifics.terms(question) - _ASKING
-    if not asked:
-        return bool(hits), "the question has no words of its own to look for"
-    best, seen = 0.0, set()
+def asked(question: str) -> set[str]:
+    """The question's own words: ``specifics.terms``, less the words of asking."""
+    return specifics.terms(question) - _ASKING
+
+
+def weight(chunks: int, holding: int) -> float:
+    """BM25's IDF of a word held by ``holding`` of ``chunks`` chunks (``holding`` counted up to
+    ``RARITY_CAP``): a word no note holds weighs most, one in every other chunk least."""
+    return math.log((chunks - holding + 0.5) / (holding + 0.5) + 1)
+
+
+def share(words: set[str], rarity: dict[str, float] | None, hit: Hit) -> float:
+    """The share of ``words`` a passage (with its title and heading) holds, each word weighted
+    by ``rarity`` (word -> weight; None: all alike)."""
+    body = specifics.Body(f"{hit.title}\n{hit.heading}\n{hit.text}")
+    if rarity is None:
+        return body.share(words)
+    total = sum(rarity.get(w, 1.0) for w in words)
+    return sum(rarity.get(w, 1.0) for w in words if body.has(w)) / total if total else 0.0
+
+
+def by_note(question: str, hits: list[Hit], rarity: dict[str, float] | None = None,
+            notes: int = PLAUSIBLE_NOTES) -> list[tuple[Hit, float]]:
+    """The best ``notes`` notes of ``hits``, in their order, each as its best passage (its first
+    hit) and the share of what the question says that passage holds (``share``); [] when the
+    question has no words of its own."""
+    words = asked(question)
+    if not words:
+        return []
+    out, seen = [], set()
     for h in hits:
         if h.note_id in seen:
             continue
         seen.add(h.note_id)
-        body = specifics.Body(f"{h.title}\n{h.heading}\n{h.text}")
-        best = max(best, body.share(asked))
-        if len(seen) >= PLAUSIBLE_NOTES:
+        out.append((h, share(words, rarity, h)))
+        if len(out) >= notes:
             break
-    return best >= PLAUSIBLE_COVER, f"the best passage holds {best:.0%} of the question's words"
+    return out
+
+
+def about(question: str, hits: list[Hit], rarity: dict[str, float] | None = None) -> float | None:
+    """The largest share of what the question says (``share``) that a passage of the best
+    ``PLAUSIBLE_NOTES`` notes holds; None when the question has no words of its own."""
+    if not asked(question):
+        return None
+    return max((held for _, held in by_note(question, hits, rarity)), default=0.0)
+
+
+def plausible(question: str, hits: list[Hit], rarity: dict[str, float] | None = None) -> tuple[bool, str]:
+    """Whether the best passages are about the question, and why (for the trace). An English
+    question's Chinese words (``rag.index.translate``) are not counted here: their share in the
+    best passage tells the notes that answer it from the others no better than chance
+    (docs/answers.md, "English questions about Chinese notes")."""
+    best = about(question, hits, rarity)
+    if best is None:
+        return bool(hits), "the question has no words of its own to look for"
+    what = "of what the question says (its words weighted by rarity)" if rarity is not None else \
+        "of the question's words"
+    return best >= PLAUSIBLE_COVER, f"the best passage holds {best:.0%} {what}"
+
+
+def closest(question: str, hits: list[Hit], rarity: dict[str, float] | None, most: int) -> list[Hit]:
+    """The notes a refusal names as the closest (one passage each, at most ``most``): of the best
+    notes, those whose passage is about the question as ``plausible`` measures it; none when
+    none is (a car-service question is shown no storage table). A question with no words of its
+    own to look for: the best notes as they came."""
+    if not asked(question):
+        out, seen = [], set()
+        for h in hits:
+            if h.note_id not in seen and len(out) < most:
+                seen.add(h.note_id)
+                out.append(h)
+        return out
+    return [h for h, held in by_note(question, hits, rarity, notes=most) if held >= PLAUSIBLE_COVER]
 
 
 # Words that ask rather than say what about (left out of ``plausible``'s count).

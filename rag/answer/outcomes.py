@@ -13,8 +13,8 @@ from rag.answer import support
 from rag.language import say
 from rag.answer.copies import COPY_CHARS
 from rag.answer.evidence import Evidence
-from rag.answer.gate import plausible
-from rag.answer.types import Answer, Citation, Trace, citation, extractive, quoted
+from rag.answer.gate import closest, plausible
+from rag.answer.types import MAX_PASSAGES, Answer, Citation, Trace, citation, extractive, quoted
 from rag.config import Settings
 from rag.index.excerpt import excerpt
 from rag.model import Hit
@@ -65,14 +65,14 @@ def language_notice(question: str, zh: str, en: str) -> str:
     return say(question, zh, en)
 
 
-def refusal(settings: Settings, question: str, top: list[Hit]) -> Answer:
-    """The refusal phrase, and the closest notes' titles (one per note, ``answer.closest_notes``)."""
-    closest, seen = [], set()
-    for hit in top:
-        if hit.note_id not in seen and len(closest) < settings.answer.closest_notes:
-            seen.add(hit.note_id)
-            closest.append(citation(len(closest) + 1, hit, question))
-    return Answer(question, language.refusal(settings, question), used_llm=False, grounded=False, closest=closest)
+def refusal(settings: Settings, question: str, top: list[Hit], standalone: str | None = None,
+            rarity: dict[str, float] | None = None) -> Answer:
+    """The refusal phrase, and the titles of the closest notes that are about the question
+    (``standalone``, as searched; ``gate.closest`` with ``rarity``), one per note, at most
+    ``answer.closest_notes``: a note about something else is not named."""
+    near = closest(standalone or question, top, rarity, settings.answer.closest_notes)
+    cited = [citation(n, hit, question) for n, hit in enumerate(near, 1)]
+    return Answer(question, language.refusal(settings, question), used_llm=False, grounded=False, closest=cited)
 
 def llm_down(settings: Settings, question: str, top: list[Hit], trace: Trace, err: Exception) -> Answer:
     """The LLM failed (down, timing out, model missing): the best passages, with a plain
@@ -85,12 +85,13 @@ def llm_down(settings: Settings, question: str, top: list[Hit], trace: Trace, er
     return answer
 
 def grounded(settings: Settings, question: str, standalone: str, text: str, check: support.Check, blocks: list[Evidence],
-              top: list[Hit], trace: Trace) -> Answer:
+              top: list[Hit], trace: Trace, rarity: dict[str, float] | None = None) -> Answer:
     """The LLM's reply as the answer when it stands on the evidence (``rag.answer.support``):
     the units that do, each citing its block, and a line saying how many were left out.
     Otherwise (a refusal, nothing of its own, or too little of it from the evidence) never
     the reply: the best passages when they are about the question (``plausible``), else the
-    refusal and the closest notes' titles."""
+    refusal and the closest notes' titles (``rarity``: how rare the question's words are, by
+    which both are judged about the question: ``rag.answer.gate``)."""
     phrase = settings.answer.refusal
     trace.reply = text[:REPLY_KEPT]
     trace.support = check.summary()
@@ -122,12 +123,14 @@ def grounded(settings: Settings, question: str, standalone: str, text: str, chec
            "headers back)", "uncited": "no sentence of the LLM's answer stands on the evidence",
            "partly": f"too little of the LLM's answer stands on the evidence ({check.summary().split(';')[0]}; "
                      f"at least {support.MIN_SHARE:.0%} must)"}[trace.citing]
-    about, how = plausible(standalone, top)
+    about, how = plausible(standalone, top, rarity)
     unsupported = trace.citing in ("uncited", "partly")
     if about:
         trace.decision = f"{why}: its best passages instead ({how})"
         trace.outcome = "llm_passages"
-        answer = extractive(question, top, refusal=language.refusal(settings, question))
+        # only the notes whose passage is about the question: the best is; the next may not be
+        near = {h.note_id for h in closest(standalone, top, rarity, MAX_PASSAGES)} or {h.note_id for h in top}
+        answer = extractive(question, [h for h in top if h.note_id in near], refusal=language.refusal(settings, question))
         answer.used_llm = True
         if answer.citations:
             answer.notice = (language_notice(question, LLM_UNSUPPORTED_ZH, LLM_UNSUPPORTED_EN) if unsupported
@@ -135,7 +138,7 @@ def grounded(settings: Settings, question: str, standalone: str, text: str, chec
         return answer
     trace.decision = f"{why}: the refusal and the closest notes ({how})"
     trace.outcome = "llm_refused"
-    answer = refusal(settings, question, top)
+    answer = refusal(settings, question, top, standalone, rarity)
     answer.used_llm = True
     if unsupported:
         answer.notice = language_notice(question, LLM_UNSUPPORTED_REFUSED_ZH, LLM_UNSUPPORTED_REFUSED_EN)

@@ -35,16 +35,14 @@ from typing import AsyncIterator, Awaitable, Callable
 from rag import limits
 from rag import llm as llm_mod
 from rag import language
-from rag.answer import copies, followup, outcomes, remembered, support
+from rag.answer import copies, followup, outcomes, refusing, remembered, support
 from rag.answer import rerank as rerank_mod
-from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.answer.conversation import Conversations
 from rag.answer.evidence import build_evidence, header
 from rag.answer.expand import OUTPUT_TOKENS as EXPAND_TOKENS
 from rag.answer.expand import SYSTEM as EXPAND_SYSTEM
 from rag.answer.expand import Expander
 from rag.answer.fair import CALLER, FairSlots, Turns
-from rag.answer.gate import too_weak
 from rag.answer.sizing import Plan, fit, measure_speed, plan_for, prompt_text
 from rag.answer.alikes import sound_alikes
 from rag.answer.types import Answer, Candidate, Citation, Trace, extractive
@@ -52,7 +50,6 @@ from rag.config import Settings
 from rag.errors import LeanoteRagError, ModelMissing, Unavailable, UserError
 from rag.index.note_index import NoteIndex
 from rag.index.retrieve import search
-from rag.index.translate import chinese_terms
 from rag.memory.store import MemoryStore
 from rag.model import Hit
 from rag.speed import FILE as SPEED_FILE
@@ -90,6 +87,11 @@ class Turn:
     question: str = ""
     standalone: str = ""
     heard: bool = False  # the question is a transcript (rag.answer.alikes)
+    # Text recognised in a photo sent with the question (``seen`` of ``ask``): part of what is
+    # searched, and what ``own`` leaves out: the person's own words, the only ones whose names
+    # are judged (``answer.refuse_unknown_names``).
+    seen: str = ""
+    own: str = ""
     trace: Trace | None = None
     shown_sources: bool = False
     started: float = field(default_factory=time.perf_counter)
@@ -206,25 +208,31 @@ class AnswerService:
         on_sources: OnSources | None = None,
         caller: str | None = None,
         heard: bool = False,
+        seen: str = "",
     ) -> Answer:
         """The answer to ``question`` from ``user_id``'s notes. ``caller`` (an API token, a
         chat person; default: the conversation, else the user) gets its fair share: at most
         ``bots.max_concurrent_llm`` of its answers under way at once, and the LLM's slots
         in turn with other callers (``rag.answer.fair``). ``heard``: the question is what a voice
-        clip was heard as (its sound-alikes of the notes' words join the search: ``rag.answer.alikes``)."""
+        clip was heard as (its sound-alikes of the notes' words join the search: ``rag.answer.alikes``).
+        ``seen``: text read from a photo sent with the question (an error on a terminal, a page):
+        searched with it, after it, as part of the question, but evidence of what the person saw,
+        not words they chose: a host name, a prompt or a path in it is no name they ask about
+        (``answer.refuse_unknown_names`` reads only ``question``), and a photo is what a short
+        question such as "这个报错怎么办" refers to, not the conversation before it."""
         key = caller or conversation or user_id
         async with self._turns.turn(key):
             token = CALLER.set(key)
             try:
-                return await self._ask(question, user_id, conversation, on_token, on_sources, heard)
+                return await self._ask(question, user_id, conversation, on_token, on_sources, heard, seen)
             finally:
                 CALLER.reset(token)
 
     async def _ask(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
-                   on_sources: OnSources | None, heard: bool = False) -> Answer:
+                   on_sources: OnSources | None, heard: bool = False, seen: str = "") -> Answer:
         """The answer in stages, each named as the trace's timings name it; a stage that ends
         the answer (a listing, a refusal, the passages) returns it."""
-        turn = await self._understand(question, user_id, conversation, on_token, on_sources)
+        turn = await self._understand(question, user_id, conversation, on_token, on_sources, seen)
         turn.heard = heard
         listed = await self._listed(turn)
         if listed is not None:
@@ -246,16 +254,20 @@ class AnswerService:
     # --- the stages of an answer -----------------------------------------------------------
 
     async def _understand(self, question: str, user_id: str, conversation: str | None, on_token: OnToken | None,
-                          on_sources: OnSources | None) -> "Turn":
-        """``rewrite``: the question cut to ``limits.question_chars`` (every stage reads at most
-        that), and a follow-up made standalone from the conversation's history."""
+                          on_sources: OnSources | None, seen: str = "") -> "Turn":
+        """``rewrite``: the question (and the text of a photo sent with it, after it) cut to
+        ``limits.question_chars`` (every stage reads at most that), and a follow-up made
+        standalone from the conversation's history."""
         turn = Turn(user_id, conversation, on_token, on_sources)
-        question, _ = limits.cut(question, self.settings.limits.question_chars)
+        most = self.settings.limits.question_chars
+        own, seen = question.strip(), seen.strip()
+        question, _ = limits.cut("\n\n".join(p for p in (own, seen) if p), most)
         if not question:
             raise UserError("the question is empty")
+        turn.own, turn.seen = limits.cut(own, most)[0], seen
         history = self.conversations.history(user_id, conversation)
         standalone, follow = question, ""
-        if history and followup.is_follow_up(question):
+        if history and not seen and followup.is_follow_up(question):
             standalone, follow = await self._standalone(history, question, self.settings.limits.question_chars)
             turn.mark("rewrite")
         turn.question, turn.standalone = question, standalone
@@ -321,27 +333,19 @@ class AnswerService:
         return hits, scores
 
     async def _refused(self, turn: "Turn", hits: list[Hit], top: list[Hit], scores: dict[str, float]) -> Answer | None:
-        """The refusal without asking the LLM: a name the notes never mention
-        (``answer.refuse_unknown_names``), or evidence too weak to be about the question."""
-        trace, question, standalone = turn.trace, turn.question, turn.standalone
-        if self.settings.answer.refuse_unknown_names and hits:
-            unknown = await self.in_search_thread(self._unknown_names, standalone, turn.user_id, hits)
-            if unknown:
-                shown = [as_written(standalone, n) for n in unknown]
-                trace.unknown_names = shown
-                trace.decision = (f"the notes never mention {', '.join(shown)} (answer.refuse_unknown_names): "
-                                  f"refused without asking the LLM")
-                trace.outcome = "refused"
-                answer = outcomes.refusal(self.settings, question, top)
-                answer.notice = outcomes.language_notice(question, f"你的笔记里没有提到 {'、'.join(shown)}。",
-                                                 f"Your notes never mention {', '.join(shown)}.")
-                return self._end(turn, answer)
-        translated = await self.in_search_thread(self._translated, standalone)  # may read the glossary's file
-        weak = too_weak(self.settings.answer, standalone, hits, scores, translated)
-        if weak:
-            trace.decision, trace.outcome = weak, "refused"
-            return self._end(turn, outcomes.refusal(self.settings, question, top))
-        return None
+        """The refusal without asking the LLM (``rag.answer.refusing``): a name the notes never
+        mention in the person's own words, or evidence too weak to be about the question."""
+        trace = turn.trace
+        judged = await self.in_search_thread(refusing.judge, self.index, self.settings, turn.standalone,
+                                             turn.own if turn.seen else turn.standalone, turn.user_id, hits, scores)
+        trace.gate = judged.signals
+        if not judged.why:
+            return None
+        trace.decision, trace.outcome = judged.why, "refused"
+        trace.unknown_names = judged.names if judged.for_names else []
+        answer = outcomes.refusal(self.settings, turn.question, top, turn.standalone, judged.rarity)
+        answer.notice = judged.notice(turn.question)
+        return self._end(turn, answer)
 
     async def _evidence(self, turn: "Turn", top: list[Hit], facts: list[dict]) -> "Prepared | Answer":
         """``sources`` (when the model's speed is not known yet: shown first, then the speed
@@ -427,7 +431,11 @@ class AnswerService:
             return self._end(turn, self._llm_down(turn.question, top, trace, err))
         self._llm_ok()
         text = "".join(parts).strip()
-        answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace)
+        rarity = None  # what the passages shown instead must be about (not needed for the model's own answer)
+        if support.verdict(text, gate.result, self.settings.answer.refusal) not in ("cited", "inferred"):
+            rarity = await self.in_search_thread(refusing.rarity, self.index, turn.standalone, turn.user_id)
+        answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace,
+                                   rarity)
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
@@ -554,20 +562,8 @@ class AnswerService:
         self._llm_failing = False
 
     def _translated(self, question: str) -> frozenset[str]:
-        """An English question's Chinese words (``rag.index.translate``), as its search used them
-        (usually made there already: looked up). Run in the search thread: the first may read
-        the kept glossary."""
-        if not self.settings.retrieval.translate_english:
-            return frozenset()
-        return chinese_terms(question, self.settings.state_dir)
-
-    def _unknown_names(self, question: str, user_id: str, hits: list[Hit]) -> list[str]:
-        """The names the question uses that no chunk of the user's holds (``rag.answer.confidence``)."""
-        def holds(term: str) -> bool:
-            _, sparse = self.index.store.search(None, term_query(term), user_id, 1)
-            return bool(sparse)
-
-        return unknown_names(question, holds, [f"{h.title}\n{h.heading}\n{h.text}" for h in hits])
+        """An English question's Chinese words (``rag.answer.refusing.translated``); in the search thread."""
+        return refusing.translated(self.settings, question)
 
     def _finish(self, answer: Answer, user_id: str, conversation: str | None, trace: Trace, timings: dict,
                 started: float) -> Answer:

