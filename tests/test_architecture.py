@@ -32,7 +32,7 @@ PROTOCOL_LIBS = {
     "pymongo": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
-    "httpx": {"rag/index/embed.py", "rag/llm.py", "rag/http.py", "bot/api/client.py"},
+    "httpx": {"rag/index/embed.py", "rag/index/gemma_fetch.py", "rag/llm.py", "rag/http.py", "bot/api/client.py"},
     "fastapi": {"bot/api/app.py", "bot/api/access.py", "bot/api/server.py"},
     "uvicorn": {"bot/api/server.py", "bot/api/guard.py"},
     "watchfiles": {"sync/watch.py"},
