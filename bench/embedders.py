@@ -61,13 +61,14 @@ def dev_set() -> Path:
     return shared() / "eval" / "dev.jsonl"
 
 
-def settings_for(kind: str, state: Path, threads: int, **retrieval) -> config.Settings:
+def settings_for(kind: str, state: Path, threads: int, options: dict | None = None, **retrieval) -> config.Settings:
+    """``options``: more of the embedder section (gemma's ``model``, ``dimensions``, ``max_tokens``, ``quantize``)."""
     raw = {
         "source": {"kind": "mongodump", "path": str(shared() / "corpus" / "mongodump" / BACKUP_NAME)},
         "state_dir": str(state),
         "rerank": {"kind": "none"},
         "memory": {"enabled": False},
-        "embedder": {"kind": kind, "threads": threads},
+        "embedder": {"kind": kind, "threads": threads, **(options or {})},
     }
     if retrieval:
         raw["retrieval"] = retrieval
@@ -102,7 +103,7 @@ def peak_mb() -> float:
 
 
 def cmd_index(args) -> None:
-    settings = settings_for(args.embedder, Path(args.state), args.threads)
+    settings = settings_for(args.embedder, Path(args.state), args.threads, _options(args.embedder_opt, args.embedder))
     source = open_source(settings)
     state = State(settings.state_dir)
     try:
@@ -136,8 +137,9 @@ def cmd_eval(args) -> None:
     weights = [float(w) for w in args.weights.split(",")] if args.weights else []
     for spec in args.state:
         name, path = spec.split("=", 1)
-        kind = "e5" if name.startswith("e5") else "use"
-        settings = settings_for(kind, Path(path), args.threads, **dict(_setting(kv) for kv in args.retrieval))
+        kind = "e5" if name.startswith("e5") else "gemma" if name.startswith("gemma") else "use"
+        settings = settings_for(kind, Path(path), args.threads, _options(args.embedder_opt, name),
+                                **dict(_setting(kv) for kv in args.retrieval))
         entry: dict = {}
         built = Path(path, "bench_index.json")
         if built.exists():
@@ -184,6 +186,17 @@ def _setting(kv: str) -> tuple[str, object]:
     """``KEY=VALUE`` of the retrieval section (``--retrieval``): YAML's reading of VALUE."""
     key, _, value = kv.partition("=")
     return key, yaml.safe_load(value)
+
+
+def _options(given: list[str], name: str) -> dict:
+    """The embedder options (``--embedder-opt [NAME:]KEY=VALUE``) for the index or entry ``name``:
+    those without a name, and those naming it."""
+    out = {}
+    for kv in given:
+        target, _, kv = kv.rpartition(":") if ":" in kv.split("=", 1)[0] else ("", "", kv)
+        if target in ("", name):
+            out.update([_setting(kv)])
+    return out
 
 
 def _slim(reports, skipped: int) -> dict:
@@ -279,13 +292,19 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="index, eval and table on the sample notes (a smoke run)")
     sub = ap.add_subparsers(dest="cmd")
     ix = sub.add_parser("index")
-    ix.add_argument("--embedder", choices=("use", "e5"), required=True)
+    ix.add_argument("--embedder", choices=("use", "e5", "gemma"), required=True)
+    ix.add_argument("--embedder-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="more of the embedder section, e.g. model=/srv/models/embeddinggemma-300m (repeatable)")
     ix.add_argument("--state", required=True)
     ix.add_argument("--slice", choices=("dev", "all"), default="dev")
     ix.add_argument("--budget", type=int, default=1200, help="chunks in the dev slice")
     ix.add_argument("--threads", type=int, default=2)
     ev = sub.add_parser("eval")
-    ev.add_argument("--state", action="append", required=True, help="NAME=DIR (a NAME starting with e5 is e5)")
+    ev.add_argument("--state", action="append", required=True,
+                    help="NAME=DIR (a NAME starting with e5 is e5, with gemma gemma, else use)")
+    ev.add_argument("--embedder-opt", action="append", default=[], metavar="[NAME:]KEY=VALUE",
+                    help="more of an entry's embedder section (every entry's without NAME:), e.g. "
+                    "gemma256:dimensions=256 (repeatable)")
     ev.add_argument("--weights", default="0.2,0.35,0.5,0.65", help="hybrid dense weights to try")
     ev.add_argument("--threads", type=int, default=2)
     ev.add_argument("--english", default=str(DEV_EN), help="the English questions (default tests/data/dev_en.jsonl)")

@@ -179,8 +179,8 @@ def _resolve_paths(settings: Settings, base_dir: Path, config_path: Path | None)
 
     source = settings.source.model_copy(update={"path": absolute(settings.source.path)})
     qdrant = settings.qdrant.model_copy(update={"local_path": absolute(settings.qdrant.local_path)})
-    embedder = settings.embedder.model_copy(update={"cache": absolute(settings.embedder.cache)})
     state_dir = absolute(settings.state_dir)
+    embedder = resolved_embedder(settings.embedder, absolute, state_dir)
     api = settings.api.model_copy(update={"socket": absolute(settings.api.socket) or state_dir / "api.sock"})
     return settings.model_copy(
         update={
@@ -192,6 +192,15 @@ def _resolve_paths(settings: Settings, base_dir: Path, config_path: Path | None)
             "config_path": config_path,
         }
     )
+
+
+def resolved_embedder(cfg: EmbedderConfig, absolute, state_dir: Path) -> EmbedderConfig:
+    """An embedder section with its paths absolute; kind gemma's model, when not named, the
+    folder ``leanote-rag models fetch gemma`` fills."""
+    update: dict[str, Any] = {"cache": absolute(cfg.cache)}
+    if cfg.kind == "gemma":
+        update["model"] = str(absolute(Path(cfg.model)) if cfg.model else state_dir / "models" / "embeddinggemma-300m")
+    return cfg.model_copy(update=update)
 
 
 def _dotted(loc: tuple) -> str:

