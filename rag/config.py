@@ -29,8 +29,8 @@ CONFIG_ENV = "LEANOTE_RAG_CONFIG"
 DEFAULT_CONFIG = "config.yaml"
 SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 from rag.sections import (AnswerConfig, Bm25Config, ChunkingConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig,
-                          MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, Section, SourceConfig,
-                          SyncConfig)
+                          MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, SecondIndexConfig, Section,
+                          SourceConfig, SyncConfig)
 from rag.sections_chat import (ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, GapsConfig, LimitsConfig,
                                MediaConfig, TelegramConfig, UserMap)
 
@@ -45,6 +45,7 @@ class Settings(Section):
     source: SourceConfig
     state_dir: Path = Path("data")
     embedder: EmbedderConfig = EmbedderConfig()
+    second_index: SecondIndexConfig = SecondIndexConfig()
     qdrant: QdrantConfig = QdrantConfig()
     chunking: ChunkingConfig = ChunkingConfig()
     bm25: Bm25Config = Bm25Config()
@@ -181,12 +182,15 @@ def _resolve_paths(settings: Settings, base_dir: Path, config_path: Path | None)
     qdrant = settings.qdrant.model_copy(update={"local_path": absolute(settings.qdrant.local_path)})
     state_dir = absolute(settings.state_dir)
     embedder = resolved_embedder(settings.embedder, absolute, state_dir)
+    second = settings.second_index.model_copy(
+        update={"embedder": resolved_embedder(settings.second_index.embedder, absolute, state_dir)})
     api = settings.api.model_copy(update={"socket": absolute(settings.api.socket) or state_dir / "api.sock"})
     return settings.model_copy(
         update={
             "source": source,
             "qdrant": qdrant,
             "embedder": embedder,
+            "second_index": second,
             "state_dir": state_dir,
             "api": api,
             "config_path": config_path,

@@ -309,6 +309,27 @@ class EmbedderConfig(Section):
         return self
 
 
+class SecondIndexConfig(Section):
+    """A second dense index of the same chunks by a stronger embedder, filled in the background
+    while the first answers (``rag.index.second``)."""
+
+    enabled: Annotated[Literal["on", "off"], BeforeValidator(on_off)] = Field(
+        default="off", description="on: fill it between questions and fuse it into the search for the notes it covers"
+    )
+    embedder: EmbedderConfig = Field(
+        default=EmbedderConfig(kind="gemma"), description="the stronger embedder (as the embedder section; gemma)"
+    )
+    batch: int = Field(default=4, ge=1, le=256, description="chunks embedded at a time, between two questions")
+    window: str = Field(default="", description="fill it only in this daily window of local time, e.g. 01:00-06:00 "
+                        "(empty: any time)")
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        window(value)
+        return value
+
+
 class QdrantConfig(Section):
     backend: Literal["edge", "server"] | None = Field(
         default=None, description="edge (embedded, default) or server; a url implies server"
@@ -406,4 +427,5 @@ class RetrievalConfig(Section):
         "auto or on, 0 while it is off",
     )
     hnsw_ef: int = Field(default=128, ge=4, description="HNSW search breadth: higher is closer to exact")
+
     max_query_chars: int = Field(default=2000, ge=10, description="the search reads at most this much of a question")

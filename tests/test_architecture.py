@@ -232,6 +232,7 @@ STORE_OPENERS = {"State", "MemoryStore", "FeedbackStore", "Outbox", "open_store"
 STORE_OPENED_ELSEWHERE = {
     "bot/root.py": "the composition root",
     "rag/index/note_index.py": "the index opens its own store (NoteIndex.open, called by the root)",
+    "rag/index/second.py": "the second dense index opens its own store (SecondIndex.open, called by the root)",
 }
 
 

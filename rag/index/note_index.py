@@ -85,6 +85,8 @@ class NoteIndex:
         self.store = store
         self.embedder = embedder
         self.index_id = index_id  # changes when the index is created anew
+        # the second dense index searched with it (``rag.index.second``; the root sets it), or None
+        self.second = None
 
     @classmethod
     def open(

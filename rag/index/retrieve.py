@@ -57,6 +57,10 @@ Written questions (``rag.index.asked``, hybrid only, ``retrieval.questions_weigh
 the questions each note answers, written by the LLM ahead of time, searched dense and BM25
 like the chunks; each hit counts for the chunk its question points to, two more rankings
 fused at the dense and sparse weights times ``questions_weight``.
+
+The second dense index (``rag.index.second``, ``second_index: on``): the dense ranking is the
+stronger embedder's for the notes it covers, the first embedder's for the others (put on the
+same scale), at the dense weight; the passage step's second look the same.
 """
 
 from __future__ import annotations
@@ -324,6 +328,7 @@ def passage_step(
     k: int,
     cfg: RetrievalConfig,
     extra: tuple = (None, None),
+    second_look=None,
 ) -> tuple[list[Fused], dict[str, dict]]:
     """The first ranking with the best notes' places filled by their best passages (module
     docstring, "The passage step"). Returns the chosen candidates and the payloads fetched."""
@@ -336,6 +341,8 @@ def passage_step(
         return chosen, index.store.payloads([c.id for c in chosen])
     limit = max(cfg.candidates, k)
     more_dense, more_sparse = index.store.search(dense, sparse, user_id, limit, cfg.hnsw_ef, note_ids=top)
+    if second_look is not None:  # the dense side is the second index's: its second look too
+        more_dense = second_look(top, more_dense)
     merged = {
         **rankings,
         "dense": _merged(rankings["dense"], more_dense),
@@ -438,9 +445,14 @@ def search(
         rankings["entities"] = entities
     if cfg.questions_weight > 0 and retriever == "hybrid":  # the notes' written questions (rag.index.asked)
         rankings.update(asked.rankings(index.store, dense, sparse, user_id, limit, cfg.hnsw_ef))
+    second_look = None
+    if getattr(index, "second", None) is not None and dense is not None:  # the stronger embedder (rag.index.second)
+        rankings["dense"], second_look = index.second.ranking(index.store, query, user_id, dense_hits, limit,
+                                                              cfg.hnsw_ef)
     fused = fuse(rankings, cfg, query)
     if cfg.passages and retriever == "hybrid":
-        chosen, payloads = passage_step(index, query, user_id, dense, sparse, rankings, fused, k, cfg, extra)
+        chosen, payloads = passage_step(index, query, user_id, dense, sparse, rankings, fused, k, cfg, extra,
+                                        second_look)
     else:
         chosen = cap_per_note(fused, cfg.max_chunks_per_note, k)
         payloads = index.store.payloads([c.id for c in chosen])

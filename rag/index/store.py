@@ -82,9 +82,14 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(cfg: QdrantConfig, state_dir: Path, dim: int, *, create: bool = True, fresh: bool = False) -> Store:
+def open_store(cfg: QdrantConfig, state_dir: Path, dim: int, *, create: bool = True, fresh: bool = False,
+               name: str = "") -> Store:
     """The configured store; ``fresh`` starts the embedded one anew (a server's
-    collection is emptied by ``drop`` instead)."""
+    collection is emptied by ``drop`` instead). ``name``: another store beside the index
+    (``rag.index.second``): the shard ``qdrant-<name>``, or the collection ``<collection>-<name>``."""
     if cfg.kind == "edge":
-        return EdgeStore(Path(state_dir) / "qdrant", dim, create=create or fresh, fresh=fresh)
+        folder = f"qdrant-{name}" if name else "qdrant"
+        return EdgeStore(Path(state_dir) / folder, dim, create=create or fresh, fresh=fresh)
+    if name:
+        cfg = cfg.model_copy(update={"collection": f"{cfg.collection}-{name}"})
     return ServerStore(cfg, dim, create=create)

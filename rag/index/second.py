@@ -1,0 +1,283 @@
+"""The second dense index: a stronger embedder's vectors of the same chunks (``second_index``,
+EmbeddingGemma by default), filled in the background while the first index answers.
+
+**Where it lives.** A store of its own beside the first (``open_store(..., name="second")``: the
+embedded shard ``<state_dir>/qdrant-second``, or the collection ``<collection>-second`` of a Qdrant
+server), its points the first index's point ids with a dense vector and four payload fields
+(``user_id``, ``note_id``, ``content_hash``, ``text_hash``). Not a named vector of the first
+index's points: a vector added to a collection's points after it was made means rewriting every
+point; every write of the first index (a note edited) would have to carry the slow embedder's
+vector or lose it; and turning the second off, or changing its output size, would touch the index
+that answers. Apart, the first index writes at its own pace, a note edited is searchable at
+once, and the second follows; a second index made with another embedder is dropped and filled
+again, the first untouched.
+
+**Filling** (``plan``, then ``fill``): ``plan`` compares it with the first index, note by note:
+a chunk whose text (its ``text_hash``) has no vector here is to embed; a point here whose note
+or chunk went is deleted; a chunk whose text is the same under a note's new content hash only
+gets the new hash (nothing embedded again). ``fill(n)`` embeds the next ``n`` chunks (one note's
+at a time, in the order ``plan`` found them) and writes them: the worker that calls it
+(``sync.second_jobs``) runs it between questions, so a kill loses at most one batch, and the next
+``plan`` takes up where it stopped.
+
+**Search** (``ranking``, fused in ``rag.index.retrieve`` as ``dense2`` at
+``retrieval.second_weight``): the question embedded by the second model, its candidates among the
+notes this index *covers* (each of their chunks has its current vector; a hit whose content hash
+is not the first index's is dropped: the note changed since). For the notes it does not cover
+yet, the ranking holds the first embedder's candidates, their scores put on this ranking's scale
+(as many standard deviations from its mean as they are from theirs): those notes rank as they
+would without the second index, and none is pushed down for not being covered yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from rag.config import Settings
+from rag.index import embed as embed_mod
+from rag.index.lexical import SparseVector, search_text
+from rag.index.points import ASKED, PointData, Ranked, point_id
+from rag.index.store import Store, open_store
+
+log = logging.getLogger(__name__)
+
+SECOND = "second"
+READ_BLOCK = 64  # a note's chunk payloads read at a time
+EMPTY = SparseVector([], [])
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+@dataclass
+class Todo:
+    """One chunk of the first index to embed here."""
+
+    point_id: str
+    note_id: str
+    user_id: str
+    content_hash: str
+    chunk_index: int
+    text: str  # what the model sees (``search_text`` of the chunk: the first index's own)
+    hash: str
+
+
+@dataclass
+class Plan:
+    todo: list[Todo] = field(default_factory=list)
+    covered: dict[str, set[str]] = field(default_factory=dict)  # user -> notes whose chunks all have their vector
+    chunks: int = 0  # the first index's chunks
+    current: int = 0  # of them, those with their current vector here
+    deleted: int = 0
+    seconds: float = 0.0
+
+
+def note_chunks(store: Store, note_id: str) -> list[dict]:
+    """A note's chunk payloads from a store, in order (its points are chunks 0..n-1)."""
+    out: list[dict] = []
+    start = 0
+    while True:
+        ids = [point_id(note_id, i) for i in range(start, start + READ_BLOCK)]
+        found = store.payloads(ids)
+        out += [found[i] for i in ids if i in found]
+        if len(found) < READ_BLOCK:
+            return out
+        start += READ_BLOCK
+
+
+class SecondIndex:
+    """The second dense index (module docstring): ``store`` its own, ``embedder`` the stronger model."""
+
+    def __init__(self, settings: Settings, store: Store, embedder):
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self._lock = threading.Lock()  # plan and fill from the worker, ranking from searches
+        self.plan_made: Plan | None = None
+        self.rate: float | None = None  # chunks embedded per second here (running mean)
+        self.filled = 0  # chunks embedded by this process
+
+    @classmethod
+    def open(cls, settings: Settings, embedder=None) -> "SecondIndex":
+        """Open (make) the second index for ``settings.second_index``; one made with another
+        embedder or output size is emptied to be filled again (the first index is untouched)."""
+        embedder = embedder or embed_mod.load(settings.second_index.embedder)
+        store = open_store(settings.qdrant, settings.state_dir, embedder.dim, create=True, name=SECOND)
+        try:
+            manifest = store.manifest()
+            if manifest is not None and (manifest.get("embedder"), manifest.get("dim")) != (embedder.model_id,
+                                                                                             embedder.dim):
+                log.info("second index: made with %s (%s dimensions), now %s (%d): emptied, to be filled again",
+                         manifest.get("embedder"), manifest.get("dim"), embedder.model_id, embedder.dim)
+                store.drop(embedder.dim)
+                manifest = None
+            if manifest is None:
+                store.write_manifest({"schema": 1, "embedder": embedder.model_id, "dim": embedder.dim,
+                                      "index_id": hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]})
+        except BaseException:
+            store.close()
+            raise
+        return cls(settings, store, embedder)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # --- filling ---------------------------------------------------------------------------
+
+    def plan(self, first: Store) -> Plan:
+        """What is to embed, per the first index now (module docstring); stale points deleted."""
+        began = time.monotonic()
+        out = Plan()
+        users = [u for u in first.count_by_user() if not u.endswith(ASKED)]
+        with self._lock:
+            for user in users:
+                notes = first.note_ids(user)
+                covered = out.covered.setdefault(user, set())
+                for note in sorted(notes):
+                    chunks = note_chunks(first, note)
+                    mine = note_chunks(self.store, note)
+                    by_index = {p.get("chunk_index"): p for p in mine}
+                    missing = False
+                    refreshed = []
+                    for p in chunks:
+                        text = search_text(p.get("text", ""))
+                        h = text_hash(text)
+                        here = by_index.get(p.get("chunk_index"))
+                        out.chunks += 1
+                        pid = point_id(note, p.get("chunk_index", 0))
+                        if here is not None and here.get("text_hash") == h:
+                            out.current += 1
+                            if here.get("content_hash") != p.get("content_hash") or here.get("user_id") != user:
+                                refreshed.append(pid)
+                            continue
+                        missing = True
+                        out.todo.append(Todo(pid, note, user, p.get("content_hash", ""), p.get("chunk_index", 0),
+                                             text, h))
+                    if refreshed:  # the same text under the note's new hash (or owner): nothing to embed
+                        content = chunks[0].get("content_hash", "")
+                        self.store.set_payload(refreshed, {"content_hash": content, "user_id": user})
+                    gone = [point_id(note, i) for i in by_index if i is not None and i >= len(chunks)]
+                    if gone:
+                        self.store.delete(gone)
+                        out.deleted += len(gone)
+                    if not missing and chunks:
+                        covered.add(note)
+                for note in self.store.note_ids(user) - notes:  # notes that left the first index
+                    self.store.delete_note(note)
+                    out.deleted += 1
+            for user in set(self.store.count_by_user()) - set(users):
+                for note in self.store.note_ids(user):
+                    self.store.delete_note(note)
+                    out.deleted += 1
+            out.seconds = time.monotonic() - began
+            self.plan_made = out
+        return out
+
+    def fill(self, n: int) -> int:
+        """Embed and write the next ``n`` chunks of the plan; how many were written."""
+        with self._lock:
+            plan = self.plan_made
+            if plan is None or not plan.todo:
+                return 0
+            batch = plan.todo[:n]
+        began = time.monotonic()
+        vectors = self.embedder.embed([t.text for t in batch])
+        took = time.monotonic() - began
+        points = [PointData(t.point_id, v, EMPTY, {"user_id": t.user_id, "note_id": t.note_id,
+                                                  "content_hash": t.content_hash, "text_hash": t.hash,
+                                                  "chunk_index": t.chunk_index})
+                  for t, v in zip(batch, vectors)]
+        with self._lock:
+            self.store.upsert(points)
+            del plan.todo[: len(batch)]
+            plan.current += len(batch)
+            waiting = {t.note_id for t in plan.todo}
+            for t in batch:
+                if t.note_id not in waiting:
+                    plan.covered.setdefault(t.user_id, set()).add(t.note_id)
+            self.filled += len(batch)
+            rate = len(batch) / took if took > 0 else None
+            if rate:
+                self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+        return len(batch)
+
+    def progress(self) -> dict:
+        """How far it is: ``{"chunks", "current", "left", "notes_covered", "rate", "seconds_left"}``."""
+        plan = self.plan_made
+        if plan is None:
+            return {"chunks": None, "current": None, "left": None, "notes_covered": None, "rate": self.rate,
+                    "seconds_left": None}
+        left = len(plan.todo)
+        return {"chunks": plan.chunks, "current": plan.current, "left": left,
+                "notes_covered": sum(len(v) for v in plan.covered.values()),
+                "rate": round(self.rate, 3) if self.rate else None,
+                "seconds_left": round(left / self.rate) if self.rate else None}
+
+    # --- search ----------------------------------------------------------------------------
+
+    def covered(self, user_id: str) -> set[str]:
+        plan = self.plan_made
+        return set(plan.covered.get(user_id, ())) if plan is not None else set()
+
+    def ranking(self, first: Store, query: str, user_id: str, first_dense: list[Ranked], limit: int,
+                hnsw_ef: int = 128):
+        """The dense ranking of a question (module docstring), and its second look: a function of
+        (notes, the first index's candidates among them) giving the same ranking among those notes,
+        with the same question vector and scale (``rag.index.retrieve``'s passage step)."""
+        covered = self.covered(user_id)
+        vector = self.embedder.embed_query([query])[0] if covered else None
+        hits = self._hits(first, vector, user_id, limit, hnsw_ef, covered, None)
+        scale = _scale(first_dense, hits)
+
+        def second_look(note_ids: list[str], more_first: list[Ranked]) -> list[Ranked]:
+            more = self._hits(first, vector, user_id, limit, hnsw_ef, covered, note_ids)
+            return _placed(more, more_first, covered, scale)
+
+        return _placed(hits, first_dense, covered, scale), second_look
+
+    def _hits(self, first: Store, vector, user_id: str, limit: int, hnsw_ef: int, covered: set[str],
+              note_ids: list[str] | None) -> list[Ranked]:
+        """This index's candidates among the covered notes whose content hash is still the first
+        index's (a note found changed leaves ``covered`` for this question)."""
+        if vector is None or not covered:
+            return []
+        found, _ = self.store.search(vector, None, user_id, limit, hnsw_ef, note_ids=note_ids)
+        found = [h for h in found if h.note_id in covered]
+        mine = self.store.payloads([h.id for h in found])
+        theirs = first.payloads([h.id for h in found])
+        hits = []
+        for h in found:
+            a, b = mine.get(h.id), theirs.get(h.id)
+            if a is not None and b is not None and a.get("content_hash") == b.get("content_hash"):
+                hits.append(h)
+            else:
+                covered.discard(h.note_id)  # changed since: ranked as the first index ranks it
+        return [h for h in hits if h.note_id in covered]
+
+
+def _scale(first_dense: list[Ranked], hits: list[Ranked]):
+    """The first ranking's scores put on this index's: as many standard deviations from its mean."""
+    if not first_dense or not hits:
+        return None
+    (m1, s1), (m2, s2) = _spread([c.score for c in first_dense]), _spread([h.score for h in hits])
+    return lambda score: m2 + (score - m1) / s1 * s2 if s1 > 0 else m2
+
+
+def _placed(hits: list[Ranked], first_dense: list[Ranked], covered: set[str], scale) -> list[Ranked]:
+    """This index's hits, and the first's candidates of the notes it does not cover, on one scale."""
+    rest = [c for c in first_dense if c.note_id not in covered]
+    if not hits or scale is None:
+        return hits or list(rest)
+    placed = [Ranked(c.id, scale(c.score), c.note_id) for c in rest]
+    return sorted(hits + placed, key=lambda c: (-c.score, c.id))
+
+
+def _spread(scores: list[float]) -> tuple[float, float]:
+    mean = math.fsum(scores) / len(scores)
+    return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in scores) / len(scores))
