@@ -30,6 +30,7 @@ from rag.config import Settings
 from rag.errors import LeanoteRagError, UserError
 from rag.index import embed as embed_mod
 from rag.index.note_index import NoteIndex
+from rag.index.second import SecondIndex
 from rag.index.store import Store, open_store
 from rag.media.media import Media
 from rag.memory.store import MemoryStore
@@ -37,6 +38,7 @@ from rag.memory.store import path_for as memory_path
 
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
+from sync.second_jobs import SecondFill
 from sync.schedule import Schedule
 from sync.service import SyncService
 from sync.sources import open_source
@@ -280,6 +282,26 @@ class Parts:
             index=lambda: None if self._closed else self.index))
 
     @property
+    def second_fill(self) -> SecondFill:
+        """The second dense index's fill (``sync.second_jobs``): between questions, its index
+        opened and its model loaded by the worker, never before the daemon is ready."""
+        return self._once("second_fill", lambda: SecondFill(
+            self.settings, self._open_second, lambda: None if self._closed else self.index.store, self.answers))
+
+    def _open_second(self) -> SecondIndex | None:
+        """The second index, searched with the first from now on; None (said once) when it
+        cannot be opened here: the first index answers alone."""
+        try:
+            second = self._once("second", lambda: None if self._closed else SecondIndex.open(self.settings))
+        except LeanoteRagError as err:
+            level = logging.INFO if self.settings.second_index.enabled == "auto" else logging.WARNING
+            log.log(level, "second index: not filled here: %s", err)
+            return None
+        if second is not None:
+            self.index.second = second
+        return second
+
+    @property
     def answers(self) -> AnswerService:
         """The answer service, with the configured reranker (one that cannot be loaded is said
         once, and answering goes on without it), the LLM client and the memory."""
@@ -321,6 +343,10 @@ class Parts:
         """The configured embedder's model itself, not what a vector cache kept."""
         return embed_mod.load(self.settings.embedder, cache=False)
 
+    def load_second_embedder(self):
+        """The second dense index's embedder (``second_index.embedder``), its model itself."""
+        return embed_mod.load(self.settings.second_index.embedder, cache=False)
+
     def load_reranker(self) -> rerank_mod.Reranker:
         return rerank_mod.load(self.settings.rerank)
 
@@ -336,7 +362,8 @@ class Parts:
         was built (``rag.config.Settings.reloaded`` says which keys need a restart)."""
         with self._lock:
             self.settings = settings
-            for name in ("index", "answers", "derived", "sync", "capture", "memory_jobs"):  # (the stores hold none)
+            for name in ("index", "answers", "derived", "sync", "capture", "memory_jobs", "second_fill"):
+                # (the stores hold none)
                 if self._parts.get(name) is not None:
                     self._parts[name].settings = settings
 

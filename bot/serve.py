@@ -253,6 +253,10 @@ class Daemon:
             tasks.append(asyncio.create_task(self.parts.capture().run(self.stopping)))
             # the memory's LLM tier: never while an answer holds the LLM (sync.memory_jobs)
             tasks.append(asyncio.create_task(self.parts.memory_jobs.run(self.stopping)))
+            if self.settings.second_index.enabled != "off":  # the second dense index, between questions
+                fill = parts.second_fill
+                schedule.after.append(lambda: fill.after_pass(parts.schedule.last_pass))
+                tasks.append(asyncio.create_task(fill.run(self.stopping)))
             tasks.append(asyncio.create_task(self._measure_llm()))
             tasks.append(asyncio.create_task(self.digests.start()))  # (a missed one waits for its bot)
             self.systemd.notify("READY=1\nSTATUS=serving")

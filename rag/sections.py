@@ -313,8 +313,9 @@ class SecondIndexConfig(Section):
     """A second dense index of the same chunks by a stronger embedder, filled in the background
     while the first answers (``rag.index.second``)."""
 
-    enabled: Annotated[Literal["on", "off"], BeforeValidator(on_off)] = Field(
-        default="off", description="on: fill it between questions and fuse it into the search for the notes it covers"
+    enabled: Switch = Field(
+        default="off", description="on: fill it between questions and fuse it into the search for the notes it "
+        "covers; auto: the same where its model is fetched and this machine fills it within a night (or the window)"
     )
     embedder: EmbedderConfig = Field(
         default=EmbedderConfig(kind="gemma"), description="the stronger embedder (as the embedder section; gemma)"

@@ -5,10 +5,12 @@ from a running daemon (which holds the index: its health is asked instead)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import stat
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -68,7 +70,7 @@ def run_checks(app, parts: Iterable[PartCheck] = ()) -> Iterator[Check]:
     with Parts(settings) as root:
         yield from _said(_source(root))
         yield from _said(_capture(settings))
-        for section in (_state, _index, _embedder, _reranker, _ollama, _media):
+        for section in (_state, _index, _embedder, _second_index, _reranker, _ollama, _media):
             yield from _said(section(root))
     yield from _said(_api(settings))
     yield from _parts(settings, parts)
@@ -401,6 +403,64 @@ def _embedder(root: Parts) -> Iterator[Check]:
         fix = ("check embedder.host and that Ollama runs: curl {host}/api/tags".format(host=safe_url(settings.embedder.host))
                if settings.embedder.kind == "ollama" else "see docs/install.md in the repository")
         yield Check(name, False, str(err), fix)
+
+
+# What doctor embeds to measure the second embedder's speed when no fill has measured it yet: chunks
+# of a typical length (the notes' chunks: ~680 characters, ~345 tokens at the median).
+SAMPLE_CHUNK = ("在家里的服务器上用 Docker Compose 部署服务时，先把数据目录挂载到宿主机，再用 restic 每天夜里备份到外部硬盘。"
+                "恢复时先停掉容器，确认快照的时间，然后把目录还原到原来的位置，最后检查权限和属主是否和原来一致。") * 5
+SAMPLE_CHUNKS = 8
+
+
+def _second_index(root: Parts) -> Iterator[Check]:
+    """The second dense index (``second_index``): its embedder loads, and this machine can fill
+    the index within a night (the rate the fill measured here, else measured now on a few chunks)."""
+    from sync.second_jobs import RATE_FILE, night_seconds, saved_rate, too_slow
+    from sync.memory_jobs import duration
+
+    settings = root.settings
+    cfg = settings.second_index
+    if cfg.enabled == "off":
+        return
+    name = f"second index ({cfg.enabled})"
+    try:
+        embedder = root.load_second_embedder()
+    except UserError as err:
+        yield Check(name, cfg.enabled == "auto", f"{err}" + ("; the first index answers alone" if cfg.enabled == "auto"
+                                                              else ""),
+                    "install the [gemma] extra and run `leanote-rag models fetch gemma` (docs/install.md)",
+                    warn=cfg.enabled == "auto")
+        return
+    chunks = None
+    try:
+        store = root.open_store()
+        try:
+            chunks = sum(n for u, n in store.count_by_user().items() if not u.endswith("#asked"))
+        finally:
+            store.close()
+    except LeanoteRagError:  # not indexed yet, or the daemon holds it: the rate measured is told anyway
+        pass
+    saved = saved_rate(settings.state_dir) or {}
+    if saved.get("embedder") == embedder.model_id and saved.get("rate"):
+        rate, basis = float(saved["rate"]), "measured by the fill here"
+    else:
+        began = time.monotonic()
+        embedder.embed([SAMPLE_CHUNK] * SAMPLE_CHUNKS)
+        rate, basis = SAMPLE_CHUNKS / max(1e-6, time.monotonic() - began), f"measured now on {SAMPLE_CHUNKS} chunks"
+        with contextlib.suppress(OSError):
+            (settings.state_dir / RATE_FILE).write_text(json.dumps({"rate": round(rate, 3), "chunks": chunks,
+                                                                     "embedder": embedder.model_id,
+                                                                     "at": time.time()}))
+    why = too_slow(settings, rate, chunks)
+    if why:
+        stays = ("so it stays off: the first index answers alone (second_index.enabled: on fills it anyway)"
+                 if cfg.enabled == "auto" else "it is filled anyway (on), between questions, over several nights")
+        yield Check(name, True, f"{why} ({basis}): {stays}",
+                    "set a longer second_index.window, or second_index.enabled: off", warn=True)
+        return
+    fill = f", the index's {chunks} chunks in ~{duration(chunks / rate)} (a night: {duration(night_seconds(settings))})" \
+        if chunks else ""
+    yield Check(name, True, f"{embedder.model_id}: {rate:.2f} chunks/s here ({basis}){fill}")
 
 
 def _media(root: Parts) -> Iterator[Check]:

@@ -8,7 +8,7 @@ import click
 
 from sync.indexer import Summary
 
-from bot.usecases.status import questions_line, sync_line, when
+from bot.usecases.status import questions_line, second_line, sync_line, when
 
 
 # What a note given up on means to someone reading ``status``, and what they can do about it.
@@ -63,6 +63,9 @@ def print_status(report: dict) -> None:
     memory = report.get("memory")
     if memory:
         _print_memory(memory)
+    second = second_line(report.get("second_index"))
+    if second:
+        click.echo(second)
     skipped = report["skipped"]
     if skipped:
         click.echo(f"not indexed: {len(skipped)} note(s) that could not be read (fixed on their next change):")

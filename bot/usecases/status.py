@@ -7,7 +7,8 @@ JSON (``GET /status``, ``status --json``): ``{"index", "backend", "embedder", "d
 "source", "users": [{"user_id", "notes", "chunks"}], "accounts": [{"source", "account",
 "user_id", "cursor_usn", "server_usn", "lag", "notes_indexed", "last_success", "last_error",
 "failing_since", "next_run", "usn_went_back"}], "last_sync", "skipped", "llm", "capture",
-"memory", "problems"}``. An admin sees every account; anyone else only their own, without
+"memory", "problems", "second_index"}`` (``second_index``: None when off, else ``{"enabled",
+"embedder", "chunks", "current", "left", "notes_covered", "rate", "seconds_left", "text"}``). An admin sees every account; anyone else only their own, without
 another account's email or error.
 """
 
@@ -36,6 +37,7 @@ from sync.writeback.outbox import Outbox
 from sync.faults import check_disk, reading_state
 from sync.incremental import USN_BACK
 from sync.memory_jobs import duration, outlook, wanted as llm_wanted
+from sync.second_jobs import saved_rate, too_slow
 from sync.state import State
 
 from bot.usecases.people import Person
@@ -73,6 +75,8 @@ async def status(parts: "Parts", person: Person, users: Iterable[str] | None = N
                 questions = (body.get("memory") or {}).get("questions")
                 if questions is not None:
                     questions["worker"] = llm["worker"].pop("questions")
+            if body.get("second_index") is not None and parts.built("second_fill"):  # the fill, this run
+                body["second_index"].update(parts.second_fill.state())
         return body
 
     return await parts.answers.in_search_thread(report)
@@ -135,7 +139,36 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "capture": capture_counts(settings, outbox, None if users is None else list(allowed)),
         "memory": memory_counts(settings, memory, None if users is None else list(allowed)),
         "problems": problems(settings) if users is None else [],
+        "second_index": second_index(settings) if users is None else None,
     }
+
+
+def second_index(settings: Settings) -> dict | None:
+    """The second dense index as the status shows it without its worker: on or auto, the fill
+    rate last measured here and whether it fits a night (None: off). The daemon adds how far the
+    fill is and the time left (``sync.second_jobs.SecondFill.state``)."""
+    if settings.second_index.enabled == "off":
+        return None
+    rate = saved_rate(settings.state_dir) or {}
+    return {"enabled": settings.second_index.enabled, "embedder": rate.get("embedder"), "rate": rate.get("rate"),
+            "chunks": rate.get("chunks"), "current": None, "left": None, "notes_covered": None,
+            "seconds_left": None, "text": too_slow(settings, rate.get("rate"), rate.get("chunks")) or
+            "filled by the running service (`leanote-rag serve`), between questions"}
+
+
+def second_line(s: dict | None) -> str | None:
+    """The second index's line of the status, or None when it is off."""
+    if not s:
+        return None
+    line = f"second index ({s['enabled']}): {s.get('embedder') or 'not loaded yet'}"
+    if s.get("chunks") is not None and s.get("current") is not None:
+        line += f"; {s['current']} of {s['chunks']} chunks embedded"
+        if s.get("notes_covered") is not None:
+            line += f", {s['notes_covered']} notes searched with it"
+        if s.get("left"):
+            line += (f", ~{duration(s['seconds_left'])} left at {s['rate']:.2f} chunks/s" if s.get("seconds_left")
+                     is not None else f", {s['left']} to go")
+    return line + (f"; {s['text']}" if s.get("text") else "")
 
 
 def capture_counts(settings: Settings, outbox: Outbox | None, users: list[str] | None) -> dict | None:

@@ -148,6 +148,7 @@ class AnswerService:
         # Answers (rewrites, expansions, the answer itself) holding an LLM slot or waiting for
         # one: the background work that shares the LLM (sync.memory_jobs) runs only at 0.
         self.answers_waiting_or_writing = 0
+        self.searching = 0  # index work under way on the search threads (``in_search_thread``)
         # Retrieval runs off the event loop on a few threads, so one slow search (a slow
         # embedder, a large memory) cannot hold another person's answer (SEARCH_WORKERS).
         self._search_pool = ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="search")
@@ -190,8 +191,13 @@ class AnswerService:
     # --- the pipeline ---------------------------------------------------------------------
 
     async def in_search_thread(self, fn, *args):
-        """Run index work (a search, a count) on a search thread, off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._search_pool, partial(fn, *args))
+        """Run index work (a search, a count) on a search thread, off the event loop. Counted in
+        ``searching`` meanwhile: the second index's fill (``sync.second_jobs``) waits for 0."""
+        self.searching += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._search_pool, partial(fn, *args))
+        finally:
+            self.searching -= 1
 
     async def search(self, query: str, user_id: str, k: int | None = None, retriever: str = "hybrid") -> list[Hit]:
         """Hits only (``/search``), on the threads the answers search on; the query cut to

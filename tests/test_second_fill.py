@@ -1,0 +1,135 @@
+"""The second dense index's fill in the daemon (``sync.second_jobs``), through the composition
+root: it loads its model only when it runs, fills between questions (never while a search or an
+answer is under way), only in its window, shows how far it is and the time left, and with
+``auto`` leaves a machine too slow to fill it in a night on the first index; ``doctor`` says so.
+The second embedder is the tiny EmbeddingGemma stand-in (``gemma_world``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from bot.cli import main
+from bot.root import Parts
+from bot.usecases.status import second_index, second_line
+from rag.index.retrieve import search
+from sync.second_jobs import RATE_FILE, SecondFill
+
+from conftest import THREADS, make_settings, run_pass
+from gemma_world import tiny_gemma
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch")]
+
+
+@pytest.fixture(scope="module")
+def gemma_folder(tmp_path_factory):
+    pytest.importorskip("sentence_transformers", reason="needs the [gemma] extra")
+    return tiny_gemma(tmp_path_factory.mktemp("gemma") / "embeddinggemma-300m")
+
+
+def settings_with(tmp_path, gemma_folder, **second):
+    return make_settings(tmp_path, second_index={"enabled": "on", "batch": 8, "embedder": {
+        "kind": "gemma", "model": str(gemma_folder), "threads": THREADS}, **second})
+
+
+async def filled(fill: SecondFill, most: int = 200) -> int:
+    steps = 0
+    while await fill.step():
+        steps += 1
+        assert steps < most
+    return steps
+
+
+def test_it_fills_between_questions_and_the_search_uses_it(tmp_path, gemma_folder, use_embedder):
+    async def go():
+        settings = settings_with(tmp_path, gemma_folder)
+        run_pass(settings, use_embedder)
+        with Parts(settings) as parts:
+            assert not parts.built("second")  # nothing loaded before the worker runs
+            fill = parts.second_fill
+            parts.answers.searching = 1  # a question is being searched: the fill waits
+            assert await fill.step() is False and not parts.built("second")
+            parts.answers.searching = 0
+            fill._busy_until = 0.0  # (its quiet time after a question, passed)
+            assert await filled(fill) > 1
+            state = fill.state()
+            chunks = sum(parts.index.store.count_by_user().values())
+            assert state["chunks"] == chunks and state["current"] == chunks and state["left"] == 0
+            assert state["notes_covered"] == len(parts.index.store.note_ids("local"))
+            assert parts.index.second is parts._parts["second"]
+            assert search(parts.index, "付款失败后第一次重试要等多久", "local", 3)
+            assert "second index (on): gemma:local/embeddinggemma-300m/768d/256t" in second_line(state)
+            assert f"{chunks} of {chunks} chunks embedded" in second_line(state)
+
+    asyncio.run(go())
+
+
+def test_the_status_shows_the_time_left_while_it_fills(tmp_path, gemma_folder, use_embedder):
+    async def go():
+        settings = settings_with(tmp_path, gemma_folder)
+        run_pass(settings, use_embedder)
+        with Parts(settings) as parts:
+            fill = parts.second_fill
+            assert await fill.step()
+            state = fill.state()
+            assert state["current"] == 8 and state["left"] == state["chunks"] - 8 and state["rate"] > 0
+            assert state["seconds_left"] == round(state["left"] / state["rate"])
+            assert "chunks/s" in second_line(state) and "left at" in second_line(state)
+
+    asyncio.run(go())
+
+
+def test_outside_its_window_it_waits(tmp_path, gemma_folder, use_embedder):
+    async def go():
+        settings = settings_with(tmp_path, gemma_folder, window="01:00-02:00")
+        run_pass(settings, use_embedder)
+        noon = time.mktime(time.strptime("2026-12-06 12:00", "%Y-%m-%d %H:%M"))
+        with Parts(settings) as parts:
+            fill = SecondFill(settings, parts._open_second, lambda: parts.index.store, parts.answers, clock=lambda: noon)
+            assert await fill.step() is False and not parts.built("second")
+            assert fill.state()["text"] == "filled only 01:00-02:00 (second_index.window)"
+            fill.clock = lambda: noon - 11 * 3600  # 01:00
+            assert await fill.step() is True
+
+    asyncio.run(go())
+
+
+def test_auto_leaves_a_machine_too_slow_for_a_night_on_the_first_index(tmp_path, gemma_folder, use_embedder):
+    async def go():
+        settings = settings_with(tmp_path, gemma_folder, enabled="auto")
+        run_pass(settings, use_embedder)
+        with Parts(settings) as parts:
+            model_id = parts.load_second_embedder().model_id
+        (settings.state_dir / RATE_FILE).write_text(json.dumps({"rate": 0.0001, "chunks": 20, "embedder": model_id,
+                                                                "at": time.time()}))
+        with Parts(settings) as parts:
+            fill = parts.second_fill
+            assert await fill.step() is False
+            assert "longer than a night (8.0 h): not filled (second_index.enabled: auto" in fill.state()["text"]
+            assert fill.state()["current"] == 0
+            assert await fill.step() is False  # and it stays so
+        assert "longer than a night" in second_index(settings)["text"]  # the status without the daemon too
+
+    asyncio.run(go())
+
+
+def test_doctor_measures_the_speed_and_says_whether_a_night_is_enough(tmp_path, gemma_folder, use_embedder, capsys):
+    cfg = tmp_path / "config.yaml"
+    settings = settings_with(tmp_path, gemma_folder, enabled="auto")
+    run_pass(settings, use_embedder)
+    cfg.write_text(f"source: {{kind: files, path: {settings.source.path}}}\nstate_dir: {settings.state_dir}\n"
+                   f"embedder: {{threads: {THREADS}}}\nrerank: {{kind: none}}\nollama: {{enabled: false}}\n"
+                   f"second_index: {{enabled: auto, embedder: {{kind: gemma, model: {gemma_folder}, threads: 1}}}}\n")
+    main(["--config", str(cfg), "doctor"])
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if "second index (auto)" in l)
+    assert line.startswith("ok") and "chunks/s here (measured now on 8 chunks)" in line and "a night: 8.0 h" in line
+    saved = json.loads((settings.state_dir / RATE_FILE).read_text())
+    saved["rate"] = 0.0001
+    (settings.state_dir / RATE_FILE).write_text(json.dumps(saved))
+    main(["--config", str(cfg), "doctor"])
+    line = next(l for l in capsys.readouterr().out.splitlines() if "second index (auto)" in l)
+    assert "WARN" in line and "longer than a night" in line and "so it stays off" in line
