@@ -6,6 +6,12 @@ of dev questions (tests/data/dev_en.jsonl); index time, CPU time and peak RSS; q
     .venv/bin/python bench/embedders.py index --embedder use --state /tmp/e5bench/slice-use
     .venv/bin/python bench/embedders.py eval --state use=/tmp/e5bench/slice-use --state e5=/tmp/e5bench/slice-e5
     .venv/bin/python bench/embedders.py --tiny     # seconds, on the sample notes (a smoke run)
+    .venv/bin/python bench/embedders.py speed --embedder gemma --embedder-opt model=DIR \
+        --variant f32: --variant int8:quantize=int8 --variant 512t:max_tokens=512
+
+``speed`` runs variants of one embedder on the same corpus chunks (``--chunks``, drawn with a
+fixed seed) and dev questions: chunks per second, a question's embedding p50, the model's memory,
+and each variant's vectors against the first's (mean and least cosine of a chunk's two vectors).
 
 ``index`` runs the normal index path (``NoteIndex`` + ``sync.indexer.Indexer``, the memory left
 out) over a slice of the shared corpus read through the mongodump source, in its own process, and
@@ -263,7 +269,66 @@ def cmd_table(args) -> None:
         str(res["embedders"][n]["dev"]["hybrid"]["search_p50_ms"]) for n in names) + " |")
 
 
-COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table}
+def sample_chunks(n: int) -> list[str]:
+    """``n`` of the corpus's chunks as the index embeds them, drawn with a fixed seed."""
+    from rag.index.chunk import chunk_text
+    from rag.index.clean import clean
+    from rag.index.note_index import embed_text
+
+    settings = settings_for("use", Path(tempfile.mkdtemp(prefix="lr-bench-speed-")), 1)
+    texts = [embed_text(c) for note in open_source(settings).notes() if isinstance(note, Note) and note.searchable
+             for c in chunk_text(clean(note.content, note.is_markdown), settings.chunking)]
+    random.Random(SEED).shuffle(texts)
+    return texts[:n]
+
+
+def cmd_speed(args) -> None:
+    """Variants of one embedder on the same chunks and questions: chunks per second, a question's
+    embedding p50, the memory the model takes, and how close each variant's vectors are to the
+    first's (the mean cosine of the same chunk's two vectors)."""
+    import numpy as np
+    import psutil
+
+    from rag.index import embed
+
+    texts = sample_chunks(args.chunks)
+    questions = [q["question"] for q in load_questions(dev_set())][: args.questions]
+    base = _options(args.embedder_opt, "")
+    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
+           "machine": args.machine, "chunks": len(texts), "questions": len(questions), "variants": {}}
+    first = None
+    for spec in args.variant:
+        name, _, opts = spec.partition(":")
+        options = {**base, **dict(_setting(kv) for kv in opts.split(",") if kv)}
+        cfg = config.EmbedderConfig(kind=args.embedder, threads=args.threads, **options)
+        rss = psutil.Process().memory_info().rss
+        e = embed.load(cfg, cache=False)
+        e.embed_query(["warm up"])
+        loaded_mb = (psutil.Process().memory_info().rss - rss) / 2**20
+        began = time.perf_counter()
+        vectors = e.embed(texts)
+        took = time.perf_counter() - began
+        times = []
+        for q in questions:
+            t = time.perf_counter()
+            e.embed_query([q])
+            times.append((time.perf_counter() - t) * 1000)
+        row = {"model_id": e.model_id, "chunks_per_s": round(len(texts) / took, 3), "seconds": round(took, 1),
+               "query_ms_p50": round(median(times), 1), "model_rss_mb": round(loaded_mb),
+               "load_avg": os.getloadavg()}
+        if first is None:
+            first = vectors
+        else:
+            row["mean_cosine_to_first"] = round(float(np.mean(np.sum(first * vectors, axis=1))), 4)
+            row["min_cosine_to_first"] = round(float(np.min(np.sum(first * vectors, axis=1))), 4)
+        out["variants"][name] = row
+        print(name, json.dumps(row))
+        del e
+    out["load_avg_end"] = os.getloadavg()
+    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False))
+
+
+COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table, "speed": cmd_speed}
 
 
 def tiny(ap: argparse.ArgumentParser) -> None:
@@ -312,6 +377,17 @@ def main() -> None:
                     help="a retrieval setting, e.g. translate_english=false (repeatable)")
     ev.add_argument("--out", default=str(OUT))
     ev.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")
+    sp = sub.add_parser("speed")
+    sp.add_argument("--embedder", choices=("use", "e5", "gemma"), default="gemma")
+    sp.add_argument("--embedder-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="the embedder section of every variant (repeatable), e.g. model=/srv/models/embeddinggemma-300m")
+    sp.add_argument("--variant", action="append", required=True, metavar="NAME:[KEY=VALUE,...]",
+                    help="a variant and its options, e.g. f32: or int8:quantize=int8 (the first is the reference)")
+    sp.add_argument("--chunks", type=int, default=48)
+    sp.add_argument("--questions", type=int, default=20)
+    sp.add_argument("--threads", type=int, default=2)
+    sp.add_argument("--out", default=str(REPO / "bench" / "embedders_gemma_speed_results.json"))
+    sp.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")
     tb = sub.add_parser("table")
     tb.add_argument("--results", default=str(OUT))
     args = ap.parse_args()
