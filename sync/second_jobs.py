@@ -88,6 +88,7 @@ class SecondFill:
         self.gave_up = ""  # auto: too slow here (said once)
         self.opened: object | None = None
         self._measured = 0  # chunks embedded since start (auto judges the rate after MEASURE_CHUNKS)
+        self._stopping: asyncio.Event | None = None
 
     async def after_pass(self, result) -> None:
         """After a sync pass (``Schedule.after``): one that changed the first index's notes makes
@@ -104,11 +105,18 @@ class SecondFill:
             self._busy_until = time.monotonic() + self.quiet
         return busy or time.monotonic() < self._busy_until
 
+    def _busy_now(self) -> bool:
+        """Between two chunks of a batch: a question came, or the daemon stops."""
+        return self._stopping is not None and self._stopping.is_set() or self._busy()
+
     async def run(self, stopping: asyncio.Event) -> None:
+        self._stopping = stopping
         while not stopping.is_set():
             try:
                 ran = await self.step()
             except Exception:
+                if stopping.is_set():  # its store closed under the last chunk: nothing lost but that chunk
+                    return
                 log.exception("second index: a step failed (the worker goes on)")
                 ran = False
             if not ran:
@@ -153,7 +161,7 @@ class SecondFill:
         if self._busy():
             return False
         try:
-            done = await asyncio.to_thread(second.fill, cfg.batch)
+            done = await asyncio.to_thread(second.fill, cfg.batch, self._busy_now)
         except LeanoteRagError as err:
             self.why = f"embedding failed: {err}"
             log.warning("second index: %s", self.why)

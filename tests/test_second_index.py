@@ -61,7 +61,8 @@ def test_it_fills_from_the_first_index_and_resumes_after_a_stop(world, use_embed
         try:
             plan = second.plan(first.store)
             assert plan.chunks == chunks and len(plan.todo) == chunks and plan.current == 0
-            assert second.fill(5) == 5
+            assert second.fill(4) == 4
+            assert second.fill(8, stop=lambda: True) == 1  # a question came: the batch ends after its chunk
             assert second.progress()["current"] == 5 and second.progress()["left"] == chunks - 5
         finally:
             second.close()  # stopped here: what was written stays

@@ -98,7 +98,8 @@ class SecondIndex:
         self.settings = settings
         self.store = store
         self.embedder = embedder
-        self._lock = threading.Lock()  # plan and fill from the worker, ranking from searches
+        self._lock = threading.Lock()  # plan and fill, one at a time (the worker's)
+        self._cover = threading.Lock()  # the covered notes, read by searches while a fill adds to them
         self.plan_made: Plan | None = None
         self.rate: float | None = None  # chunks embedded per second here (running mean)
         self.filled = 0  # chunks embedded by this process
@@ -179,33 +180,39 @@ class SecondIndex:
             self.plan_made = out
         return out
 
-    def fill(self, n: int) -> int:
-        """Embed and write the next ``n`` chunks of the plan; how many were written."""
+    def fill(self, n: int, stop=lambda: False) -> int:
+        """Embed and write the next ``n`` chunks of the plan, one at a time (a question waits for
+        the model at most one chunk's time; ``stop()`` true ends the batch early); how many were
+        written."""
         with self._lock:
             plan = self.plan_made
             if plan is None or not plan.todo:
                 return 0
             batch = plan.todo[:n]
         began = time.monotonic()
-        vectors = self.embedder.embed([t.text for t in batch])
+        points = []
+        for t in batch:
+            if points and stop():
+                break
+            vector = self.embedder.embed([t.text])[0]
+            points.append(PointData(t.point_id, vector, EMPTY, {
+                "user_id": t.user_id, "note_id": t.note_id, "content_hash": t.content_hash, "text_hash": t.hash,
+                "chunk_index": t.chunk_index}))
         took = time.monotonic() - began
-        points = [PointData(t.point_id, v, EMPTY, {"user_id": t.user_id, "note_id": t.note_id,
-                                                  "content_hash": t.content_hash, "text_hash": t.hash,
-                                                  "chunk_index": t.chunk_index})
-                  for t, v in zip(batch, vectors)]
         with self._lock:
             self.store.upsert(points)
-            del plan.todo[: len(batch)]
-            plan.current += len(batch)
+            del plan.todo[: len(points)]
+            plan.current += len(points)
             waiting = {t.note_id for t in plan.todo}
-            for t in batch:
-                if t.note_id not in waiting:
-                    plan.covered.setdefault(t.user_id, set()).add(t.note_id)
-            self.filled += len(batch)
-            rate = len(batch) / took if took > 0 else None
+            with self._cover:
+                for t in batch[: len(points)]:
+                    if t.note_id not in waiting:
+                        plan.covered.setdefault(t.user_id, set()).add(t.note_id)
+            self.filled += len(points)
+            rate = len(points) / took if took > 0 else None
             if rate:
                 self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
-        return len(batch)
+        return len(points)
 
     def progress(self) -> dict:
         """How far it is: ``{"chunks", "current", "left", "notes_covered", "rate", "seconds_left"}``."""
@@ -223,7 +230,10 @@ class SecondIndex:
 
     def covered(self, user_id: str) -> set[str]:
         plan = self.plan_made
-        return set(plan.covered.get(user_id, ())) if plan is not None else set()
+        if plan is None:
+            return set()
+        with self._cover:
+            return set(plan.covered.get(user_id, ()))
 
     def ranking(self, first: Store, query: str, user_id: str, first_dense: list[Ranked], limit: int,
                 hnsw_ef: int = 128):
