@@ -9,6 +9,10 @@ of dev questions (tests/data/dev_en.jsonl); index time, CPU time and peak RSS; q
     .venv/bin/python bench/embedders.py speed --embedder gemma --embedder-opt model=DIR \
         --variant f32: --variant int8:quantize=int8 --variant 512t:max_tokens=512
 
+``second`` puts a second dense index (gemma) beside a first index made by ``index`` and
+searches with it covering every note, a share of them and none (``rag.index.second``), and times
+the search with and without it, the questions' vectors from the vector cache.
+
 ``speed`` runs variants of one embedder on the same corpus chunks (``--chunks``, drawn with a
 fixed seed) and dev questions: chunks per second, a question's embedding p50, the model's memory,
 and each variant's vectors against the first's (mean and least cosine of a chunk's two vectors).
@@ -328,7 +332,72 @@ def cmd_speed(args) -> None:
     Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False))
 
 
-COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table, "speed": cmd_speed}
+def cmd_second(args) -> None:
+    """The second dense index over a first index made by ``index`` (``--state``): filled from the
+    vector cache (the second embedder's rows made by its own ``index`` run: nothing embedded but
+    what is missing), then the dev and English questions searched with it covering every note, a
+    seeded share of them (``--covered``), and none; and the search's p50 with and without it, the
+    questions' vectors from the cache (what the second index adds beyond the question's embedding)."""
+    from rag.index.second import SecondIndex
+
+    options = {"kind": args.embedder, "threads": args.threads, **_options(args.embedder_opt, "")}
+    raw = settings_for("use", Path(args.state), args.threads)
+    settings = raw.model_copy(update={"second_index": raw.second_index.model_copy(update={
+        "enabled": "on", "embedder": config.EmbedderConfig(**options)})})
+    dev = load_questions(dev_set())
+    english = load_questions(Path(args.english)) if Path(args.english).exists() else []
+    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
+           "machine": args.machine, "first": None, "second": None, "coverage": {}}
+    with NoteIndex.open(settings) as index:
+        second = SecondIndex.open(settings)
+        try:
+            out["first"], out["second"] = index.embedder.model_id, second.embedder.model_id
+            began = time.perf_counter()
+            plan = second.plan(index.store)
+            while second.fill(64):
+                pass
+            out["fill_seconds"] = round(time.perf_counter() - began, 1)
+            out["chunks"] = plan.chunks
+            full = {u: set(n) for u, n in second.plan_made.covered.items()}
+            rng = random.Random(SEED)
+            for label, share in (("all", 1.0), (f"{args.covered:g}", args.covered), ("none", 0.0)):
+                second.plan_made.covered = {u: {n for n in sorted(notes) if rng.random() < share} if share < 1 else notes
+                                            for u, notes in full.items()}
+                index.second = second
+
+                def searcher(question, user_id, k, retriever):
+                    return search(index, question, user_id, k, retriever=retriever)
+
+                entry = {}
+                reports, skipped = evaluate(searcher, dev, retrievers=("hybrid", "dense"))
+                entry["dev"] = _slim(reports, skipped)
+                if english:
+                    reports, _ = evaluate(searcher, english, retrievers=("hybrid", "dense"))
+                    entry["english"] = _slim(reports, 0)
+                out["coverage"][label] = entry
+                print(label, json.dumps({p: {r: {"hit@5": v["hit@5"], "mrr@10": v["mrr@10"]} for r, v in entry[p].items()}
+                                         for p in entry}))
+            second.plan_made.covered = full
+            for label, on in (("with", second), ("without", None)):
+                index.second = on
+                for q in dev:  # the questions' vectors into the cache (both models), then timed
+                    search(index, q["question"], q["user_id"], 20)
+                times = []
+                for _ in range(3):
+                    for q in dev:
+                        t = time.perf_counter()
+                        search(index, q["question"], q["user_id"], 20)
+                        times.append((time.perf_counter() - t) * 1000)
+                out[f"search_p50_ms_{label}_second"] = round(median(times), 2)
+        finally:
+            index.second = None
+            second.close()
+    out["load_avg_end"] = os.getloadavg()
+    print(json.dumps({k: v for k, v in out.items() if k != "coverage"}))
+    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False))
+
+
+COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table, "speed": cmd_speed, "second": cmd_second}
 
 
 def tiny(ap: argparse.ArgumentParser) -> None:
@@ -388,6 +457,16 @@ def main() -> None:
     sp.add_argument("--threads", type=int, default=2)
     sp.add_argument("--out", default=str(REPO / "bench" / "embedders_gemma_speed_results.json"))
     sp.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")
+    se = sub.add_parser("second")
+    se.add_argument("--state", required=True, help="a first index made by `index` (use)")
+    se.add_argument("--embedder", choices=("e5", "gemma"), default="gemma")
+    se.add_argument("--embedder-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="the second embedder's section (repeatable), e.g. model=/srv/models/embeddinggemma-300m")
+    se.add_argument("--covered", type=float, default=0.5, help="the share of notes covered in the partial run")
+    se.add_argument("--threads", type=int, default=2)
+    se.add_argument("--english", default=str(DEV_EN))
+    se.add_argument("--out", default=str(REPO / "bench" / "embedders_second_results.json"))
+    se.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")
     tb = sub.add_parser("table")
     tb.add_argument("--results", default=str(OUT))
     args = ap.parse_args()
