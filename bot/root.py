@@ -288,17 +288,23 @@ class Parts:
         return self._once("second_fill", lambda: SecondFill(
             self.settings, self._open_second, lambda: None if self._closed else self.index.store, self.answers))
 
+    def open_second(self) -> SecondIndex:
+        """The second index, searched with the first from now on (``UserError``: its embedder
+        cannot be loaded here, and why)."""
+        second = self._once("second", lambda: None if self._closed else SecondIndex.open(self.settings))
+        if second is not None:
+            self.index.second = second
+        return second
+
     def _open_second(self) -> SecondIndex | None:
-        """The second index, searched with the first from now on; None (said once) when it
-        cannot be opened here: the first index answers alone."""
+        """``open_second`` for the daemon's worker: None (said) when it cannot be opened here,
+        and the first index answers alone."""
         try:
-            second = self._once("second", lambda: None if self._closed else SecondIndex.open(self.settings))
+            second = self.open_second()
         except LeanoteRagError as err:
             level = logging.INFO if self.settings.second_index.enabled == "auto" else logging.WARNING
             log.log(level, "second index: not filled here: %s", err)
             return None
-        if second is not None:
-            self.index.second = second
         return second
 
     @property

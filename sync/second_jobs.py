@@ -207,5 +207,5 @@ class SecondFill:
         """What ``status`` shows: how far it is and the time left, or why it does not fill."""
         second = self.opened
         progress = second.progress() if second is not None else {}
-        return {"enabled": self.settings.second_index.enabled, "embedder": getattr(second, "embedder", None)
-                and second.embedder.model_id, **progress, "text": self.gave_up or self.why}
+        return {"enabled": self.settings.second_index.enabled, "embedder": None, **progress,
+                "text": self.gave_up or self.why}

@@ -133,3 +133,46 @@ def test_doctor_measures_the_speed_and_says_whether_a_night_is_enough(tmp_path, 
     main(["--config", str(cfg), "doctor"])
     line = next(l for l in capsys.readouterr().out.splitlines() if "second index (auto)" in l)
     assert "WARN" in line and "longer than a night" in line and "so it stays off" in line
+
+
+def test_index_fills_it_where_no_service_runs_for_as_long_as_it_is_given(tmp_path, gemma_folder, capsys):
+    """A timer's `leanote-rag index --second 5h`: after the pass, the second index filled until it
+    is whole or the time is up; what was written stays for the next run."""
+    cfg = tmp_path / "config.yaml"
+    head = (f"source: {{kind: files, path: {tmp_path / 'notes'}}}\nstate_dir: {tmp_path / 'data'}\n"
+            f"embedder: {{threads: {THREADS}}}\n")
+    import shutil
+
+    from conftest import EXAMPLES
+
+    shutil.copytree(EXAMPLES, tmp_path / "notes")
+    cfg.write_text(head + "second_index: {enabled: off}\n")
+    assert main(["--config", str(cfg), "index", "--second", "1h"]) == 2
+    assert "second_index.enabled is off" in capsys.readouterr().err
+    cfg.write_text(head + f"second_index: {{enabled: on, embedder: {{kind: gemma, model: {gemma_folder}, threads: 1}}}}\n")
+    assert main(["--config", str(cfg), "index", "--second", "1h"]) == 0
+    last = capsys.readouterr().err.splitlines()[-1]
+    chunks = int(last.split(" of ")[1].split()[0])
+    assert f"; {chunks} of {chunks} chunks embedded" in last and "left" not in last
+    assert main(["--config", str(cfg), "index", "--second", "soon"]) == 2
+    assert "is not a duration" in capsys.readouterr().err
+
+
+def test_a_fill_here_stops_when_its_time_is_up_and_the_next_goes_on(tmp_path, gemma_folder, use_embedder):
+    from bot.usecases.people import Person
+    from bot.usecases.syncing import fill_second
+
+    settings = settings_with(tmp_path, gemma_folder)
+    run_pass(settings, use_embedder)
+    ticks = iter(range(1000))  # a clock that moves one second each time it is read
+    admin = Person("cli", "", admin=True)
+    with Parts(settings, one_shot=True) as parts:
+        seen = []
+        left = asyncio.run(fill_second(parts, admin, 3.0, seen.append, clock=lambda: next(ticks)))
+        # read at 0 (until 3), 1 (a batch starts), 2 (after its first chunk: go on), 3 (time is up)
+        assert left["current"] == 2 and left["left"] == left["chunks"] - 2 and seen[0]["current"] == 0
+    with Parts(settings, one_shot=True) as parts:
+        left = asyncio.run(fill_second(parts, admin, 3600.0))
+        assert left["current"] == left["chunks"] and left["left"] == 0
+        with pytest.raises(Exception, match="only an admin"):
+            asyncio.run(fill_second(parts, Person("telegram:1", "local"), 60.0))

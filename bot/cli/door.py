@@ -63,6 +63,10 @@ class Door(Protocol):
 
     def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced: ...
 
+    def fill_second(self, person: Person, seconds: float, shown: Callable[[dict], None]) -> dict:
+        """The second dense index filled for at most ``seconds``; its progress at the end."""
+        ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> "Door": ...
@@ -150,6 +154,11 @@ class LocalDoor(_Closing):
 
         return self._run(syncing.sync_now(self.parts, person, reconcile, rebuild, progress=shown))
 
+    def fill_second(self, person: Person, seconds: float, shown: Callable[[dict], None]) -> dict:
+        from bot.usecases import syncing
+
+        return self._run(syncing.fill_second(self.parts, person, seconds, shown))
+
     def close(self) -> None:
         if self._loop is not None:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())  # as asyncio.run ends
@@ -201,6 +210,10 @@ class DaemonDoor(_Closing):
     def note(self, person: Person, text: str, title: str = "", once: str = "") -> Receipt:
         return Receipt(**self.client.post("/note", {"text": text, "title": title, "once": once or None,
                                                     "user": person.user_id}))
+
+    def fill_second(self, person: Person, seconds: float, shown: Callable[[dict], None]) -> dict:
+        """The daemon fills it between questions: its status says how far it is."""
+        return dict(self.status(person).get("second_index") or {}, through_daemon=True)
 
     def sync(self, person: Person, reconcile: bool, rebuild: bool, shown: Progress) -> Synced:
         """The daemon makes the pass; its progress and summary come back here."""

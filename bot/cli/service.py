@@ -86,19 +86,44 @@ def terminal_columns() -> int:
 @click.option("--rebuild", is_flag=True, help="delete the index and build it again from the source")
 @click.option("--reconcile", is_flag=True, help="live sources: compare everything with the source, not just changes")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@click.option("--second", "second_for", metavar="DURATION", default=None,
+              help="then fill the second index (second_index) for at most this long, e.g. 5h (where no serve runs)")
 @pass_app
-def index(app: App, rebuild: bool, reconcile: bool, as_json: bool) -> None:
+def index(app: App, rebuild: bool, reconcile: bool, as_json: bool, second_for: str | None) -> None:
     """One sync pass from the configured source: only what changed since the last one.
     While `serve` runs, the daemon makes the pass (now, waiting for it)."""
     from bot.usecases.people import Person
 
-    with app.door(create=True, rebuild=rebuild) as door, _Shown() as shown:
-        done = door.sync(Person("cli", "", admin=True), reconcile, rebuild, shown)
-    from bot.cli.report import print_pass
+    seconds = _duration_option(second_for) if second_for else None
+    cli_person = Person("cli", "", admin=True)
+    with app.door(create=True, rebuild=rebuild) as door:
+        with _Shown() as shown:
+            done = door.sync(cli_person, reconcile, rebuild, shown)
+        from bot.cli.report import print_pass
 
-    print_pass(done.summary, done.failures, as_json)
+        print_pass(done.summary, done.failures, as_json)
+        if seconds is not None and not done.failures:
+            from bot.usecases.status import second_line
+
+            def said(progress: dict) -> None:
+                click.echo(second_line({"enabled": app.settings.second_index.enabled, "text": "", **progress}),
+                           err=True)
+
+            left = door.fill_second(cli_person, seconds, said)
+            if left.get("through_daemon"):
+                click.echo("second index: the running service fills it between questions", err=True)
+            said(left)
     if done.failures:
         raise click.exceptions.Exit(1)
+
+
+def _duration_option(value: str) -> float:
+    from rag.sections import seconds
+
+    try:
+        return seconds(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--second") from None
 
 
 @click.command()

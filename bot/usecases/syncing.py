@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
 
 from rag.errors import UserError
 
@@ -62,6 +63,39 @@ def _pass_here(parts: "Parts", reconcile: bool, rebuild: bool, progress: Progres
     if rebuild and service.derived is not None:
         service.derived.reset()  # derived from the notes, like the index: built again
     return service.run_pass(reconcile=reconcile, force=True, progress=progress)
+
+
+SECOND_REPORT_EVERY = 60.0  # seconds between two progress reports of a fill here
+
+
+async def fill_second(parts: "Parts", person: Person, seconds: float,
+                      progress: Callable[[dict], None] | None = None, clock: Callable[[], float] = time.monotonic) -> dict:
+    """The second dense index filled here, for at most ``seconds`` (``leanote-rag index --second``,
+    for a machine where no ``serve`` runs: a timer's nightly pass): compared with the first index,
+    then its chunks embedded until none is left or the time is up; ``progress`` hears how far it
+    is now and then. What it wrote stays: the next fill (or the service) goes on from there.
+    Returns the second index's ``progress()``."""
+    if not person.admin:
+        raise AdminsOnly()
+    cfg = parts.settings.second_index
+    if cfg.enabled == "off":
+        raise UserError("second_index.enabled is off: turn it on (or auto) in the config to fill the second index")
+    if parts.scheduled:
+        raise UserError("the running service fills the second index between questions: `leanote-rag status` "
+                        "shows how far it is")
+    second = await asyncio.to_thread(parts.open_second)
+    plan = await asyncio.to_thread(second.plan, parts.index.store)
+    said = clock()
+    until = said + seconds
+    if progress is not None:
+        progress(second.progress())
+    while plan.todo and clock() < until:
+        if not await asyncio.to_thread(second.fill, cfg.batch, lambda: clock() >= until):
+            break
+        if progress is not None and clock() - said >= SECOND_REPORT_EVERY:
+            said = clock()
+            progress(second.progress())
+    return second.progress()
 
 
 async def request_sync(parts: "Parts", person: Person, wait: float = CHAT_SYNC_WAIT) -> SyncRequest:

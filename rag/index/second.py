@@ -215,13 +215,13 @@ class SecondIndex:
         return len(points)
 
     def progress(self) -> dict:
-        """How far it is: ``{"chunks", "current", "left", "notes_covered", "rate", "seconds_left"}``."""
+        """How far it is: ``{"embedder", "chunks", "current", "left", "notes_covered", "rate", "seconds_left"}``."""
         plan = self.plan_made
         if plan is None:
-            return {"chunks": None, "current": None, "left": None, "notes_covered": None, "rate": self.rate,
-                    "seconds_left": None}
+            return {"embedder": self.embedder.model_id, "chunks": None, "current": None, "left": None,
+                    "notes_covered": None, "rate": self.rate, "seconds_left": None}
         left = len(plan.todo)
-        return {"chunks": plan.chunks, "current": plan.current, "left": left,
+        return {"embedder": self.embedder.model_id, "chunks": plan.chunks, "current": plan.current, "left": left,
                 "notes_covered": sum(len(v) for v in plan.covered.values()),
                 "rate": round(self.rate, 3) if self.rate else None,
                 "seconds_left": round(left / self.rate) if self.rate else None}
