@@ -176,3 +176,46 @@ def test_a_fill_here_stops_when_its_time_is_up_and_the_next_goes_on(tmp_path, ge
         assert left["current"] == left["chunks"] and left["left"] == 0
         with pytest.raises(Exception, match="only an admin"):
             asyncio.run(fill_second(parts, Person("telegram:1", "local"), 60.0))
+
+
+def test_the_service_fills_it_and_a_synced_note_is_added_to_it(tmp_path, gemma_folder, monkeypatch):
+    """``serve``: the first pass answers at once; the worker then fills the second index, and a
+    note the next pass brings is compared again and embedded."""
+    from bot.serve import Daemon, services
+    from conftest import SCENARIO, until, within
+    from fakes.leanote import FakeLeanote
+
+    alice, book = "5dbed2987db161bc2a85b919", "5e16ca22f6ffdbad5b4ba501"
+    monkeypatch.setenv("LR_PW_ALICE", "alice-pw")
+    with FakeLeanote() as leanote:
+        leanote.add_user(alice, "alice@example.com", "alice-pw")
+        leanote.put_notebook({"NotebookId": book, "UserId": alice, "Title": "工作"})
+        leanote.put_note({"NoteId": "6" + "0" * 22 + "1", "UserId": alice, "NotebookId": book, "Title": "第一条",
+                          "Content": "守护进程第一次同步 FIRST-SYNC-1"})
+        settings = settings_with(tmp_path, gemma_folder).model_copy(update={
+            "leanote": make_settings(tmp_path, leanote={"base_url": leanote.url}).leanote,
+            "source": make_settings(tmp_path, source={
+                "kind": "leanote_api", "path": None,
+                "accounts": [{"email": "alice@example.com", "password_env": "LR_PW_ALICE"}]}).source,
+            "sync": make_settings(tmp_path, sync={"interval": "1h", "http_timeout": 2}).sync})
+
+        async def scenario():
+            daemon = Daemon(settings, services())
+            task = asyncio.create_task(daemon.run())
+            await asyncio.wait_for(daemon.wait_for_pass(0), timeout=60)
+            assert search(daemon.index, "FIRST-SYNC-1", alice)[0].title == "第一条"  # before any fill
+            fill = daemon.parts.second_fill
+            await until(lambda: fill.state().get("left") == 0 and fill.state().get("chunks") == 1, 60,
+                        "the second index filled")
+            leanote.put_note({"NoteId": "6" + "0" * 22 + "2", "UserId": alice, "NotebookId": book, "Title": "第二条",
+                              "Content": "手动触发的同步 TRIGGERED-2"})
+            passes = daemon.passes
+            assert daemon.schedule.trigger() is True
+            await asyncio.wait_for(daemon.wait_for_pass(passes), timeout=60)
+            await until(lambda: fill.state().get("chunks") == 2 and fill.state().get("left") == 0, 60,
+                        "the new note's chunk embedded")
+            assert daemon.index.second.covered(alice) == {"6" + "0" * 22 + "1", "6" + "0" * 22 + "2"}
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+        asyncio.run(within(scenario(), "the scenario", SCENARIO))
