@@ -81,6 +81,7 @@ class Parts:
         self._closed = False  # close() ran: a worker still running opens nothing again
         # the daemon's digest schedule follows a person's new plan (``bot.digests``); None elsewhere
         self.replan: Callable[[str], None] | None = None
+        self._second_said = ""  # why the second index could not be opened, as last logged
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         with self._lock:
@@ -302,8 +303,10 @@ class Parts:
         try:
             second = self.open_second()
         except LeanoteRagError as err:
-            level = logging.INFO if self.settings.second_index.enabled == "auto" else logging.WARNING
-            log.log(level, "second index: not filled here: %s", err)
+            if str(err) != self._second_said:  # said once, not at every try
+                self._second_said = str(err)
+                level = logging.INFO if self.settings.second_index.enabled == "auto" else logging.WARNING
+                log.log(level, "second index: not filled here: %s", err)
             return None
         return second
 
