@@ -12,8 +12,9 @@ nobody asks.
   the chunks whose notes changed meanwhile.
 - **auto** (``second_index.enabled: auto``): filled only where the [gemma] extra and the model are
   here and the box can fill the whole index within a night (``NIGHT``, or the window's length):
-  the rate is measured on the first batches (and kept in ``<state_dir>/second_index.json`` for
-  ``doctor``); a box too slow is told so once in the log and by ``status``, and stops filling.
+  the rate is measured as it fills (and kept in ``<state_dir>/second_index.json`` for ``doctor``,
+  every ``MEASURE_CHUNKS`` chunks); a box too slow is told so once in the log and by ``status``,
+  and stops filling.
   ``on`` fills whatever the time.
 """
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 REPLAN = 600.0  # seconds between two comparisons with the first index (and after each pass that changed it)
 NIGHT = 8 * 3600.0  # the time a box without a window has to fill the index, for auto and doctor
-MEASURE_CHUNKS = 32  # chunks embedded before auto judges the rate
+MEASURE_CHUNKS = 32  # chunks embedded between two judgements of the rate (kept for doctor; auto may stop)
 RATE_FILE = "second_index.json"
 
 
@@ -171,8 +172,8 @@ class SecondFill:
         if not done:
             return False
         self._measured += done
-        if self._measured >= MEASURE_CHUNKS and (self._measured - done) < MEASURE_CHUNKS:
-            await asyncio.to_thread(self._judge, second)
+        if self._measured // MEASURE_CHUNKS != (self._measured - done) // MEASURE_CHUNKS:
+            await asyncio.to_thread(self._judge, second)  # every MEASURE_CHUNKS chunks: the rate kept up to date
         if not second.progress()["left"]:
             log.info("second index: filled (%d chunks)", second.progress()["chunks"])
         return True
