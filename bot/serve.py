@@ -37,6 +37,7 @@ from rag.redact import safe_url
 from sync.faults import ServeLock, check_disk
 from sync.schedule import Schedule
 from sync.service import PassResult
+from sync.second_jobs import wanted as second_wanted
 
 from bot.api import server as api
 from bot.api.client import find_daemon
@@ -253,7 +254,7 @@ class Daemon:
             tasks.append(asyncio.create_task(self.parts.capture().run(self.stopping)))
             # the memory's LLM tier: never while an answer holds the LLM (sync.memory_jobs)
             tasks.append(asyncio.create_task(self.parts.memory_jobs.run(self.stopping)))
-            if self.settings.second_index.enabled != "off":  # the second dense index, between questions
+            if second_wanted(self.settings):  # the second dense index, between questions (sync.second_jobs)
                 fill = parts.second_fill
                 schedule.after.append(lambda: fill.after_pass(parts.schedule.last_pass))
                 tasks.append(asyncio.create_task(fill.run(self.stopping)))

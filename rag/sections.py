@@ -315,13 +315,18 @@ class SecondIndexConfig(Section):
     while the first answers (``rag.index.second``)."""
 
     enabled: Switch = Field(
-        default="off", description="on: fill it between questions and fuse it into the search for the notes it "
-        "covers; auto: the same where its model is fetched and this machine fills it within a night (or the window)"
+        default="auto", description="on: fill it between questions and fuse it into the search for the notes it "
+        "covers; auto: the same where its extra is installed, its model fetched and this machine fills it within "
+        "a night (or the window); off"
     )
     embedder: EmbedderConfig = Field(
         default=EmbedderConfig(kind="gemma"), description="the stronger embedder (as the embedder section; gemma)"
     )
     batch: int = Field(default=4, ge=1, le=256, description="chunks embedded at a time, between two questions")
+    dense_weight: float = Field(
+        default=0.5, ge=0, description="the dense side's weight once it covers every note (retrieval.dense_weight "
+        "while it covers none, in between by the share it covers; the sparse side takes the rest)"
+    )
     window: str = Field(default="", description="fill it only in this daily window of local time, e.g. 01:00-06:00 "
                         "(empty: any time)")
 

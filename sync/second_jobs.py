@@ -40,6 +40,21 @@ MEASURE_CHUNKS = 32  # chunks embedded between two judgements of the rate (kept 
 RATE_FILE = "second_index.json"
 
 
+def wanted(settings: Settings) -> bool:
+    """Is the second index to be filled here: ``on``, or ``auto`` with its model and its extra
+    here (a machine that never fetched the model hears nothing of it)?"""
+    cfg = settings.second_index
+    if cfg.enabled == "off":
+        return False
+    if cfg.enabled == "on":
+        return True
+    from importlib import util
+
+    model = Path(cfg.embedder.model or "")
+    return (cfg.embedder.kind != "gemma" or (model / "modules.json").is_file()) \
+        and util.find_spec("sentence_transformers") is not None
+
+
 def night_seconds(settings: Settings) -> float:
     """How long a night is for the fill: the window's length, else ``NIGHT``."""
     span = window(settings.second_index.window)

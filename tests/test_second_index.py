@@ -177,3 +177,40 @@ def test_another_output_size_empties_it_to_be_filled_again(world, use_embedder, 
                 second.fill(8)
             finally:
                 second.close()
+
+
+def test_the_dense_weight_moves_with_the_share_it_covers(world, use_embedder, gemma_embedder):
+    with NoteIndex.open(world, embedder=use_embedder) as first:
+        second = SecondIndex.open(world, embedder=gemma_embedder)
+        try:
+            second.plan(first.store)
+            assert second.dense_weight(USER, 0.35) == 0.35  # nothing covered: the first index's
+            notes = sorted(first.store.note_ids(USER))
+            second.plan_made.covered[USER] = set(notes[: len(notes) // 2])
+            assert 0.35 < second.dense_weight(USER, 0.35) < 0.5
+            while second.fill(16):
+                pass
+            assert second.dense_weight(USER, 0.35) == pytest.approx(0.5)  # second_index.dense_weight
+        finally:
+            second.close()
+
+
+def test_a_second_index_of_the_first_embedder_is_refused(tmp_path):
+    from rag.errors import UserError
+
+    settings = make_settings(tmp_path, embedder={"kind": "gemma"}, second_index={"enabled": "on"})
+    with pytest.raises(UserError, match="second_index.embedder is the index's own"):
+        SecondIndex.open(settings)
+
+
+def test_auto_is_quiet_where_its_model_was_never_fetched(tmp_path):
+    from bot.usecases.status import second_index
+    from sync.second_jobs import wanted
+
+    settings = make_settings(tmp_path)
+    assert settings.second_index.enabled == "auto" and not wanted(settings)
+    assert second_index(settings) is None  # status says nothing of it
+    folder = tmp_path / "data" / "models" / "embeddinggemma-300m"
+    folder.mkdir(parents=True)
+    (folder / "modules.json").write_text("[]")
+    assert wanted(settings) and second_index(settings)["enabled"] == "auto"

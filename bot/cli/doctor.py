@@ -415,12 +415,12 @@ SAMPLE_CHUNKS = 8
 def _second_index(root: Parts) -> Iterator[Check]:
     """The second dense index (``second_index``): its embedder loads, and this machine can fill
     the index within a night (the rate the fill measured here, else measured now on a few chunks)."""
-    from sync.second_jobs import RATE_FILE, night_seconds, saved_rate, too_slow
+    from sync.second_jobs import RATE_FILE, night_seconds, saved_rate, too_slow, wanted
     from sync.memory_jobs import duration
 
     settings = root.settings
     cfg = settings.second_index
-    if cfg.enabled == "off":
+    if not wanted(settings):  # off, or auto where its model was never fetched
         return
     name = f"second index ({cfg.enabled})"
     try:

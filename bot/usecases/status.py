@@ -37,7 +37,7 @@ from sync.writeback.outbox import Outbox
 from sync.faults import check_disk, reading_state
 from sync.incremental import USN_BACK
 from sync.memory_jobs import duration, outlook, wanted as llm_wanted
-from sync.second_jobs import saved_rate, too_slow
+from sync.second_jobs import saved_rate, too_slow, wanted as second_wanted
 from sync.state import State
 
 from bot.usecases.people import Person
@@ -147,7 +147,7 @@ def second_index(settings: Settings) -> dict | None:
     """The second dense index as the status shows it without its worker: on or auto, the fill
     rate last measured here and whether it fits a night (None: off). The daemon adds how far the
     fill is and the time left (``sync.second_jobs.SecondFill.state``)."""
-    if settings.second_index.enabled == "off":
+    if not second_wanted(settings):
         return None
     rate = saved_rate(settings.state_dir) or {}
     return {"enabled": settings.second_index.enabled, "embedder": rate.get("embedder"), "rate": rate.get("rate"),

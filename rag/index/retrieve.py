@@ -60,7 +60,9 @@ fused at the dense and sparse weights times ``questions_weight``.
 
 The second dense index (``rag.index.second``, ``second_index: on``): the dense ranking is the
 stronger embedder's for the notes it covers, the first embedder's for the others (put on the
-same scale), at the dense weight; the passage step's second look the same.
+same scale); the passage step's second look the same. The dense weight moves from
+``retrieval.dense_weight`` towards ``second_index.dense_weight`` by the share of the person's
+notes it covers (the sparse weight takes the rest of the same total).
 """
 
 from __future__ import annotations
@@ -449,6 +451,10 @@ def search(
     if getattr(index, "second", None) is not None and dense is not None:  # the stronger embedder (rag.index.second)
         rankings["dense"], second_look = index.second.ranking(index.store, query, user_id, dense_hits, limit,
                                                               cfg.hnsw_ef)
+        weight = index.second.dense_weight(user_id, cfg.dense_weight)  # its own, by the share it covers
+        if weight != cfg.dense_weight:
+            total = cfg.dense_weight + cfg.sparse_weight
+            cfg = cfg.model_copy(update={"dense_weight": weight, "sparse_weight": max(0.0, total - weight)})
     fused = fuse(rankings, cfg, query)
     if cfg.passages and retriever == "hybrid":
         chosen, payloads = passage_step(index, query, user_id, dense, sparse, rankings, fused, k, cfg, extra,

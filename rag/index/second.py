@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from rag.config import Settings
+from rag.errors import UserError
 from rag.index import embed as embed_mod
 from rag.index.lexical import SparseVector, search_text
 from rag.index.points import ASKED, PointData, Ranked, point_id
@@ -72,6 +73,7 @@ class Todo:
 class Plan:
     todo: list[Todo] = field(default_factory=list)
     covered: dict[str, set[str]] = field(default_factory=dict)  # user -> notes whose chunks all have their vector
+    notes: dict[str, int] = field(default_factory=dict)  # user -> the first index's notes
     chunks: int = 0  # the first index's chunks
     current: int = 0  # of them, those with their current vector here
     deleted: int = 0
@@ -108,7 +110,11 @@ class SecondIndex:
     def open(cls, settings: Settings, embedder=None) -> "SecondIndex":
         """Open (make) the second index for ``settings.second_index``; one made with another
         embedder or output size is emptied to be filled again (the first index is untouched)."""
-        embedder = embedder or embed_mod.load(settings.second_index.embedder)
+        cfg, first = settings.second_index.embedder, settings.embedder
+        if embedder is None and (cfg.kind, cfg.model) == (first.kind, first.model):
+            raise UserError(f"second_index.embedder is the index's own ({cfg.kind}): a second index of it adds "
+                            f"nothing; set second_index.enabled: off, or embedder.kind back to use")
+        embedder = embedder or embed_mod.load(cfg)
         store = open_store(settings.qdrant, settings.state_dir, embedder.dim, create=True, name=SECOND)
         try:
             manifest = store.manifest()
@@ -139,6 +145,7 @@ class SecondIndex:
         with self._lock:
             for user in users:
                 notes = first.note_ids(user)
+                out.notes[user] = len(notes)
                 covered = out.covered.setdefault(user, set())
                 for note in sorted(notes):
                     chunks = note_chunks(first, note)
@@ -227,6 +234,15 @@ class SecondIndex:
                 "seconds_left": round(left / self.rate) if self.rate else None}
 
     # --- search ----------------------------------------------------------------------------
+
+    def dense_weight(self, user_id: str, first: float) -> float:
+        """The dense side's weight in a search of ``user_id``'s notes: ``second_index.dense_weight``
+        once this index covers every note of theirs, ``first`` (the first index's) while it covers
+        none, in between by the share it covers."""
+        plan = self.plan_made
+        total = plan.notes.get(user_id, 0) if plan is not None else 0
+        share = min(1.0, len(self.covered(user_id)) / total) if total else 0.0
+        return first + (self.settings.second_index.dense_weight - first) * share
 
     def covered(self, user_id: str) -> set[str]:
         plan = self.plan_made
