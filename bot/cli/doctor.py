@@ -355,7 +355,7 @@ def _ollama(root: Parts) -> Iterator[Check]:
         async def check_and_measure() -> str:
             # one event loop for both: the chat's HTTP client belongs to the loop it first ran on
             found = await chat.check()
-            if not book.get(cfg.model).probe_tps:
+            if not book.get(cfg.model).read_tps:
                 # measured now, so the first question's evidence is sized to this machine
                 await measure_speed(chat, book, settings)
             return found

@@ -1,0 +1,172 @@
+"""Answers that repeat themselves: how often the recorded real-model replies did, and whether Ollama's
+sampling options hold it back, replaying the very prompts that looped.
+
+    .venv/bin/python bench/repeats.py                                   # count, in bench/replies/ (seconds)
+    .venv/bin/python bench/repeats.py --ollama-host http://127.0.0.1:11435 --model qwen2.5-coder:1.5b-instruct \\
+        [--variant presence_penalty=0.5] [--variant repeat_penalty=1.2] [--limit 6] [--seed 1]
+    .venv/bin/python bench/repeats.py --tiny                            # a smoke run: the reader stand-in
+
+1. Every recorded reply of ``bench/replies/*.jsonl.gz`` (the 1.5B's dev runs and the 0.5B's) split into
+   units as the answer check splits them (``rag.answer.support``): how many replies say a unit again (the
+   same words, markers, list numbers and punctuation aside), and how many go round (``rag.answer.repeats.RUN``
+   units in a row said before: the answer service stops those).
+2. With ``--ollama-host``: the prompts of the replies that went round (one per question, at most
+   ``--limit``) sent again as they were, once with the server's defaults and once with each
+   ``--variant`` (Ollama options, e.g. ``presence_penalty=0.5``), all with the same ``--seed``,
+   ``temperature`` 0.1 and at most 512 tokens written: the units said again, whether it went round,
+   the ``[n]`` it cited. The variants of one prompt run one after the other, so the server reads
+   the prompt once (its cache).
+
+Writes ``bench/repeats_results.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, results_file  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests"))
+REPLIES = REPO / "bench" / "replies"
+TINY_RECORDING = REPLIES / "en-1.5b.jsonl.gz"
+NUM_PREDICT = 512
+
+
+def units_said_again(reply: str) -> tuple[int, int]:
+    """Units of ``reply`` that say again what an earlier one said, and the longest run of them."""
+    from rag.answer.support import said, split
+
+    seen: set[str] = set()
+    again = run = longest = 0
+    for u in split(reply):
+        key = said(u.text)
+        if not key:
+            continue
+        if key in seen:
+            again += 1
+            run += 1
+            longest = max(longest, run)
+        else:
+            seen.add(key)
+            run = 0
+    return again, longest
+
+
+def question_of(messages: list[dict]) -> str:
+    return (messages[-1].get("content") or "").rsplit("\n", 1)[-1]
+
+
+def count(paths: list[Path]) -> list[dict]:
+    """Per recording: replies, those saying a unit again, those going round."""
+    from rag.answer.repeats import RUN
+
+    out = []
+    for path in paths:
+        rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8") if line.strip()]
+        stats = [units_said_again(r["reply"]) for r in rows]
+        out.append({"file": path.name, "replies": len(rows), "say_again": sum(1 for a, _ in stats if a),
+                    "go_round": sum(1 for _, run in stats if run >= RUN),
+                    "units_said_again": sum(a for a, _ in stats)})
+    return out
+
+
+def looping_prompts(paths: list[Path], limit: int) -> list[dict]:
+    """The recorded prompts whose reply went round, one per question, the longest runs first."""
+    from rag.answer.repeats import RUN
+
+    found: dict[str, dict] = {}
+    for path in paths:
+        for line in gzip.open(path, "rt", encoding="utf-8"):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            again, run = units_said_again(rec["reply"])
+            question = question_of(rec["messages"])
+            if run >= RUN and (question not in found or run > found[question]["run"]):
+                found[question] = {"file": path.name, "question": question, "messages": rec["messages"], "run": run,
+                                   "again": again, "chars": len(rec["reply"])}
+    return sorted(found.values(), key=lambda r: -r["run"])[:limit]
+
+
+def replay(host: str, model: str, messages: list[dict], options: dict, seed: int) -> dict:
+    import httpx
+
+    from rag.answer.evidence import cited
+
+    body = {"model": model, "messages": messages, "stream": False,
+            "options": {"temperature": 0.1, "num_ctx": 8192, "num_predict": NUM_PREDICT, "seed": seed, **options}}
+    started = time.monotonic()
+    reply = httpx.post(f"{host.rstrip('/')}/api/chat", json=body, timeout=900).json()
+    text = (reply.get("message") or {}).get("content") or ""
+    again, run = units_said_again(text)
+    return {"again": again, "run": run, "chars": len(text), "tokens": reply.get("eval_count"),
+            "cited": cited(text, set(range(1, 21)))[1], "seconds": round(time.monotonic() - started, 1),
+            "reply": text}
+
+
+def variant(text: str) -> tuple[str, dict]:
+    key, _, value = text.partition("=")
+    if not key or not value:
+        raise SystemExit(f"--variant takes OPTION=VALUE, e.g. presence_penalty=0.5: {text!r}")
+    return text, {key: json.loads(value)}
+
+
+def main() -> int:
+    from rag.answer.repeats import RUN
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ollama-host", metavar="URL", help="replay the prompts that went round on this server")
+    ap.add_argument("--model", default="qwen2.5-coder:1.5b-instruct")
+    ap.add_argument("--variant", action="append", default=[], metavar="OPTION=VALUE",
+                    help="Ollama options to replay with, beside the server's defaults (repeatable)")
+    ap.add_argument("--limit", type=int, default=6, help="prompts replayed at most")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: one recording, the reader stand-in")
+    args = ap.parse_args()
+    variants = [("server defaults", {})] + [variant(v) for v in args.variant]
+    paths = [TINY_RECORDING] if args.tiny else sorted(REPLIES.glob("*.jsonl.gz"))
+    report: dict = {"counted": count(paths), "run": RUN}
+    print(f"| recording | replies | say a unit again | go round ({RUN}+ in a row) |")
+    print("|---|---|---|---|")
+    for c in report["counted"]:
+        print(f"| {c['file']} | {c['replies']} | {c['say_again']} | {c['go_round']} |")
+    host, fake = args.ollama_host, None
+    if args.tiny:
+        from fakes.ollama import FakeOllama
+
+        fake = FakeOllama(models=(args.model,), reader=True).__enter__()
+        host = fake.url
+    try:
+        if host:
+            prompts = looping_prompts(paths, args.limit)
+            if args.tiny and not prompts:  # the stand-in's recording holds none: any prompt, to run the path
+                rec = json.loads(gzip.open(TINY_RECORDING, "rt", encoding="utf-8").readline())
+                prompts = [{"file": TINY_RECORDING.name, "question": question_of(rec["messages"]),
+                            "messages": rec["messages"], "run": 0, "again": 0, "chars": len(rec["reply"])}]
+            rows = []
+            print(f"\n| question (recording: run) | {' | '.join(name for name, _ in variants)} |")
+            print("|---|" + "---|" * len(variants))
+            for p in prompts:
+                got = {name: replay(host, args.model, p["messages"], options, args.seed) for name, options in variants}
+                rows.append({**{k: p[k] for k in ("file", "question", "run", "again", "chars")}, "replays": got})
+                cells = [f"{g['again']} again, run {g['run']}, {g['chars']} chars, cites {g['cited']}" for g in got.values()]
+                print(f"| {p['question'][:40]} ({p['file']}: {p['run']}) | {' | '.join(cells)} |", flush=True)
+            report.update(host="stand-in" if args.tiny else host, model=args.model, seed=args.seed,
+                          num_predict=NUM_PREDICT, variants=dict(variants), rows=rows)
+    finally:
+        if fake is not None:
+            fake.__exit__(None, None, None)
+    out = results_file("repeats_results.json", args.tiny)
+    out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"\n{out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
