@@ -14,7 +14,10 @@ sampling options hold it back, replaying the very prompts that looped.
    ``--limit``) sent again as they were, once with the server's defaults and once with each
    ``--variant`` (Ollama options, e.g. ``presence_penalty=0.5``), all with the same ``--seed``,
    ``temperature`` 0.1 and at most 512 tokens written: the units said again, whether it went round,
-   the ``[n]`` it cited. The variants of one prompt run one after the other, so the server reads
+   the ``[n]`` it cited, and what the answer check makes of it (``rag.answer.support.verdict``; the
+   share of its units standing on the evidence). ``--normal N`` replays as many prompts whose reply
+   said nothing again (the first answerable ones of ``plain5-1.5b``), to see what the options cost
+   an ordinary answer. The variants of one prompt run one after the other, so the server reads
    the prompt once (its cache).
 
 Writes ``bench/repeats_results.json`` and prints a table.
@@ -94,9 +97,26 @@ def looping_prompts(paths: list[Path], limit: int) -> list[dict]:
     return sorted(found.values(), key=lambda r: -r["run"])[:limit]
 
 
+def normal_prompts(path: Path, limit: int) -> list[dict]:
+    """The first ``limit`` answer prompts of a recording whose reply said nothing again and was no refusal."""
+    from fakes.ollama import answer_prompt
+
+    out = []
+    for line in gzip.open(path, "rt", encoding="utf-8"):
+        rec = json.loads(line) if line.strip() else None
+        if rec is None or len(out) >= limit or not (answer_prompt(rec["messages"]) or ("", {}))[1]:
+            continue
+        if units_said_again(rec["reply"])[0] == 0 and "没有相关内容" not in rec["reply"]:
+            out.append({"file": path.name, "question": question_of(rec["messages"]), "messages": rec["messages"],
+                        "run": 0, "again": 0, "chars": len(rec["reply"])})
+    return out
+
+
 def replay(host: str, model: str, messages: list[dict], options: dict, seed: int) -> dict:
     import httpx
 
+    from fakes.ollama import answer_prompt
+    from rag.answer import support
     from rag.answer.evidence import cited
 
     body = {"model": model, "messages": messages, "stream": False,
@@ -105,9 +125,11 @@ def replay(host: str, model: str, messages: list[dict], options: dict, seed: int
     reply = httpx.post(f"{host.rstrip('/')}/api/chat", json=body, timeout=900).json()
     text = (reply.get("message") or {}).get("content") or ""
     again, run = units_said_again(text)
+    question, blocks = answer_prompt(messages) or ("", {})
+    check = support.check(text, question, blocks)
     return {"again": again, "run": run, "chars": len(text), "tokens": reply.get("eval_count"),
-            "cited": cited(text, set(range(1, 21)))[1], "seconds": round(time.monotonic() - started, 1),
-            "reply": text}
+            "cited": cited(text, set(blocks) or set(range(1, 21)))[1], "verdict": support.verdict(text, check),
+            "share": round(check.share, 2), "seconds": round(time.monotonic() - started, 1), "reply": text}
 
 
 def variant(text: str) -> tuple[str, dict]:
@@ -127,6 +149,8 @@ def main() -> int:
                     help="Ollama options to replay with, beside the server's defaults (repeatable)")
     ap.add_argument("--limit", type=int, default=6, help="prompts replayed at most")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--normal", type=int, default=0, metavar="N",
+                    help="also replay N prompts whose reply said nothing again (what the options cost)")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: one recording, the reader stand-in")
     args = ap.parse_args()
     variants = [("server defaults", {})] + [variant(v) for v in args.variant]
@@ -145,6 +169,8 @@ def main() -> int:
     try:
         if host:
             prompts = looping_prompts(paths, args.limit)
+            if args.normal:
+                prompts += normal_prompts(REPLIES / "plain5-1.5b.jsonl.gz", args.normal)
             if args.tiny and not prompts:  # the stand-in's recording holds none: any prompt, to run the path
                 rec = json.loads(gzip.open(TINY_RECORDING, "rt", encoding="utf-8").readline())
                 prompts = [{"file": TINY_RECORDING.name, "question": question_of(rec["messages"]),
@@ -155,7 +181,8 @@ def main() -> int:
             for p in prompts:
                 got = {name: replay(host, args.model, p["messages"], options, args.seed) for name, options in variants}
                 rows.append({**{k: p[k] for k in ("file", "question", "run", "again", "chars")}, "replays": got})
-                cells = [f"{g['again']} again, run {g['run']}, {g['chars']} chars, cites {g['cited']}" for g in got.values()]
+                cells = [f"{g['again']} again, run {g['run']}, {g['chars']} chars, cites {g['cited']}, {g['verdict']} "
+                         f"{g['share']:.2f}" for g in got.values()]
                 print(f"| {p['question'][:40]} ({p['file']}: {p['run']}) | {' | '.join(cells)} |", flush=True)
             report.update(host="stand-in" if args.tiny else host, model=args.model, seed=args.seed,
                           num_predict=NUM_PREDICT, variants=dict(variants), rows=rows)
