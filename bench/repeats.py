@@ -8,8 +8,9 @@ sampling options hold it back, replaying the very prompts that looped.
 
 1. Every recorded reply of ``bench/replies/*.jsonl.gz`` (the 1.5B's dev runs and the 0.5B's) split into
    units as the answer check splits them (``rag.answer.support``): how many replies say a unit again (the
-   same words, markers, list numbers and punctuation aside), and how many go round (``rag.answer.repeats.RUN``
-   units in a row said before: the answer service stops those).
+   same words, markers, list numbers and punctuation aside), how many go round (``rag.answer.repeats.RUN``
+   units in a row said before: the answer service stops those), and how many of those, stopped there,
+   lose a unit that says something new.
 2. With ``--ollama-host``: the prompts of the replies that went round (one per question, at most
    ``--limit``) sent again as they were, once with the server's defaults and once with each
    ``--variant`` (Ollama options, e.g. ``presence_penalty=0.5``), all with the same ``--seed``,
@@ -61,6 +62,31 @@ def units_said_again(reply: str) -> tuple[int, int]:
     return again, longest
 
 
+def lost_by_stopping(reply: str) -> int | None:
+    """Stopped where ``RUN`` units in a row were said before (as the answer service stops a reply):
+    how many units after that say something new (not said before, nor the start of what was);
+    None when the reply never goes round."""
+    from rag.answer.repeats import RUN
+    from rag.answer.support import said, split
+
+    units = split(reply)
+    seen: set[str] = set()
+    run = 0
+    for i, u in enumerate(units):
+        key = said(u.text)
+        if not key:
+            continue
+        if key not in seen:
+            seen.add(key)
+            run = 0
+            continue
+        run += 1
+        if run >= RUN:
+            rest = [said(v.text) for v in units[i + 1:]]
+            return sum(1 for k in rest if k and k not in seen and not any(s.startswith(k) for s in seen))
+    return None
+
+
 def question_of(messages: list[dict]) -> str:
     return (messages[-1].get("content") or "").rsplit("\n", 1)[-1]
 
@@ -73,9 +99,10 @@ def count(paths: list[Path]) -> list[dict]:
     for path in paths:
         rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8") if line.strip()]
         stats = [units_said_again(r["reply"]) for r in rows]
+        lost = [n for n in (lost_by_stopping(r["reply"]) for r in rows) if n is not None]
         out.append({"file": path.name, "replies": len(rows), "say_again": sum(1 for a, _ in stats if a),
                     "go_round": sum(1 for _, run in stats if run >= RUN),
-                    "units_said_again": sum(a for a, _ in stats)})
+                    "units_said_again": sum(a for a, _ in stats), "stopped_losing_a_new_unit": sum(1 for n in lost if n)})
     return out
 
 
@@ -156,10 +183,10 @@ def main() -> int:
     variants = [("server defaults", {})] + [variant(v) for v in args.variant]
     paths = [TINY_RECORDING] if args.tiny else sorted(REPLIES.glob("*.jsonl.gz"))
     report: dict = {"counted": count(paths), "run": RUN}
-    print(f"| recording | replies | say a unit again | go round ({RUN}+ in a row) |")
-    print("|---|---|---|---|")
+    print(f"| recording | replies | say a unit again | go round ({RUN}+ in a row) | stopped there, lose a new unit |")
+    print("|---|---|---|---|---|")
     for c in report["counted"]:
-        print(f"| {c['file']} | {c['replies']} | {c['say_again']} | {c['go_round']} |")
+        print(f"| {c['file']} | {c['replies']} | {c['say_again']} | {c['go_round']} | {c['stopped_losing_a_new_unit']} |")
     host, fake = args.ollama_host, None
     if args.tiny:
         from fakes.ollama import FakeOllama
@@ -190,6 +217,11 @@ def main() -> int:
         if fake is not None:
             fake.__exit__(None, None, None)
     out = results_file("repeats_results.json", args.tiny)
+    if not host and out.exists():  # counting only: the last replay's rows stay
+        try:
+            report = {**json.loads(out.read_text(encoding="utf-8")), **report}
+        except ValueError:
+            pass
     out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"\n{out}")
     return 0

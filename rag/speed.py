@@ -148,7 +148,7 @@ def meaning(model: str, speed: "Speed", budget: float, prompt_tokens: float, pro
         line += f"; the largest that reads it within answer.first_token_budget ({budget:g} s) is ~{fits[-1]:g}B"
     elif not fits:
         line += (f"; over answer.first_token_budget ({budget:g} s) even for a 0.5B: answers then read less "
-                 "evidence (the best passage at least) to start in time")
+                 "evidence, never under answer.min_evidence_chars, and start later")
     return line
 
 

@@ -409,6 +409,7 @@ def test_doctor_on_a_fresh_install_measures_the_llm_and_says_what_answers_will_c
         line = next(x for x in out.splitlines() if "ollama" in x)
         assert line.startswith("ok   ollama") and "tok/s reading" in line, line
         assert "prompt of ~" in line and "the largest the answer settings allow: 7,200 characters" in line
+        assert "measured now at load" in line and "every answer measures it again" in line
         assert len(ollama.probes()) == 1
         assert SpeedBook(sample_index.state_dir / FILE).get("qwen2.5:7b-instruct").probe_tps == pytest.approx(
             3000.0, rel=0.05)
