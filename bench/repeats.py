@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -211,15 +212,19 @@ def main() -> int:
                 cells = [f"{g['again']} again, run {g['run']}, {g['chars']} chars, cites {g['cited']}, {g['verdict']} "
                          f"{g['share']:.2f}" for g in got.values()]
                 print(f"| {p['question'][:40]} ({p['file']}: {p['run']}) | {' | '.join(cells)} |", flush=True)
-            report.update(host="stand-in" if args.tiny else host, model=args.model, seed=args.seed,
-                          num_predict=NUM_PREDICT, variants=dict(variants), rows=rows)
+            key = f"{args.model}, seed {args.seed}: " + ", ".join(name for name, _ in variants)
+            report["replays"] = {key: {"host": "stand-in" if args.tiny else host, "model": args.model,
+                                       "seed": args.seed, "num_predict": NUM_PREDICT, "variants": dict(variants),
+                                       "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                       "load": os.getloadavg()[0], "rows": rows}}
     finally:
         if fake is not None:
             fake.__exit__(None, None, None)
     out = results_file("repeats_results.json", args.tiny)
-    if not host and out.exists():  # counting only: the last replay's rows stay
+    if out.exists():  # the other replays stay (one entry per model, seed and options)
         try:
-            report = {**json.loads(out.read_text(encoding="utf-8")), **report}
+            kept = json.loads(out.read_text(encoding="utf-8"))
+            report["replays"] = {**kept.get("replays", {}), **report.get("replays", {})}
         except ValueError:
             pass
     out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
