@@ -162,7 +162,7 @@ class AnswerConfig(Section):
     block_chars: int = Field(default=1200, ge=100, description="characters per evidence block")
     total_chars: int = Field(default=8000, ge=500, description="characters of evidence in all")
     min_evidence_chars: int = Field(
-        default=2000, ge=0, description="never less evidence than this (nor than the best passage whole), however "
+        default=1000, ge=0, description="never less evidence than this (nor than the best passage whole), however "
         "slow the LLM reads here: the first token then comes after answer.first_token_budget (docs/answers.md, "
         "\"The evidence a plain answer needs\")")
     first_token_budget: Duration = Field(
