@@ -209,7 +209,8 @@ def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
     async def scenario(daemon):
         ollama.reply(secret_answer + "[1]。")
         tg.say(ONE, "@notes_bot " + secret_question, chat_id=GROUP, chat_type="supergroup")
-        await until(lambda: final(tg, GROUP, secret_answer))
+        # the answer once final (its sources under it): while it streams, its trace is not kept yet
+        await until(lambda: [m for m in final(tg, GROUP, secret_answer) if "来源" in m["text"]], what="ONE's answer")
         one_trace = daemon.answers.conversations.trace("local", f"telegram:{GROUP}:{ONE}")
         one_titles = {c.title for c in one_trace.candidates}
         assert one_titles
