@@ -438,7 +438,7 @@ class AnswerService:
         text = "".join(parts).strip()
         rarity = None  # what the passages shown instead must be about (not needed for the model's own answer)
         if support.verdict(text, gate.result, self.settings.answer.refusal) not in ("cited", "inferred"):
-            rarity = await self.in_search_thread(self._rarity, turn.standalone, turn.user_id)
+            rarity = await self.in_search_thread(refusing.rarity, self.index, turn.standalone, turn.user_id, self.settings)
         answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace,
                                    rarity)
         if looped:
@@ -568,11 +568,6 @@ class AnswerService:
         if self._llm_failing:
             log.info("the LLM answers again")
         self._llm_failing = False
-
-    def _rarity(self, question: str, user_id: str) -> dict[str, float]:
-        """``rag.answer.refusing.rarity`` of the question's words and, asked in English, its
-        Chinese ones; in the search thread (the glossary may be read)."""
-        return refusing.rarity(self.index, question, user_id, self.settings)
 
     def _translated(self, question: str) -> frozenset[str]:
         """An English question's Chinese words (``rag.answer.refusing.translated``); in the search thread."""
