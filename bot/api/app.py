@@ -17,7 +17,8 @@ passages' own links, ``bot.render.web_html``; with ``keep`` the answer is kept, 
 ``POST /gaps/{id}/dismiss``, ``POST /gaps/{id}/note`` (the note for it, into Leanote or the notes
 folder through the outbox); ``POST /note`` (a note captured the same way: the command line's
 ``note``); ``GET /digest`` (what the caller's digest would say). ``GET /explorer`` is a page over them (its graph
-library, vis-network, is served from the ``pyvis`` package).
+library, vis-network, is served from the ``pyvis`` package); ``GET /chat`` the web chat, on the TCP
+listener only, with its sign-in (``bot.api.web``).
 
 Who calls (``bot.api.access``): the local socket's user may do everything; a TCP token may
 query only its ``users`` and, unless ``admin``, cannot start syncs or see other accounts;
@@ -55,6 +56,7 @@ from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserErr
 from rag.index.retrieve import RETRIEVERS
 from rag.memory import explore
 
+from bot.api import web
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
 from bot.chat.texts import NO_TRACE_KEPT, not_saved_text, trace_text
 from bot.render import NoteLinks, web_html
@@ -185,7 +187,9 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
         return limits.check(text, daemon.settings.limits.question_chars, what)
 
     async def caller(request: Request) -> Caller:
-        return LOCAL if auth is None else auth.caller(request.headers.get("authorization", ""))
+        if auth is None:
+            return LOCAL
+        return getattr(request.state, "caller", None) or auth.caller(request.headers.get("authorization", ""))
 
     def admin(who: Caller = Depends(caller)) -> Caller:
         if not who.admin:
@@ -252,8 +256,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
                 mine = ", ".join(sorted(users)) or "none"
                 raise UserError(f"no notes of user {limits.echoed(user)!r} that this caller may query "
                                 f"(its users with notes: {mine})")
-        key = "cli" if who is LOCAL else f"api:{who.name}"
-        return Person(key, user_id, who.admin, f"api:{who.name}:{conversation}" if conversation else None)
+        key = who.person
+        return Person(key, user_id, who.admin, f"{key}:{conversation}" if conversation else None)
 
     @app.get("/health", summary="liveness and readiness (the details with a token, or on the socket)")
     async def health(request: Request) -> JSONResponse:
@@ -283,7 +287,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.get("/status", summary="sync and index status (the CLI's `status --json`)")
     async def status(who: Caller = Depends(caller)) -> dict:
         # an admin sees every account; anyone else only their own users' (no other's email or error)
-        asker = Person("cli" if who is LOCAL else f"api:{who.name}", "", who.admin)
+        asker = Person(who.person, "", who.admin)
         return await status_case.status(parts(), asker, users=sorted(who.users or ()))
 
     @app.get("/users", summary="indexed chunks per Leanote user the caller may query (and, for an admin, the "
@@ -362,7 +366,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
               responses={200: {"content": {NDJSON: {}}, "description": "with wait: progress events, then the result"}})
     async def sync(body: SyncIn, who: Caller = Depends(admin)):
         house = parts()
-        operator = Person("cli" if who is LOCAL else f"api:{who.name}", "", True)
+        operator = Person(who.person, "", True)
         if not body.wait:
             task = asyncio.create_task(syncing.sync_now(house, operator, body.reconcile, body.rebuild))
             task.add_done_callback(_log_failure)
@@ -476,6 +480,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
             raise HTTPException(404, f"no such file: {limits.echoed(name)}")
         return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
+    if auth is not None:  # the web chat: on the TCP listener, where browsers come
+        web.mount(app, daemon, auth, parts)
     _documented_errors(app)
     return app
 
