@@ -6,7 +6,8 @@ failed; over TCP without a token only that and why in general terms, no paths or
 ``GET /status``, ``GET /users``, ``GET /search``, ``POST /ask`` (NDJSON: ``sources`` once the
 evidence is chosen, ``token`` events as the answer streams, then one ``answer`` event: what
 the bots render, with the answer as HTML with every address and ``@name`` inert but the cited
-passages' own links, ``bot.render.web_html``; with ``keep`` the answer is kept, its
+passages' own links, ``bot.render.web_html``, and ``places``: a note file's path in the notes
+folder, by its address; with ``keep`` the answer is kept, its
 ``answer_id`` in that event), the caller's kept answers: ``GET /answers/{id}/why`` (its trace),
 ``POST /answers/{id}/feedback`` (👍 / 👎), ``POST /answers/{id}/save`` (as a note, once); ``GET
 /why`` (the last answer's trace in a conversation: the bots' ``/why``), ``POST /sync`` (a pass now; with ``wait`` NDJSON
@@ -59,7 +60,7 @@ from rag.memory import explore
 from bot.api import web
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
 from bot.chat.texts import NO_TRACE_KEPT, not_saved_text, trace_text
-from bot.render import NoteLinks, web_html
+from bot.render import NoteLinks, file_place, notes_root, web_html
 from bot.usecases import answers as answers_case, asking, capture as capture_case, digest as digest_case, gaps as gaps_case, memory
 from bot.usecases import status as status_case, syncing
 from bot.usecases.people import Person, accounts, leanote_user, resolve_user, users as users_case
@@ -528,8 +529,10 @@ async def _answer_events(parts, person: Person, question: str, keep: bool = Fals
     finally:
         task.cancel()  # the client went away: stop writing its answer
     # the answer as HTML for a page: every link-like token inert, but the cited passages' own links
+    root = notes_root(parts.settings)  # a note file is named by its path in the notes folder (``places``)
+    places = {c.url: file_place(c.url, root) for c in (*answer.citations, *answer.closest) if file_place(c.url, root)}
     yield _event(event="answer", answer=answer.as_json(with_trace=True), answer_id=asked.answer_id,
-                 html=web_html(answer.shown, NoteLinks(answer.citations)))
+                 html=web_html(answer.shown, NoteLinks(answer.citations)), places=places)
 
 
 async def _sync_events(parts, person: Person, body: SyncIn) -> AsyncIterator[bytes]:
