@@ -34,6 +34,7 @@ from rag.index.store import Store, open_store
 from rag.media.media import Media
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
+from rag.signin import SigninStore
 
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
@@ -191,6 +192,11 @@ class Parts:
         if self.built("outbox") or (self.settings.state_dir / OUTBOX_FILE).exists():
             return self.outbox
         return None
+
+    @property
+    def signins(self) -> SigninStore:
+        """The web chat's one-time sign-in codes and sessions, hashed (``rag.signin``)."""
+        return self._once("signins", lambda: SigninStore.open_for(self.settings, clock=self.clock))
 
     def account_users(self) -> dict[str, str]:
         """The Leanote user id of each ``leanote_api`` account that has synced, by its email

@@ -115,6 +115,12 @@ class ApiConfig(Section):
     rate_limit: int = Field(
         default=20, ge=1, description="listen: questions and searches per token per minute (past it: 429)",
     )
+    web_url: str | None = Field(
+        default=None, description="the address people open the web chat at, as their browser sees it (the bots' "
+        "/web links start with it; https makes its cookie Secure), e.g. https://notes.example.com; default "
+        "http://<listen>")
+    web_session: Duration = Field(default=30 * 86400.0, description="the web chat: a sign-in lasts this long")
+    web_link: Duration = Field(default=600.0, description="the web chat: a /web sign-in link works once, within this")
 
     @model_validator(mode="after")
     def _listen_needs_tokens(self) -> "ApiConfig":
@@ -124,6 +130,8 @@ class ApiConfig(Section):
                 raise ValueError("api.listen must be host:port, e.g. 127.0.0.1:8765")
             if not self.tokens:
                 raise ValueError("api.listen needs at least one entry in api.tokens (a token_env and its users)")
+        if self.web_url is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", self.web_url):
+            raise ValueError(f"api.web_url {self.web_url[:80]!r}: an address like https://notes.example.com")
         for seen in ([t.name for t in self.tokens], [t.token_env for t in self.tokens]):  # a holder, a variable
             if twice := [v for i, v in enumerate(seen) if v in seen[:i]]:
                 raise ValueError(f"two entries of api.tokens share {twice[0]!r} (a name or token_env): give each its own")

@@ -33,7 +33,7 @@ PROTOCOL_LIBS = {
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
     "httpx": {"rag/index/embed.py", "rag/llm.py", "rag/http.py", "bot/api/client.py"},
-    "fastapi": {"bot/api/app.py", "bot/api/access.py", "bot/api/server.py"},
+    "fastapi": {"bot/api/app.py", "bot/api/access.py", "bot/api/server.py", "bot/api/web.py"},
     "uvicorn": {"bot/api/server.py", "bot/api/guard.py"},
     "watchfiles": {"sync/watch.py"},
     "apscheduler": {"sync/schedule.py"},
