@@ -15,6 +15,9 @@ from rag.digest_plan import parse_plan
 from rag.errors import UserError
 from rag.sections import Account, Duration, Section, on_off
 
+CHAT_DOORS = ("telegram", "discord")  # the chat doors a person of ``users:`` is known on, by their ids there
+
+
 class UserMap(Section):
     """A person in chat, and whose notes they may query."""
 
@@ -26,6 +29,11 @@ class UserMap(Section):
     digest: str | None = Field(default=None, description="a digest of the notes in a private chat: 'weekly mon 09:00' "
                                                          "or 'daily 08:30' (each person may change it with /digest)")
     timezone: str = Field(default="UTC", description="the person's IANA time zone (Asia/Shanghai): digests' times")
+
+    def ids_on(self, platform: str) -> list[int]:
+        """The person's ids on a chat door (``telegram``, ``discord``): ``<platform>_ids``; none on
+        a door this entry has no ids for."""
+        return list(getattr(self, f"{platform}_ids", None) or ()) if platform.isidentifier() else []
 
     @model_validator(mode="after")
     def _one_user(self) -> "UserMap":
