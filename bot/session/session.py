@@ -89,6 +89,10 @@ class Session(Capturing, Pressing):
                 self._who = refusal(found, REFUSALS[found], "message")
         return self._who
 
+    def mapped(self) -> bool:
+        """Whether ``users:`` (or ``api.tokens``) holds the person, refusing nothing."""
+        return isinstance(person_for(self.parts, self.platform, self.user_id), Person)
+
     def presser(self) -> Person | Reply:
         """Who pressed a button, as the config says now (a stranger is always told their id)."""
         found = person_for(self.parts, self.platform, self.user_id)
