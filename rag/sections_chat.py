@@ -18,6 +18,20 @@ from rag.sections import Account, Duration, Section, on_off
 CHAT_DOORS = ("telegram", "discord")  # the chat doors a person of ``users:`` is known on, by their ids there
 
 
+def open_doors(doors: list[str] | None, enabled: dict[str, bool]) -> dict[str, bool]:
+    """Which chat doors ``serve`` opens, by name: when the config lists ``doors``, those (each
+    listed one on, the others off), else each whose section says ``enabled: true`` (``enabled``).
+    ``ValueError`` for a name that is no door, or one listed twice."""
+    if doors is None:
+        return dict(enabled)
+    for name in doors:
+        if name not in CHAT_DOORS:
+            raise ValueError(f"doors: {name!r} is no door (the doors are {', '.join(CHAT_DOORS)})")
+    if len(set(doors)) != len(doors):
+        raise ValueError("doors: a door is listed twice")
+    return {name: name in doors for name in CHAT_DOORS}
+
+
 class UserMap(Section):
     """A person in chat, and whose notes they may query."""
 
