@@ -12,7 +12,7 @@ import pytest
 
 from bot.root import Parts
 from bot.session import AnswerView, Reply, Session
-from bot.session.words import PRESSED, REFUSALS
+from bot.chat.words import PRESSED, REFUSALS
 
 from conftest import EXAMPLES, make_settings
 

@@ -24,7 +24,7 @@ from bot.chat.texts import SORRY
 from bot.plain import discord_text, messages, own_links
 from bot.render import DISCORD_CONTENT
 from bot.session import Button, Reply, Session
-from bot.session.words import REFUSALS
+from bot.chat.words import REFUSALS
 
 log = logging.getLogger(__name__)
 

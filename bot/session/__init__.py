@@ -4,8 +4,7 @@
   and each thing they can do (ask, search, a press on a button, a capture, their gaps …), each
   returning plain data (the module's docstring lists them);
 - ``views``: that plain data: ``Reply`` (a refusal is one, with its reason code), ``Button``,
-  ``AnswerView``, ``Heard``;
-- ``words``: the refusals and the buttons' words, one place for every door;
+  ``AnswerView``, ``Heard`` (their words, and every refusal's: ``bot.chat.words``);
 - ``presses``, ``capturing``: the session's presses, and its captures and media;
 - ``limits``: how often a person may ask, and how often a refusal is said again;
 - ``doors``: what a door does that is no one person's: the "tell this person" port, the messages

@@ -20,7 +20,7 @@ from rag.media.base import MediaError, NoText
 from bot.chat.gaps import not_written_text
 from bot.chat.texts import heard_line, outbox_text, seen_line
 from bot.session.views import Heard, Reply, refusal
-from bot.session.words import REFUSALS, too_large
+from bot.chat.words import REFUSALS, too_large
 from bot.usecases import capture, gaps
 from bot.usecases import media as media_case
 

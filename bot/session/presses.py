@@ -26,7 +26,7 @@ from rag.answer.gaps import GapDone, UnknownGap
 from bot.chat.gaps import DISMISSED, ended_text, writing_text
 from bot.chat.texts import NO_TRACE_KEPT, not_saved_text, trace_text, verdict_reply
 from bot.session.views import Button, Reply, refusal
-from bot.session.words import PRESSED, REFUSALS
+from bot.chat.words import PRESSED, REFUSALS
 from bot.usecases import answers, capture, gaps
 from bot.usecases import unasked as unasked_case
 from bot.usecases.people import Person

@@ -46,7 +46,7 @@ from bot.chat.unasked import not_a_question as not_a_question_text
 from bot.session.capturing import Capturing
 from bot.session.presses import Pressing
 from bot.session.views import AnswerView, Button, Reply, refusal
-from bot.session.words import REFUSALS, slow_down, stranger
+from bot.chat.words import REFUSALS, slow_down, stranger
 from bot.usecases import asking, capture, digest, gaps, memory, syncing
 from bot.usecases import unasked as unasked_case
 from bot.usecases.people import Person, person_for, person_key

@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from bot.session.words import BUTTONS
+from bot.chat.words import BUTTONS
 
 
 @dataclass(frozen=True)
 class Button:
     """One button: ``data`` goes back to ``Session.press`` (at most 64 characters: Telegram's
-    limit); ``kind`` names it (``up``, ``why``, ``w``, ``confirmed`` … : ``words.BUTTONS``),
+    limit); ``kind`` names it (``up``, ``why``, ``w``, ``confirmed`` … : ``bot.chat.words.BUTTONS``),
     ``n`` the number of the item it is for in the text above it (a gap, a fact), if any."""
 
     data: str
@@ -41,7 +41,7 @@ class Button:
 
 @dataclass
 class Reply:
-    """What to tell the person. ``refused``: the reason code of a refusal (``words.REFUSALS``),
+    """What to tell the person. ``refused``: the reason code of a refusal (``bot.chat.words.REFUSALS``),
     "" when the session did what was asked. ``quiet``: a refusal said a short while ago (a chat
     may say nothing; a door that must answer says it). ``then``: work that follows, whose reply
     comes after this one (the door shows this one first: "Saving…", "Syncing…"). ``ask``: a
@@ -61,7 +61,7 @@ class Reply:
 
 
 def refusal(reason: str, text: str, how: str = "alert", **more) -> Reply:
-    """A refusal: ``text`` said, for ``reason`` (``words.REFUSALS``' keys, or a use case's own)."""
+    """A refusal: ``text`` said, for ``reason`` (``bot.chat.words.REFUSALS``' keys, or a use case's own)."""
     return Reply(text, refused=reason, how=how, **more)
 
 

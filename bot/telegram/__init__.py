@@ -19,7 +19,8 @@ are handled concurrently, so one person's question never waits for another's.
 - ``media``: voice messages and photos with a question.
 
 Every handler parses the update, asks the person's session (``bot.session``) and formats what
-comes back; the texts are ``bot.chat``'s and ``bot.session.words``', the HTML ``bot.render``'s.
+comes back; the texts are ``bot.chat``'s (refusals and buttons: ``bot.chat.words``), the HTML
+``bot.render``'s.
 """
 
 from bot.telegram.service import check, service

@@ -17,7 +17,7 @@ from telegram.ext import ApplicationHandlerStop, ContextTypes
 
 from bot.chat.texts import VERDICT_USAGE, help_for
 from bot.session import Session
-from bot.session.words import stranger
+from bot.chat.words import stranger
 from bot.telegram.bot import TelegramBot
 from bot.telegram.capturing import after_command, markdown
 

@@ -1,5 +1,5 @@
-"""What a chat session says when it does not do what was asked, and the words of its buttons: one
-place for every door. Plain text, bilingual; each door escapes and splits it for itself.
+"""What the chat doors say when they do not do what was asked, and the words of their buttons: one
+place for every door (``bot.session`` says them; ``bot.chat.texts`` and ``gaps`` take theirs from here). Plain text, bilingual; each door escapes and splits it for itself.
 
 ``REFUSALS``: a refusal's text by its reason code (``views.Reply.refused``); the ones that take
 values are functions below. ``BUTTONS``: what each button under an answer, a list or a draft
