@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
@@ -46,6 +46,8 @@ from sync.writeback.capture import Capture
 from sync.writeback.outbox import FILE as OUTBOX_FILE
 from sync.writeback.outbox import Outbox
 
+if TYPE_CHECKING:
+    from bot.session.limits import Rates
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +262,14 @@ class Parts:
         """How each running bot tells one of its people something privately (a gap a note
         answers now, a digest): platform -> ``announce(person, text)`` (``bot.usecases.gaps``)."""
         return self._once("announcers", dict)
+
+    @property
+    def rates(self) -> "Rates":
+        """How often each person asks and is refused in chat (``bot.session.limits``): one count
+        for every door and chat they write from."""
+        from bot.session.limits import Rates
+
+        return self._once("rates", lambda: Rates(lambda: self.settings.bots.rate_limit))
 
     @property
     def unasked(self) -> dict:

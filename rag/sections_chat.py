@@ -15,6 +15,23 @@ from rag.digest_plan import parse_plan
 from rag.errors import UserError
 from rag.sections import Account, Duration, Section, on_off
 
+CHAT_DOORS = ("telegram", "discord")  # the chat doors a person of ``users:`` is known on, by their ids there
+
+
+def open_doors(doors: list[str] | None, enabled: dict[str, bool]) -> dict[str, bool]:
+    """Which chat doors ``serve`` opens, by name: when the config lists ``doors``, those (each
+    listed one on, the others off), else each whose section says ``enabled: true`` (``enabled``).
+    ``ValueError`` for a name that is no door, or one listed twice."""
+    if doors is None:
+        return dict(enabled)
+    for name in doors:
+        if name not in CHAT_DOORS:
+            raise ValueError(f"doors: {name!r} is no door (the doors are {', '.join(CHAT_DOORS)})")
+    if len(set(doors)) != len(doors):
+        raise ValueError("doors: a door is listed twice")
+    return {name: name in doors for name in CHAT_DOORS}
+
+
 class UserMap(Section):
     """A person in chat, and whose notes they may query."""
 
@@ -26,6 +43,11 @@ class UserMap(Section):
     digest: str | None = Field(default=None, description="a digest of the notes in a private chat: 'weekly mon 09:00' "
                                                          "or 'daily 08:30' (each person may change it with /digest)")
     timezone: str = Field(default="UTC", description="the person's IANA time zone (Asia/Shanghai): digests' times")
+
+    def ids_on(self, platform: str) -> list[int]:
+        """The person's ids on a chat door (``telegram``, ``discord``): ``<platform>_ids``; none on
+        a door this entry has no ids for."""
+        return list(getattr(self, f"{platform}_ids", None) or ()) if platform.isidentifier() else []
 
     @model_validator(mode="after")
     def _one_user(self) -> "UserMap":
