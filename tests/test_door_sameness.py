@@ -11,6 +11,7 @@ through the real bot in the real daemon against its fake platform:
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -107,3 +108,40 @@ def test_discord_splits_a_long_gaps_list_over_several_messages(world):
         assert [m for m in shown if m.buttons()] == [shown[-1]] and len(shown[-1].buttons()) == 6
 
     dc.run(world.settings(), fake, scenario)
+
+
+# --- /web: the web chat's one-time link, to the person alone, shown as a link ----------------------------
+
+def _web(settings):
+    """``settings`` with the API's listener on a free port, and the web chat's address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return settings.model_copy(update={"api": settings.api.model_copy(
+        update={"listen": f"127.0.0.1:{port}", "web_url": "https://notes.example.com"})})
+
+
+def test_telegram_web_in_a_group_sends_the_link_privately_as_a_link(tg_world):
+    make, tg, _, _ = tg_world
+
+    async def scenario(daemon):
+        before = {c: len(tg.sent_to(c)) for c in (tc.OWNER, tc.GROUP)}
+        tg.say(tc.OWNER, "/web", chat_id=tc.GROUP, chat_type="supergroup")
+        [private] = await until(lambda: tg.sent_to(tc.OWNER)[before[tc.OWNER]:], what="the link in private")
+        await until(lambda: [m for m in tg.sent_to(tc.GROUP)[before[tc.GROUP]:] if "私信" in m["text"]],
+                    what="the group told it went privately")
+        assert '<a href="https://notes.example.com/chat#code=' in private["text"], private["text"]
+        assert not [m for m in tg.sent_to(tc.GROUP)[before[tc.GROUP]:] if "#code=" in m["text"]]
+
+    tg_run(_web(make()), tg, scenario)
+
+
+def test_discord_web_sends_the_link_to_the_person_alone_as_a_link(world):
+    fake = world.fake
+
+    async def scenario(daemon):
+        it, text = await dc.command(fake, dc.ONE, "web")
+        assert "<https://notes.example.com/chat#code=" in text, text
+        assert not any(m.public for m in it.messages()), it.messages()  # only the asker sees a key
+
+    dc.run(_web(world.settings()), fake, scenario)

@@ -61,6 +61,7 @@ _ASK = """/ask 问题 — 提问（私聊里直接发问题就行）ask (in a pr
 /search 关键词 — 只列出相关笔记 search: matching notes only
 /reset — 忘掉这段对话 forget this conversation
 /why — 上一个回答是怎么来的 why the last answer
+/web — 在浏览器里聊天的一次性链接（私发给你）a one-time link to chat in a browser (sent to you alone)
 /status — 同步状态 sync status
 /sync — 立即同步（管理员）sync now (admins)"""
 _INTO = {
@@ -123,6 +124,7 @@ COMMANDS = [
     ("search", "搜索笔记 / search your notes"),
     ("reset", "重新开始对话 / forget this conversation"),
     ("why", "上一个回答的依据 / why the last answer"),
+    ("web", "在浏览器里聊天 / chat in a browser"),
     ("status", "同步状态 / sync status"),
     ("sync", "立即同步（管理员）/ sync now (admins)"),
     ("note", "记一条笔记 / capture a note"),

@@ -21,6 +21,7 @@ import discord
 from discord import app_commands
 
 from bot.chat.texts import SORRY
+from bot.chat.web import web_link
 from bot.plain import discord_text, messages, own_links
 from bot.render import DISCORD_CONTENT
 from bot.session import Button, Reply, Session
@@ -182,8 +183,9 @@ class DiscordBot:
     # --- saying -----------------------------------------------------------------------------
 
     def own(self, token: str) -> bool:
-        """A token shown as a link: an address of this install's notes."""
-        return own_links(self.host.settings.leanote.base_url)(token)
+        """A token shown as a link: an address of this install's notes, or the person's web chat
+        link (``/web``)."""
+        return own_links(self.host.settings.leanote.base_url)(token) or web_link(self.parts)(token)
 
     def markdown(self, text: str) -> list[str]:
         """Plain text as the Discord messages it takes, by the door's rule (``bot.plain``)."""

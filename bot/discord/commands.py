@@ -1,5 +1,5 @@
 """The Discord slash commands that are neither a question nor a capture: ``/search``,
-``/reset``, ``/status``, ``/sync`` (admins), ``/why``, the memory's ``/about``, ``/related``,
+``/reset``, ``/status``, ``/sync`` (admins), ``/why``, ``/web``, the memory's ``/about``, ``/related``,
 ``/reject``, ``/confirm`` (each fact or pair with 👍 confirm / 👎 reject buttons), and the
 knowledge gaps' ``/gaps`` (✍️ write / ✖ dismiss under each), ``/forget``, ``/digest``. Each asks the
 person's session (``bot.session``); every reply is ephemeral: only the asker sees it (and so only

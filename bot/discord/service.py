@@ -96,6 +96,10 @@ def _register(bot: DiscordBot) -> None:
     async def why(interaction: discord.Interaction) -> None:
         await commands.run(bot, interaction, "why")
 
+    @bot.tree.command(name="web", description="在浏览器里聊天 / chat in a browser (a one-time link, to you alone)")
+    async def web(interaction: discord.Interaction) -> None:
+        await commands.run(bot, interaction, "web")
+
     @bot.tree.command(name="about", description="记忆里关于它的事实和笔记 / what the memory knows about a name")
     @app_commands.describe(name="一个项目、术语或标签 / a project, a term or a tag, as your notes write it")
     async def about(interaction: discord.Interaction, name: str) -> None:

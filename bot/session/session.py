@@ -42,6 +42,7 @@ from bot.chat.texts import (ABOUT_USAGE, FRESH_START, RELATED_USAGE, SYNCING, ab
                             memory_unavailable_text, notes_root, related_text, sources_first, status_reply,
                             sync_text, trace_text, verdict_reply, hits_text, with_notice)
 from bot.chat.unasked import ASK_ANYWAY_DISCORD, ASK_ANYWAY_TELEGRAM
+from bot.chat.web import web_reply
 from bot.chat.unasked import not_a_question as not_a_question_text
 from bot.session.capturing import Capturing
 from bot.session.presses import Pressing
@@ -267,6 +268,13 @@ class Session(Capturing, Pressing):
         if isinstance(person, Reply):
             return person
         return Reply(trace_text(asking.why(self.parts, person)), private=True)
+
+    async def web(self) -> Reply:
+        """``/web``: a one-time link to the web chat (``bot.chat.web``), told privately: it is a key."""
+        person = self.who()
+        if isinstance(person, Reply):
+            return person
+        return Reply(await web_reply(self.parts, person), private=True)
 
     async def reset(self) -> Reply:
         person = self.who()

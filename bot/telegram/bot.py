@@ -23,6 +23,7 @@ from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
 from bot.chat.texts import INTERRUPTED, SORRY, commands
+from bot.chat.web import web_link
 from bot.plain import messages, own_links, telegram_text
 from bot.render import TELEGRAM_LIMIT
 from bot.session import Button, Reply, Session
@@ -182,12 +183,13 @@ class TelegramBot:
     # --- replying ---------------------------------------------------------------------------
 
     def own(self, token: str) -> bool:
-        """A token shown as it is: an address of this install's notes, or the bot's own @name."""
+        """A token shown as it is: an address of this install's notes, the bot's own @name, or
+        the person's web chat link (``/web``)."""
         try:
             name = (f"@{self.app.bot.username}",)
         except RuntimeError:  # (not connected yet)
             name = ()
-        return own_links(self.host.settings.leanote.base_url, name)(token)
+        return own_links(self.host.settings.leanote.base_url, name)(token) or web_link(self.parts)(token)
 
     def html(self, text: str) -> list[str]:
         """Plain text as the Telegram HTML messages it takes, by the door's rule (``bot.plain``)."""

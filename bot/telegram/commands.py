@@ -1,5 +1,5 @@
 """The Telegram commands that are neither a question nor a capture: ``/help``, ``/search``,
-``/reset``, ``/why``, ``/status``, ``/sync``, the memory's ``/about``, ``/related``, ``/reject``,
+``/reset``, ``/why``, ``/web``, ``/status``, ``/sync``, the memory's ``/about``, ``/related``, ``/reject``,
 ``/confirm``, and the knowledge gaps' ``/gaps``, ``/forget``, ``/digest``. Each asks the person's
 session (``bot.session``) and shows what it says: ``/why``, ``/status`` and ``/gaps`` asked in a
 group in the person's private chat; the memory's replies where asked (like ``/search``), each fact
@@ -54,6 +54,10 @@ async def on_reset(tg: TelegramBot, update: Update, context: ContextTypes.DEFAUL
 
 async def on_why(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     await _run(tg, update, "why")
+
+
+async def on_web(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _run(tg, update, "web")
 
 
 async def on_status(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

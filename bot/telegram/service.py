@@ -41,6 +41,7 @@ def build(host, token: str) -> TelegramBot:
     a.add_handler(CommandHandler("status", on(commands.on_status)))
     a.add_handler(CommandHandler("sync", on(commands.on_sync)))
     a.add_handler(CommandHandler("why", on(commands.on_why)))
+    a.add_handler(CommandHandler("web", on(commands.on_web)))
     a.add_handler(CommandHandler("note", on(capturing.on_note)))
     a.add_handler(CommandHandler("append", on(capturing.on_append)))
     a.add_handler(CommandHandler("remember", on(capturing.on_remember)))
