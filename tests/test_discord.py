@@ -199,7 +199,7 @@ def test_errors_are_ephemeral_and_commands_work(world):
 
 
 def test_commands_are_registered_for_the_tree():
-    names = {"ask", "search", "reset", "status", "sync", "why", "help", "about", "related", "reject", "confirm", "gaps",
+    names = {"ask", "search", "reset", "status", "sync", "why", "web", "help", "about", "related", "reject", "confirm", "gaps",
              "digest", "forget"}
     settings = make_settings(__import__("pathlib").Path("/tmp"))
     host = SimpleNamespace(settings=settings, parts=None)

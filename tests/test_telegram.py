@@ -87,7 +87,7 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         times = [t for t, _ in message["edits"]]
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))  # paced
         assert tg.method_calls("sendChatAction")  # typing…
-        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "status", "sync", "note", "append",
+        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "web", "status", "sync", "note", "append",
                                                   "remember", "save", "outbox", "about", "related", "reject",
                                                   "confirm", "gaps", "digest", "forget", "help"]
 
