@@ -30,12 +30,14 @@ SAFE = ("GET", "HEAD", "OPTIONS")
 class Caller:
     """Who is asking: the local socket's user (everything), a TCP token's scope, or a web chat
     session's; ``name``: the token's (``api.tokens[].name``); ``key``: the person when not the
-    token's ``api:<name>`` (a session a bot's link opened: ``telegram:111``)."""
+    token's ``api:<name>`` (a session a bot's link opened: ``telegram:111``); ``web``: a web chat
+    session's (a cookie): what the person does goes through their chat session (``bot.api.chatdoor``)."""
 
     name: str
     users: frozenset[str] | None  # None: every user
     admin: bool
     key: str = ""
+    web: bool = False
 
     @property
     def person(self) -> str:
@@ -100,12 +102,12 @@ class TokenAuth:
             for token, entry in self.entries:
                 if f"api:{entry.name}" == signed.person and hmac.compare_digest(
                         signin.hashed(token.decode()).encode(), signed.proof.encode()):
-                    return Caller(entry.name, frozenset(self._leanote_user(u) for u in entry.users), False)
+                    return Caller(entry.name, frozenset(self._leanote_user(u) for u in entry.users), False, web=True)
             raise HTTPException(401, "the token this sign-in was made with is no longer accepted: sign in again")
         person = signin.person_of(parts, signed)
         if person is None:
             raise HTTPException(401, "you may no longer use this service (users: in the config)")
-        return Caller(signed.person, frozenset({person.user_id}), False, signed.person)
+        return Caller(signed.person, frozenset({person.user_id}), False, signed.person, web=True)
 
     def _leanote_user(self, name: str) -> str:
         parts = self.daemon.parts

@@ -23,7 +23,9 @@ listener only, with its sign-in (``bot.api.web``).
 
 Who calls (``bot.api.access``): the local socket's user may do everything; a TCP token may
 query only its ``users`` and, unless ``admin``, cannot start syncs or see other accounts;
-``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). Answers are shared
+``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). A web chat session's
+(a cookie's) ``/ask``, ``/why``, answer buttons, gap acts and ``/note`` go through the person's chat
+session instead (``bot.api.chatdoor``: its limits, message cut and refusals). Answers are shared
 out fairly between callers (``rag.answer.fair``).
 
 Errors are JSON ``{"error", "kind"}``, every one (``Error`` in the OpenAPI description): 400
@@ -57,7 +59,7 @@ from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserErr
 from rag.index.retrieve import RETRIEVERS
 from rag.memory import explore
 
-from bot.api import web
+from bot.api import chatdoor as chat, web
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
 from bot.chat.texts import NO_TRACE_KEPT, not_saved_text, trace_text
 from bot.render import NoteLinks, file_place, notes_root, web_html
@@ -116,6 +118,8 @@ def _event(**fields) -> bytes:
 
 
 def _error_body(err: Exception) -> tuple[int, dict]:
+    if isinstance(err, chat.Refused):  # the web chat's session said no
+        return err.status, {"error": str(err), "kind": err.kind}
     if isinstance(err, TooLarge):
         return 413, {"error": str(err), "kind": "user"}
     if isinstance(err, UserError):
@@ -313,6 +317,9 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.post("/ask", summary="an answer from the notes, streamed as NDJSON events",
               response_class=StreamingResponse, responses={200: {"content": {NDJSON: {}}}})
     async def ask(body: AskIn, who: Caller = Depends(caller)) -> StreamingResponse:
+        if who.web:  # the web chat: through the person's session (its limits, its message cut)
+            started = await chat.ask(parts(), who, body.question, body.conversation, body.user)
+            return StreamingResponse(_answer_events(parts(), None, body.question, started=started), media_type=NDJSON)
         question = small(body.question, "the question")
         counted(who)
         asker = await person(who, body.user, body.conversation)
@@ -331,12 +338,16 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
 
     @app.get("/why", summary="why the last answer in the caller's conversation is what it is (the bots' /why)")
     async def why_last(conversation: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.why(parts(), who, small(conversation, "the conversation"), user)
         why = asking.why(parts(), await person(who, user, small(conversation, "the conversation")))
         return {"question": None, "rows": [], "candidates": [], "timings_ms": {}, "text": trace_text(why),
                 **(why.as_json() if why is not None else {})}
 
     @app.get("/answers/{answer_id}/why", summary="why one of the caller's kept answers is what it is (its trace)")
     async def why_answer(answer_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.answer_button(parts(), who, "why", small(answer_id, "the id"), user)
         asker, record = await kept_answer(who, user, answer_id)
         why = answers_case.why(asker, record)
         body = why.as_json() if why is not None else {"question": record.question, "rows": [], "candidates": [],
@@ -348,6 +359,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     async def rate_answer(answer_id: str, body: RatingIn, who: Caller = Depends(caller)) -> dict:
         if body.verdict not in ("up", "down"):
             raise UserError(f"verdict must be 'up' or 'down', not {limits.echoed(body.verdict)!r}")
+        if who.web:
+            return await chat.answer_button(parts(), who, body.verdict, small(answer_id, "the id"), body.user)
         asker, record = await kept_answer(who, body.user, answer_id)
         done = await asyncio.to_thread(answers_case.rate, parts(), asker, record, body.verdict)
         return {"answer_id": done.id, "verdict": done.verdict}
@@ -355,6 +368,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.post("/answers/{answer_id}/save", summary="save one of the caller's answers as a note (once, however "
                                                    "often asked)")
     async def save_answer(answer_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.answer_button(parts(), who, "save", small(answer_id, "the id"), user)
         asker, record = await kept_answer(who, user, answer_id)
         house = parts()
         blocked = await answers_case.save_blocked(house, asker, record)
@@ -394,11 +409,15 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
 
     @app.post("/gaps/{gap_id}/dismiss", summary="dismiss one of the caller's gaps")
     async def gaps_dismiss(gap_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.gap(parts(), who, small(gap_id, "the gap id"), None, user)
         asker = await person(who, user)
         return (await asyncio.to_thread(gaps_case.dismiss, parts(), asker, small(gap_id, "the gap id"))).as_json()
 
     @app.post("/gaps/{gap_id}/note", summary="write the note for one of the caller's gaps (titled by its question)")
     async def gaps_note(gap_id: str, body: NoteIn, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.gap(parts(), who, small(gap_id, "the gap id"), body.text, body.user)
         asker = await person(who, body.user)
         house = parts()
         draft = await asyncio.to_thread(gaps_case.draft_for, house, asker, small(gap_id, "the gap id"), "api")
@@ -407,6 +426,9 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
 
     @app.post("/note", summary="capture a note into the caller's notes (Leanote, or the notes folder), written once")
     async def note(body: CaptureIn, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            once = small(body.once, "the once id") if body.once else None
+            return await chat.note(parts(), who, body.text, body.title, once, body.user)
         asker = await person(who, body.user)
         once = capture_case.note_once(small(body.once, "the once id") if body.once else "")
         return asdict(await capture_case.note(parts(), asker, body.text, title=body.title or "", once=once))
@@ -505,12 +527,18 @@ def _log_failure(task: asyncio.Task) -> None:
         log.error("a sync started through the API failed", exc_info=task.exception())
 
 
-async def _answer_events(parts, person: Person, question: str, keep: bool = False) -> AsyncIterator[bytes]:
-    queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.create_task(asking.ask(parts, person, question, keep=keep,
-                                          on_token=lambda text: queue.put_nowait(("token", text)),
-                                          on_sources=lambda found: queue.put_nowait(("sources", found))))
-    task.add_done_callback(lambda _: queue.put_nowait(None))
+async def _answer_events(parts, person: Person | None, question: str, keep: bool = False,
+                         started: tuple | None = None) -> AsyncIterator[bytes]:
+    """The answer's events; ``started``: a chat session's ask under way (``chatdoor.ask``: its
+    task, whose result is an ``AnswerView``, and the queue of its events), its notices sent too."""
+    if started is None:
+        queue: asyncio.Queue = asyncio.Queue()
+        task = asyncio.create_task(asking.ask(parts, person, question, keep=keep,
+                                              on_token=lambda text: queue.put_nowait(("token", text)),
+                                              on_sources=lambda found: queue.put_nowait(("sources", found))))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+    else:
+        task, queue = started
     try:
         while (item := await queue.get()) is not None:
             kind, value = item
@@ -519,6 +547,7 @@ async def _answer_events(parts, person: Person, question: str, keep: bool = Fals
             else:
                 yield _event(event="token", text=value)
         asked = task.result()
+        view, asked = (asked, asked.asked) if started is not None else (None, asked)
         answer = asked.answer
     except Exception as err:  # the stream has started: the error is an event
         if not isinstance(err, LeanoteRagError):
@@ -532,7 +561,8 @@ async def _answer_events(parts, person: Person, question: str, keep: bool = Fals
     root = notes_root(parts.settings)  # a note file is named by its path in the notes folder (``places``)
     places = {c.url: file_place(c.url, root) for c in (*answer.citations, *answer.closest) if file_place(c.url, root)}
     yield _event(event="answer", answer=answer.as_json(with_trace=True), answer_id=asked.answer_id,
-                 html=web_html(answer.shown, NoteLinks(answer.citations)), places=places)
+                 html=web_html(answer.shown, NoteLinks(answer.citations)), places=places,
+                 **({"notices": view.notices} if view is not None else {}))
 
 
 async def _sync_events(parts, person: Person, body: SyncIn) -> AsyncIterator[bytes]:

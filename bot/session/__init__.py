@@ -10,9 +10,10 @@
 - ``doors``: what a door does that is no one person's: the "tell this person" port, the messages
   a restart interrupted, what the door offers here.
 
-A door (``bot.telegram``, ``bot.discord``) parses what its platform sends, makes a ``Session``
-and formats what comes back; it imports nothing of the core past this package and the views
-(``bot.chat``, ``bot.render``, ``bot.plain``): ``tests/test_architecture.py`` checks it.
+A door (``bot.telegram``, ``bot.discord``, the web chat's ``bot.api.chatdoor``) parses what it is
+sent, makes a ``Session`` and formats what comes back; it imports nothing of the core past this
+package and the views (``bot.chat``, ``bot.render``, ``bot.plain``): ``tests/test_architecture.py``
+checks it.
 """
 
 from bot.session.session import Session

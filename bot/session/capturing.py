@@ -51,10 +51,12 @@ class Capturing:
         return None
 
     async def note(self, text: str, *, origin: Origin | None = None, files: list[Attachment] = (),
-                   quote: Quote | None = None, once: str = "", on_wait: Waiting = None, ready: Ready = None) -> Reply:
+                   quote: Quote | None = None, once: str = "", on_wait: Waiting = None, ready: Ready = None,
+                   title: str = "") -> Reply:
         """A new note: the person's ``text``, someone else's ``quote``, where it came from
-        (``origin``), ``files`` attached (a photo's text and a clip's words read first). Where the
-        note begun with ✍️ takes the next /note (``drafts_by`` "note"), a note of text alone is it."""
+        (``origin``), ``files`` attached (a photo's text and a clip's words read first), its
+        ``title`` when not the text's first line. Where the note begun with ✍️ takes the next /note
+        (``drafts_by`` "note"), a note of text alone (untitled) is it."""
         why = self.may_capture(files=bool(files))
         if why:
             return why
@@ -62,16 +64,18 @@ class Capturing:
         if ready is not None:
             await ready()
         draft = None
-        if self.drafts_by == "note" and not files and origin is None:
+        if self.drafts_by == "note" and not files and origin is None and not title:
             draft = await asyncio.to_thread(gaps.take_draft, self.parts, person, self.draft_place)
         if draft is not None:
             receipt = await gaps.write_draft(self.parts, person, draft, text or "", once=once)
             if receipt.status == "refused":  # said with it: the draft is over (✍️ again to retry)
                 receipt = replace(receipt, message=not_written_text(draft, receipt.message))
+        elif title:
+            receipt = await capture.note(self.parts, person, text or "", title=title, once=once)
         else:
             receipt = await media_case.note(self.parts, person, text or "", origin=origin, files=list(files),
                                             quote=quote, once=once, on_wait=on_wait)
-        return Reply(receipt.message)
+        return Reply(receipt.message, receipt=receipt)
 
     async def append(self, text: str, once: str = "", ready: Ready = None) -> Reply:
         """More text at the end of the person's last capture."""

@@ -103,7 +103,8 @@ class Pressing:
             return Reply(text, refused="" if why_not.why == "saved" else why_not.why, how=how, private=True)
 
         async def save() -> Reply:
-            return Reply((await answers.save_answer(self.parts, person, record)).message, private=True)
+            receipt = await answers.save_answer(self.parts, person, record)
+            return Reply(receipt.message, private=True, receipt=receipt)
 
         return Reply(PRESSED["saving"], how="brief", then=save)
 

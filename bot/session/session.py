@@ -22,22 +22,29 @@ Every method that does work is ``async`` and returns a dataclass; none raises fo
 a placeholder, a deferred response). The methods: ``ask``, ``message`` (a text sent where every
 message is for the bot), ``search``, ``about``, ``related``, ``why``, ``reset``, ``status``,
 ``sync``, ``verdict``, ``gaps``, ``forget``, ``digest``, ``command`` (before any command: a waiting
-draft), ``press`` (``bot.session.presses``), and the capture and media ones
-(``bot.session.capturing``).
+draft), ``gap_note`` and ``dismiss`` (a gap's note given with it, ✖: the web chat), ``press``
+(``bot.session.presses``), and the capture and media ones (``bot.session.capturing``).
+
+The web chat (``bot.api.chatdoor``) is a door too: a browser signed in as ``telegram:111`` gets
+``Session(parts, "telegram", 111, "web-<tab>", admin=False)``: that person, their limits and
+answers, never an admin through a cookie; ``user`` says whose notes for a token's holder who may
+ask several users'.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+from rag.answer.gaps import GapDone, UnknownGap
 from rag.answer.intent import not_a_question
 from rag.digest_plan import USAGE, plan_text
 from rag.errors import UserError
 from rag.language import label
 
 from bot.chat.digest import plan_reply
-from bot.chat.gaps import GapsReply, confirm_text, ended_text, forgot_text, gaps_text, not_written_text
+from bot.chat.gaps import DISMISSED, GapsReply, confirm_text, ended_text, forgot_text, gaps_text, not_written_text
 from bot.chat.texts import (ABOUT_USAGE, FRESH_START, RELATED_USAGE, SYNCING, about_text, cut_message,
                             memory_unavailable_text, notes_root, related_text, sources_first, status_reply,
                             sync_text, trace_text, verdict_reply, hits_text, with_notice)
@@ -61,11 +68,14 @@ ASK_ANYWAY = {"discord": ASK_ANYWAY_DISCORD}  # how a message that asks nothing 
 
 
 class Session(Capturing, Pressing):
-    def __init__(self, parts: "Parts", platform: str, user_id: int | str, place: int | str | None = None):
+    def __init__(self, parts: "Parts", platform: str, user_id: int | str, place: int | str | None = None, *,
+                 user: str | None = None, admin: bool = True):
         self.parts = parts
         self.platform = platform
         self.user_id = user_id
         self.place = place
+        self.user = user  # whose notes, for a token's holder who may ask several users' (the web chat's choice)
+        self.admin = admin  # False: never an admin through this door (a browser's cookie), whatever the config says
         self.key = person_key(platform, user_id)
         self.drafts_by = DRAFTS_BY.get(platform, "message")
         self._who: Person | Reply | None = None
@@ -80,9 +90,9 @@ class Session(Capturing, Pressing):
         """The person, with their conversation in this place; else the refusal to say (a stranger's
         is ``quiet`` when they were refused a short while ago). Asked once per session."""
         if self._who is None:
-            found = person_for(self.parts, self.platform, self.user_id, self.place)
+            found = person_for(self.parts, self.platform, self.user_id, self.place, self.user)
             if isinstance(found, Person):
-                self._who = found
+                self._who = found if self.admin else replace(found, admin=False)
             elif found is None:
                 quiet = not self.notice_once(("stranger", self.platform, self.user_id))
                 self._who = refusal("stranger", stranger(self.platform, self.user_id), "message", quiet=quiet)
@@ -96,9 +106,9 @@ class Session(Capturing, Pressing):
 
     def presser(self) -> Person | Reply:
         """Who pressed a button, as the config says now (a stranger is always told their id)."""
-        found = person_for(self.parts, self.platform, self.user_id)
+        found = person_for(self.parts, self.platform, self.user_id, user=self.user)
         if isinstance(found, Person):
-            return found
+            return found if self.admin else replace(found, admin=False)
         return refusal(found or "stranger", REFUSALS[found] if found else stranger(self.platform, self.user_id))
 
     def notice_once(self, key: tuple) -> bool:
@@ -316,6 +326,31 @@ class Session(Capturing, Pressing):
         rows = [[Button(f"gap:{act}:{gap_id}", act, n) for act in ("w", "x") if can_write or act != "w"]
                 for n, gap_id in reply.items]
         return Reply(reply.text, rows, private=True)
+
+    async def gap_note(self, gap_id: str, text: str, once: str = "") -> Reply:
+        """The note for one of the person's gaps, its text given with it (a door where ✍️ comes with
+        the words: the web chat); its ``receipt``. Another's gap, or one done: refused, nothing written."""
+        why = self.may_capture()
+        if why:
+            return why
+        person = self.who()
+        try:
+            draft = await asyncio.to_thread(gaps.draft_for, self.parts, person, gap_id, self.draft_place)
+        except (UnknownGap, GapDone) as err:
+            return refusal("unknown_gap" if isinstance(err, UnknownGap) else "gap_done", str(err), "message")
+        receipt = await gaps.write_draft(self.parts, person, draft, text, once=once)
+        return Reply(receipt.message, receipt=receipt)
+
+    async def dismiss(self, gap_id: str) -> Reply:
+        """✖ one of the person's gaps (``press("gap:x:<id>")`` with the use case's words on a refusal)."""
+        person = self.who()
+        if isinstance(person, Reply):
+            return person
+        try:
+            gap = await asyncio.to_thread(gaps.dismiss, self.parts, person, gap_id)
+        except (UnknownGap, GapDone) as err:
+            return refusal("unknown_gap" if isinstance(err, UnknownGap) else "gap_done", str(err), "message")
+        return Reply(DISMISSED.format(q=gap.question), how="brief")
 
     async def forget(self) -> Reply:
         person = self.who()

@@ -46,7 +46,8 @@ class Reply:
     may say nothing; a door that must answer says it). ``then``: work that follows, whose reply
     comes after this one (the door shows this one first: "Saving…", "Syncing…"). ``ask``: a
     question the person wants answered now (❓ under a question typed while a draft waited).
-    ``unbutton``: the pressed message's buttons go ("*": all of them; else those for that item)."""
+    ``unbutton``: the pressed message's buttons go ("*": all of them; else those for that item).
+    ``receipt``: what became of a capture (``rag.capture.Receipt``), for a door that shows it as such."""
 
     text: str
     buttons: list[list[Button]] = field(default_factory=list)
@@ -58,6 +59,7 @@ class Reply:
     ask: str = ""
     unbutton: str = ""
     quote: bool = False  # (a chat) shown as a reply quoting the person's message
+    receipt: object = None  # a capture's receipt (its status, the note's address), when the reply is one
 
 
 def refusal(reason: str, text: str, how: str = "alert", **more) -> Reply:

@@ -217,7 +217,7 @@ function shown(event, box, reading, stream, question) {
     const places = event.places || {};
     box.classList.remove("streaming");
     box.replaceChildren(...[answerHtml(event.html),
-      a.notice ? el("p", { class: "notice" }, a.notice) : null,
+      ...(event.notices || [a.notice]).filter(Boolean).map((n) => el("p", { class: "notice" }, n)),
       a.citations.length ? sourceList(a.citations, "Sources / 来源", places)
         : sourceList(a.closest, "Closest notes / 最接近的笔记", places),
       event.answer_id ? buttons(event.answer_id, a, question) : null].filter(Boolean)); // (null would show as text)
