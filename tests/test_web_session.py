@@ -101,6 +101,9 @@ def test_one_person_at_two_doors_shares_their_rate_limit_and_their_answers(setti
         # three questions this minute, two of them on the web: the fourth is refused at either door
         status, events = await web_ask(http, csrf, "番茄炒蛋怎么做")
         assert status == 429 and events[0]["kind"] == "unavailable" and "3 questions a minute" in events[0]["error"], events
+        again = await http.post("/ask", json={"question": "番茄炒蛋怎么做", "conversation": "tab1"},
+                                headers={"X-CSRF-Token": csrf})
+        assert again.status_code == 429 and 1 <= int(again.headers["retry-after"]) <= 60, again.headers
         assert (await Session(parts, "telegram", FRIEND, CHAT).ask("周末徒步")).refused == "slow_down"
         # the browser's session of an admin is no admin, and another's gap stays theirs
         theirs, _ = parts.gaps.add(f"telegram:{OTHER}", "local", "not yours", "not yours", [0.0, 1.0], "refused")

@@ -222,7 +222,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.exception_handler(LeanoteRagError)
     async def _ours(request: Request, err: LeanoteRagError):
         status, body = _error_body(err)
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=status, headers=getattr(err, "headers", None) or None)
 
     @app.exception_handler(StarletteHTTPException)  # ours, and the router's (no such path, method)
     async def _http(request: Request, err: StarletteHTTPException):

@@ -39,9 +39,10 @@ STATUS = {  # a refusal's reason code -> the HTTP status it is answered with (el
 class Refused(LeanoteRagError):
     """A refusal of the session, as the API answers it: ``status`` and ``kind`` (``{error, kind}``)."""
 
-    def __init__(self, status: int, text: str):
+    def __init__(self, status: int, text: str, wait: float = 0.0):
         super().__init__(text)
         self.status = status
+        self.headers = {"Retry-After": str(max(1, round(wait)))} if status == 429 and wait else {}
         self.kind = ("auth" if status in (401, 403) else "unavailable" if status in (429, 503)
                      else "internal" if status >= 500 else "user")
 
@@ -60,7 +61,7 @@ def done(reply: Reply) -> Reply:
     """``reply``, unless it is a refusal the API answers as an error (raised)."""
     status = STATUS.get(reply.refused)
     if status is not None:
-        raise Refused(status, reply.text)
+        raise Refused(status, reply.text, reply.wait)
     return reply
 
 

@@ -118,7 +118,8 @@ class Session(Capturing, Pressing):
     def may_ask(self) -> Reply | None:
         """Counts a question against the person's ``bots.rate_limit``: None, or the refusal."""
         wait = self.parts.rates.wait(self.key)
-        return refusal("slow_down", slow_down(self.settings.bots.rate_limit, wait), "message") if wait else None
+        return refusal("slow_down", slow_down(self.settings.bots.rate_limit, wait), "message", wait=wait) if wait \
+            else None
 
     def once(self, message: int | str, where: int | str | None = None) -> str:
         """What a capture comes from (``<platform>:<place>:<message>``): the same message again makes

@@ -60,6 +60,7 @@ class Reply:
     unbutton: str = ""
     quote: bool = False  # (a chat) shown as a reply quoting the person's message
     receipt: object = None  # a capture's receipt (its status, the note's address), when the reply is one
+    wait: float = 0.0  # (a "slow_down" refusal) seconds until the person may ask again
 
 
 def refusal(reason: str, text: str, how: str = "alert", **more) -> Reply:
