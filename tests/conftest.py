@@ -420,3 +420,25 @@ def _chinese(n: int) -> str:
     if n < 10:
         return digits[n]
     return ("" if n < 20 else digits[n // 10]) + "十" + (digits[n % 10] if n % 10 else "")
+
+
+def run_over_tcp(settings, scenario, page: bool = False) -> None:
+    """A daemon with no chat door, its first pass done, and ``scenario(daemon, http)`` run with an
+    HTTP client to its TCP listener (``api.listen``); ``page``: the client sends the listener's own
+    ``Origin``, as the web chat's page does."""
+    from bot.serve import Daemon
+
+    async def main():
+        daemon = Daemon(settings, services=[])
+        task = asyncio.create_task(daemon.run())
+        url = f"http://{settings.api.listen}"
+        http = httpx.AsyncClient(base_url=url, timeout=60, limits=ONE_SHOT, headers={"Origin": url} if page else None)
+        try:
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
+            await within(scenario(daemon, http), "the scenario", SCENARIO)
+        finally:
+            await http.aclose()
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())

@@ -7,18 +7,14 @@ answer: it is not found, as one never kept. The real daemon in this process, its
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
-from bot.api.client import ONE_SHOT
-from bot.serve import Daemon
 
-from conftest import SCENARIO, free_port, make_settings, within
+from conftest import free_port, make_settings, run_over_tcp
 from fakes.ollama import FakeOllama
 
 pytestmark = pytest.mark.slow  # a real daemon: a first pass over the sample notes
@@ -44,19 +40,7 @@ def world(tmp_path, notes_dir, monkeypatch):
 
 
 def run(settings, scenario):
-    async def main():
-        daemon = Daemon(settings, services=[])
-        task = asyncio.create_task(daemon.run())
-        http = httpx.AsyncClient(base_url=f"http://{settings.api.listen}", timeout=60, limits=ONE_SHOT)
-        try:
-            await within(daemon.wait_for_pass(0), "the daemon's first pass")
-            await within(scenario(daemon, http), "the scenario", SCENARIO)
-        finally:
-            await http.aclose()
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=30)
-
-    asyncio.run(main())
+    run_over_tcp(settings, scenario)
 
 
 def as_(token: str) -> dict:

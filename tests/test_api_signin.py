@@ -7,7 +7,6 @@ its API on 127.0.0.1."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 
@@ -15,11 +14,10 @@ import httpx
 import pytest
 
 from bot.api.client import ONE_SHOT
-from bot.serve import Daemon
 from bot.usecases import signin
 from bot.usecases.people import Person
 
-from conftest import SCENARIO, free_port, make_settings, within
+from conftest import free_port, make_settings, run_over_tcp
 
 pytestmark = pytest.mark.slow  # a real daemon: a first pass over the sample notes
 
@@ -41,20 +39,7 @@ def settings(tmp_path, notes_dir, monkeypatch):
 
 
 def run(settings, scenario):
-    async def main():
-        daemon = Daemon(settings, services=[])
-        task = asyncio.create_task(daemon.run())
-        url = f"http://{settings.api.listen}"
-        http = httpx.AsyncClient(base_url=url, timeout=60, limits=ONE_SHOT, headers={"Origin": url})
-        try:
-            await within(daemon.wait_for_pass(0), "the daemon's first pass")
-            await within(scenario(daemon, http), "the scenario", SCENARIO)
-        finally:
-            await http.aclose()
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=30)
-
-    asyncio.run(main())
+    run_over_tcp(settings, scenario, page=True)
 
 
 def cookie_of(reply: httpx.Response) -> str:

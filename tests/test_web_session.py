@@ -7,7 +7,6 @@ daemon in this process, its API on 127.0.0.1; answers without an LLM (the passag
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -16,12 +15,11 @@ import httpx
 import pytest
 
 from bot.api.client import ONE_SHOT
-from bot.serve import Daemon
 from bot.session import Reply, Session
 from bot.usecases import signin
 from bot.usecases.people import Person
 
-from conftest import SCENARIO, free_port, make_settings, within
+from conftest import free_port, make_settings, run_over_tcp
 
 pytestmark = pytest.mark.slow  # a real daemon: a first pass over the sample notes
 
@@ -44,20 +42,7 @@ def settings(tmp_path, notes_dir, monkeypatch):
 
 
 def run(settings, scenario):
-    async def main():
-        daemon = Daemon(settings, services=[])
-        task = asyncio.create_task(daemon.run())
-        url = f"http://{settings.api.listen}"
-        http = httpx.AsyncClient(base_url=url, timeout=60, limits=ONE_SHOT, headers={"Origin": url})
-        try:
-            await within(daemon.wait_for_pass(0), "the daemon's first pass")
-            await within(scenario(daemon, http), "the scenario", SCENARIO)
-        finally:
-            await http.aclose()
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=30)
-
-    asyncio.run(main())
+    run_over_tcp(settings, scenario, page=True)
 
 
 async def signed_in(daemon, http, who: int) -> str:
