@@ -125,7 +125,8 @@ def read_reply(text: str) -> dict:
             break
     body, _, listed = text.partition(f"<b>{head}</b>") if head else (text, "", "")
     said = NOTE_QUOTE.sub("", body)  # the note's own words under an answer are not the answer's
-    notes = [plain(m) for m in re.findall(r"^\[\d+\]\s*(.+)$", listed, re.M)]
+    # a folder note is listed as "title — path/in/the/folder.md": the title is what is compared
+    notes = [re.sub(r" — [^—]*\.\w+$", "", plain(m)) for m in re.findall(r"^\[\d+\]\s*(.+)$", listed, re.M)]
     words = plain(said)
     if head in CLOSEST:
         shown = "refusal"
@@ -136,6 +137,13 @@ def read_reply(text: str) -> dict:
     else:
         shown = "other"
     return {"shown": shown, "first_words": words[:80], "notes": notes}
+
+
+def is_right(expected: str | None, got: dict) -> bool:
+    """The note that answers it cited (an answer, or its passages); with no such note, refused."""
+    if not expected:
+        return got["shown"] == "refusal"
+    return got["shown"] in ("answer", "passages") and expected in got["notes"]
 
 
 def finished(msg: dict) -> bool:
@@ -181,9 +189,7 @@ def ask(tg: FakeTelegram, q: dict) -> dict:
     final = edits[-1][0] if edits else placeholder
     text = "\n".join([msg["text"], *(m["text"] for m in more)])
     got = read_reply(text)
-    right = (got["shown"] == "refusal") if not q["note"] else (
-        got["shown"] in ("answer", "passages") and q["note"] in got["notes"])
-    return {**row, **got, "lost": False, "right": right, "placeholder_s": round(placeholder, 2),
+    return {**row, **got, "lost": False, "right": is_right(q["note"], got), "placeholder_s": round(placeholder, 2),
             "sources_s": None if sources is None else round(sources, 2),
             "first_text_s": None if first_text is None else round(first_text, 2), "final_s": round(final, 2),
             "text": text}
@@ -208,7 +214,10 @@ def tables(path: Path) -> int:
     runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
     for name, run in runs.items():
         rows = [{**r, **read_reply(r["text"])} if r.get("text") else r for r in run["rows"]]
-        print(f"## {name}: {run['date']}, load {run['load_before']} → {run['load_after']}\n")
+        rows = [{**r, "right": is_right(r["expected"], r)} if r.get("text") else r for r in rows]
+        right = sum(bool(r.get("right")) for r in rows)
+        print(f"## {name}: {run['date']}, load {run['load_before']} → {run['load_after']}, {right} of {len(rows)} "
+              "right\n")
         print(table(rows) + "\n")
     return 0
 

@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 from bs4 import BeautifulSoup, NavigableString, Tag
 
 from rag.answer import links as note_links
+from rag.index.excerpt import open_fence
 from rag.language import say
 
 from bot.splitting import markdown_parser, split_markdown
@@ -554,3 +555,22 @@ def _discord_words(text: str) -> str:
         last = end
     out.append(discord_escape(text[last:]))
     return "".join(out)
+
+
+def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
+    """The end of a text that streams into one Discord message (its last ``limit`` characters,
+    from a line's start where one is near): a code block it begins inside is opened again, so
+    the code's closing fence does not open one that swallows the rest."""
+    if len(text) <= limit:
+        return text
+    cut, head = len(text) - limit, ""
+    for _ in range(3):
+        line = text.find("\n", cut)
+        if 0 <= line < cut + 200:
+            cut = line + 1
+        opener = open_fence(text, cut)
+        head = "" if opener is None else opener[:200] + "\n"
+        if len(head) + len(text) - cut <= limit:
+            return head + text[cut:]
+        cut = len(text) - limit + len(head)
+    return (head + text[cut:])[-limit:]

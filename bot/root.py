@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rag import llm as llm_mod
 from rag.answer import rerank as rerank_mod
@@ -35,6 +35,7 @@ from rag.index.store import Store, open_store
 from rag.media.media import Media
 from rag.memory.store import MemoryStore
 from rag.memory.store import path_for as memory_path
+from rag.signin import SigninStore
 
 from sync.derived import Derived
 from sync.memory_jobs import MemoryJobs
@@ -47,6 +48,8 @@ from sync.writeback.capture import Capture
 from sync.writeback.outbox import FILE as OUTBOX_FILE
 from sync.writeback.outbox import Outbox
 
+if TYPE_CHECKING:
+    from bot.session.limits import Rates
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +198,11 @@ class Parts:
             return self.outbox
         return None
 
+    @property
+    def signins(self) -> SigninStore:
+        """The web chat's one-time sign-in codes and sessions, hashed (``rag.signin``)."""
+        return self._once("signins", lambda: SigninStore.open_for(self.settings, clock=self.clock))
+
     def account_users(self) -> dict[str, str]:
         """The Leanote user id of each ``leanote_api`` account that has synced, by its email
         (read from the state; {} before the first pass)."""
@@ -257,6 +265,14 @@ class Parts:
         """How each running bot tells one of its people something privately (a gap a note
         answers now, a digest): platform -> ``announce(person, text)`` (``bot.usecases.gaps``)."""
         return self._once("announcers", dict)
+
+    @property
+    def rates(self) -> "Rates":
+        """How often each person asks and is refused in chat (``bot.session.limits``): one count
+        for every door and chat they write from."""
+        from bot.session.limits import Rates
+
+        return self._once("rates", lambda: Rates(lambda: self.settings.bots.rate_limit))
 
     @property
     def unasked(self) -> dict:

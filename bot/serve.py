@@ -49,16 +49,18 @@ from bot.usecases import people, syncing
 
 log = logging.getLogger(__name__)
 
-# The long-running parts beside the sync (the chat bots, the file watcher): called with
+# The long-running parts beside the sync (the chat doors, the file watcher): called with
 # the daemon, they run until it stops. ``services()`` names them.
 Service = Callable[["Daemon"], Awaitable[None]]
 
 
-def services() -> list[Service]:
-    """What ``serve`` runs beside the sync: the chat bots and the file watcher."""
+def services(settings: Settings | None = None) -> list[Service]:
+    """What ``serve`` runs beside the sync: the chat doors the config opens (``doors:``, else each
+    section with ``enabled: true``; without ``settings``, every door, each running when open) and
+    the file watcher."""
     from sync.watch import watch
 
-    return [telegram, discord, watch]
+    return [DOORS[name] for name in (settings.open_doors if settings is not None else DOORS)] + [watch]
 
 
 # A bot's library (python-telegram-bot, discord.py: a third of a second each to import) is
@@ -80,6 +82,7 @@ async def discord(daemon: "Daemon") -> None:
 
 telegram.label = "Telegram bot"
 discord.label = "Discord bot"
+DOORS: dict[str, Service] = {"telegram": telegram, "discord": discord}  # a chat door's service, by its name in doors:
 
 
 class Daemon:

@@ -31,8 +31,8 @@ SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 from rag.sections import (AnswerConfig, Bm25Config, ChunkingConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig,
                           MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, SecondIndexConfig, Section,
                           SourceConfig, SyncConfig)
-from rag.sections_chat import (ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, GapsConfig, LimitsConfig,
-                               MediaConfig, TelegramConfig, UserMap)
+from rag.sections_chat import (CHAT_DOORS, ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, GapsConfig,
+                               LimitsConfig, MediaConfig, TelegramConfig, UserMap, open_doors)
 
 
 QUESTIONS_WEIGHT = 0.25  # retrieval.questions_weight unset while memory.questions is auto or on
@@ -56,6 +56,8 @@ class Settings(Section):
     exclude: ExcludeConfig = ExcludeConfig()
     sync: SyncConfig = SyncConfig()
     users: list[UserMap] = []
+    doors: list[str] | None = Field(default=None, description="the chat doors serve opens (telegram, discord); "
+                                    "default: each whose section says enabled: true")
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     bots: BotsConfig = BotsConfig()
@@ -78,6 +80,24 @@ class Settings(Section):
             # (the sections are frozen once built; this is still their building)
             object.__setattr__(self, "retrieval", self.retrieval.model_copy(update={"questions_weight": QUESTIONS_WEIGHT}))
         return self
+
+    @model_validator(mode="after")
+    def _doors_open(self) -> "Settings":
+        # doors: lists the chat doors serve opens; each section's enabled follows it (rag.sections_chat)
+        try:
+            opened = open_doors(self.doors, {name: getattr(self, name).enabled for name in CHAT_DOORS})
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        for name, on in opened.items():
+            section = getattr(self, name)
+            if section.enabled != on:  # checked as written so (frozen once built; this is still their building)
+                object.__setattr__(self, name, type(section).model_validate({**section.model_dump(), "enabled": on}))
+        return self
+
+    @property
+    def open_doors(self) -> list[str]:
+        """The chat doors ``serve`` opens, in the order ``doors`` lists them (else telegram, discord)."""
+        return [name for name in (self.doors or CHAT_DOORS) if getattr(self, name).enabled]
 
     @model_validator(mode="after")
     def _capture_target_exists(self) -> "Settings":

@@ -1,4 +1,4 @@
-"""Chat models behind one interface; Ollama (the ``ollama`` client, async) is the one we run.
+"""Chat models behind one interface; Ollama is the one we run.
 
 Streamed tokens, a timeout for the whole answer, a stall watchdog (no token for
 ``stall_timeout`` once the answer has started; before its first token the model may
@@ -8,6 +8,13 @@ token), never on a model error or mid-answer. The client's own default timeout i
 none, so ours is always set. Each reply's token counts and durations, as Ollama
 reports them, are handed back in a ``Usage`` (the machine's speed, ``rag.speed``).
 
+The chat itself is read here, line by line from ``/api/chat`` (NDJSON) with httpx: the
+``ollama`` client (0.6.3) drops the counts it does not know from the final line, and
+``prompt_eval_cached_count`` (the prompt tokens Ollama read from its cache) is what makes a
+reply's reading speed true. Closing the stream (a caller that stops reading: an answer that
+repeats itself, a cancelled question) closes the HTTP response, and Ollama stops writing.
+The ``ollama`` client still answers ``check`` (``/api/show``).
+
 Errors are mapped once, here: a missing model is ``ModelMissing`` (``ollama pull``),
 everything else that stops an answer is ``Unavailable``.
 """
@@ -15,6 +22,7 @@ everything else that stops an answer is ``Unavailable``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import AsyncIterator, Protocol
@@ -61,6 +69,9 @@ class OllamaChat:
         self._httpx = httpx
         self._client = ollama.AsyncClient(host=cfg.host, timeout=httpx.Timeout(cfg.timeout, connect=10.0),
                                           verify=tls())
+        self._http = httpx.AsyncClient(base_url=cfg.host, timeout=httpx.Timeout(cfg.timeout, connect=10.0),
+                                       verify=tls(), follow_redirects=True,
+                                       headers={"Content-Type": "application/json", "Accept": "application/json"})
         self.options = {"temperature": cfg.temperature, "num_ctx": cfg.num_ctx}
 
     def _error(self, err: Exception) -> Exception:
@@ -91,11 +102,11 @@ class OllamaChat:
         while True:
             started = False
             try:
-                response = await self._client.chat(
-                    model=self.cfg.model, messages=messages, stream=True, options={**self.options, **(options or {})},
-                    keep_alive=self.cfg.keep_alive, format=format,
-                )
-                iterator = response.__aiter__()
+                body = {"model": self.cfg.model, "messages": messages, "stream": True,
+                        "options": {**self.options, **(options or {})}, "keep_alive": self.cfg.keep_alive}
+                if format is not None:
+                    body["format"] = format
+                iterator = self._lines(body)
                 try:
                     while True:
                         left = deadline - time.monotonic()
@@ -113,11 +124,11 @@ class OllamaChat:
                             if not started:
                                 raise Unavailable(f"Ollama's answer took longer than {timeout:g} s") from None
                             raise Unavailable(f"Ollama stalled: no token for {self.cfg.stall_timeout:g} s") from None
-                        text = part.message.content or "" if part.message else ""
+                        text = (part.get("message") or {}).get("content") or ""
                         if text:
                             started = True
                             yield text
-                        if part.done:
+                        if part.get("done"):
                             if usage is not None:
                                 _fill(usage, part)
                             return
@@ -133,6 +144,21 @@ class OllamaChat:
                     await asyncio.sleep(delay)
                     continue
                 raise self._error(err) from None
+
+    async def _lines(self, body: dict) -> AsyncIterator[dict]:
+        """``/api/chat``'s reply, one parsed line at a time; closed, the response is closed.
+        Errors as the ``ollama`` client raises them (``_error`` maps them)."""
+        async with self._http.stream("POST", "/api/chat", json=body) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise self._ollama.ResponseError(response.text, response.status_code)
+            async for line in response.aiter_lines():
+                if not line.strip():
+                    continue
+                part = json.loads(line)
+                if part.get("error"):
+                    raise self._ollama.ResponseError(part["error"])
+                yield part
 
     async def complete(self, messages: list[Message], **kwargs) -> str:
         return "".join([part async for part in self.stream(messages, **kwargs)])
@@ -159,13 +185,15 @@ class OllamaChat:
         return f"{self.cfg.model} is pulled" + (f" ({size})" if size else "")
 
 
-def _fill(usage: Usage, part) -> None:
+def _fill(usage: Usage, part: dict) -> None:
     """Ollama's counts (durations in nanoseconds) from a reply's last line."""
-    usage.prompt_tokens = part.prompt_eval_count or 0
-    usage.prompt_seconds = (part.prompt_eval_duration or 0) / 1e9
-    usage.output_tokens = part.eval_count or 0
-    usage.output_seconds = (part.eval_duration or 0) / 1e9
-    usage.load_seconds = (part.load_duration or 0) / 1e9
+    usage.prompt_tokens = part.get("prompt_eval_count") or 0
+    usage.prompt_seconds = (part.get("prompt_eval_duration") or 0) / 1e9
+    usage.output_tokens = part.get("eval_count") or 0
+    usage.output_seconds = (part.get("eval_duration") or 0) / 1e9
+    usage.load_seconds = (part.get("load_duration") or 0) / 1e9
+    cached = part.get("prompt_eval_cached_count")
+    usage.cached_tokens = cached if isinstance(cached, int) and cached >= 0 else None
 
 
 class NotOllama(Unavailable):

@@ -144,6 +144,12 @@ class OllamaConfig(Section):
     timeout: Duration = Field(default=120.0, description="a whole answer")
     stall_timeout: Duration = Field(default=30.0, description="no token for this long: give up")
     connect_retries: int = Field(default=2, ge=0, le=10, description="retries on connection errors only")
+    repeat_penalty: float = Field(default=1.1, ge=0.5, le=2.0, description="answers: how much a token written "
+                                  "lately is held back (Ollama's option; 1: not at all)")
+    repeat_last_n: int = Field(default=64, ge=-1, description="answers: how many of the last tokens repeat_penalty "
+                               "and presence_penalty look at (0: none, -1: the whole context)")
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="answers: held back once a token "
+                                    "was written (Ollama's option; 0: off)")
 
 
 class AnswerConfig(Section):
@@ -153,6 +159,10 @@ class AnswerConfig(Section):
     top_k: int = Field(default=6, ge=1, le=20, description="evidence blocks at most")
     block_chars: int = Field(default=1200, ge=100, description="characters per evidence block")
     total_chars: int = Field(default=8000, ge=500, description="characters of evidence in all")
+    min_evidence_chars: int = Field(
+        default=1000, ge=0, description="never less evidence than this (nor than the best passage whole), however "
+        "slow the LLM reads here: the first token then comes after answer.first_token_budget (docs/answers.md, "
+        "\"The evidence a plain answer needs\")")
     first_token_budget: Duration = Field(
         default=30.0, description="the first token within this: at the LLM speed measured here, evidence is cut to fit"
     )

@@ -15,6 +15,23 @@ from rag.digest_plan import parse_plan
 from rag.errors import UserError
 from rag.sections import Account, Duration, Section, on_off
 
+CHAT_DOORS = ("telegram", "discord")  # the chat doors a person of ``users:`` is known on, by their ids there
+
+
+def open_doors(doors: list[str] | None, enabled: dict[str, bool]) -> dict[str, bool]:
+    """Which chat doors ``serve`` opens, by name: when the config lists ``doors``, those (each
+    listed one on, the others off), else each whose section says ``enabled: true`` (``enabled``).
+    ``ValueError`` for a name that is no door, or one listed twice."""
+    if doors is None:
+        return dict(enabled)
+    for name in doors:
+        if name not in CHAT_DOORS:
+            raise ValueError(f"doors: {name!r} is no door (the doors are {', '.join(CHAT_DOORS)})")
+    if len(set(doors)) != len(doors):
+        raise ValueError("doors: a door is listed twice")
+    return {name: name in doors for name in CHAT_DOORS}
+
+
 class UserMap(Section):
     """A person in chat, and whose notes they may query."""
 
@@ -26,6 +43,11 @@ class UserMap(Section):
     digest: str | None = Field(default=None, description="a digest of the notes in a private chat: 'weekly mon 09:00' "
                                                          "or 'daily 08:30' (each person may change it with /digest)")
     timezone: str = Field(default="UTC", description="the person's IANA time zone (Asia/Shanghai): digests' times")
+
+    def ids_on(self, platform: str) -> list[int]:
+        """The person's ids on a chat door (``telegram``, ``discord``): ``<platform>_ids``; none on
+        a door this entry has no ids for."""
+        return list(getattr(self, f"{platform}_ids", None) or ()) if platform.isidentifier() else []
 
     @model_validator(mode="after")
     def _one_user(self) -> "UserMap":
@@ -115,6 +137,12 @@ class ApiConfig(Section):
     rate_limit: int = Field(
         default=20, ge=1, description="listen: questions and searches per token per minute (past it: 429)",
     )
+    web_url: str | None = Field(
+        default=None, description="the address people open the web chat at, as their browser sees it (the bots' "
+        "/web links start with it; https makes its cookie Secure), e.g. https://notes.example.com; default "
+        "http://<listen>")
+    web_session: Duration = Field(default=30 * 86400.0, description="the web chat: a sign-in lasts this long")
+    web_link: Duration = Field(default=600.0, description="the web chat: a /web sign-in link works once, within this")
 
     @model_validator(mode="after")
     def _listen_needs_tokens(self) -> "ApiConfig":
@@ -124,6 +152,8 @@ class ApiConfig(Section):
                 raise ValueError("api.listen must be host:port, e.g. 127.0.0.1:8765")
             if not self.tokens:
                 raise ValueError("api.listen needs at least one entry in api.tokens (a token_env and its users)")
+        if self.web_url is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", self.web_url):
+            raise ValueError(f"api.web_url {self.web_url[:80]!r}: an address like https://notes.example.com")
         for seen in ([t.name for t in self.tokens], [t.token_env for t in self.tokens]):  # a holder, a variable
             if twice := [v for i, v in enumerate(seen) if v in seen[:i]]:
                 raise ValueError(f"two entries of api.tokens share {twice[0]!r} (a name or token_env): give each its own")

@@ -8,10 +8,16 @@ Ollama reports with every reply how many prompt tokens it read and in how long
 load) in ``<state_dir>/llm_speed.json``, where ``status`` and ``doctor`` read it.
 
 A server may keep the start of a prompt from the last request (Ollama's prompt cache) and then
-time only the rest while still counting the whole prompt, so a reply's own figures can read
-several times too fast. The reading speed used is therefore the lower of two figures: the
-**probe**'s (a short reply to a prompt that starts with something new, so nothing of it is
-cached) and the running average of the replies'. A reply never raises it above the probe.
+time only the rest while still counting the whole prompt. Ollama says how much it took from its
+cache (``prompt_eval_cached_count``, left out when nothing was), so the reading speed of a reply
+is (``prompt_eval_count`` - cached) / ``prompt_eval_duration``: every reply measures it, and the
+estimate follows the machine both ways, down when it is busy, up when it is quiet again. A
+server that never says what it had cached (an older Ollama) may have kept the part of a prompt
+that other prompts share (its fixed instructions): that part is taken as cached, which can only
+make the speed read lower, never higher. The **probe** (``rag.answer.sizing.measure_speed``: a
+prompt that starts with something new, nothing of it cached) measures the speed before any
+reply has; after that it is one measurement among the others, not a ceiling: a probe made while
+the machine was busy once kept every later answer on one passage.
 
 Tokens are counted by a **calibrated estimate**, not the model's tokenizer (Qwen's is
 not available offline): a base estimate from the text's scripts (a CJK character is
@@ -27,7 +33,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -55,6 +61,7 @@ class Usage:
     output_tokens: int = 0
     output_seconds: float = 0.0
     load_seconds: float = 0.0
+    cached_tokens: int | None = None  # of prompt_tokens, read from the server's cache; None: it did not say
 
     @property
     def reported(self) -> bool:
@@ -73,28 +80,21 @@ class Speed:
     # read_tps is only an upper bound: a reply was cut short before its first token, so the
     # model reads slower than this; the next reply that measures it replaces the bound
     bound: bool = False
-    probe_tps: float | None = None  # read by the probe, nothing of its prompt cached
-    replies_tps: float | None = None  # the replies' running average (may count cached tokens as read)
+    probe_tps: float | None = None  # the last probe's reading (nothing of its prompt cached)
+    cache_counts: bool = False  # the server says how much of a prompt it had cached (Ollama's prompt_eval_cached_count)
     prompt_tokens: float | None = None  # the answers' prompts here, running average (estimated tokens)
-
-    def __post_init__(self) -> None:
-        if self.read_tps and not self.bound and self.probe_tps is None and self.replies_tps is None:
-            self.replies_tps = self.read_tps  # saved before the two figures were kept apart
 
     def tokens(self, text: str) -> int:
         return max(1, round(base_tokens(text) * self.calibration))
 
     def read(self, tps: float, probe: bool = False) -> None:
-        """A reading speed measured: the probe's replaces the last probe's; a reply's is
-        blended into the replies' average, or put in place of a bound (a bound blended with a
-        measurement would stay optimistic for several replies). Then the lower of the two."""
-        if self.bound:
-            self.replies_tps, self.bound = None, False
+        """A reading speed measured, by the probe or a reply alike: blended into the running
+        average, or put in place of a bound (a bound blended with a measurement would stay
+        optimistic for several replies)."""
         if probe:
             self.probe_tps = tps
-        else:
-            self.replies_tps = _ewma(self.replies_tps, tps)
-        self.read_tps = min(x for x in (self.probe_tps, self.replies_tps) if x)
+        self.read_tps = tps if self.bound else _ewma(self.read_tps, tps)
+        self.bound = False
 
     def read_seconds(self, tokens: float) -> float | None:
         return tokens / self.read_tps if self.read_tps else None
@@ -148,7 +148,7 @@ def meaning(model: str, speed: "Speed", budget: float, prompt_tokens: float, pro
         line += f"; the largest that reads it within answer.first_token_budget ({budget:g} s) is ~{fits[-1]:g}B"
     elif not fits:
         line += (f"; over answer.first_token_budget ({budget:g} s) even for a 0.5B: answers then read less "
-                 "evidence (the best passage at least) to start in time")
+                 "evidence, never under answer.min_evidence_chars, and start later")
     return line
 
 
@@ -172,26 +172,42 @@ class SpeedBook:
         return self._speeds.get(model) or Speed()
 
     def observe(self, model: str, usage: Usage, prompt_text: str, probe: bool = False,
-                answer: bool = False) -> None:
+                answer: bool = False, shared_text: str = "") -> None:
         """Learn from one reply: speeds, and how many tokens the prompt really was. ``probe``:
         the reply to ``rag.answer.sizing.measure_speed``'s prompt, nothing of it cached;
-        ``answer``: an answer's prompt, whose size is what ``meaning`` speaks of."""
+        ``answer``: an answer's prompt, whose size is what ``meaning`` speaks of;
+        ``shared_text``: the start of the prompt other prompts share (its fixed instructions),
+        which a server that does not say what it had cached is taken to have had cached."""
         if not usage.reported:
             return
         speed = self._speeds.setdefault(model, Speed())
-        if usage.prompt_tokens >= MIN_TOKENS and usage.prompt_seconds > 0:
-            speed.read(usage.prompt_tokens / usage.prompt_seconds, probe=probe)
-        if usage.output_tokens >= MIN_TOKENS and usage.output_seconds > 0:
-            speed.write_tps = _ewma(speed.write_tps, usage.output_tokens / usage.output_seconds)
         estimate = base_tokens(prompt_text)
         if usage.prompt_tokens >= MIN_TOKENS and estimate > 0:
             ratio = min(4.0, max(0.25, usage.prompt_tokens / estimate))
             speed.calibration = ratio if speed.samples == 0 else (1 - ALPHA) * speed.calibration + ALPHA * ratio
+        if usage.cached_tokens is not None:
+            speed.cache_counts = True
+        read = usage.prompt_tokens - self._cached(speed, usage, probe, shared_text)
+        if read >= MIN_TOKENS and usage.prompt_seconds > 0:
+            speed.read(read / usage.prompt_seconds, probe=probe)
+        if usage.output_tokens >= MIN_TOKENS and usage.output_seconds > 0:
+            speed.write_tps = _ewma(speed.write_tps, usage.output_tokens / usage.output_seconds)
         if answer:
             speed.prompt_tokens = _ewma(speed.prompt_tokens, speed.tokens(prompt_text))
         speed.samples += 1
         speed.updated = time.time()
         self.save()
+
+    @staticmethod
+    def _cached(speed: Speed, usage: Usage, probe: bool, shared_text: str) -> int:
+        """How many of a reply's prompt tokens the server read from its cache: as it says;
+        none when it says so by leaving the count out (a server that has given one before) or
+        for the probe; else, at most, the part other prompts share."""
+        if usage.cached_tokens is not None:
+            return usage.cached_tokens
+        if speed.cache_counts or probe or not shared_text:
+            return 0
+        return min(usage.prompt_tokens, speed.tokens(shared_text))
 
     def wrote(self, model: str, usage: Usage) -> None:
         """Learn the writing speed alone, from a reply whose prompt says nothing of the
@@ -222,7 +238,7 @@ class SpeedBook:
         else:
             most = prompt_tokens / seconds
             if speed.read_tps is None or most < speed.read_tps:
-                speed.read_tps, speed.replies_tps, speed.bound = most, most, True
+                speed.read_tps, speed.bound = most, True
         speed.samples += 1
         speed.updated = time.time()
         self.save()
@@ -265,6 +281,8 @@ def load(path: Path) -> dict[str, Speed]:
     """The speeds saved in ``path`` (none when missing or unreadable)."""
     try:
         data = json.loads(Path(path).read_text())
-        return {model: Speed(**values) for model, values in data.items()}
-    except (OSError, ValueError, TypeError):
+        known = {f.name for f in fields(Speed)}
+        # a figure an earlier version kept (the replies' own average, beside the probe's) is left out
+        return {model: Speed(**{k: v for k, v in values.items() if k in known}) for model, values in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
         return {}

@@ -385,15 +385,34 @@ async def within(awaitable, what: str, timeout: float = DEADLINE):
 
 # A sentence the sample note 生活/菜谱/番茄炒蛋.md holds word for word, so the answer check shows it
 TOMATO_LINE = "一定要先把鸡蛋炒好盛出[1]。加一小勺糖（大概 5 克），能压住番茄的酸味[1]。"
+# Clauses of that note, word for word and without a number: sentences made of them stand on it
+TOMATO_CLAUSES = ("番茄顶上划个十字", "切小块", "鸡蛋打散", "打到起泡", "锅里油稍微多放一点", "油热到微微冒烟再下蛋液",
+                  "等边缘鼓起来就用铲子推几下", "七八成熟就盛出来", "一定要先把鸡蛋炒好盛出", "不要和番茄一起下锅",
+                  "不然鸡蛋会碎成渣", "口感也发柴", "锅里留底油", "葱白爆香", "下番茄中火炒出汁", "能压住番茄的酸味",
+                  "味道更圆润", "然后再加盐", "倒回鸡蛋", "让鸡蛋裹上汤汁", "撒葱花出锅", "喜欢拌饭就多留点汤汁")
+# ... and of 运维/用restic备份家庭服务器.md
+RESTIC_CLAUSES = ("移动硬盘按 UUID 挂载", "避免设备名变化", "nofail 保证没插盘也能正常开机", "并且在密码管理器里另存一份",
+                  "仓库密码丢了", "备份就等于没有", "硬盘没插就直接退出", "别把备份写到系统盘上", "确认备份真的能恢复",
+                  "以后考虑再加一份异地备份")
+
+
+def distinct_sentences(clauses: tuple[str, ...], count: int, per: int = 3) -> list[str]:
+    """``count`` sentences of ``per`` of the ``clauses`` each, citing [1], no two alike: a long
+    reply every sentence of which stands on the note (a sentence said twice is shown once)."""
+    from itertools import islice, permutations
+
+    return [f"{'，'.join(c)}[1]。" for c in islice(permutations(clauses, per), count)]
 
 
 def long_reply(paragraphs: int, label: str = "", repeat: int = 30) -> str:
-    """A long LLM reply on the sample 番茄炒蛋 note, every sentence of it in the note: for the
-    tests of how a door splits a long answer (a reply no note holds would not be shown). Its
-    paragraphs begin "{label}第零段：", "第一段：" … "第二十九段：" (a label with Latin words or
-    digits would be a name or a number no note holds, and left out)."""
+    """A long LLM reply on the sample 番茄炒蛋 note, every sentence of it in the note and none
+    twice: for the tests of how a door splits a long answer (a reply no note holds would not be
+    shown). Its paragraphs begin "{label}第零段：", "第一段：" … "第二十九段：" (a label with Latin
+    words or digits would be a name or a number no note holds, and left out)."""
     assert paragraphs <= 30
-    return "\n\n".join(f"{label}第{_chinese(i)}段：" + TOMATO_LINE * repeat for i in range(paragraphs))
+    sentences = distinct_sentences(TOMATO_CLAUSES, paragraphs * repeat, per=4)
+    return "\n\n".join(f"{label}第{_chinese(i)}段：" + "".join(sentences[i * repeat:(i + 1) * repeat])
+                       for i in range(paragraphs))
 
 
 def _chinese(n: int) -> str:
@@ -401,3 +420,25 @@ def _chinese(n: int) -> str:
     if n < 10:
         return digits[n]
     return ("" if n < 20 else digits[n // 10]) + "十" + (digits[n % 10] if n % 10 else "")
+
+
+def run_over_tcp(settings, scenario, page: bool = False) -> None:
+    """A daemon with no chat door, its first pass done, and ``scenario(daemon, http)`` run with an
+    HTTP client to its TCP listener (``api.listen``); ``page``: the client sends the listener's own
+    ``Origin``, as the web chat's page does."""
+    from bot.serve import Daemon
+
+    async def main():
+        daemon = Daemon(settings, services=[])
+        task = asyncio.create_task(daemon.run())
+        url = f"http://{settings.api.listen}"
+        http = httpx.AsyncClient(base_url=url, timeout=60, limits=ONE_SHOT, headers={"Origin": url} if page else None)
+        try:
+            await within(daemon.wait_for_pass(0), "the daemon's first pass")
+            await within(scenario(daemon, http), "the scenario", SCENARIO)
+        finally:
+            await http.aclose()
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(main())

@@ -129,6 +129,23 @@ def test_a_refusal_shows_no_passage_nor_note_about_something_else(answering, oll
     assert answer.trace.outcome == "llm_refused" and "rarity" in answer.trace.decision
 
 
+@pytest.mark.parametrize("question, titles", [
+    ("How long should the tomato and eggs fry?", ["番茄炒蛋"]),
+    ("How much did I pay for car insurance this year?", []),
+])
+def test_an_english_question_refused_names_the_chinese_note_about_it(answering, ollama, question, titles):
+    """The model's reply stood on nothing: an English question gets the refusal, and the Chinese
+    note about it is named among the closest by the question's Chinese words (番茄), though it
+    holds none of its English ones (a newcomer's "When is the cat due for her next rabies shot?"
+    was refused naming no note at all, the vaccination note first in the search); a question no
+    note is about still names none."""
+    ollama.reply("I think you should ask your neighbour about that, it is usually fine.")
+    answer, _ = ask(answering, question)
+    assert answer.answer == REFUSAL_EN and answer.citations == [], answer.answer
+    assert answer.trace.outcome == "llm_refused"
+    assert [c.title for c in answer.closest] == titles, answer.trace.decision
+
+
 def test_a_refusal_names_only_the_closest_notes_about_the_question(answering, ollama):
     answer, _ = ask(answering, "用 Ansible 给家里的服务器做备份，快照保留几天？")  # refused for the name, before the LLM
     assert answer.trace.unknown_names == ["Ansible"] and ollama.chats() == []

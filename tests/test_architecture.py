@@ -33,7 +33,7 @@ PROTOCOL_LIBS = {
     "bson": {"sync/sources/mongodb.py", "sync/sources/mongodump.py"},
     "ollama": {"rag/index/embed.py", "rag/llm.py"},
     "httpx": {"rag/index/embed.py", "rag/index/gemma_fetch.py", "rag/llm.py", "rag/http.py", "bot/api/client.py"},
-    "fastapi": {"bot/api/app.py", "bot/api/access.py", "bot/api/server.py"},
+    "fastapi": {"bot/api/app.py", "bot/api/access.py", "bot/api/server.py", "bot/api/web.py"},
     "uvicorn": {"bot/api/server.py", "bot/api/guard.py"},
     "watchfiles": {"sync/watch.py"},
     "apscheduler": {"sync/schedule.py"},
@@ -399,3 +399,45 @@ def test_the_doors_only_parse_call_a_use_case_and_render():
     assert door_offences("a = Answer.from_json(data)") == []
     assert door_offences("host.answers.conversations.reset(u, c)") == [".conversations"]
     assert door_offences("from rag.memory.store import MemoryStore") == ["rag.memory.store"]
+
+
+# A door talks to the house through the chat session and shows what it gives back: past these,
+# it imports nothing of the core.
+SESSION_AND_VIEWS = (
+    "bot.session",  # the session (Session, its presses, captures and media, the door-wide port) and its plain data
+    "bot.chat",  # the words of the use cases' results (texts, gaps, digest, unasked), streaming at a pace, doctor's checks
+    "bot.render", "bot.plain", "bot.splitting",  # an answer and any other text as each platform shows it
+)
+DOOR_PLUMBING = (
+    "rag.capture",  # Attachment, Origin, Quote: what a door makes of a platform's message for a capture
+    "rag.config", "rag.errors", "rag.redact",  # a door's token read, refused, kept out of the logs
+)
+CHAT_DOORS = ("bot/telegram", "bot/discord", "bot/web", "bot/api/chatdoor.py")  # (the web chat's calls: a module)
+
+
+def door_reaches(path: Path) -> list[str]:
+    """What a chat door's module imports of ours past the session and the views, its own package
+    and the plumbing it needs to make a message a capture and read its token."""
+    own = module_name(path).split(".")[:2]
+    return sorted(m for m in our_imports(path)
+                  if not within(m, ".".join(own), *SESSION_AND_VIEWS, *DOOR_PLUMBING))
+
+
+def test_a_chat_door_imports_nothing_of_the_core_past_the_session_and_the_views():
+    """A chat door (``bot/telegram``, ``bot/discord``, the web chat's ``bot/api/chatdoor.py``) imports of
+    ours only: the session and the views (``SESSION_AND_VIEWS``: ``bot.session``, ``bot.chat``,
+    ``bot.render``, ``bot.plain``, ``bot.splitting``), its own package, and the plumbing a door needs
+    (``DOOR_PLUMBING``: ``rag.capture`` to make a platform's message a capture, ``rag.config``,
+    ``rag.errors``, ``rag.redact`` for its token). Nothing of ``rag``'s rooms, ``sync``, the use
+    cases (``bot.usecases``), the composition root or another door: a new door is written on the
+    session alone."""
+    doors = [p for d in CHAT_DOORS if (REPO / d).exists()
+             for p in (sorted((REPO / d).rglob("*.py")) if (REPO / d).is_dir() else [REPO / d])]
+    offenders = {p.relative_to(REPO).as_posix(): found for p in doors if (found := door_reaches(p))}
+    assert offenders == {}
+    # the walk sees the doors, and the check sees an import past the session (a check that cannot fail is no check)
+    assert {"bot/telegram/answering.py", "bot/discord/buttons.py", "bot/api/chatdoor.py"} <= {
+        p.relative_to(REPO).as_posix() for p in doors}
+    assert "bot.session" in our_imports(REPO / "bot" / "telegram" / "answering.py")
+    reached = door_reaches(REPO / "bot" / "chat" / "texts.py")  # (a view: it reads the use cases' results)
+    assert {"bot.usecases.memory", "rag.index.excerpt"} <= set(reached) and "bot.render" not in reached

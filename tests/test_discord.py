@@ -15,7 +15,7 @@ from bot.discord import build, embeds_for
 from bot.render import DISCORD_FILES, discord_plain_links
 from bot.serve import Daemon
 
-from conftest import SCENARIO, make_settings, within
+from conftest import SCENARIO, long_reply, make_settings, within
 from fakes.ollama import FakeOllama
 
 OWNER, FRIEND, STRANGER = 3001, 3002, 3999
@@ -131,7 +131,7 @@ def test_private_answers_and_long_answers_continue_in_ephemeral_follow_ups(world
     settings, ollama = world
 
     async def scenario(daemon, bot, command):
-        ollama.reply("\n\n".join("锅里留底油，葱白爆香，下番茄中火炒出汁[1]。" * 40 for i in range(20)))
+        ollama.reply(long_reply(20, repeat=40))
         it = FakeInteraction(FRIEND)
         await command("ask")(it, question="番茄炒蛋怎么做？")  # private unless asked otherwise
         assert it.events[0][1]["ephemeral"] is True
@@ -199,7 +199,7 @@ def test_errors_are_ephemeral_and_commands_work(world):
 
 
 def test_commands_are_registered_for_the_tree():
-    names = {"ask", "search", "reset", "status", "sync", "why", "help", "about", "related", "reject", "confirm", "gaps",
+    names = {"ask", "search", "reset", "status", "sync", "why", "web", "help", "about", "related", "reject", "confirm", "gaps",
              "digest", "forget"}
     settings = make_settings(__import__("pathlib").Path("/tmp"))
     host = SimpleNamespace(settings=settings, parts=None)

@@ -29,7 +29,7 @@ from fakes.ollama import FakeOllama
 TOKEN = "MTAx.fake.discord-token"
 ONE, TWO, STRANGER = 310000000000000001, 310000000000000002, 310000000000000999
 GUILD, CHANNEL, OTHER_CHANNEL, ROLE = 320000000000000042, 320000000000004201, 320000000000004299, 330000000000000077
-COMMANDS = {"ask", "search", "reset", "status", "sync", "why", "help", "gaps", "forget", "digest", "note", "append", "remember",
+COMMANDS = {"ask", "search", "reset", "status", "sync", "why", "web", "help", "gaps", "forget", "digest", "note", "append", "remember",
             "outbox", "Save to my notes",  # a folder install (the sample notes): its captures go into the folder
             "about", "related", "reject", "confirm"}
 

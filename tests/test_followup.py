@@ -59,6 +59,9 @@ def rewrites(ollama) -> list[dict]:
     ("为什么？", True),  # very short
     ("And Redis?", True),
     ("what about its retention policy?", True),
+    ("And what water temperature?", True),  # a newcomer's follow-up: "And" carries on from the last question
+    ("But how long does it keep them?", True),
+    ("What water temperature for a pour-over?", False),
     ("家里服务器怎么备份的？", False),
     ("restic 备份保留多少份快照？", False),
     ("线程池那几个大小参数还有排队上限，能不能在服务不停机的情况下动态调整？有没有现成的开源轮子？", False),

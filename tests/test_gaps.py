@@ -24,7 +24,8 @@ from rag.digest_plan import Plan, parse_plan
 from rag.errors import ConfigError, UserError
 
 from bot.cli import main
-from bot.chat.digest import digest_text, split_lines
+from bot.chat.digest import digest_text
+from bot.plain import messages
 from bot.digests import DigestJobs, last_planned
 from sync.schedule import cron
 from bot.root import Parts
@@ -492,8 +493,8 @@ def test_a_digest_holds_changes_by_kind_this_day_unlinked_pairs_and_nothing_when
     assert [(p["a"]["title"], p["b"]["title"]) for p in d.pairs] == [("家里 NAS 备份方案", "Old")]  # Redis links Old
     text = digest_text(d)
     assert "📁 运维" in text and "🆕 家里 NAS 备份方案 — u1" in text and "✏️ Redis" in text and "2023: Redis" in text
-    assert all(len(part) <= 300 for part in split_lines(text * 20, 300))
-    assert "".join(split_lines("a\nb", 300)) == "a\nb"
+    assert all(len(part) <= 300 for part in messages(text * 20, 300, str))  # (the doors' one splitter)
+    assert "".join(messages("a\nb", 300, str)) == "a\nb"
     quiet = compute(FakeMemory([], [], {}), None, "p", "u", since, now, "UTC")
     assert quiet.empty
     store.close()

@@ -4,9 +4,7 @@ person's own notes (``tests/journeys.py``, ``tests/data/newcomer/notes``).
 
 Each asserts what the person notices: the replies, a file in their folder or a note in their
 Leanote, the gap gone from /gaps, a later answer citing the new note, each sentence shown once,
-the digest's new and edited notes. A journey that needs a fix of another item of issue 52 is
-marked ``xfail(strict=True)`` naming the item: it fails until that fix is merged, and must then
-be unmarked (strict: a pass while marked fails the run).
+the digest's new and edited notes.
 
 - ask → refused → /gaps → ✍️ → the note written → the gap closed → asked again, answered:
   Telegram and Discord, each on both installs;
@@ -58,14 +56,6 @@ needs_media = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("faster_whisper", "rapidocr_onnxruntime")),
     reason="the speech and OCR extras are not installed")
 needs_espeak = pytest.mark.skipif(not media_files.has_espeak(), reason="espeak-ng is not installed (speech is made with it)")
-
-ITEM1 = pytest.mark.xfail(strict=True, reason="issue 52 item 1: capture into a folder (branch i52-capture)")
-ITEM2 = pytest.mark.xfail(strict=True, reason="issue 52 item 2: a draft that traps the person (branch i52-drafts)")
-ITEM3 = pytest.mark.xfail(strict=True, reason="issue 52 item 3: a photo question refused by the name check "
-                                              "(branch i52-refusals)")
-ITEM4 = pytest.mark.xfail(strict=True, reason="issue 52 item 4: a looping answer (branch i52-stream)")
-ITEM6 = pytest.mark.xfail(strict=True, reason="issue 52 item 6: the digest's new and edited notes after a first "
-                                              "index (branch i52-drafts)")
 
 
 @pytest.fixture
@@ -355,7 +345,6 @@ def check_once(answer: str) -> None:
     assert said.count(LOOP[2].split("[", 1)[0]) == 1, answer
 
 
-@ITEM4
 @pytest.mark.slow
 def test_leanote_install_telegram_a_looping_model_is_stopped_and_each_sentence_shown_once(
         tmp_path, monkeypatch, ollama, leanote, tg):
@@ -374,7 +363,6 @@ def test_leanote_install_telegram_a_looping_model_is_stopped_and_each_sentence_s
     world.run(journey)
 
 
-@ITEM4
 @pytest.mark.slow
 def test_folder_install_discord_a_looping_model_is_stopped_and_each_sentence_shown_once(
         tmp_path, monkeypatch, ollama, dc):

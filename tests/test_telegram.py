@@ -15,7 +15,7 @@ from bot.telegram import service
 from rag.answer.types import Citation
 from bot.serve import Daemon
 
-from conftest import SCENARIO, free_port, make_settings, within, until as wait_until
+from conftest import RESTIC_CLAUSES, SCENARIO, distinct_sentences, free_port, make_settings, within, until as wait_until
 from fakes.ollama import FakeOllama
 from fakes.telegram import FakeTelegram, html_error
 
@@ -87,7 +87,7 @@ def test_a_question_gets_a_streamed_edited_answer_with_sources(world):
         times = [t for t, _ in message["edits"]]
         assert all(b - a >= 0.25 for a, b in zip(times, times[1:-1]))  # paced
         assert tg.method_calls("sendChatAction")  # typing…
-        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "status", "sync", "note", "append",
+        assert [c["command"] for c in tg.commands] == ["ask", "search", "reset", "why", "web", "status", "sync", "note", "append",
                                                   "remember", "save", "outbox", "about", "related", "reject",
                                                   "confirm", "gaps", "digest", "forget", "help"]
 
@@ -143,7 +143,8 @@ def test_note_text_is_escaped_and_long_answers_are_split(world):
         line = "UUID=<移动硬盘的UUID> /mnt/backup-usb ext4 defaults,nofail 0 2"
         risky = (f"移动硬盘按 UUID 挂载：{line}[1]。\n\n```bash\necho '{line}' | sudo tee -a /etc/fstab && "
                  "sudo mount -a\n```\n\n")
-        long_tail = "\n\n".join("密码文件权限设成 600，并且在密码管理器里另存一份[1]。" * 12 for i in range(30))
+        said = distinct_sentences(RESTIC_CLAUSES, 360, per=4)  # what the note says, none twice (else shown once)
+        long_tail = "\n\n".join("".join(said[i * 12:(i + 1) * 12]) for i in range(30))
         ollama.reply(risky + long_tail)
         tg.say(OWNER, "家里的服务器用 restic 怎么备份到移动硬盘？")
         await until(lambda: final(tg, OWNER, "来源"), timeout=40)
@@ -208,7 +209,8 @@ def test_a_shared_group_keeps_each_persons_conversation_their_own(world):
     async def scenario(daemon):
         ollama.reply(secret_answer + "[1]。")
         tg.say(ONE, "@notes_bot " + secret_question, chat_id=GROUP, chat_type="supergroup")
-        await until(lambda: final(tg, GROUP, secret_answer))
+        # the answer once final (its sources under it): while it streams, its trace is not kept yet
+        await until(lambda: [m for m in final(tg, GROUP, secret_answer) if "来源" in m["text"]], what="ONE's answer")
         one_trace = daemon.answers.conversations.trace("local", f"telegram:{GROUP}:{ONE}")
         one_titles = {c.title for c in one_trace.candidates}
         assert one_titles

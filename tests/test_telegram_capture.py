@@ -210,7 +210,7 @@ def remap(daemon) -> None:
     """The owner mapped to another Leanote user, as a reload applies it."""
     users = [u.model_copy(update={"leanote_user_id": "someone-else"}) if OWNER in u.telegram_ids else u
              for u in daemon.settings.users]
-    daemon.settings = daemon.settings.model_copy(update={"users": users})
+    daemon._apply(daemon.settings.model_copy(update={"users": users}), ["users"])  # the daemon and its parts
 
 def test_a_capture_while_leanote_is_down_is_queued_and_written_when_it_is_back(world):
     make, tg, ollama, leanote = world

@@ -6,7 +6,11 @@ failed; over TCP without a token only that and why in general terms, no paths or
 ``GET /status``, ``GET /users``, ``GET /search``, ``POST /ask`` (NDJSON: ``sources`` once the
 evidence is chosen, ``token`` events as the answer streams, then one ``answer`` event: what
 the bots render, with the answer as HTML with every address and ``@name`` inert but the cited
-passages' own links, ``bot.render.web_html``), ``POST /sync`` (a pass now; with ``wait`` NDJSON
+passages' own links, ``bot.render.web_html``, and ``places``: a note file's path in the notes
+folder, by its address; with ``keep`` the answer is kept, its
+``answer_id`` in that event), the caller's kept answers: ``GET /answers/{id}/why`` (its trace),
+``POST /answers/{id}/feedback`` (👍 / 👎), ``POST /answers/{id}/save`` (as a note, once); ``GET
+/why`` (the last answer's trace in a conversation: the bots' ``/why``), ``POST /sync`` (a pass now; with ``wait`` NDJSON
 ``progress`` events and a ``result``; ``rebuild`` empties the index first), ``GET /metrics``
 (Prometheus; admin), ``GET /openapi.json``. The memory: ``GET /memory/about``,
 ``/memory/related``, ``/memory/find``, ``/memory/graph``, ``/memory/note/{id}``,
@@ -14,11 +18,14 @@ passages' own links, ``bot.render.web_html``), ``POST /sync`` (a pass now; with 
 ``POST /gaps/{id}/dismiss``, ``POST /gaps/{id}/note`` (the note for it, into Leanote or the notes
 folder through the outbox); ``POST /note`` (a note captured the same way: the command line's
 ``note``); ``GET /digest`` (what the caller's digest would say). ``GET /explorer`` is a page over them (its graph
-library, vis-network, is served from the ``pyvis`` package).
+library, vis-network, is served from the ``pyvis`` package); ``GET /chat`` the web chat, on the TCP
+listener only, with its sign-in (``bot.api.web``).
 
 Who calls (``bot.api.access``): the local socket's user may do everything; a TCP token may
 query only its ``users`` and, unless ``admin``, cannot start syncs or see other accounts;
-``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). Answers are shared
+``/ask`` and ``/search`` count against the token's ``api.rate_limit`` (429). A web chat session's
+(a cookie's) ``/ask``, ``/why``, answer buttons, gap acts and ``/note`` go through the person's chat
+session instead (``bot.api.chatdoor``: its limits, message cut and refusals). Answers are shared
 out fairly between callers (``rag.answer.fair``).
 
 Errors are JSON ``{"error", "kind"}``, every one (``Error`` in the OpenAPI description): 400
@@ -47,13 +54,16 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag import limits
+from rag.answer.feedback import KEEP_DAYS, NotYours, UnknownAnswer
 from rag.errors import DiskFull, LeanoteRagError, TooLarge, Unavailable, UserError
 from rag.index.retrieve import RETRIEVERS
 from rag.memory import explore
 
+from bot.api import chatdoor as chat, web
 from bot.api.access import LOCAL, BodyLimit, Caller, TokenAuth, TokenFirst
-from bot.render import NoteLinks, web_html
-from bot.usecases import asking, capture as capture_case, digest as digest_case, gaps as gaps_case, memory
+from bot.chat.texts import NO_TRACE_KEPT, not_saved_text, trace_text
+from bot.render import NoteLinks, file_place, notes_root, web_html
+from bot.usecases import answers as answers_case, asking, capture as capture_case, digest as digest_case, gaps as gaps_case, memory
 from bot.usecases import status as status_case, syncing
 from bot.usecases.people import Person, accounts, leanote_user, resolve_user, users as users_case
 
@@ -68,6 +78,14 @@ class AskIn(BaseModel):
     question: str = Field(description="the question, in any language")
     user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
     conversation: str | None = Field(default=None, description="an id to keep follow-ups together (optional)")
+    keep: bool = Field(default=False, description="keep the answer for its trace, 👍/👎 and saving "
+                                                  "(`/answers/{answer_id}/…`): its id is the answer event's `answer_id`")
+
+
+class RatingIn(BaseModel):
+    verdict: str = Field(description="`up` (👍) or `down` (👎, which keeps the question as one of the caller's gaps); "
+                                     "a later one replaces it")
+    user: str | None = Field(default=None, description="whose notes (default: the only user the caller may query)")
 
 
 class VerdictIn(BaseModel):
@@ -100,6 +118,8 @@ def _event(**fields) -> bytes:
 
 
 def _error_body(err: Exception) -> tuple[int, dict]:
+    if isinstance(err, chat.Refused):  # the web chat's session said no
+        return err.status, {"error": str(err), "kind": err.kind}
     if isinstance(err, TooLarge):
         return 413, {"error": str(err), "kind": "user"}
     if isinstance(err, UserError):
@@ -172,7 +192,9 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
         return limits.check(text, daemon.settings.limits.question_chars, what)
 
     async def caller(request: Request) -> Caller:
-        return LOCAL if auth is None else auth.caller(request.headers.get("authorization", ""))
+        if auth is None:
+            return LOCAL
+        return getattr(request.state, "caller", None) or auth.caller(request.headers.get("authorization", ""))
 
     def admin(who: Caller = Depends(caller)) -> Caller:
         if not who.admin:
@@ -200,7 +222,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.exception_handler(LeanoteRagError)
     async def _ours(request: Request, err: LeanoteRagError):
         status, body = _error_body(err)
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=status, headers=getattr(err, "headers", None) or None)
 
     @app.exception_handler(StarletteHTTPException)  # ours, and the router's (no such path, method)
     async def _http(request: Request, err: StarletteHTTPException):
@@ -239,8 +261,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
                 mine = ", ".join(sorted(users)) or "none"
                 raise UserError(f"no notes of user {limits.echoed(user)!r} that this caller may query "
                                 f"(its users with notes: {mine})")
-        key = "cli" if who is LOCAL else f"api:{who.name}"
-        return Person(key, user_id, who.admin, f"api:{who.name}:{conversation}" if conversation else None)
+        key = who.person
+        return Person(key, user_id, who.admin, f"{key}:{conversation}" if conversation else None)
 
     @app.get("/health", summary="liveness and readiness (the details with a token, or on the socket)")
     async def health(request: Request) -> JSONResponse:
@@ -270,7 +292,7 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.get("/status", summary="sync and index status (the CLI's `status --json`)")
     async def status(who: Caller = Depends(caller)) -> dict:
         # an admin sees every account; anyone else only their own users' (no other's email or error)
-        asker = Person("cli" if who is LOCAL else f"api:{who.name}", "", who.admin)
+        asker = Person(who.person, "", who.admin)
         return await status_case.status(parts(), asker, users=sorted(who.users or ()))
 
     @app.get("/users", summary="indexed chunks per Leanote user the caller may query (and, for an admin, the "
@@ -295,16 +317,72 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
     @app.post("/ask", summary="an answer from the notes, streamed as NDJSON events",
               response_class=StreamingResponse, responses={200: {"content": {NDJSON: {}}}})
     async def ask(body: AskIn, who: Caller = Depends(caller)) -> StreamingResponse:
+        if who.web:  # the web chat: through the person's session (its limits, its message cut)
+            started = await chat.ask(parts(), who, body.question, body.conversation, body.user)
+            return StreamingResponse(_answer_events(parts(), None, body.question, started=started), media_type=NDJSON)
         question = small(body.question, "the question")
         counted(who)
         asker = await person(who, body.user, body.conversation)
-        return StreamingResponse(_answer_events(parts(), asker, question), media_type=NDJSON)
+        return StreamingResponse(_answer_events(parts(), asker, question, body.keep), media_type=NDJSON)
+
+    # --- an answer kept (``keep``): its trace, the caller's 👍 / 👎, saved as a note ------------------
+
+    async def kept_answer(who: Caller, user: str | None, answer_id: str) -> tuple[Person, object]:
+        """The caller's own answer ``answer_id``; another person's is no more found than one never kept."""
+        asker = await person(who, user)
+        try:
+            return asker, await asyncio.to_thread(answers_case.pressed, parts(), asker.key, small(answer_id, "the id"))
+        except (UnknownAnswer, NotYours):
+            raise HTTPException(404, f"no answer {limits.echoed(answer_id)} of yours is kept (ask with keep: true; "
+                                     f"answers are kept {KEEP_DAYS} days)") from None
+
+    @app.get("/why", summary="why the last answer in the caller's conversation is what it is (the bots' /why)")
+    async def why_last(conversation: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.why(parts(), who, small(conversation, "the conversation"), user)
+        why = asking.why(parts(), await person(who, user, small(conversation, "the conversation")))
+        return {"question": None, "rows": [], "candidates": [], "timings_ms": {}, "text": trace_text(why),
+                **(why.as_json() if why is not None else {})}
+
+    @app.get("/answers/{answer_id}/why", summary="why one of the caller's kept answers is what it is (its trace)")
+    async def why_answer(answer_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.answer_button(parts(), who, "why", small(answer_id, "the id"), user)
+        asker, record = await kept_answer(who, user, answer_id)
+        why = answers_case.why(asker, record)
+        body = why.as_json() if why is not None else {"question": record.question, "rows": [], "candidates": [],
+                                                      "timings_ms": {}}
+        return {"answer_id": record.id, **body, "text": trace_text(why) if why is not None else
+                f"问题 question: {record.question}\n{NO_TRACE_KEPT}"}
+
+    @app.post("/answers/{answer_id}/feedback", summary="the caller's 👍 (up) or 👎 (down) on one of their answers")
+    async def rate_answer(answer_id: str, body: RatingIn, who: Caller = Depends(caller)) -> dict:
+        if body.verdict not in ("up", "down"):
+            raise UserError(f"verdict must be 'up' or 'down', not {limits.echoed(body.verdict)!r}")
+        if who.web:
+            return await chat.answer_button(parts(), who, body.verdict, small(answer_id, "the id"), body.user)
+        asker, record = await kept_answer(who, body.user, answer_id)
+        done = await asyncio.to_thread(answers_case.rate, parts(), asker, record, body.verdict)
+        return {"answer_id": done.id, "verdict": done.verdict}
+
+    @app.post("/answers/{answer_id}/save", summary="save one of the caller's answers as a note (once, however "
+                                                   "often asked)")
+    async def save_answer(answer_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.answer_button(parts(), who, "save", small(answer_id, "the id"), user)
+        asker, record = await kept_answer(who, user, answer_id)
+        house = parts()
+        blocked = await answers_case.save_blocked(house, asker, record)
+        if blocked is not None:
+            return {"status": "saved" if blocked.why == "saved" else "not_saved", "why": blocked.why,
+                    "message": not_saved_text(blocked)[0], "url": blocked.url, "note_id": "", "again": True}
+        return asdict(await answers_case.save_answer(house, asker, record))
 
     @app.post("/sync", summary="a sync pass now (admin)",
               responses={200: {"content": {NDJSON: {}}, "description": "with wait: progress events, then the result"}})
     async def sync(body: SyncIn, who: Caller = Depends(admin)):
         house = parts()
-        operator = Person("cli" if who is LOCAL else f"api:{who.name}", "", True)
+        operator = Person(who.person, "", True)
         if not body.wait:
             task = asyncio.create_task(syncing.sync_now(house, operator, body.reconcile, body.rebuild))
             task.add_done_callback(_log_failure)
@@ -331,11 +409,15 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
 
     @app.post("/gaps/{gap_id}/dismiss", summary="dismiss one of the caller's gaps")
     async def gaps_dismiss(gap_id: str, user: str | None = None, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.gap(parts(), who, small(gap_id, "the gap id"), None, user)
         asker = await person(who, user)
         return (await asyncio.to_thread(gaps_case.dismiss, parts(), asker, small(gap_id, "the gap id"))).as_json()
 
     @app.post("/gaps/{gap_id}/note", summary="write the note for one of the caller's gaps (titled by its question)")
     async def gaps_note(gap_id: str, body: NoteIn, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            return await chat.gap(parts(), who, small(gap_id, "the gap id"), body.text, body.user)
         asker = await person(who, body.user)
         house = parts()
         draft = await asyncio.to_thread(gaps_case.draft_for, house, asker, small(gap_id, "the gap id"), "api")
@@ -344,6 +426,9 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
 
     @app.post("/note", summary="capture a note into the caller's notes (Leanote, or the notes folder), written once")
     async def note(body: CaptureIn, who: Caller = Depends(caller)) -> dict:
+        if who.web:
+            once = small(body.once, "the once id") if body.once else None
+            return await chat.note(parts(), who, body.text, body.title, once, body.user)
         asker = await person(who, body.user)
         once = capture_case.note_once(small(body.once, "the once id") if body.once else "")
         return asdict(await capture_case.note(parts(), asker, body.text, title=body.title or "", once=once))
@@ -418,6 +503,8 @@ def create_app(daemon, auth: TokenAuth | None = None) -> FastAPI:
             raise HTTPException(404, f"no such file: {limits.echoed(name)}")
         return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
+    if auth is not None:  # the web chat: on the TCP listener, where browsers come
+        web.mount(app, daemon, auth, parts)
     _documented_errors(app)
     return app
 
@@ -440,12 +527,18 @@ def _log_failure(task: asyncio.Task) -> None:
         log.error("a sync started through the API failed", exc_info=task.exception())
 
 
-async def _answer_events(parts, person: Person, question: str) -> AsyncIterator[bytes]:
-    queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.create_task(asking.ask(parts, person, question,
-                                          on_token=lambda text: queue.put_nowait(("token", text)),
-                                          on_sources=lambda found: queue.put_nowait(("sources", found))))
-    task.add_done_callback(lambda _: queue.put_nowait(None))
+async def _answer_events(parts, person: Person | None, question: str, keep: bool = False,
+                         started: tuple | None = None) -> AsyncIterator[bytes]:
+    """The answer's events; ``started``: a chat session's ask under way (``chatdoor.ask``: its
+    task, whose result is an ``AnswerView``, and the queue of its events), its notices sent too."""
+    if started is None:
+        queue: asyncio.Queue = asyncio.Queue()
+        task = asyncio.create_task(asking.ask(parts, person, question, keep=keep,
+                                              on_token=lambda text: queue.put_nowait(("token", text)),
+                                              on_sources=lambda found: queue.put_nowait(("sources", found))))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+    else:
+        task, queue = started
     try:
         while (item := await queue.get()) is not None:
             kind, value = item
@@ -453,7 +546,9 @@ async def _answer_events(parts, person: Person, question: str) -> AsyncIterator[
                 yield _event(event="sources", sources=[asdict(c) for c in value])
             else:
                 yield _event(event="token", text=value)
-        answer = task.result().answer
+        asked = task.result()
+        view, asked = (asked, asked.asked) if started is not None else (None, asked)
+        answer = asked.answer
     except Exception as err:  # the stream has started: the error is an event
         if not isinstance(err, LeanoteRagError):
             log.error("answering over the API failed", exc_info=err)
@@ -463,8 +558,11 @@ async def _answer_events(parts, person: Person, question: str) -> AsyncIterator[
     finally:
         task.cancel()  # the client went away: stop writing its answer
     # the answer as HTML for a page: every link-like token inert, but the cited passages' own links
-    yield _event(event="answer", answer=answer.as_json(with_trace=True),
-                 html=web_html(answer.shown, NoteLinks(answer.citations)))
+    root = notes_root(parts.settings)  # a note file is named by its path in the notes folder (``places``)
+    places = {c.url: file_place(c.url, root) for c in (*answer.citations, *answer.closest) if file_place(c.url, root)}
+    yield _event(event="answer", answer=answer.as_json(with_trace=True), answer_id=asked.answer_id,
+                 html=web_html(answer.shown, NoteLinks(answer.citations)), places=places,
+                 **({"notices": view.notices} if view is not None else {}))
 
 
 async def _sync_events(parts, person: Person, body: SyncIn) -> AsyncIterator[bytes]:

@@ -1,3 +1,3 @@
-"""What the two chat bots share: who may ask and how often (``access``), an answer streamed into
-one message at a steady pace (``pacing``), what they say that is not an answer, each use case's
-result as chat text (``texts``), and what ``doctor`` asks of each (``checks``)."""
+"""What the chat doors share besides their session (``bot.session``): an answer streamed into one
+message at a steady pace (``pacing``), each use case's result as chat text (``texts``, ``gaps``,
+``digest``, ``unasked``), and what ``doctor`` asks of each bot (``checks``)."""

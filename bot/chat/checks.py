@@ -21,7 +21,7 @@ def token_or_problem(token_env: str, what: str, name: str) -> tuple[str | None, 
 
 
 def nobody_mapped(settings: Settings, platform: str) -> Iterator[CheckResult]:
-    ids = [i for u in settings.users for i in (u.telegram_ids if platform == "telegram" else u.discord_ids)]
+    ids = [i for u in settings.users for i in u.ids_on(platform)]
     if not ids:
         yield (f"{platform} users", False, f"nobody is mapped to a Leanote user for {platform}: the bot refuses "
                f"everyone", f"add to users: {{leanote_user_id: ..., {platform}_ids: [your id]}} (the bot tells "

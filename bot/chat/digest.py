@@ -1,6 +1,6 @@
 """What a digest looks like in chat (``rag.digest.Digest``): plain text, bilingual headings,
-each section cut to what fits and the rest counted; ``split_lines`` cuts a long text into
-messages at line ends, within a platform's limit."""
+each section cut to what fits and the rest counted; each door's one path cuts it into messages
+(``bot.plain.messages``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _day(ts: float, tz: str) -> str:
 
 
 def digest_text(d: Digest, note_url: Callable[[str], str] = str, root=None) -> str:
-    """The digest as one text (``split_lines`` makes messages of it); a note file by its path in
+    """The digest as one text (each door's one path makes messages of it); a note file by its path in
     the notes folder ``root``."""
     if d.empty:
         return NOTHING
@@ -53,27 +53,6 @@ def digest_text(d: Digest, note_url: Callable[[str], str] = str, root=None) -> s
             out.append(f"  {p['a']['title']} ↔ {p['b']['title']}")
             out.append(f"    {link(p['a'])}\n    {link(p['b'])}")
     return "\n".join(out)
-
-
-def split_lines(text: str, size: int) -> list[str]:
-    """Messages of at most ``size`` characters, cut at line ends (a line longer than that is cut)."""
-    parts, current = [], ""
-    for line in text.split("\n"):
-        while len(line) > size:
-            if current:
-                parts.append(current)
-                current = ""
-            parts.append(line[:size])
-            line = line[size:]
-        candidate = f"{current}\n{line}" if current else line
-        if len(candidate) > size:
-            parts.append(current)
-            current = line
-        else:
-            current = candidate
-    if current or not parts:
-        parts.append(current)
-    return parts
 
 
 def plan_reply(plan: Plan | None, private: bool = True) -> str:

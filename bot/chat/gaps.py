@@ -19,12 +19,7 @@ NO_GAPS = ("还没有记下答不上来的问题（还没有过，或你用 /for
            "cleared them with /forget): a question your notes cannot answer is listed here.")
 NONE_OPEN = ("你的笔记没有待回答的问题：{answered} 个已由笔记回答，{dismissed} 个已不再显示。 / No open knowledge gaps: "
              "{answered} answered by a note since, {dismissed} dismissed.")
-GAP_BUTTONS = (("w", "✍️", "write"), ("x", "✖", "dismiss"))
-CANCEL_BUTTON = ("c", "✖", "取消 cancel")
-# a question typed while a draft waits: save it as the note, or answer it (the draft ends)
-CONFIRM_BUTTONS = (("s", "💾", "存为笔记 save as the note"), ("a", "❓", "回答它 answer it"))
 WHY_WORDS = {"refused": "没找到 not found", "withdrawn": "回答没有依据 answer withdrawn", "down": "👎"}
-NOT_YOUR_GAP = "这不是你的问题。 / This is not one of your gaps."
 DISMISSED = "好的，不再显示：«{q}» / Dismissed: «{q}»"
 FORGOT = ("已忘掉你的 {n} 个知识空白、摘要设置，以及为改进回答而保存的 {m} 条问答。 / Forgot your {n} knowledge gap(s), "
           "your digest setting and the {m} answer(s) kept for feedback (your questions and 👍/👎).")
@@ -32,8 +27,6 @@ FOOTER = {"message": "按 ✍️ n 写这条笔记（你发的下一条消息就
                      "message becomes it); ✖ n: dismiss.",
           "note": "按 ✍️ n 写这条笔记（你的下一个 /note 就是它），✖ n 不再显示。 / ✍️ n: write the note (your next /note "
                   "becomes it); ✖ n: dismiss."}
-NOTHING_WAITS = ("没有等着写的笔记（已写好、已取消或已过期）。 / No note is waiting to be written (written, cancelled "
-                 "or expired).")
 
 
 @dataclass

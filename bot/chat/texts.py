@@ -22,17 +22,16 @@ from bot.usecases import capture, memory, status
 from bot.usecases.memory import MemoryUnavailable, NotAnItemId, UnknownItem
 from bot.usecases.people import Person
 from bot.usecases.results import About, NotSaved, RelatedNotes, SyncRequest, Verdict, Why
+from bot.chat.words import PRESSED, REFUSALS
 from bot.render import file_place, notes_root  # noqa: F401 (notes_root: the doors take it from here)
 
 # What a person sees when something unexpected goes wrong; the details go to the log.
 SORRY = "抱歉，出错了，已经记录下来了。请稍后再试。 / Sorry, something went wrong; it has been logged. Please try again."
 # An answer the platform would not take (after it had streamed): it replaces the half-shown text.
 UNDELIVERED = "抱歉，回答没能发出来，请再问一次。 / Sorry, the answer could not be delivered; please ask again."
-EMPTY = "请写下问题。 / Please write a question."
 FRESH_START = "好的，重新开始。 / Fresh start."
-ADMINS_ONLY = "只有管理员可以 /sync。 / Only admins may /sync."
 SYNCING = "开始同步… / Syncing…"
-NO_CAPTURE = "这里不能写入 Leanote。 / Writing to Leanote is not available here."
+NO_CAPTURE = REFUSALS["no_capture"]
 TRANSCRIBING = "🎙 正在转写… / Transcribing…"
 READING_IMAGE = "🔎 正在识别图中文字… / Reading the text in the image…"
 # a voice message's or a photo's status message whose work a stop or a crash of the server cut off (said at its next start)
@@ -62,6 +61,7 @@ _ASK = """/ask 问题 — 提问（私聊里直接发问题就行）ask (in a pr
 /search 关键词 — 只列出相关笔记 search: matching notes only
 /reset — 忘掉这段对话 forget this conversation
 /why — 上一个回答是怎么来的 why the last answer
+/web — 在浏览器里聊天的一次性链接（私发给你）a one-time link to chat in a browser (sent to you alone)
 /status — 同步状态 sync status
 /sync — 立即同步（管理员）sync now (admins)"""
 _INTO = {
@@ -124,6 +124,7 @@ COMMANDS = [
     ("search", "搜索笔记 / search your notes"),
     ("reset", "重新开始对话 / forget this conversation"),
     ("why", "上一个回答的依据 / why the last answer"),
+    ("web", "在浏览器里聊天 / chat in a browser"),
     ("status", "同步状态 / sync status"),
     ("sync", "立即同步（管理员）/ sync now (admins)"),
     ("note", "记一条笔记 / capture a note"),
@@ -210,9 +211,6 @@ TRACE_LABELS = {
 }
 NO_ANSWER_YET = "这段对话还没有回答过问题。 / No answer in this conversation yet."
 NO_TRACE_KEPT = "这个回答没有记录依据。 / No trace was kept for this answer."
-# "Why?" under an answer given from another Leanote user's notes than the presser's now (``users`` changed).
-REMAPPED_WHY = ("这个回答来自另一个 Leanote 账号的笔记，依据不再显示给你。 / This answer came from another Leanote "
-                "account's notes: its trace is no longer shown to you.")
 
 
 def trace_text(why: Why | None) -> str:
@@ -229,7 +227,7 @@ def trace_text(why: Why | None) -> str:
 
 # --- "Save as note" under an answer ------------------------------------------------------------
 
-SAVING = "正在保存… / Saving…"
+SAVING = PRESSED["saving"]
 NOT_SAVED = {
     "no_capture": NO_CAPTURE,
     "remapped": ("这个回答来自另一个 Leanote 账号的笔记，不能保存到你现在的账号。 / This answer came from another "
@@ -360,10 +358,8 @@ def outbox_text(items: list) -> str:
 
 # --- the memory of the notes: /about, /related, /reject, /confirm -----------------------------------
 
-MEMORY_OFF = ("记忆功能没有打开（memory.enabled: false）。 / The memory of the notes is off (memory.enabled: false "
-              "in the config).")
-MEMORY_NOT_YET = ("还没有笔记的记忆：等笔记同步完再试。 / There is no memory of the notes yet: try again after the "
-                  "notes have synced.")
+MEMORY_OFF = REFUSALS["memory_off"]
+MEMORY_NOT_YET = REFUSALS["memory_not_yet"]
 ABOUT_USAGE = ("用法 usage: /about 名称 — 一个项目、术语或标签，如笔记里写的 / a name: a project, a term or a tag, "
                "as your notes write it")
 RELATED_USAGE = "用法 usage: /related 笔记id、标题或问题 / a note id, its title's words, or a question"
@@ -372,7 +368,6 @@ VERDICT_USAGE = ("用法 usage: /reject ID 或 /confirm ID（/about 和 /related
 MEMORY_ITEMS = 10  # facts or pairs with buttons under one reply (Discord: 5 rows of 2 × 2 buttons)
 MEMORY_NOTES = 8  # notes listed under /about
 SNIPPET = 160
-VERDICT_BUTTONS = (("confirmed", "👍", "confirm"), ("rejected", "👎", "reject"))
 
 
 def memory_unavailable_text(err: MemoryUnavailable) -> str:

@@ -3,9 +3,6 @@ a to-do, an alarm, said or typed. Plain text, bilingual; each platform adds its 
 
 from __future__ import annotations
 
-SAVE_BUTTON = "Save as note / 存为笔记"
-
-
 def not_a_question(can_save: bool, ask_anyway: str) -> str:
     """The reply: it is not answered, and why; what can be done with it (``can_save``: the
     button under it saves it as a note); ``ask_anyway``: how to ask it all the same (a typed

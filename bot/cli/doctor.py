@@ -506,11 +506,14 @@ def _ollama(root: Parts) -> Iterator[Check]:
         chat = root.load_chat()
         book = SpeedBook(settings.state_dir / SPEED_FILE if settings.state_dir.exists() else None)
 
+        probed: list[float] = []
+
         async def check_and_measure() -> str:
             # one event loop for both: the chat's HTTP client belongs to the loop it first ran on
             found = await chat.check()
-            if not book.get(cfg.model).probe_tps:
+            if not book.get(cfg.model).read_tps:
                 # measured now, so the first question's evidence is sized to this machine
+                probed.append(os.getloadavg()[0])
                 await measure_speed(chat, book, settings)
             return found
 
@@ -518,6 +521,8 @@ def _ollama(root: Parts) -> Iterator[Check]:
         book.flush()
         speed = book.get(cfg.model)
         measured = speed.describe(cfg.model) if speed.samples else f"{cfg.model}: speed not measured yet (ask a question)"
+        if probed and speed.read_tps:  # a busy machine reads slower: the answers' replies measure it again
+            measured += f", measured now at load {probed[0]:.1f} (every answer measures it again)"
         means = answers_here(settings, cfg.model, speed)
         if means:
             measured += f": {means}"

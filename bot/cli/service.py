@@ -133,7 +133,7 @@ def serve(app: App) -> None:
     from bot.serve import Daemon
     from bot.serve import services
 
-    daemon = Daemon(app.settings, services())
+    daemon = Daemon(app.settings, services(app.settings))
     asyncio.run(daemon.run())
     daemon.exit()
 

@@ -8,17 +8,20 @@ where captures have somewhere to write (Leanote, or the notes folder), ``/note``
 always ephemeral, each person's conversation is their own, and no message may mention anyone.
 Access: guild, channel, user and role ids.
 
-- ``bot``: the client and its command tree, who may use it where, its life;
+- ``bot``: the client and its command tree, who may use it where (its own rules, then the
+  person's session), how a session's reply and buttons are shown, its life;
 - ``service``: the commands, menu and buttons put on it (``build``), what ``serve`` runs and
   ``doctor`` checks;
 - ``answering``: a question's flow: deferred, streamed into the original response, then embeds
   within Discord's limits and the buttons under the last;
-- ``commands``: the commands that are not questions or captures;
+- ``commands``: the commands that are not questions or captures, and what runs before each (a
+  note begun with ✍️ ends);
 - ``capturing``: writing into the person's Leanote or the notes folder;
-- ``buttons``: what a press does, under an answer or under the memory's replies.
+- ``buttons``: every button, and what a press does;
+- ``media``: a voice clip or an image given to ``/ask``.
 
-Every handler parses the interaction, calls a use case (``bot.usecases``) and renders what
-comes back.
+Every handler parses the interaction, asks the person's session (``bot.session``) and formats
+what comes back.
 """
 
 from bot.discord.answering import embeds_for

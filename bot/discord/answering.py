@@ -5,7 +5,8 @@ answer continues in follow-ups, the buttons under its last part. When Discord re
 it, what went out goes and the response says the answer could not be delivered (nobody is left
 with half an answer and its cursor), and no answer is kept for buttons that never showed. A
 channel is a shared room: answers are private (ephemeral, only the asker sees them) unless
-``discord.public_answers`` is on or the asker passes ``private:false``."""
+``discord.public_answers`` is on or the asker passes ``private:false``. The session
+(``bot.session``) says whether the question is let through and gives the answer's view."""
 
 from __future__ import annotations
 
@@ -14,18 +15,16 @@ from contextlib import suppress
 
 import discord
 
-from rag.index.excerpt import open_fence
-from rag.language import label
 from bot.chat.pacing import Pacer, Wait
-from bot.chat.texts import EMPTY, SORRY, UNDELIVERED, cut_message, notes_root, sources_first
+from bot.chat.texts import SORRY, UNDELIVERED
 from bot.discord.bot import DiscordBot
-from bot.discord.buttons import feedback_view
 from bot.render import (DISCORD_CONTENT, DISCORD_DESCRIPTION, NoteLinks, SourceLinks, discord_pages,
-                        discord_plain_links, discord_sources)
-from bot.usecases import asking, capture
+                        discord_plain_links, discord_sources, discord_tail)
+from bot.session import AnswerView
 
 log = logging.getLogger(__name__)
 COLOR = 0x2E7D32
+__all__ = ["ask", "discord_tail", "embeds_for"]
 
 
 async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, private: bool | None = None,
@@ -33,28 +32,19 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     """``heard``: the line a voice clip or an image was read as (plain text: shown above the answer by
     the door's rule; the interaction was deferred already, while it was read); ``spoken``: the
     question holds a clip's words; ``counted``: against the person's rate limit already (before the
-    clip or image was downloaded); ``seen``: the text read from an image sent with it (``asking.ask``)."""
-    person = await bot.person(interaction)
-    if person is None:
-        return
-    if not (question or "").strip() and not seen.strip():
-        await _say(bot, interaction, EMPTY)
-        return
-    if not counted and not await bot.may_search(interaction):
+    clip or image was downloaded); ``seen``: the text read from an image sent with it."""
+    session = await bot.session(interaction)
+    if session is None:
         return
     heard = bot.markdown(heard)[0] if heard else None  # the words heard or read: nothing in them is Markdown
-    question, notice = cut_message(bot.host.settings, question)
     if private is None:
         private = not bot.cfg.public_answers
-    if not interaction.response.is_done():
-        await interaction.response.defer(thinking=True, ephemeral=private)
     above = f"{heard}\n" if heard else ""
-
     reading = SourceLinks()  # the sources' links, once they are known
 
-    def sources(found) -> None:
+    def sources(found, head: str) -> None:
         reading.found(found)
-        pacer.show_first(sources_first(found, label(question or seen, "reading"), notes_root(bot.host.settings)))
+        pacer.show_first(head)
 
     async def edit(text: str) -> None:  # every link-like token inert, but the sources' own
         try:
@@ -67,55 +57,39 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     pacer = Pacer(edit, bot.cfg.edit_interval)
     bot.pacers.append(pacer)
-    pacer.start()
+    started = []
+
+    async def ready() -> None:  # let through: "thinking…", then the answer streams into the response
+        if not interaction.response.is_done():
+            await interaction.response.defer(thinking=True, ephemeral=private)
+        started.append(True)
+        pacer.start()
+
     try:
-        asked = await asking.ask(bot.parts, person, question, on_token=pacer.feed, on_sources=sources, keep=True,
-                                 heard=spoken, seen=seen)
+        got = await session.ask(question, on_token=pacer.feed, on_sources=sources, heard=spoken, seen=seen,
+                                counted=counted, ready=ready)
     except Exception:
+        if not started:
+            raise  # (before anything was shown: the error handler says so)
         log.exception("answering a Discord question failed")
         bot.count_error()
-        asked = None
+        got = None
     finally:  # whatever happened, the streaming edits end here
         await pacer.stop()
-    if asked is None:
+    if got is None:
         await _error(interaction)
+        return
+    if not isinstance(got, AnswerView):  # a refusal: for the asker alone, before or after a deferral
+        await (bot.edit(interaction, got.text) if interaction.response.is_done() else bot.say(interaction, got.text))
         return
     sent: list[discord.WebhookMessage] = []
     try:
-        await _deliver(interaction, asked, private, notice, sent, heard, notes_root(bot.host.settings),
-                       capture.offered(bot.parts))
+        await _deliver(bot, interaction, got, private, sent, heard)
     except Exception:  # Discord refused the answer (or a part of it): nobody is left with half of it
         log.exception("delivering a Discord answer failed")
         bot.count_error()
-        await asking.undelivered(bot.parts, person, asked)
+        await session.undelivered(got)
         await _undelivered(interaction, sent)
-
-
-def discord_tail(text: str, limit: int = DISCORD_CONTENT) -> str:
-    """The end of a text that streams into one Discord message (its last ``limit`` characters,
-    from a line's start where one is near): a code block it begins inside is opened again, so
-    the code's closing fence does not open one that swallows the rest."""
-    if len(text) <= limit:
-        return text
-    cut, head = len(text) - limit, ""
-    for _ in range(3):
-        line = text.find("\n", cut)
-        if 0 <= line < cut + 200:
-            cut = line + 1
-        opener = open_fence(text, cut)
-        head = "" if opener is None else opener[:200] + "\n"
-        if len(head) + len(text) - cut <= limit:
-            return head + text[cut:]
-        cut = len(text) - limit + len(head)
-    return (head + text[cut:])[-limit:]
-
-
-async def _say(bot: DiscordBot, interaction: discord.Interaction, text: str) -> None:
-    """A one-line reply for the asker alone, before or after the interaction was deferred."""
-    if interaction.response.is_done():
-        await bot.edit(interaction, text)
-    else:
-        await bot.say(interaction, text)
 
 
 async def _error(interaction: discord.Interaction) -> None:
@@ -145,21 +119,15 @@ async def _undelivered(interaction: discord.Interaction, sent: list[discord.Webh
         await interaction.followup.send(UNDELIVERED, ephemeral=True)
 
 
-async def _deliver(interaction: discord.Interaction, asked: asking.Asked, private: bool, notice: str | None,
-                   sent: list[discord.WebhookMessage], heard: str | None = None, root=None,
-                   can_save: bool = True) -> None:
-    """``root``: the notes folder its note files are named in; ``can_save``: "Save as note" goes under it."""
-    answer = asked.answer
-    if answer.citations:
-        sources = discord_sources(answer.citations, label(answer.question, "sources"), answer.question, root)
-    else:
-        sources = discord_sources(answer.closest, label(answer.question, "closest"), answer.question, root)
-    body = discord_plain_links(answer.shown, NoteLinks(answer.citations)) + "".join(
-        f"\n\n*{n}*" for n in (answer.notice, notice) if n)
+async def _deliver(bot: DiscordBot, interaction: discord.Interaction, answer: AnswerView, private: bool,
+                   sent: list[discord.WebhookMessage], heard: str | None = None) -> None:
+    sources = discord_sources(answer.sources, answer.sources_title, answer.question, answer.root)
+    body = discord_plain_links(answer.text, NoteLinks(answer.citations)) + "".join(
+        f"\n\n*{n}*" for n in answer.notices)
     embeds = embeds_for(body, sources)
     first, rest = embeds[0], embeds[1:]
-    # the buttons go under the last part of the answer
-    buttons = {"view": feedback_view(asked.answer_id, can_save)} if asked.answer_id else {}
+    view = bot.view(answer.buttons)  # the buttons go under the last part of the answer
+    buttons = {"view": view} if view is not None else {}
     await interaction.edit_original_response(content=heard[:DISCORD_CONTENT] if heard else None, embed=first,
                                              **({} if rest else buttons))
     for i, embed in enumerate(rest):

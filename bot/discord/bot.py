@@ -20,11 +20,12 @@ from contextlib import suppress
 import discord
 from discord import app_commands
 
-from bot.chat.access import Access
 from bot.chat.texts import SORRY
+from bot.chat.web import web_link
 from bot.plain import discord_text, messages, own_links
 from bot.render import DISCORD_CONTENT
-from bot.usecases.people import Person
+from bot.session import Button, Reply, Session
+from bot.chat.words import REFUSALS
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +55,12 @@ class DiscordBot:
         # follow-ups) in one class attribute; one client runs per process.
         discord.http.Route.BASE = self.cfg.api_base.rstrip("/")
         quiet_voice_warnings()
-        self.access = Access(host)
         # No message of ours may ping anyone: text from notes or the LLM can hold @everyone.
         self.client = discord.Client(intents=discord.Intents.default(), allowed_mentions=discord.AllowedMentions.none())
         self.tree = app_commands.CommandTree(self.client)
         self.client.leanote_bot = self  # the buttons under answers find their bot here
         self.pacers: list = []
-        self.dynamic: tuple = ()  # the buttons' classes, so a press is understood after a restart too
+        self.dynamic: tuple = ()  # the buttons' class (``buttons.Pressed``): a press is understood after a restart too
         self.client.setup_hook = self._setup
         self.after_login: list = []  # coroutine functions run once logged in (before the gateway connects)
 
@@ -72,11 +72,6 @@ class DiscordBot:
     @property
     def parts(self):
         return self.host.parts
-
-    @property
-    def can_capture(self) -> bool:
-        parts = getattr(self.host, "parts", None)
-        return parts is not None and parts.can_capture
 
     def count_error(self) -> None:
         metrics = getattr(self.host, "metrics", None)
@@ -141,37 +136,56 @@ class DiscordBot:
                             "the roles allowed to use this bot.")
         return None
 
-    async def person(self, interaction: discord.Interaction) -> Person | None:
-        """The asking person (with their conversation in this channel, or in DMs), or None
-        after an ephemeral refusal (before any work)."""
+    async def session(self, interaction: discord.Interaction) -> Session | None:
+        """The person's session in this channel (or in DMs), or None after a private refusal
+        (before any work): the door's own rules first, then who they are."""
         why = self._denied(interaction)
-        place = interaction.channel_id or "dm"
-        person = None if why else self.access.person("discord", interaction.user.id, place)
-        if why is None and person is None:
-            why = self.access.stranger("discord", interaction.user.id)
-            if why is None:  # refused a short while ago; an interaction still needs an answer
-                why = "你没有权限。 / Not allowed."
-        if why is None and isinstance(person, str):
-            why = person
+        session = Session(self.parts, "discord", interaction.user.id, interaction.channel_id or "dm")
+        if why is None:
+            who = session.who()
+            if isinstance(who, Reply):  # (refused a short while ago: an interaction still needs an answer)
+                why = REFUSALS["not_allowed"] if who.quiet else who.text
         if why is not None:
             await self.say(interaction, why)
             return None
-        return person
+        return session
 
-    async def may_search(self, interaction: discord.Interaction) -> bool:
-        """Counts a question or a search against the person's ``bots.rate_limit``; when it
-        is over, says so (privately) and returns False."""
-        wait = self.access.rate("discord", interaction.user.id)
-        if wait:
-            await self.say(interaction, self.access.slow_down(wait))
-            return False
-        return True
+    async def show(self, interaction: discord.Interaction, said: Reply) -> None:
+        """A session's reply, privately, with its buttons; its ``then`` (what a /sync did)
+        replaces it once done."""
+        await self.say(interaction, said.text, view=self.view(said.buttons))
+        if said.then is not None:
+            done = await said.then()
+            try:
+                await self.edit(interaction, done.text)
+            except discord.HTTPException as err:  # (an interaction's token lasts 15 minutes)
+                log.info("could not say what came of it: %s", err)
+
+    def view(self, rows: list[list[Button]]) -> discord.ui.View | None:
+        """A session's buttons (``buttons.Pressed`` makes each): one row under an answer; two items a
+        row under a list (gaps, facts), at most Discord's five rows."""
+        if not rows:
+            return None
+        view = discord.ui.View(timeout=None)
+        for k, row in enumerate(rows[:10]):
+            for b in row:
+                button = self.dynamic[0].of(b)
+                button.row = k // 2 if len(rows) > 1 else 0
+                view.add_item(button)
+        return view
+
+    async def tell(self, person: str, text: str, once: str = "") -> None:
+        """Tell a person something unasked (``bot.session.doors``: a capture's receipt they never
+        got, a gap a note answers now, a digest): a direct message (an interaction can no longer be
+        answered)."""
+        await self.dm(int(person.partition(":")[2]), text)
 
     # --- saying -----------------------------------------------------------------------------
 
     def own(self, token: str) -> bool:
-        """A token shown as a link: an address of this install's notes."""
-        return own_links(self.host.settings.leanote.base_url)(token)
+        """A token shown as a link: an address of this install's notes, or the person's web chat
+        link (``/web``)."""
+        return own_links(self.host.settings.leanote.base_url)(token) or web_link(self.parts)(token)
 
     def markdown(self, text: str) -> list[str]:
         """Plain text as the Discord messages it takes, by the door's rule (``bot.plain``)."""

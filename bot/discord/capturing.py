@@ -8,22 +8,15 @@ capture's receipt: the note's link, queued, or why not). A file's size is checke
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import replace
 
 import discord
 
 from rag.capture import Attachment, Origin, Quote
 
-from bot.chat.gaps import not_written_text
-from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
-from bot.discord.bot import DiscordBot
 from bot.chat.pacing import Coalesced
-from bot.usecases import capture, gaps
-from bot.usecases import media as media_case
-
-PLACE = "discord"  # where a Discord person's note for a gap is written: their next /note, wherever
+from bot.chat.texts import waiting_text
+from bot.discord.bot import DiscordBot
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +35,7 @@ async def save_message(bot: DiscordBot, interaction: discord.Interaction, messag
     """The message menu's "Save to Leanote": the message, where it came from, its files."""
     text = message.content or "\n\n".join(e.description for e in message.embeds if e.description)
     if not text.strip() and not message.attachments:
-        if await bot.person(interaction) is not None:
+        if await bot.session(interaction) is not None:
             await bot.say(interaction, "这条消息没有可保存的文字或文件。 / That message has no text or files to save.")
         return
     # the menu pressed twice on one message (a double click, a second look) saves it once
@@ -56,13 +49,9 @@ async def save_message(bot: DiscordBot, interaction: discord.Interaction, messag
 
 
 async def outbox(bot: DiscordBot, interaction: discord.Interaction) -> None:
-    person = await bot.person(interaction)
-    if person is None:
-        return
-    if not bot.can_capture:
-        await bot.say(interaction, NO_CAPTURE)
-        return
-    await bot.say(interaction, outbox_text(await capture.outbox(bot.parts, person)))
+    session = await bot.session(interaction)
+    if session is not None:
+        await bot.show(interaction, await session.outbox())
 
 
 async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str, text: str,
@@ -70,16 +59,15 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
                    quote: Quote | None = None, once: str = "") -> None:
     """``once``: what the capture comes from (a message saved from the menu); by default
     the interaction itself (Discord sends each one once)."""
-    once = once or f"discord:interaction:{interaction.id}"
-    person = await bot.person(interaction)
-    if person is None:
+    session = await bot.session(interaction)
+    if session is None:
         return
-    if not bot.can_capture:
-        await bot.say(interaction, NO_CAPTURE)
-        return
-    why = _before_download(bot, files, person)
-    if why:  # nothing downloaded, nothing written
-        await bot.say(interaction, why)
+    once = once or session.once(interaction.id, "interaction")
+    # nothing downloaded, nothing written: refused from what Discord says of each file up front
+    why = session.may_capture(files=bool(files)) or next(
+        (r for r in (session.too_large(f.filename, f.size) for f in files) if r), None)
+    if why:
+        await bot.say(interaction, why.text)
         return
     # Writing may take a few seconds (Leanote's answer, or the wait before "queued").
     await interaction.response.defer(thinking=True, ephemeral=True)
@@ -93,45 +81,21 @@ async def _capture(bot: DiscordBot, interaction: discord.Interaction, kind: str,
                                        f"nothing was saved.")
             return
         attachments.append(Attachment(f.filename, data, f.content_type or "application/octet-stream"))
-    draft = None
-    if kind == "note" and not files and origin is None:  # after ✍️ under /gaps: the note for that gap
-        draft = await asyncio.to_thread(gaps.take_draft, bot.parts, person, PLACE)
-    if draft is not None:
-        receipt = await gaps.write_draft(bot.parts, person, draft, text or "", once=once)
-        if receipt.status == "refused":  # said with it: the draft is over (✍️ again to retry)
-            receipt = replace(receipt, message=not_written_text(draft, receipt.message))
-    elif kind == "note":  # a photo's text goes under it, a clip's words become the text (read on this machine)
+    if kind != "note":
+        said = await getattr(session, kind)(text or "", once)
+    else:  # a photo's text goes under it, a clip's words become the text (read on this machine)
         paced = Coalesced(lambda ahead: bot.edit(interaction, waiting_text(ahead)))  # at most every few seconds
 
         async def wait(ahead: int) -> None:
             if ahead:
                 await paced(ahead)
 
-        try:
-            receipt = await media_case.note(bot.parts, person, text or "", origin=origin, files=attachments,
-                                            quote=quote, once=once, on_wait=wait)
+        try:  # (after ✍️ under /gaps, a note of text alone is the note for that gap)
+            said = await session.note(text or "", origin=origin, files=attachments, quote=quote, once=once,
+                                      on_wait=wait)
         finally:
             await paced.close()
-    elif kind == "append":
-        receipt = await capture.append(bot.parts, person, text or "", once=once)
-    else:
-        receipt = await capture.remember(bot.parts, person, text or "", once=once)
-    await bot.say(interaction, receipt.message)
-
-
-def _before_download(bot: DiscordBot, files: list[discord.Attachment], person) -> str | None:
-    """Refusals that need no download: capture turned off or with nowhere to write (for this
-    person), a file larger than ``capture.max_file_mb`` (Discord says each file's size up front)."""
-    cfg = bot.host.settings.capture
-    why = capture.unavailable(bot.parts, person) or (capture.too_often(bot.parts, person) if files else None)
-    if why:
-        return why
-    limit = cfg.max_file_mb * 1024 * 1024
-    for f in files:
-        if f.size > limit:
-            return (f"文件 {f.filename} 太大：最多 {cfg.max_file_mb:g} MB，什么也没记。 / {f.filename} is too "
-                    f"large: at most {cfg.max_file_mb:g} MB. Nothing was saved.")
-    return None
+    await bot.say(interaction, said.text)
 
 
 def origin_of(message: discord.Message, interaction: discord.Interaction) -> Origin:

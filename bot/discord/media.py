@@ -13,13 +13,12 @@ import time
 import discord
 
 from rag.capture import Attachment
-from rag.media.base import MediaError, NoText
 
-from bot.chat.texts import INTERRUPTED, READING_IMAGE, TRANSCRIBING, heard_line, seen_line, waiting_text
-from bot.discord import answering, unasked
-from bot.discord.bot import DiscordBot
 from bot.chat.pacing import Coalesced
-from bot.usecases import media as media_case
+from bot.chat.texts import INTERRUPTED, READING_IMAGE, TRANSCRIBING, waiting_text
+from bot.discord import answering
+from bot.discord.bot import DiscordBot
+from bot.session import doors
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +28,14 @@ NEITHER = ("只能问语音或图片：这个文件两者都不是。 / Only a v
 
 async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, file: discord.Attachment,
               private: bool | None = None) -> None:
-    person = await bot.person(interaction)
-    if person is None:
+    session = await bot.session(interaction)
+    if session is None:
         return
     kind = Attachment(file.filename, b"", file.content_type or "application/octet-stream")
     cfg = bot.host.settings.media
-    if kind.is_audio:
-        problem, most, doing = media_case.speech_problem(bot.parts), cfg.max_audio_mb, TRANSCRIBING
-    elif kind.is_image:
-        problem, most, doing = media_case.ocr_problem(bot.parts), cfg.max_image_mb, READING_IMAGE
+    if kind.is_audio or kind.is_image:
+        problem = session.media_problem("audio" if kind.is_audio else "image")
+        most, doing = (cfg.max_audio_mb, TRANSCRIBING) if kind.is_audio else (cfg.max_image_mb, READING_IMAGE)
     else:
         problem, most, doing = NEITHER, 0, ""
     if not problem and file.size > most * 1024 * 1024:
@@ -45,7 +43,9 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
     if problem:  # said before anything is downloaded
         await bot.say(interaction, problem)
         return
-    if not await bot.may_search(interaction):  # a question's count, before it is downloaded, heard or read
+    slow = session.may_ask()  # a question's count, before it is downloaded, heard or read
+    if slow:
+        await bot.say(interaction, slow.text)
         return
     if private is None:
         private = not bot.cfg.public_answers
@@ -57,41 +57,31 @@ async def ask(bot: DiscordBot, interaction: discord.Interaction, question: str, 
 
     # the response says what is being done until the answer replaces it: kept on disk until then, so that
     # a stop or a crash in between is said at the next start (``interrupted``)
-    shown = await media_case.shown(bot.parts, person, "discord", {
-        "application_id": interaction.application_id, "token": interaction.token, "user_id": interaction.user.id})
+    shown = await session.shown({"application_id": interaction.application_id, "token": interaction.token,
+                                 "user_id": interaction.user.id})
     try:
         data = await file.read()
     except (discord.HTTPException, OSError) as err:
         log.warning("downloading Discord attachment %s failed: %s", file.filename, err)
         await bot.edit(interaction, f"没能下载文件 {file.filename}。 / Could not download {file.filename}.")
-        await media_case.settled(bot.parts, shown)
+        await session.settled(shown)
         return
-    seen = ""
-    try:
-        if kind.is_audio:
-            heard = await _done(paced, media_case.hear(bot.parts, person, data, wait))
-            line, asked = heard_line(heard.line()), "\n\n".join(t for t in (question.strip(), heard.text) if t)
-            clip = Attachment(file.filename, data, kind.mime)
-            if not question.strip() and await unasked.offer(bot, interaction, person, heard.text, line, clip):
-                await media_case.settled(bot.parts, shown)
-                return  # a reminder, a to-do said: not asked as a question
-        else:
-            try:
-                reading = await _done(paced, media_case.read(bot.parts, person, data, wait))
-            except NoText as err:
-                if not question.strip():
-                    raise
-                reading, line = None, str(err)
-            else:
-                line = seen_line(" ".join(reading.lines)[:300])
-            photo = media_case.photo_question(question, reading)
-            asked, seen = photo.words, photo.seen
-    except MediaError as err:
-        await bot.edit(interaction, str(err))
-        await media_case.settled(bot.parts, shown)
+    if kind.is_audio:
+        got = await _done(paced, session.hear(data, wait))
+        asked = "\n\n".join(t for t in (question.strip(), got.text) if t)
+        offered = None if question.strip() or got.reply else session.unasked(got.text, Attachment(file.filename, data,
+                                                                                                 kind.mime))
+    else:
+        got = await _done(paced, session.read(data, question, wait))
+        asked, offered = got.text, None
+    said = got.reply or offered  # why it was not read; or, a clip that asks nothing, said so: not asked
+    if said is not None:
+        await bot.edit(interaction, f"{got.line}\n{said.text}".strip(), view=bot.view(said.buttons))
+        await session.settled(shown)
         return
-    await media_case.settled(bot.parts, shown)
-    await answering.ask(bot, interaction, asked, private, heard=line, spoken=kind.is_audio, counted=True, seen=seen)
+    await session.settled(shown)
+    await answering.ask(bot, interaction, asked, private, heard=got.line, spoken=kind.is_audio, counted=True,
+                        seen=got.seen)
 
 
 async def _done(paced: Coalesced, work):
@@ -119,4 +109,4 @@ async def interrupted(bot: DiscordBot) -> None:
         else:
             await bot.dm(int(place["user_id"]), f"/ask: {INTERRUPTED}")
 
-    await media_case.interrupted(bot.parts, "discord", tell)
+    await doors.interrupted(bot.parts, "discord", tell)

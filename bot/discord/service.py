@@ -16,11 +16,9 @@ from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
 from bot.chat.texts import help_for
-from bot.discord import answering, buttons, capturing, commands, gaps, media, unasked
+from bot.discord import answering, buttons, capturing, commands, media
 from bot.discord.bot import DiscordBot, quiet_voice_warnings
-from bot.render import DISCORD_CONTENT
-from bot.usecases import capture as capture_case
-from bot.usecases import gaps as gaps_case
+from bot.session import doors
 
 SAVE_MENU = "Save to Leanote"
 FOLDER_SAVE_MENU = "Save to my notes"  # the same where captures go into the notes folder
@@ -28,7 +26,7 @@ FOLDER_SAVE_MENU = "Save to my notes"  # the same where captures go into the not
 
 def save_menu(parts) -> str:
     """The message menu's name: where it saves to."""
-    return FOLDER_SAVE_MENU if capture_case.target(parts) == "folder" else SAVE_MENU
+    return FOLDER_SAVE_MENU if doors.capture_target(parts) == "folder" else SAVE_MENU
 
 
 def discord_help(parts) -> str:
@@ -47,7 +45,7 @@ def build(host) -> DiscordBot:
     to Leanote) and its buttons."""
     bot = DiscordBot(host)
     _register(bot)
-    bot.dynamic = (buttons.FeedbackButton, buttons.MemoryButton, gaps.GapButton, unasked.UnaskedButton)
+    bot.dynamic = (buttons.Pressed,)
     return bot
 
 
@@ -57,13 +55,13 @@ def _register(bot: DiscordBot) -> None:
         await bot.failed(interaction, getattr(error, "original", error))
 
     async def before(interaction: discord.Interaction) -> bool:  # a note begun with ✍️: written or ended
-        return await gaps.before_command(bot, interaction)
+        return await commands.before_command(bot, interaction)
 
     bot.tree.interaction_check = before
 
     @bot.client.event
     async def on_app_command_completion(interaction: discord.Interaction, command) -> None:
-        await gaps.after_command(bot, interaction)
+        await commands.after_command(bot, interaction)
 
     @bot.tree.command(name="ask", description="向你的笔记提问 / ask your notes")
     @app_commands.describe(question="问题 / the question",
@@ -84,19 +82,23 @@ def _register(bot: DiscordBot) -> None:
 
     @bot.tree.command(name="reset", description="重新开始对话 / forget this conversation")
     async def reset(interaction: discord.Interaction) -> None:
-        await commands.reset(bot, interaction)
+        await commands.run(bot, interaction, "reset")
 
     @bot.tree.command(name="status", description="同步状态 / sync status")
     async def status(interaction: discord.Interaction) -> None:
-        await commands.status(bot, interaction)
+        await commands.run(bot, interaction, "status")
 
     @bot.tree.command(name="sync", description="立即同步（管理员）/ sync now (admins)")
     async def sync(interaction: discord.Interaction) -> None:
-        await commands.sync(bot, interaction)
+        await commands.run(bot, interaction, "sync")
 
     @bot.tree.command(name="why", description="上一个回答的依据 / why the last answer")
     async def why(interaction: discord.Interaction) -> None:
-        await commands.why(bot, interaction)
+        await commands.run(bot, interaction, "why")
+
+    @bot.tree.command(name="web", description="在浏览器里聊天 / chat in a browser (a one-time link, to you alone)")
+    async def web(interaction: discord.Interaction) -> None:
+        await commands.run(bot, interaction, "web")
 
     @bot.tree.command(name="about", description="记忆里关于它的事实和笔记 / what the memory knows about a name")
     @app_commands.describe(name="一个项目、术语或标签 / a project, a term or a tag, as your notes write it")
@@ -111,31 +113,31 @@ def _register(bot: DiscordBot) -> None:
     @bot.tree.command(name="reject", description="删掉一条错的事实或相关 / reject a wrong fact or pair")
     @app_commands.describe(id="/about 或 /related 显示的 id / the f… or p… id /about and /related show")
     async def reject(interaction: discord.Interaction, id: str) -> None:
-        await buttons.verdict(bot, interaction, "rejected", id)
+        await commands.run(bot, interaction, "verdict", id, "rejected")
 
     @bot.tree.command(name="confirm", description="确认一条事实或相关 / confirm a fact or pair")
     @app_commands.describe(id="/about 或 /related 显示的 id / the f… or p… id /about and /related show")
     async def confirm(interaction: discord.Interaction, id: str) -> None:
-        await buttons.verdict(bot, interaction, "confirmed", id)
+        await commands.run(bot, interaction, "verdict", id, "confirmed")
 
     @bot.tree.command(name="gaps", description="笔记还答不上来的问题 / what your notes could not answer")
     async def gaps_(interaction: discord.Interaction) -> None:
-        await gaps.show(bot, interaction)
+        await commands.run(bot, interaction, "gaps")
 
     @bot.tree.command(name="forget", description="忘掉你的知识空白、摘要设置和问答 / forget your gaps, digest and kept questions")
     async def forget(interaction: discord.Interaction) -> None:
-        await gaps.forget(bot, interaction)
+        await commands.run(bot, interaction, "forget")
 
     @bot.tree.command(name="digest", description="笔记摘要 / a digest of your notes, in a direct message")
     @app_commands.describe(when="weekly mon 09:00 | daily 08:30 | off（可加时区 a time zone may follow）")
     async def digest_(interaction: discord.Interaction, when: str | None = None) -> None:
-        await gaps.plan(bot, interaction, when)
+        await commands.digest(bot, interaction, when)
 
     @bot.tree.command(name="help", description="帮助 / help")
     async def help_(interaction: discord.Interaction) -> None:
         await bot.say(interaction, discord_help(bot.parts))
 
-    if not bot.can_capture or not capture_case.offered(bot.parts):  # nowhere to write: no capture commands
+    if bot.parts is None or not doors.capture_offered(bot.parts):  # nowhere to write: no capture commands
         return
 
     @bot.tree.command(name="note", description="记一条笔记（收件箱）/ capture a note into your inbox")
@@ -173,20 +175,20 @@ async def service(host) -> None:
     token = secret(token_env, "discord.token_env")
     redact_in_logs(token)
     bot = build(host)
-
-    async def tell(person: str, text: str) -> None:  # a gap a note answers now, a digest: a direct message
-        await gaps.tell(bot, person, text)
-
-    gaps_case.announce_with(host.parts, "discord", tell)
-    bot.after_login.append(lambda: media.interrupted(bot))  # an /ask file: a stop or a crash cut off: said so
+    # (once logged in: a direct message can go) a capture's receipt a kill cut off, a gap a note
+    # answers now, a digest; an /ask file: response a stop or a crash cut off: said so
+    bot.after_login += [lambda: _tell_with(bot), lambda: media.interrupted(bot)]
     try:
         await bot.run(token)
     except discord.LoginFailure:
         raise ConfigError(f"Discord refused the token in {token_env}: copy the bot's token from the Discord "
                           f"developer portal there, then restart") from None
     finally:
-        if host.parts is not None:
-            gaps_case.stop_announcing(host.parts, "discord", tell)
+        doors.stop_telling(host.parts, "discord", bot.tell)
+
+
+async def _tell_with(bot: DiscordBot) -> None:
+    doors.tell_with(bot.parts, "discord", bot.tell)
 
 
 service.label = "Discord bot"

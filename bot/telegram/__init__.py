@@ -12,13 +12,15 @@ are handled concurrently, so one person's question never waits for another's.
 - ``answering``: a question's flow: streamed into a placeholder, then the final messages and
   the buttons under them;
 - ``commands``: the commands that are not questions or captures (``/search``, ``/status``,
-  ``/about`` ...);
+  ``/about``, ``/gaps`` ...), and what runs before every command (a note begun with ✍️);
 - ``capturing``: ``/note``, forwards, ``/save``, ``/append``, ``/remember``, ``/outbox``, and
   a Telegram message read as Markdown;
-- ``buttons``: what a press on a button does.
+- ``buttons``: a press on any button, shown;
+- ``media``: voice messages and photos with a question.
 
-Every handler parses the update, calls a use case (``bot.usecases``) and renders what comes
-back; the texts are ``bot.chat.texts``', the HTML ``bot.render``'s.
+Every handler parses the update, asks the person's session (``bot.session``) and formats what
+comes back; the texts are ``bot.chat``'s (refusals and buttons: ``bot.chat.words``), the HTML
+``bot.render``'s.
 """
 
 from bot.telegram.service import check, service

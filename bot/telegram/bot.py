@@ -16,19 +16,18 @@ import asyncio
 import logging
 from contextlib import suppress
 
-from telegram import BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
+from telegram import BotCommand, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message, \
+    ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes
 
-from bot.chat.access import STRANGER, Access
 from bot.chat.texts import INTERRUPTED, SORRY, commands
+from bot.chat.web import web_link
 from bot.plain import messages, own_links, telegram_text
 from bot.render import TELEGRAM_LIMIT
-from bot.usecases import capture as capture_case
-from bot.usecases import gaps as gaps_case
-from bot.usecases import media as media_case
-from bot.usecases.people import Person, person_key
+from bot.session import Button, Reply, Session
+from bot.session import doors
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,6 @@ class TelegramBot:
 
     def __init__(self, host, token: str):
         self.host = host
-        self.access = Access(host)
         self.app: Application = (
             ApplicationBuilder().token(token).base_url(self.cfg.base_url).base_file_url(file_url(self.cfg.base_url))
             .concurrent_updates(True).build()
@@ -96,20 +94,17 @@ class TelegramBot:
         host's supervisor retries with backoff."""
         await self.app.initialize()
         try:
-            menu = commands(capture_case.offered(self.parts))  # no capture commands where nothing can be captured
+            menu = commands(doors.capture_offered(self.parts))  # no capture commands where nothing can be captured
             await self.app.bot.set_my_commands([BotCommand(name, text) for name, text in menu])
             await self.app.start()
             await self.app.updater.start_polling(allowed_updates=["message", "callback_query"])
             log.info("telegram bot @%s is polling", self.app.bot.username)
-            # a capture whose answer a kill cut off is told when it is written
-            capture_case.announce_with(self.parts, "telegram", self.announce)
-            gaps_case.announce_with(self.parts, "telegram", self.tell)  # a gap a note answers now, a digest
+            # a capture whose answer a kill cut off, a gap a note answers now, a digest: told through here
+            doors.tell_with(self.parts, "telegram", self.tell)
             await self.interrupted()  # a voice message or photo a stop or a crash cut off: said so
             await self.host.stopping.wait()
         finally:
-            if self.host.parts is not None:
-                capture_case.stop_announcing(self.host.parts, "telegram", self.announce)
-                gaps_case.stop_announcing(self.host.parts, "telegram", self.tell)
+            doors.stop_telling(self.host.parts, "telegram", self.tell)
             with suppress(Exception):
                 if self.app.updater.running:
                     await self.app.updater.stop()
@@ -118,10 +113,10 @@ class TelegramBot:
                     await self.app.stop()
             await self.app.shutdown()
 
-    async def announce(self, person: str, once: str, text: str) -> None:
-        """Tell a person about their capture, in the chat it came from (``once``:
-        ``telegram:<chat>:<message>``, as a reply to that message when it is still there),
-        else in their private chat."""
+    async def tell(self, person: str, text: str, once: str = "") -> None:
+        """Tell a person something unasked (``bot.session.doors``): about a capture, in the chat it
+        came from (``once``: ``telegram:<chat>:<message>``, as a reply to that message when it is
+        still there); else in their private chat."""
         _, chat, message = (once.split(":") + ["", ""])[:3] if once.startswith("telegram:") else ("", "", "")
         chat_id = int(chat) if chat.lstrip("-").isdigit() else int(person.partition(":")[2])
         reply = ReplyParameters(int(message), allow_sending_without_reply=True) if message.isdigit() else None
@@ -135,66 +130,66 @@ class TelegramBot:
             await self.retrying(lambda: self.app.bot.edit_message_text(
                 INTERRUPTED, chat_id=shown.place["chat_id"], message_id=shown.place["message_id"]))
 
-        await media_case.interrupted(self.parts, "telegram", tell)
-
-    async def tell(self, person: str, text: str) -> None:
-        """Tell a person something in their private chat (a gap a note answers now, a digest)."""
-        await self.send(int(person.partition(":")[2]), text)
+        await doors.interrupted(self.parts, "telegram", tell)
 
     # --- who is asking --------------------------------------------------------------------
 
-    async def who(self, update: Update) -> Person | None:
-        """The asking person (with their conversation in this chat), or None after telling a
-        stranger (or a mapped person in a group that is not enabled) why not. Groups not listed
-        get no answer at all."""
+    async def session(self, update: Update) -> Session | None:
+        """The asking person's session in this chat, or None after telling a stranger (or a mapped
+        person in a group that is not enabled) why not. Groups not listed get no answer at all."""
         user, chat, message = update.effective_user, update.effective_chat, update.effective_message
         if user is None:
             return None
-        person = self.access.person("telegram", user.id, chat.id)
+        session = Session(self.parts, "telegram", user.id, chat.id)
         if chat.type != ChatType.PRIVATE and chat.id not in self.cfg.allowed_chats:
-            if isinstance(person, Person) and self.access.once_in_a_while(("group", chat.id)):
+            if session.mapped() and session.notice_once(("group", chat.id)):
                 await self.reply(message, f"这个群还没有开通：请把群 id {chat.id} 加到 telegram.allowed_chats。\n"
                                           f"Not enabled in this group: add its id {chat.id} to telegram.allowed_chats.")
             return None
-        if person is None:
-            refusal = self.access.stranger("telegram", user.id)
-            if refusal:
-                await self.reply(message, refusal)
+        refused = session.who()
+        if isinstance(refused, Reply):
+            if not refused.quiet:
+                await self.reply(message, refused.text)
             return None
-        if isinstance(person, str):
-            await self.reply(message, person)
-            return None
-        return person
+        return session
 
-    def presser(self, user_id: int) -> Person | str:
-        """Who pressed a button, as the config says now: the person, else what to tell them."""
-        person = self.access.person("telegram", user_id)
-        if isinstance(person, Person):
-            return person
-        return STRANGER["telegram"].format(id=user_id) if person is None else person
+    async def show(self, update: Update, said: Reply) -> None:
+        """A session's reply where the person wrote (in their private chat when it is ``private``),
+        with its buttons; its ``then`` (what a /sync did) replaces it once done."""
+        if said.quiet:
+            return
+        if said.private:
+            await self.privately(update, said.text, markup=self.markup(said.buttons))
+            return
+        sent = await self.reply(update.effective_message, said.text, markup=self.markup(said.buttons),
+                                quote=True if said.quote else None)
+        if said.then is not None:
+            done = await said.then()
+            with suppress(TelegramError):
+                await self.edit(sent, done.text)
 
     @staticmethod
-    def key(update: Update) -> str:
-        return person_key("telegram", update.effective_user.id)
-
-    async def may_search(self, update: Update) -> bool:
-        """Counts a question or a search against the person's ``bots.rate_limit``; when it
-        is over, says so and returns False."""
-        wait = self.access.rate("telegram", update.effective_user.id)
-        if wait:
-            await self.reply(update.effective_message, self.access.slow_down(wait))
-            return False
-        return True
+    def markup(rows: list[list[Button]]) -> InlineKeyboardMarkup | None:
+        """A session's buttons, at most three a row: ``✍️ 1`` under a gap, ``👍 1 confirm`` under a
+        fact, ``👍``, ``Why? / 依据`` under an answer."""
+        keys = []
+        for row in rows:
+            shown = [InlineKeyboardButton(f"{b.icon} {b.n}" if b.kind in ("w", "x") else
+                                          " ".join(str(p) for p in (b.icon, b.n, b.words) if p not in ("", None)),
+                                          callback_data=b.data) for b in row]
+            keys += [shown[i:i + 3] for i in range(0, len(shown), 3)]
+        return InlineKeyboardMarkup(keys) if keys else None
 
     # --- replying ---------------------------------------------------------------------------
 
     def own(self, token: str) -> bool:
-        """A token shown as it is: an address of this install's notes, or the bot's own @name."""
+        """A token shown as it is: an address of this install's notes, the bot's own @name, or
+        the person's web chat link (``/web``)."""
         try:
             name = (f"@{self.app.bot.username}",)
         except RuntimeError:  # (not connected yet)
             name = ()
-        return own_links(self.host.settings.leanote.base_url, name)(token)
+        return own_links(self.host.settings.leanote.base_url, name)(token) or web_link(self.parts)(token)
 
     def html(self, text: str) -> list[str]:
         """Plain text as the Telegram HTML messages it takes, by the door's rule (``bot.plain``)."""
@@ -230,14 +225,14 @@ class TelegramBot:
             if "not modified" not in str(err).lower():
                 raise
 
-    async def privately(self, update: Update, text: str) -> None:
-        """Answer in the person's private chat: a group sees nothing of it."""
+    async def privately(self, update: Update, text: str, markup=None) -> None:
+        """Answer in the person's private chat (``markup``: buttons under it): a group sees nothing of it."""
         message = update.effective_message
         if update.effective_chat.type == ChatType.PRIVATE:
-            await self.reply(message, text)
+            await self.reply(message, text, markup=markup)
             return
-        try:
-            await self.send(update.effective_user.id, text)
+        try:  # (a flood limit met half-way is waited out: it arrives whole, its buttons under it)
+            await self.send(update.effective_user.id, text, markup=markup)
         except Forbidden:  # the person never opened a private chat with the bot
             await self.reply(message, f"请先私聊我（@{self.app.bot.username}），再发这个命令。 / "
                                       f"Open a private chat with @{self.app.bot.username} and send the command there.")

@@ -18,12 +18,10 @@ from telegram.ext import ContextTypes
 
 from rag.capture import Attachment, Origin, Quote, md_escape, md_label, md_url
 
-from bot.chat.texts import NO_CAPTURE, outbox_text, waiting_text
 from bot.chat.pacing import Coalesced
+from bot.chat.texts import waiting_text
+from bot.session import Session
 from bot.telegram.bot import TelegramBot
-from bot.usecases import capture
-from bot.usecases import media as media_case
-from bot.usecases.people import Person
 
 log = logging.getLogger(__name__)
 
@@ -33,134 +31,109 @@ MEDIA_HINT = ("要把它存成笔记吗？把 /note 写在说明里，或回复�
               "caption or reply to it with /save.")
 UNSUPPORTED = ("这种消息还存不了：只能存文字、图片和文件。 / This kind of message cannot be saved yet: only text, "
                "photos and documents.")
+NOT_FETCHED = "没能从 Telegram 取到这个文件，请再发一次。 / Could not fetch the file from Telegram; please send it again."
 _COMMAND = re.compile(r"^/\w+(@\w+)?(?=\s|$)")
 
 
 async def on_note(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    if person is None:
-        return
     message = update.effective_message
-    await _capture(tg, update, person, after_command(markdown(message.text or "", message.entities)))
+    await _capture(tg, update, after_command(markdown(message.text or "", message.entities)))
 
 
 async def on_media_note(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     """A photo or document with "/note ..." as its caption."""
-    person = await tg.who(update)
-    if person is None:
-        return
     message = update.effective_message
-    await _capture(tg, update, person, after_command(markdown(message.caption or "", message.caption_entities)),
+    await _capture(tg, update, after_command(markdown(message.caption or "", message.caption_entities)),
                    source=message)
 
 
 async def on_forward(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     """Forwarded to the bot in a private chat: a capture, with where it came from."""
-    person = await tg.who(update)
-    if person is None:
-        return
     message = update.effective_message
-    if not capturable(message):
+    if capturable(message):
+        await _capture(tg, update, "", origin=origin_of(message), source=message, quote=quote_of(message))
+    elif await tg.session(update) is not None:
         await tg.reply(message, UNSUPPORTED)
-        return
-    await _capture(tg, update, person, "", origin=origin_of(message), source=message, quote=quote_of(message))
 
 
 async def on_media_hint(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     """A photo or document in a private chat, neither forwarded nor with /note: how to keep it
     (or, where nothing can be captured, why)."""
-    person = await tg.who(update)
-    if person is not None:
-        why = NO_CAPTURE if not tg.parts.can_capture else capture.unavailable(tg.parts, person)
-        await tg.reply(update.effective_message, why or MEDIA_HINT)
+    session = await tg.session(update)
+    if session is not None:
+        why = session.may_capture()
+        await tg.reply(update.effective_message, why.text if why else MEDIA_HINT)
 
 
 async def on_save(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     """``/save`` replying to a message: that message (its text, files and origin) as a note;
     words after /save go first (a title, #tags)."""
-    person = await tg.who(update)
-    if person is None:
-        return
     message = update.effective_message
     target = message.reply_to_message
-    if target is None:
-        await tg.reply(message, SAVE_USAGE)
-        return
-    if not capturable(target):
-        await tg.reply(message, UNSUPPORTED)
+    if target is None or not capturable(target):
+        if await tg.session(update) is not None:
+            await tg.reply(message, SAVE_USAGE if target is None else UNSUPPORTED)
         return
     extra = after_command(message.text)
     own = target.forward_origin is None and target.from_user is not None and \
         target.from_user.id == update.effective_user.id
     if own:  # their own message: their words, as they wrote them
         text = "\n\n".join(t for t in (extra, message_text(target)) if t.strip())
-        await _capture(tg, update, person, text, origin=origin_of(target), source=target)
+        await _capture(tg, update, text, origin=origin_of(target), source=target)
     else:  # someone else's: shown as they wrote it
-        await _capture(tg, update, person, extra, origin=origin_of(target), source=target, quote=quote_of(target))
+        await _capture(tg, update, extra, origin=origin_of(target), source=target, quote=quote_of(target))
 
 
 async def on_append(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    await _add_text(tg, update, capture.append)
+    await _add_text(tg, update, "append")
 
 
 async def on_remember(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    await _add_text(tg, update, capture.remember)
+    await _add_text(tg, update, "remember")
 
 
-async def _add_text(tg: TelegramBot, update: Update, how) -> None:
-    """``/append`` or ``/remember``: the command's text, added by the use case ``how``."""
-    person = await tg.who(update)
-    if person is None or not await _can_capture(tg, update):
-        return
-    receipt = await how(tg.parts, person, after_command(update.effective_message.text), once=once_of(update))
-    await tg.reply(update.effective_message, receipt.message)
+async def _add_text(tg: TelegramBot, update: Update, how: str) -> None:
+    """``/append`` or ``/remember``: the command's text."""
+    session = await tg.session(update)
+    if session is not None:
+        message = update.effective_message
+        await tg.show(update, await getattr(session, how)(after_command(message.text), session.once(message.message_id)))
 
 
 async def on_outbox(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    if person is None or not await _can_capture(tg, update):
-        return
-    why = capture.unavailable(tg.parts, person)
-    if why:  # nowhere to write: why, not an empty list
-        await tg.reply(update.effective_message, why)
-        return
-    await tg.privately(update, outbox_text(await capture.outbox(tg.parts, person)))
+    session = await tg.session(update)
+    if session is not None:
+        await tg.show(update, await session.outbox())
 
 
-async def _can_capture(tg: TelegramBot, update: Update) -> bool:
-    if not tg.parts.can_capture:
-        await tg.reply(update.effective_message, NO_CAPTURE)
-        return False
-    return True
-
-
-async def _capture(tg: TelegramBot, update: Update, person: Person, text: str, *, origin: Origin | None = None,
+async def _capture(tg: TelegramBot, update: Update, text: str, *, origin: Origin | None = None,
                    source: Message | None = None, quote: Quote | None = None) -> None:
     """A new note from ``text`` and the photo or document of ``source``; the receipt as the reply."""
-    if not await _can_capture(tg, update):
+    session = await tg.session(update)
+    if session is None:
         return
-    why = capture.unavailable(tg.parts, person) or (capture.too_often(tg.parts, person) if source is not None else None)
+    message = update.effective_message
+    why = session.may_capture(files=source is not None)
     if why:  # said before any file is fetched
-        await tg.reply(update.effective_message, why)
+        await tg.show(update, why)
         return
     files: list[Attachment] = []
     if source is not None:
         try:
-            files, problem = await fetch_files(source, tg.host.settings.capture.max_file_mb)
+            files, problem = await fetch_files(session, source, tg.host.settings.capture.max_file_mb)
         except TelegramError as err:
             log.warning("could not fetch a file from Telegram: %s", err)
-            problem = ("没能从 Telegram 取到这个文件，请再发一次。 / Could not fetch the file from Telegram; "
-                       "please send it again.")
+            problem = NOT_FETCHED
         if problem:
-            await tg.reply(update.effective_message, problem)
+            await tg.reply(message, problem)
             return
-    waiting = in_line(tg, update.effective_message)
+    waiting = in_line(tg, message)
     try:
-        receipt = await media_case.note(tg.parts, person, text, origin=origin, files=files, quote=quote,
-                                        once=once_of(update), on_wait=waiting)
+        said = await session.note(text, origin=origin, files=files, quote=quote, once=session.once(message.message_id),
+                                  on_wait=waiting)
     finally:
         await waiting.close()
-    await tg.reply(update.effective_message, receipt.message)
+    await tg.reply(message, said.text)
 
 
 def in_line(tg: TelegramBot, message: Message, doing: str = ""):
@@ -190,7 +163,7 @@ def in_line(tg: TelegramBot, message: Message, doing: str = ""):
     return tell
 
 
-async def fetch_files(message: Message, max_mb: float) -> tuple[list[Attachment], str | None]:
+async def fetch_files(session: Session, message: Message, max_mb: float) -> tuple[list[Attachment], str | None]:
     """The photo (its largest size) or document of a message, fetched; or why not (too
     large: refused from the size Telegram tells, before any download)."""
     if message.photo:
@@ -209,29 +182,19 @@ async def fetch_files(message: Message, max_mb: float) -> tuple[list[Attachment]
         mime = item.mime_type or "application/octet-stream"
     else:
         return [], None
-    limit = max_mb * 1024 * 1024
-    if item.file_size is not None and item.file_size > limit:
-        return [], _too_large(name, max_mb)
-    got = await item.get_file()
-    if got.file_size is not None and got.file_size > limit:
-        return [], _too_large(name, max_mb)
-    data = bytes(await got.download_as_bytearray())
-    if len(data) > limit:
-        return [], _too_large(name, max_mb)
-    return [Attachment(name, data, mime)], None
-
-
-def _too_large(name: str, max_mb: float) -> str:
-    return f"文件 {name} 太大：最多 {max_mb:g} MB，没有保存。 / {name} is too large: at most {max_mb:g} MB; nothing was saved."
+    refused = session.too_large(name, item.file_size, max_mb)
+    if refused is None:
+        got = await item.get_file()
+        refused = session.too_large(name, got.file_size, max_mb)
+        if refused is None:
+            data = bytes(await got.download_as_bytearray())
+            refused = session.too_large(name, len(data), max_mb)
+            if refused is None:
+                return [Attachment(name, data, mime)], None
+    return [], refused.text
 
 
 # --- a Telegram message, read for a capture ------------------------------------------------------
-
-def once_of(update: Update) -> str:
-    """What a capture from this update comes from: its chat and message (Telegram sends an
-    update again until a poll confirms it; the same message must not become two notes)."""
-    return f"telegram:{update.effective_chat.id}:{update.effective_message.message_id}"
-
 
 def after_command(text: str | None) -> str:
     """What follows ``/command`` (or ``/command@bot``), newlines kept."""

@@ -1,126 +1,79 @@
 """The Telegram commands that are neither a question nor a capture: ``/help``, ``/search``,
-``/reset``, ``/why``, ``/status``, ``/sync`` and the memory's ``/about``, ``/related``,
-``/reject``, ``/confirm``. ``/why`` and ``/status`` asked in a group are answered in the
-person's private chat; the memory's replies where asked (like ``/search``), each fact or pair
-with 👍 confirm / 👎 reject buttons (``mem:<verdict>:<id>``)."""
+``/reset``, ``/why``, ``/web``, ``/status``, ``/sync``, the memory's ``/about``, ``/related``, ``/reject``,
+``/confirm``, and the knowledge gaps' ``/gaps``, ``/forget``, ``/digest``. Each asks the person's
+session (``bot.session``) and shows what it says: ``/why``, ``/status`` and ``/gaps`` asked in a
+group in the person's private chat; the memory's replies where asked (like ``/search``), each fact
+or pair with 👍 confirm / 👎 reject buttons (``mem:<verdict>:<id>``); each gap with ✍️ write / ✖
+dismiss (``gap:w|x:<id>``). ``on_command`` runs before every command in a private chat: a note
+begun with ✍️ is written (``/note text``) or ends."""
 
 from __future__ import annotations
 
-from contextlib import suppress
+import re
 
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram import Update
 from telegram.constants import ChatType
-from telegram.error import TelegramError
-from telegram.ext import ContextTypes
+from telegram.ext import ApplicationHandlerStop, ContextTypes
 
-from bot.chat.access import STRANGER
-from bot.chat.texts import (ABOUT_USAGE, ADMINS_ONLY, FRESH_START, help_for, RELATED_USAGE, SYNCING, VERDICT_BUTTONS,
-                            VERDICT_USAGE, MemoryReply, about_text, cut_message, hits_text, memory_unavailable_text, notes_root,
-                            related_text, status_reply, sync_text, trace_text, verdict_reply, with_notice)
+from bot.chat.texts import VERDICT_USAGE, help_for
+from bot.session import Session
+from bot.chat.words import stranger
 from bot.telegram.bot import TelegramBot
-from bot.usecases import asking, memory, syncing
+from bot.telegram.capturing import after_command, markdown
+
+_NOTE = re.compile(r"^/note(@\w+)?(\s|$)")
 
 
 async def on_help(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     text = help_for(tg.parts)
     user = update.effective_user
     if user is not None and update.effective_chat.type == ChatType.PRIVATE \
-            and tg.access.person("telegram", user.id) is None:
-        text += "\n\n" + STRANGER["telegram"].format(id=user.id)  # /start: a newcomer learns their id
+            and not Session(tg.parts, "telegram", user.id).mapped():
+        text += "\n\n" + stranger("telegram", user.id)  # /start: a newcomer learns their id
     await tg.reply(update.effective_message, text)
 
 
+def _words(context: ContextTypes.DEFAULT_TYPE) -> str:
+    return " ".join(context.args or [])
+
+
+async def _run(tg: TelegramBot, update: Update, what: str, *args) -> None:
+    """The session's ``what`` for the person here, shown."""
+    session = await tg.session(update)
+    if session is not None:
+        await tg.show(update, await getattr(session, what)(*args))
+
+
 async def on_search(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    query = " ".join(context.args or [])
-    if person is None:
-        return
-    if not query.strip():
-        await tg.reply(update.effective_message, "用法 usage: /search 关键词")
-        return
-    if not await tg.may_search(update):
-        return
-    query, notice = cut_message(tg.host.settings, query)
-    found = await asking.search(tg.parts, person, query, 8)
-    root = notes_root(tg.host.settings)
-    await tg.reply(update.effective_message, with_notice(hits_text(found.hits, query, root), notice))
+    await _run(tg, update, "search", _words(context))
 
 
 async def on_reset(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    if person is None:
-        return
-    asking.reset(tg.parts, person)
-    await tg.reply(update.effective_message, FRESH_START)
+    await _run(tg, update, "reset")
 
 
 async def on_why(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    if person is None:
-        return
-    await tg.privately(update, trace_text(asking.why(tg.parts, person)))
+    await _run(tg, update, "why")
+
+
+async def on_web(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _run(tg, update, "web")
 
 
 async def on_status(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    if person is None:
-        return
-    await tg.privately(update, await status_reply(tg.parts, person))
+    await _run(tg, update, "status")
 
 
 async def on_sync(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    person = await tg.who(update)
-    if person is None:
-        return
-    if not person.admin:
-        await tg.reply(update.effective_message, ADMINS_ONLY)
-        return
-    said = await tg.reply(update.effective_message, SYNCING)
-    done = sync_text(await syncing.request_sync(tg.parts, person))  # what the pass did, when it is done
-    with suppress(TelegramError):
-        await tg.edit(said, done)
+    await _run(tg, update, "sync")
 
-
-# --- the memory of the notes ---------------------------------------------------------------
 
 async def on_about(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    await _memory(tg, update, "about", " ".join(context.args or []))
+    await _run(tg, update, "about", _words(context))
 
 
 async def on_related(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-    await _memory(tg, update, "related", " ".join(context.args or []))
-
-
-async def _memory(tg: TelegramBot, update: Update, what: str, target: str) -> None:
-    """``/about`` or ``/related``: answered where asked (as ``/search``), with the buttons."""
-    person = await tg.who(update)
-    if person is None:
-        return
-    message = update.effective_message
-    if not target.strip():
-        await tg.reply(message, ABOUT_USAGE if what == "about" else RELATED_USAGE)
-        return
-    try:
-        memory.memory_of(tg.parts)
-    except memory.MemoryUnavailable as err:
-        await tg.reply(message, memory_unavailable_text(err))
-        return
-    if not await tg.may_search(update):
-        return
-    target, notice = cut_message(tg.host.settings, target)
-    if what == "about":
-        reply = about_text(await memory.about(tg.parts, person, target))
-    else:
-        reply = related_text(await memory.related(tg.parts, person, target))
-    await tg.reply(message, with_notice(reply.text, notice), markup=memory_buttons(reply))
-
-
-def memory_buttons(reply: MemoryReply) -> InlineKeyboardMarkup | None:
-    """👍 n confirm / 👎 n reject for each fact or pair with an id (a row each)."""
-    if not reply.items:
-        return None
-    return InlineKeyboardMarkup([[InlineKeyboardButton(f"{icon} {n} {word}", callback_data=f"mem:{verdict}:{item_id}")
-                                  for verdict, icon, word in VERDICT_BUTTONS] for n, item_id in reply.items])
+    await _run(tg, update, "related", _words(context))
 
 
 async def on_reject(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -132,12 +85,42 @@ async def on_confirm(tg: TelegramBot, update: Update, context: ContextTypes.DEFA
 
 
 async def _verdict(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE, verdict: str) -> None:
-    person = await tg.who(update)
-    if person is None:
+    session = await tg.session(update)
+    if session is None:
         return
-    args = context.args or []
-    if len(args) != 1:
+    if len(context.args or []) != 1:
         await tg.reply(update.effective_message, VERDICT_USAGE)
         return
-    _, text = await verdict_reply(tg.parts, person, args[0], verdict)
-    await tg.reply(update.effective_message, text)
+    said = await session.verdict(context.args[0], verdict)
+    await tg.reply(update.effective_message, said.text)
+
+
+async def on_gaps(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _run(tg, update, "gaps")
+
+
+async def on_forget(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await _run(tg, update, "forget")
+
+
+async def on_digest(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """``/digest weekly mon 09:00 [TZ]``, ``daily 08:30``, ``off``; alone: the plan now."""
+    private = update.effective_chat.type == ChatType.PRIVATE
+    await _run(tg, update, "digest", after_command(update.effective_message.text), private)
+
+
+async def on_command(tg: TelegramBot, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """Before every command in a private chat: while a note begun with ✍️ waits, ``/note text``
+    is that note (and nothing else runs), any other command ends it (said, then the command
+    runs). ``/note`` alone leaves it waiting."""
+    user, message = update.effective_user, update.effective_message
+    if user is None or message is None or getattr(tg.host, "parts", None) is None:
+        return
+    session = Session(tg.parts, "telegram", user.id, update.effective_chat.id)
+    note = bool(_NOTE.match(message.text or ""))
+    text = after_command(markdown(message.text or "", message.entities)) if note else ""
+    said, done = await session.command("note" if note else "other", text, once=session.once(message.message_id))
+    if said is not None:
+        await tg.reply(message, said.text)
+    if done:
+        raise ApplicationHandlerStop

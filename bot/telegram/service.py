@@ -16,7 +16,7 @@ from rag.errors import ConfigError
 from rag.redact import redact_in_logs, safe_url
 
 from bot.chat.checks import CHECK_TIMEOUT, CheckResult, nobody_mapped, token_or_problem
-from bot.telegram import answering, buttons, capturing, commands, gaps, media
+from bot.telegram import answering, buttons, capturing, commands, media
 from bot.telegram.bot import TelegramBot
 
 MEDIA = filters.PHOTO | filters.Document.ALL
@@ -31,7 +31,7 @@ def build(host, token: str) -> TelegramBot:
     on = lambda handler: partial(handler, tg)  # noqa: E731  (each handler takes the bot first)
     private = filters.ChatType.PRIVATE
     # before any command in a private chat: a note begun with ✍️ under /gaps is written (/note) or ends
-    a.add_handler(MessageHandler(filters.COMMAND & private & ~filters.FORWARDED, on(gaps.on_command)), group=-1)
+    a.add_handler(MessageHandler(filters.COMMAND & private & ~filters.FORWARDED, on(commands.on_command)), group=-1)
     # a forward in a private chat is a capture, never a question or a command: first
     a.add_handler(MessageHandler(filters.FORWARDED & private, on(capturing.on_forward)))
     a.add_handler(CommandHandler(["start", "help"], on(commands.on_help)))
@@ -41,6 +41,7 @@ def build(host, token: str) -> TelegramBot:
     a.add_handler(CommandHandler("status", on(commands.on_status)))
     a.add_handler(CommandHandler("sync", on(commands.on_sync)))
     a.add_handler(CommandHandler("why", on(commands.on_why)))
+    a.add_handler(CommandHandler("web", on(commands.on_web)))
     a.add_handler(CommandHandler("note", on(capturing.on_note)))
     a.add_handler(CommandHandler("append", on(capturing.on_append)))
     a.add_handler(CommandHandler("remember", on(capturing.on_remember)))
@@ -50,9 +51,9 @@ def build(host, token: str) -> TelegramBot:
     a.add_handler(CommandHandler("related", on(commands.on_related)))
     a.add_handler(CommandHandler("reject", on(commands.on_reject)))
     a.add_handler(CommandHandler("confirm", on(commands.on_confirm)))
-    a.add_handler(CommandHandler("gaps", on(gaps.on_gaps)))
-    a.add_handler(CommandHandler("forget", on(gaps.on_forget)))
-    a.add_handler(CommandHandler("digest", on(gaps.on_digest)))
+    a.add_handler(CommandHandler("gaps", on(commands.on_gaps)))
+    a.add_handler(CommandHandler("forget", on(commands.on_forget)))
+    a.add_handler(CommandHandler("digest", on(commands.on_digest)))
     # a voice message or audio file: heard, then answered, or captured ("note …", "remember …", /note caption)
     a.add_handler(MessageHandler(VOICE, on(media.on_voice)))
     # a photo or document: "/note ..." as its caption captures it, anywhere the bot listens

@@ -16,7 +16,8 @@ the API reads it back), or a type of the core's that has one (``rag.answer.types
 - ``gaps``: the questions the person's notes could not answer: kept, listed, dismissed, written as
   a note, closed when a synced note answers them; ``digest``: the person's digest and its plan;
 - ``running``: the status, a sync now, which users' notes a person may ask;
-- ``people``: the person, and which Leanote user an account's email is.
+- ``people``: the person, and which Leanote user an account's email is;
+- ``signin``: the web chat's sign-in: a bot's one-time link, a session opened by it or an API token.
 
 A use case refuses bad input with a ``rag.errors.UserError`` that says what is wrong; the door
 shows it in its own way.

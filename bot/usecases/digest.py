@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rag.digest import Digest, compute
 from rag.digest_plan import Plan, parse_plan
+from rag.sections_chat import CHAT_DOORS
 
 from bot.render import notes_root
 from bot.usecases import gaps
@@ -33,8 +34,8 @@ def configured(parts: "Parts") -> dict[str, tuple[str, str]]:
     time zone)."""
     out = {}
     for entry in parts.settings.users:
-        for platform, ids in (("telegram", entry.telegram_ids), ("discord", entry.discord_ids)):
-            for i in ids:
+        for platform in CHAT_DOORS:
+            for i in entry.ids_on(platform):
                 out[f"{platform}:{i}"] = (entry.digest or "", entry.timezone)
     return out
 

@@ -304,7 +304,7 @@ def announce_with(parts: "Parts", platform: str, announce: Announce) -> None:
 
 
 def stop_announcing(parts: "Parts", platform: str, announce: Announce) -> None:
-    if parts.announcers.get(platform) is announce:
+    if parts.announcers.get(platform) == announce:
         del parts.announcers[platform]
 
 

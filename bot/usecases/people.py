@@ -48,10 +48,37 @@ def entry_of(settings: Settings, key: str):
     """The ``users:`` entry a chat person (``telegram:111``, ``discord:222``) is mapped by, or None."""
     platform, _, person = key.partition(":")
     for entry in settings.users:
-        ids = {"telegram": entry.telegram_ids, "discord": entry.discord_ids}.get(platform, ())
-        if person in {str(i) for i in ids}:
+        if person in {str(i) for i in entry.ids_on(platform)}:
             return entry
     return None
+
+
+def person_for(parts: "Parts", platform: str, person: int | str, place: int | str | None = None,
+               user: str | None = None) -> Person | str | None:
+    """The person ``person`` of door ``platform`` as the config in force maps them, with their
+    conversation in ``place`` (a chat, a channel, a page) when given: a chat door's people are in
+    ``users:`` (``<platform>_ids``), an API token's holder (``api``, by the token's name) in
+    ``api.tokens``. None for a stranger; "unresolved" when their Leanote user is not known yet (an
+    account's email that has not synced), "many_users" for a token that may ask several users'
+    notes and ``user`` (an id or an account's email) does not say which of them."""
+    key = person_key(platform, person)
+    conversation = conversation_key(platform, place, person) if place is not None else None
+    if platform == "api":
+        token = next((t for t in parts.settings.api.tokens if t.name == str(person)), None)
+        if token is None:
+            return None
+        users = sorted({leanote_user(parts, u) for u in token.users})
+        chosen = leanote_user(parts, user) if user else None
+        if chosen not in users and len(users) != 1:
+            return "many_users"
+        return Person(key, chosen if chosen in users else users[0], token.admin, conversation)
+    entry = entry_of(parts.settings, key)
+    if entry is None:
+        return None
+    user_id = entry.leanote_user_id or user_for_email(parts, entry.leanote_email or "")
+    if not user_id:
+        return "unresolved"
+    return Person(key, user_id, entry.admin, conversation)
 
 
 def person_now(parts: "Parts", key: str) -> Person | None:

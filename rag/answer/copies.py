@@ -60,14 +60,17 @@ class Bound:
                 self.copied += len(v.text.strip())
         return "".join(shown(v) for v in new)
 
+    def cut(self) -> str:
+        """The reply was stopped mid-unit (``Gate.cut``): that unit left out, the rest bounded."""
+        return self._bounded(self.gate.cut())
+
+    @property
+    def verdicts(self):
+        return self.gate.verdicts
+
     @property
     def result(self) -> Check:
         return self.gate.result
-
-    @property
-    def cut(self) -> int:
-        """How many units were left out."""
-        return sum(v.cut for v in self.gate.verdicts)
 
 
 def check(reply: str, question: str, blocks: dict[int, tuple[str, str]], translate=None) -> Check:

@@ -9,7 +9,7 @@ show their sources ever later, and each answer's evidence be cut for the time sp
 
 1. **Only a follow-up is rewritten.** A question stands on its own unless it is very short
    (``为什么？``, ``And Redis?``) or short and refers back (``那它保留多少份？``, ``what about
-   its config?``). A long question that happens to hold a 那 (``线程池那几个大小参数…``) stands
+   its config?``, or starts by carrying on: ``And what water temperature?``). A long question that happens to hold a 那 (``线程池那几个大小参数…``) stands
    alone.
 2. **A small prompt.** The rewrite reads the conversation's last questions (in their
    standalone form) and the start of the last answer: what names the topic, not the whole
@@ -45,7 +45,8 @@ _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+#-]*")
 # Words that point back at something said before: pronouns, demonstratives, "the other / also".
 _REFERS_ZH = re.compile(r"它|他们|她们|这|那|其|该|此|上面|上述|前面|刚才|刚刚|之前|还有|另外|另一|同样|也|呢")
 _REFERS_EN = re.compile(
-    r"\b(it|its|they|them|their|this|that|these|those|same|above|else|also|too|instead|what about|how about)\b",
+    r"\b(it|its|they|them|their|this|that|these|those|same|above|else|also|too|instead|what about|how about)\b"
+    r"|^\W*(and|but|or|so|then)\b",  # a question that starts by carrying on: "And what water temperature?"
     re.I)
 
 

@@ -105,18 +105,37 @@ def weight(chunks: int, holding: int) -> float:
     return math.log((chunks - holding + 0.5) / (holding + 0.5) + 1)
 
 
-def share(words: set[str], rarity: dict[str, float] | None, hit: Hit) -> float:
+class Rarity(dict):
+    """word -> weight (``weight``); for an English question also ``renderings`` (word -> how
+    Chinese writes it: ``rag.index.translate.renderings``) and ``rendered`` (word -> its weight
+    as Chinese writes it: its most common rendering's, so that 年 for "year" weighs little and
+    狂犬 for "rabies" much; ``rag.answer.refusing.rarity``)."""
+
+    renderings: dict[str, frozenset[str]] = {}
+    rendered: dict[str, float] = {}
+
+
+def share(words: set[str], rarity: dict[str, float] | None, hit: Hit, rendered: bool = False) -> float:
     """The share of ``words`` a passage (with its title and heading) holds, each word weighted
-    by ``rarity`` (word -> weight; None: all alike)."""
+    by ``rarity`` (word -> weight; None: all alike). ``rendered``: the larger of that and the
+    share of the words Chinese can write and the names it cannot (``Rarity.renderings``), held
+    as written or as Chinese writes them, each weighted as Chinese writes it (``Rarity.rendered``)."""
     body = specifics.Body(f"{hit.title}\n{hit.heading}\n{hit.text}")
     if rarity is None:
         return body.share(words)
     total = sum(rarity.get(w, 1.0) for w in words)
-    return sum(rarity.get(w, 1.0) for w in words if body.has(w)) / total if total else 0.0
+    plain = sum(rarity.get(w, 1.0) for w in words if body.has(w)) / total if total else 0.0
+    other, weights = getattr(rarity, "renderings", {}), getattr(rarity, "rendered", {})
+    writable = [w for w in words if w in other] if rendered else []
+    total = sum(weights.get(w, 1.0) for w in writable)
+    if not total:
+        return plain
+    held = sum(weights.get(w, 1.0) for w in writable if body.has(w) or any(map(body.has, other[w])))
+    return max(plain, held / total)
 
 
 def by_note(question: str, hits: list[Hit], rarity: dict[str, float] | None = None,
-            notes: int = PLAUSIBLE_NOTES) -> list[tuple[Hit, float]]:
+            notes: int = PLAUSIBLE_NOTES, rendered: bool = False) -> list[tuple[Hit, float]]:
     """The best ``notes`` notes of ``hits``, in their order, each as its best passage (its first
     hit) and the share of what the question says that passage holds (``share``); [] when the
     question has no words of its own."""
@@ -128,7 +147,7 @@ def by_note(question: str, hits: list[Hit], rarity: dict[str, float] | None = No
         if h.note_id in seen:
             continue
         seen.add(h.note_id)
-        out.append((h, share(words, rarity, h)))
+        out.append((h, share(words, rarity, h, rendered)))
         if len(out) >= notes:
             break
     return out
@@ -158,7 +177,9 @@ def plausible(question: str, hits: list[Hit], rarity: dict[str, float] | None = 
 def closest(question: str, hits: list[Hit], rarity: dict[str, float] | None, most: int) -> list[Hit]:
     """The notes a refusal names as the closest (one passage each, at most ``most``): of the best
     notes, those whose passage is about the question as ``plausible`` measures it; none when
-    none is (a car-service question is shown no storage table). A question with no words of its
+    none is (a car-service question is shown no storage table). An English question's words count
+    as held in a Chinese passage that holds how Chinese writes them (``Rarity.renderings``: "rabies
+    shot" → 狂犬疫苗), though ``plausible`` does not count them. A question with no words of its
     own to look for: the best notes as they came."""
     if not asked(question):
         out, seen = [], set()
@@ -167,7 +188,7 @@ def closest(question: str, hits: list[Hit], rarity: dict[str, float] | None, mos
                 seen.add(h.note_id)
                 out.append(h)
         return out
-    return [h for h, held in by_note(question, hits, rarity, notes=most) if held >= PLAUSIBLE_COVER]
+    return [h for h, held in by_note(question, hits, rarity, notes=most, rendered=True) if held >= PLAUSIBLE_COVER]
 
 
 # Words that ask rather than say what about (left out of ``plausible``'s count).

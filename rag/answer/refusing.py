@@ -21,7 +21,7 @@ from functools import partial
 from rag.answer import gate
 from rag.answer.confidence import as_written, term_query, unknown_names
 from rag.config import Settings
-from rag.index.translate import chinese_terms, renderings
+from rag.index.translate import chinese_terms, is_english, renderings
 from rag.language import say
 from rag.model import Hit
 
@@ -69,7 +69,7 @@ def judge(index, settings: Settings, question: str, own: str, user_id: str, hits
     else:
         judged.why = gate.too_weak(settings.answer, question, hits, scores, english)
     if judged.why:
-        judged.rarity = rarity(index, question, user_id)
+        judged.rarity = rarity(index, question, user_id, settings)
     return judged
 
 
@@ -84,16 +84,32 @@ def unknown_in(index, settings: Settings, question: str, user_id: str, hits: lis
                          translate=partial(renderings, cache_dir=settings.state_dir), best=settings.answer.top_k)
 
 
-def rarity(index, question: str, user_id: str) -> dict[str, float]:
+def rarity(index, question: str, user_id: str, settings: Settings | None = None) -> gate.Rarity:
     """How rare each of the question's own words is in the user's notes (``gate.weight``: BM25's
     IDF over their chunks, each word's chunks counted up to ``gate.RARITY_CAP``); a few sparse
-    lookups (6 ms p50 for the dev questions on the corpus here)."""
+    lookups (6 ms p50 for the dev questions on the corpus here). With ``settings`` (and
+    ``retrieval.translate_english``), an English question's words also carry how Chinese writes
+    them (``Rarity.renderings``), by which ``gate.closest`` names a Chinese note."""
     words = gate.asked(question)
     if not words:
-        return {}
+        return gate.Rarity()
     chunks = index.store.count_by_user().get(user_id, 0)
-    out = {}
+    out = gate.Rarity()
     for word in words:
         _, sparse = index.store.search(None, term_query(word), user_id, gate.RARITY_CAP)
         out[word] = gate.weight(max(chunks, len(sparse)), len(sparse))
+    if settings is not None and settings.retrieval.translate_english and is_english(question):
+        # the words Chinese can write, and the names it cannot (Flink: no note holding the rest is about it)
+        out.renderings = {w: r for w in words if w.isascii() and (
+            (r := renderings(w, settings.state_dir)) or as_written(question, w)[:1].isupper())}
+        out.rendered = {}
+        for word, forms in out.renderings.items():
+            if not forms:
+                out.rendered[word] = out[word]
+                continue
+            holding = 0
+            for form in forms:
+                _, sparse = index.store.search(None, term_query(form), user_id, gate.RARITY_CAP)
+                holding = max(holding, len(sparse))
+            out.rendered[word] = gate.weight(max(chunks, holding), holding)
     return out

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,7 +35,7 @@ from typing import AsyncIterator, Awaitable, Callable
 from rag import limits
 from rag import llm as llm_mod
 from rag import language
-from rag.answer import copies, followup, outcomes, refusing, remembered, support
+from rag.answer import copies, followup, outcomes, refusing, remembered, repeats, support
 from rag.answer import rerank as rerank_mod
 from rag.answer.conversation import Conversations
 from rag.answer.evidence import build_evidence, header
@@ -145,8 +145,7 @@ class AnswerService:
         self._llm_failing = False
         self._llm_slots: FairSlots | None = None  # answers the LLM writes at once, round the callers
         self._turns = Turns(lambda: self.settings.bots.max_concurrent_llm)  # answers under way per caller
-        # Answers (rewrites, expansions, the answer itself) holding an LLM slot or waiting for
-        # one: the background work that shares the LLM (sync.memory_jobs) runs only at 0.
+        # Answers holding or awaiting an LLM slot: work sharing the LLM (sync.memory_jobs) runs only at 0.
         self.answers_waiting_or_writing = 0
         self.searching = 0  # index work under way on the search threads (``in_search_thread``)
         # Retrieval runs off the event loop on a few threads, so one slow search (a slow
@@ -191,8 +190,7 @@ class AnswerService:
     # --- the pipeline ---------------------------------------------------------------------
 
     async def in_search_thread(self, fn, *args):
-        """Run index work (a search, a count) on a search thread, off the event loop. Counted in
-        ``searching`` meanwhile: the second index's fill (``sync.second_jobs``) waits for 0."""
+        """Index work on a search thread, off the event loop; counted (the second index's fill waits for 0)."""
         self.searching += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._search_pool, partial(fn, *args))
@@ -414,18 +412,23 @@ class AnswerService:
         parts: list[str] = []  # what the LLM wrote
         usage = Usage()
         asked = first_at = None
+        looped = 0  # units said again in a row when the reply was stopped (rag.answer.repeats)
+        options = {**repeats.options(self.settings.ollama), **(plan.options or {})}
         try:
             async with self.llm_slot():
                 asked = time.perf_counter()
-                async for piece in self._stream(prompt, usage, plan.options, answer=True):
-                    if "first_token" not in turn.timings:
-                        turn.mark("first_token")
-                        first_at = time.perf_counter()
-                    parts.append(piece)
-                    out = gate.feed(piece)
-                    if out:
-                        await _call(turn.on_token, out)
-            tail = gate.flush()
+                async with aclosing(self._stream(prompt, usage, options, answer=True)) as stream:
+                    async for piece in stream:
+                        if "first_token" not in turn.timings:
+                            turn.mark("first_token")
+                            first_at = time.perf_counter()
+                        parts.append(piece)
+                        out = gate.feed(piece)
+                        if out:
+                            await _call(turn.on_token, out)
+                        if looped := repeats.looping(gate.verdicts):
+                            break  # closing the stream closes the request: the LLM stops writing
+            tail = gate.cut() if looped else gate.flush()
             if tail:
                 await _call(turn.on_token, tail)
         except (Unavailable, ModelMissing) as err:
@@ -439,9 +442,12 @@ class AnswerService:
         text = "".join(parts).strip()
         rarity = None  # what the passages shown instead must be about (not needed for the model's own answer)
         if support.verdict(text, gate.result, self.settings.answer.refusal) not in ("cited", "inferred"):
-            rarity = await self.in_search_thread(refusing.rarity, self.index, turn.standalone, turn.user_id)
+            rarity = await self.in_search_thread(refusing.rarity, self.index, turn.standalone, turn.user_id, self.settings)
         answer = outcomes.grounded(self.settings, turn.question, turn.standalone, text, gate.result, blocks, top, trace,
                                    rarity)
+        if looped:
+            trace.decision += (f"; the LLM was stopped after {len(text)} characters: it wrote {looped} sentences in a "
+                               f"row it had written before")
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "prompt_seconds": round(usage.prompt_seconds, 3),
                         "output_tokens": usage.output_tokens, "output_seconds": round(usage.output_seconds, 3),
                         "prompt_tokens_estimated": plan.prompt_tokens(prompt)}
@@ -449,8 +455,6 @@ class AnswerService:
 
     def _end(self, turn: "Turn", answer: Answer) -> Answer:
         return self._finish(answer, turn.user_id, turn.conversation, turn.trace, turn.timings, turn.started)
-
-    # --- the memory of the notes (rag.memory.store) ----------------------------------------------
 
     # --- a follow-up, made standalone (rag.answer.followup) ---------------------------------------
 
@@ -526,9 +530,11 @@ class AnswerService:
                       **kwargs):
         """The LLM's reply, piece by piece; when it ends, what it cost teaches the speed book
         (``answer``: and the size of an answer's prompt)."""
-        async for piece in self.chat.stream(prompt, usage=usage, options=options, **kwargs):
-            yield piece
-        self.speeds.observe(self.chat.model, usage, prompt_text(prompt), answer=answer)
+        async with aclosing(self.chat.stream(prompt, usage=usage, options=options, **kwargs)) as stream:
+            async for piece in stream:
+                yield piece
+        shared = prompt[0]["content"] if len(prompt) > 1 and prompt[0]["role"] == "system" else ""
+        self.speeds.observe(self.chat.model, usage, prompt_text(prompt), answer=answer, shared_text=shared)
 
     async def _complete(self, prompt: list[dict], options: dict | None = None, **kwargs) -> str:
         return "".join([piece async for piece in self._stream(prompt, Usage(), options, **kwargs)])
@@ -550,9 +556,9 @@ class AnswerService:
         return line
 
     async def measure(self) -> str | None:
-        """Measure the LLM's speed here when the probe has not measured it yet (at ``serve``
-        start, in ``doctor``): a line saying what was learned, or None when it was known."""
-        if self.chat is None or self.speeds.get(self.chat.model).probe_tps:
+        """Measure the LLM's speed here when nothing has measured it yet (at ``serve`` start, in
+        ``doctor``): a line saying what was learned, or None when it was known (the replies keep it)."""
+        if self.chat is None or self.speeds.get(self.chat.model).read_tps:
             return None
         return await self._measure("你好")
 

@@ -1,8 +1,10 @@
 """How much evidence the LLM reads here, and how long its answer may be.
 
 The LLM's measured speed (``rag.speed``) decides: as much evidence as it reads within what is
-left of ``answer.first_token_budget``, never less than the best passage whole (a model given
-a scrap guesses), and an answer length that fits ``ollama.timeout`` after the reading. Before
+left of ``answer.first_token_budget``, never less than a plain answer needs (the best passage
+whole, and at least ``answer.min_evidence_chars``: a model given a scrap guesses, refuses or
+pastes the note), and an answer length that fits ``ollama.timeout`` after the reading. The
+budget is a target: when the floor takes longer to read, the first token comes later. Before
 any speed is known, ``measure_speed`` learns it from one short reply.
 """
 
@@ -37,7 +39,8 @@ class Plan:
     options: dict | None = None
     note: str = ""
     max_prompt_tokens: int | None = None  # what the LLM reads here within the budget; None: unknown
-    floor_chars: int = 0  # the best passage whole: the evidence is never cut below it
+    floor_chars: int = 0  # what a plain answer needs: the evidence is never cut below it
+    passage_chars: int = 0  # the best passage whole: the floor when even the floor would not fit ollama.timeout
     too_slow: str = ""  # why the LLM cannot answer within ollama.timeout here (then it is not asked)
 
     def prompt_tokens(self, prompt: list[dict]) -> int:
@@ -54,23 +57,25 @@ def plan_for(settings: Settings, model: str | None, speed: Speed, question: str,
              elapsed: float) -> Plan:
     """How much evidence the LLM reads, and how long its answer may be.
 
-    Never less than the best passage whole (``Plan.floor_chars``: the first evidence
-    block, up to ``answer.block_chars``): a model given a scrap guesses. Within that, as
-    much as it reads here before ``answer.first_token_budget`` runs out (what is left of
-    it after the steps so far). When even the floor takes longer, the first token comes
-    later (the sources are on screen); when reading it and writing a short answer would
-    not fit ``ollama.timeout``, the LLM is not asked (``Plan.too_slow``). The answer gets
-    ``num_predict`` for what is left of the timeout after the reading. Without a measured
-    speed (the measuring reply failed to report one): the floor only."""
+    Never less than a plain answer needs (``Plan.floor_chars``): the best passage whole (the
+    first evidence block, up to ``answer.block_chars``) and at least
+    ``answer.min_evidence_chars`` in all. Above that, as much as it reads here before
+    ``answer.first_token_budget`` runs out (what is left of it after the steps so far). When
+    the floor takes longer, the first token comes later (the sources are on screen); when
+    reading it and writing a short answer would not fit ``ollama.timeout``, the best passage
+    whole, and when even that would not, the LLM is not asked (``Plan.too_slow``). The answer
+    gets ``num_predict`` for what is left of the timeout after the reading. Without a measured
+    speed (the measuring reply failed to report one): the floor."""
     cfg = settings.answer
     plan = Plan(cfg.total_chars, speed)
     if model is None:  # no LLM: the evidence as configured, for an extractive answer
         return plan
     first = build_evidence(top, cfg)[:1]
-    plan.floor_chars = len(first[0].text) if first else cfg.block_chars
+    plan.passage_chars = len(first[0].text) if first else cfg.block_chars
+    plan.floor_chars = min(cfg.total_chars, max(plan.passage_chars, cfg.min_evidence_chars))
     if not speed.read_tps:
         plan.evidence_chars = plan.floor_chars
-        plan.note = (f"{model}: speed not measured: the best passage only ({plan.floor_chars} characters) and "
+        plan.note = (f"{model}: speed not measured: {plan.floor_chars} characters of evidence at most and "
                      f"at most {SAFE_ANSWER_TOKENS} tokens of answer")
         plan.options = {"num_predict": SAFE_ANSWER_TOKENS}
         return plan
@@ -85,19 +90,26 @@ def plan_for(settings: Settings, model: str | None, speed: Speed, question: str,
                  f"answer.first_token_budget {cfg.first_token_budget:g} s")
     return plan
 
+
+def _evidence(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: list[dict] | None):
+    """The evidence cut to ``plan.evidence_chars`` (with the memory's facts), its prompt and the facts used."""
+    cfg = settings.answer
+    cut = plan.evidence_chars < cfg.total_chars
+    blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
+                            question=question if cut else None)
+    used = add_facts(blocks, facts or [])
+    return blocks, messages(question, blocks, cfg.refusal, prompt_style(cfg, question)), used
+
+
 def fit(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: list[dict] | None = None,
         llm: bool = True) -> tuple[list[Evidence], list[dict], list[tuple[int, dict]]]:
     """The evidence (with the memory's ``facts``), the prompt, and the facts used with
     their blocks, shrunk until the prompt's estimated tokens fit what the LLM reads
-    within the budget, never below the best passage whole (``Plan.floor_chars``); then
+    within the budget, never below what a plain answer needs (``Plan.floor_chars``); then
     the answer's length, and whether the LLM can answer at all within the timeout."""
     cfg = settings.answer
     while True:
-        cut = plan.evidence_chars < cfg.total_chars
-        blocks = build_evidence(top, cfg.model_copy(update={"total_chars": plan.evidence_chars}),
-                                question=question if cut else None)
-        used = add_facts(blocks, facts or [])
-        prompt = messages(question, blocks, cfg.refusal, prompt_style(cfg, question))
+        blocks, prompt, used = _evidence(settings, question, top, plan, facts)
         if plan.max_prompt_tokens is None or plan.evidence_chars <= plan.floor_chars:
             break
         tokens = plan.prompt_tokens(prompt)
@@ -108,17 +120,13 @@ def fit(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: li
     if plan.max_prompt_tokens is None or not llm:
         return blocks, prompt, used
     chars = sum(len(b.text) for b in blocks)
-    if plan.evidence_chars < cfg.total_chars:
-        plan.note = f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}: {plan.note}"
-    else:
-        plan.note = f"evidence as configured ({chars} characters): {plan.note}"
+    head = (f"evidence cut to {chars} characters ({len(blocks)} blocks) of {cfg.total_chars}"
+            if plan.evidence_chars < cfg.total_chars else f"evidence as configured ({chars} characters)")
     tokens = plan.prompt_tokens(prompt)
     speed = plan.speed
     reading = tokens / speed.read_tps
-    if tokens > plan.max_prompt_tokens:
-        plan.note += (f"; the best passage whole is {tokens} prompt tokens, more than the budget holds "
-                      f"({plan.max_prompt_tokens}): the first token comes after ~{reading:.0f} s")
     timeout = settings.ollama.timeout
+    plan.too_slow, plan.options = "", None
     if speed.write_tps:
         writing = max(0.0, timeout * SPEED_MARGIN - reading)
         most = int(min(MAX_ANSWER_TOKENS, writing * speed.write_tps))
@@ -127,9 +135,20 @@ def fit(settings: Settings, question: str, top: list[Hit], plan: Plan, facts: li
                              f"tokens (~{MIN_ANSWER_TOKENS / speed.write_tps:.0f} s) would not fit ollama.timeout "
                              f"{timeout:g} s")
         plan.options = {"num_predict": max(MIN_ANSWER_TOKENS, most)}
-        plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
     elif reading > timeout * SPEED_MARGIN:
         plan.too_slow = f"reading the best passage would take ~{reading:.0f} s here, over ollama.timeout {timeout:g} s"
+    if plan.too_slow and plan.floor_chars > plan.passage_chars:
+        # the floor would not fit the timeout here: the best passage whole, if that does
+        plan.floor_chars = plan.evidence_chars = plan.passage_chars
+        return fit(settings, question, top, plan, facts, llm)
+    plan.note = f"{head}: {plan.note}"
+    if tokens > plan.max_prompt_tokens:
+        floor = ("the best passage whole" if plan.floor_chars == plan.passage_chars
+                 else f"answer.min_evidence_chars ({cfg.min_evidence_chars})")
+        plan.note += (f"; what a plain answer needs ({floor}) is {tokens} prompt tokens, more than the budget "
+                      f"holds ({plan.max_prompt_tokens}): the first token comes after ~{reading:.0f} s")
+    if plan.options:
+        plan.note += f"; at most {plan.options['num_predict']} tokens of answer (~{speed.write_tps:.1f} tok/s writing)"
     return blocks, prompt, used
 
 

@@ -19,6 +19,9 @@ sentence, a fenced code block) is read against the evidence blocks the model was
   whatever its marker says.
 - **unsupported**: anything else. It is never shown as the notes' word: it is dropped from the
   answer (the trace keeps it, the answer says how many were left out).
+- **repeat**: a unit that says again what an earlier one of the reply said (the same words,
+  markers, list numbers, Markdown and punctuation aside): never shown twice, not counted. A
+  small model in a loop writes the same block over and over (``rag.answer.service`` stops it).
 
 The citation of a supported unit is the block the model marked when that block supports it,
 else the block it follows (the marker is put in, before the unit's end). An answer whose
@@ -128,12 +131,23 @@ _NUMERIC = re.compile(r"[\d.:\-/]+")
 # --- checking ---------------------------------------------------------------------------------
 
 
+_NOT_SAID = re.compile(r"[\W_]+")
+
+
+def said(text: str) -> str:
+    """What a unit says, to know it again: its words without markers, list numbers, Markdown,
+    punctuation and spacing, in lower case ("" when that leaves under two characters)."""
+    key = _NOT_SAID.sub("", _LIST_PREFIX.sub("", _MARKER.sub("", text))).lower()
+    return key if len(key) >= 2 else ""
+
+
 @dataclass
 class Verdict:
     """What one unit of the reply stands on."""
 
     text: str
-    kind: str  # "filler", "echo" (the question back: not shown), "supported", "unsupported", "blank"
+    kind: str  # "filler", "echo" (the question back: not shown), "supported", "unsupported", "blank",
+    # "repeat" (what an earlier unit said: not shown again)
     # ("intro", a line ending in a colon that stands on nothing, only until what it introduces is read;
     # "fragment", table rows without their table: "| 1:15 |" answers nothing, and is not shown)
     blocks: list[int] = field(default_factory=list)  # the blocks it stands on (its citations)
@@ -183,6 +197,10 @@ class Check:
         return list(dict.fromkeys(n for v in self.supported for n in v.blocks))
 
     @property
+    def repeated(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.kind == "repeat"]
+
+    @property
     def invented_specifics(self) -> list[str]:
         return list(dict.fromkeys(s for v in self.verdicts for s in v.invented))
 
@@ -195,6 +213,8 @@ class Check:
         """One line for the trace."""
         saying = self.saying
         line = f"{len(self.supported)} of {len(saying)} sentences stand on the evidence"
+        if self.repeated:
+            line += f"; {len(self.repeated)} said again (shown once)"
         if self.dropped:
             line += "; left out: " + " | ".join(" ".join(v.text.split())[:120] + (
                 f" (not in the notes: {', '.join(v.invented)})" if v.invented else "") for v in self.dropped)
@@ -205,7 +225,7 @@ def shown(v: Verdict) -> str:
     """A unit as shown: unsupported ones are left out (their line end kept); supported ones cite
     their blocks (the model's markers when they name exactly those blocks, else markers put in
     before the unit's end); filler carries no marker."""
-    if v.kind in ("unsupported", "echo", "fragment") or v.cut:
+    if v.kind in ("unsupported", "echo", "fragment", "repeat") or v.cut:
         return "\n" if v.text.endswith("\n") else ""
     if v.display is not None and v.kind == "supported":
         return v.display
@@ -461,6 +481,7 @@ class Gate:
         self.buffer = ""
         self.verdicts: list[Verdict] = []
         self.held: list[Verdict] = []  # an intro line and the blank lines after it, until what it introduces is read
+        self.said: set[str] = set()  # what the units that say something said (``said``): never shown twice
 
     def feed(self, piece: str) -> str:
         self.buffer += piece
@@ -478,10 +499,22 @@ class Gate:
         self.buffer = ""
         return self._pass(units) + self._release(None)
 
+    def cut(self) -> str:
+        """The reply was stopped while a unit was being written: that unit is left out (the
+        start of one more repeat), the rest ends as with ``flush``."""
+        self.buffer = ""
+        return self._release(None)
+
     def _pass(self, units: list[Unit]) -> str:
         out = []
         for u in units:
-            v = self.checker.unit(u)
+            key = said(u.text)
+            if key and key in self.said:
+                v = Verdict(u.text, "repeat", code=u.code)
+            else:
+                v = self.checker.unit(u)
+                if key and (v.says_something or v.kind == "echo"):
+                    self.said.add(key)
             if v.kind == "intro" or (self.held and v.kind == "blank"):
                 self.held.append(v)
                 continue

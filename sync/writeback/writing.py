@@ -158,10 +158,10 @@ class Writing:
     def _mapped_elsewhere(self, item: Item) -> bool:
         """The person who captured this is mapped (``users:``) to another Leanote user now."""
         platform, _, who = item.person.partition(":")
-        if platform not in ("telegram", "discord") or not who.lstrip("-").isdigit():
+        if not who.lstrip("-").isdigit():
             return False
         for entry in self.settings.users:
-            if int(who) in (entry.telegram_ids if platform == "telegram" else entry.discord_ids):
+            if int(who) in entry.ids_on(platform):
                 now = entry.leanote_user_id or (self.target.user_of(entry.leanote_email.strip().lower())
                                                 if self.target is not None else None)
                 return bool(now) and now != item.user_id

@@ -36,7 +36,14 @@ before the first piece and writes each piece at ``write`` tokens a second, and r
 those durations (the model's time), not the wall time a busy machine stretched them to.
 ``cache=True`` keeps the start a prompt shares with the previous chat's, as a llama.cpp
 server's prompt cache does: that part is not read again, and ``prompt_eval_duration``
-covers only the rest while ``prompt_eval_count`` still counts the whole prompt.
+covers only the rest while ``prompt_eval_count`` still counts the whole prompt, and
+``prompt_eval_cached_count`` says how many of them came from the cache (left out when none,
+as Ollama does; ``cached_count=False``: never, as an older Ollama).
+
+``reply(..., loop=True)``: a model gone round in circles, writing its pieces again and again
+until the client hangs up (at most ``LOOP_SECONDS``; then it ends as a reply cut by its
+``num_predict`` does). ``hung_up`` is set when a client went away before its reply ended
+(the server noticed: its writing failed), as Ollama then stops working.
 """
 
 from __future__ import annotations
@@ -194,6 +201,13 @@ def _pieces(text: str) -> list[str]:
     return [text[i : i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)] or [""]
 
 
+LOOP_SECONDS = 60.0  # a looping reply ends by itself after this long, when no client hung up
+
+
+class Gone(Exception):
+    """The client hung up while a reply was being written."""
+
+
 @dataclass
 class Reply:
     pieces: list[str]
@@ -202,13 +216,26 @@ class Reply:
     delay: float = 0.0  # seconds before each piece
     paused_after: int | None = None  # wait for ``go_on`` after this many pieces, then go on
     go_on: threading.Event | None = None
+    loop: bool = False  # the pieces again and again, until the client hangs up
+
+    def each(self):
+        """The pieces to send, in order (round and round, for a looping reply)."""
+        if not self.loop:
+            yield from self.pieces
+            return
+        until = time.monotonic() + LOOP_SECONDS
+        while time.monotonic() < until:
+            yield from self.pieces
 
 
 class FakeOllama(LocalServer):
     def __init__(self, models=("bge-m3", "qwen2.5:7b-instruct"), speed: tuple[float, float] | None = None,
-                 reader: bool = False, dim: int = DIM, cache: bool = False):
+                 reader: bool = False, dim: int = DIM, cache: bool = False, cached_count: bool = True):
         self.models = set(models)
         self.cache = cache
+        self.cached_count = cached_count  # report prompt_eval_cached_count, as Ollama does
+        self.hung_up = threading.Event()  # a client went away while its reply was written
+        self.pieces_sent = 0  # of the last streamed reply
         self._last_prompt = ""  # the previous chat's prompt text (cache=True)
         self.dim = dim  # of the embeddings (bge-m3's own is 1024)
         self.embed_calls = 0  # /api/embed requests so far
@@ -243,10 +270,20 @@ class FakeOllama(LocalServer):
 
             def _line(self, obj: dict) -> None:
                 data = (json.dumps(obj, ensure_ascii=False) + "\n").encode()
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
+                try:
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError) as err:
+                    raise Gone() from err
 
             def _stream(self, model: str, reply: Reply, prompt_tokens: int, cached: int = 0) -> None:
+                try:
+                    self._streamed(model, reply, prompt_tokens, cached)
+                except Gone:
+                    fake.hung_up.set()  # and stop writing, as Ollama does
+                    self.close_connection = True
+
+            def _streamed(self, model: str, reply: Reply, prompt_tokens: int, cached: int = 0) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-ndjson")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -257,7 +294,8 @@ class FakeOllama(LocalServer):
                     time.sleep((prompt_tokens - cached) / fake.speed[0])
                 read = time.monotonic() - began
                 written, delays = 0, 0.0
-                for i, piece in enumerate(reply.pieces):
+                fake.pieces_sent = 0
+                for i, piece in enumerate(reply.each()):
                     if reply.stall_after is not None and i >= reply.stall_after:
                         fake.release.wait(timeout=60)
                         return
@@ -274,18 +312,25 @@ class FakeOllama(LocalServer):
                     written += fake_tokens(piece)
                     self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
                                 "message": {"role": "assistant", "content": piece}, "done": False})
+                    fake.pieces_sent += 1
                 else:
                     total = time.monotonic() - began
                     if fake.speed:  # the model's own time, as Ollama reports it: not this busy machine's
                         read = (prompt_tokens - cached) / fake.speed[0]  # scheduling delays around the sleeps
                         total = read + written / fake.speed[1] + delays
+                    counts = {"total_duration": int(total * 1e9), "load_duration": 0,
+                              "prompt_eval_count": prompt_tokens, "prompt_eval_duration": max(1, int(read * 1e9)),
+                              "eval_count": written, "eval_duration": max(1, int((total - read) * 1e9))}
+                    if cached and fake.cached_count:  # left out when nothing came from the cache, as Ollama does
+                        counts["prompt_eval_cached_count"] = cached
                     self._line({"model": model, "created_at": "2025-01-01T00:00:00Z",
-                                "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
-                                "total_duration": int(total * 1e9), "load_duration": 0,
-                                "prompt_eval_count": prompt_tokens, "prompt_eval_duration": max(1, int(read * 1e9)),
-                                "eval_count": written, "eval_duration": max(1, int((total - read) * 1e9))})
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                                "message": {"role": "assistant", "content": ""}, "done": True,
+                                "done_reason": "length" if reply.loop else "stop", **counts})
+                try:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError) as err:
+                    raise Gone() from err
                 self.close_connection = True
 
             def _missing(self, model: str) -> None:
@@ -349,12 +394,13 @@ class FakeOllama(LocalServer):
         self.url = self._listen(Handler)
 
     def reply(self, *pieces: str, stall_after: int | None = None, error_after: int | None = None, delay: float = 0.0,
-              paused_after: int | None = None) -> threading.Event:
+              paused_after: int | None = None, loop: bool = False) -> threading.Event:
         """Script the next chat reply. ``paused_after``: after that many pieces it waits until
-        the event returned is set (a test looks at what streamed so far), then goes on."""
+        the event returned is set (a test looks at what streamed so far), then goes on.
+        ``loop``: the pieces again and again until the client hangs up."""
         go_on = threading.Event()
         self.pauses.append(go_on)
-        self.replies.append(Reply(list(pieces), stall_after, error_after, delay, paused_after, go_on))
+        self.replies.append(Reply(list(pieces), stall_after, error_after, delay, paused_after, go_on, loop))
         return go_on
 
     def hold_embed(self, marker: str) -> threading.Event:
