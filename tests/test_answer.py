@@ -52,7 +52,8 @@ def test_the_cli_and_the_bots_show_the_same_trace(capsys):
     from rag.answer.types import Answer, Candidate, Trace
 
     trace = Trace(question="番茄炒蛋要几个鸡蛋？", standalone="番茄炒蛋 鸡蛋 几个", rerank="none", followup="a follow-up",
-                  expansion="terms: 鸡蛋", budget="evidence cut to 900 characters", decision="llm answered",
+                  expansion="terms: 鸡蛋", dense="gemma for 3 of 5 notes, use for the rest; dense weight 0.44",
+                  budget="evidence cut to 900 characters", decision="llm answered",
                   llm_error="cannot reach Ollama at http://127.0.0.1:1", outcome="llm_passages", citing="uncited",
                   reply="两个鸡蛋就够了", support="1 of 2 sentences stand", unknown_names=["Zork"],
                   entities=["鸡蛋 (term; 2 notes)"], facts=["[1] 番茄炒蛋 — 用 — 鸡蛋"],
@@ -61,7 +62,7 @@ def test_the_cli_and_the_bots_show_the_same_trace(capsys):
     cli = capsys.readouterr().out
     why = trace_text(Why.of(trace))
     rows = trace.rows()
-    assert len(rows) == 13  # every field set above has its row
+    assert len(rows) == 14  # every field set above has its row
     for what, text in rows:
         assert text in why, what
         assert (text if what != "llm error" else trace.llm_error) in cli, what

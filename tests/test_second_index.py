@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from rag.answer.types import Trace
 from rag.config import EmbedderConfig
 from rag.index import embed
 from rag.index.note_index import NoteIndex
@@ -122,6 +123,32 @@ def test_the_search_is_the_first_indexs_until_notes_are_covered(world, use_embed
             mine = second.store.search(gemma_embedder.embed_query([QUESTION])[0], None, USER, 50)[0]
             assert [c.id for c in ranking] == [c.id for c in mine]  # all covered: the second model's alone
             assert search(first, QUESTION, USER, 6)  # and the search answers with it
+        finally:
+            first.second = None
+            second.close()
+
+
+def test_the_trace_names_which_embedder_ranked_the_notes(world, use_embedder, gemma_embedder):
+    with NoteIndex.open(world, embedder=use_embedder) as first:
+        assert first.dense_side(USER) == ""  # no second index: nothing to tell apart
+        second = SecondIndex.open(world, embedder=gemma_embedder)
+        try:
+            first.second = second
+            second.plan(first.store)
+            total = len(first.store.note_ids(USER))
+            assert "covers none of your notes yet" in first.dense_side(USER)
+            while not second.covered(USER):  # a note is covered once each of its chunks is
+                second.fill(1)
+            n = len(second.covered(USER))
+            said = first.dense_side(USER)
+            assert f"{gemma_embedder.model_id} for {n} of {total} notes, {use_embedder.model_id} for the rest" in said
+            while second.fill(16):
+                pass
+            said = first.dense_side(USER)
+            assert said == f"{gemma_embedder.model_id} for {total} of {total} notes; dense weight " \
+                           f"{world.second_index.dense_weight:.2f}"
+            trace = Trace(QUESTION, QUESTION, dense=said)
+            assert ("dense", said) in trace.rows()
         finally:
             first.second = None
             second.close()

@@ -205,7 +205,7 @@ def hits_text(hits, query: str = "", root=None) -> str:
 # How /why names each row of a trace (``Why.rows``).
 TRACE_LABELS = {
     "question": "问题 question", "rewritten": "改写为 rewritten", "follow-up": "追问 follow-up",
-    "sounds like": "听起来像 sounds like", "expansion": "扩展 expansion", "rerank": "重排 rerank", "budget": "篇幅 budget", "entities": "实体 entities",
+    "sounds like": "听起来像 sounds like", "expansion": "扩展 expansion", "dense": "向量 dense", "rerank": "重排 rerank", "budget": "篇幅 budget", "entities": "实体 entities",
     "fact": "事实 fact", "decision": "结论 decision", "llm error": "LLM 不可用，用了笔记原文",
     "not in any note": "笔记里没有 not in any note", "llm reply": "模型的回答 LLM reply", "checked": "核对 checked",
 }

@@ -275,7 +275,7 @@ class AnswerService:
             standalone, follow = await self._standalone(history, question, self.settings.limits.question_chars)
             turn.mark("rewrite")
         turn.question, turn.standalone = question, standalone
-        turn.trace = Trace(question, standalone, followup=follow)
+        turn.trace = Trace(question, standalone, followup=follow, dense=self.index.dense_side(user_id))
         return turn
 
     async def _listed(self, turn: "Turn") -> Answer | None:

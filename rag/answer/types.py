@@ -82,6 +82,7 @@ class Trace:
     followup: str = ""  # a follow-up: how it was made standalone (rag.answer.followup), and why so
     expansion: str = ""  # the LLM's terms and hypothetical answer fused in, or why there were none
     alikes: list[str] = field(default_factory=list)  # a heard question: the notes' words it sounds like
+    dense: str = ""  # with a second dense index: which embedder ranked which notes (NoteIndex.dense_side)
     budget: str = ""  # how the evidence was sized to the LLM's speed here, and what was cut
     decision: str = ""  # why the answer is what it is
     llm_error: str | None = None
@@ -123,6 +124,8 @@ class Trace:
             rows.append(("sounds like", ", ".join(self.alikes)))
         if self.expansion:
             rows.append(("expansion", self.expansion))
+        if self.dense:
+            rows.append(("dense", self.dense))
         rows.append(("rerank", self.rerank))
         if self.budget:
             rows.append(("budget", self.budget))

@@ -180,6 +180,13 @@ class NoteIndex:
         """Questions: for E5 the "query: " side of the model."""
         return self.embedder.embed_query(texts)
 
+    def dense_side(self, user_id: str) -> str:
+        """Which embedder ranks ``user_id``'s notes on the dense side, when a second index shares
+        it (``rag.index.second``), for the trace; "" without one."""
+        if self.second is None:
+            return ""
+        return self.second.describe(user_id, self.embedder.model_id, self.settings.retrieval.dense_weight)
+
     def write(self, prepared: PreparedNote, vectors: np.ndarray, stale_ids: list[str] = ()) -> None:
         """Upsert a note's chunks and delete its points that no longer exist."""
         points = [

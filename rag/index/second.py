@@ -244,6 +244,18 @@ class SecondIndex:
         share = min(1.0, len(self.covered(user_id)) / total) if total else 0.0
         return first + (self.settings.second_index.dense_weight - first) * share
 
+    def describe(self, user_id: str, first_model: str, first_weight: float) -> str:
+        """The dense side of a search of ``user_id``'s notes, for the trace: which embedder ranks
+        how many of their notes, and the dense weight that follows."""
+        plan = self.plan_made
+        total = plan.notes.get(user_id, 0) if plan is not None else 0
+        covered = min(len(self.covered(user_id)), total)
+        weight = self.dense_weight(user_id, first_weight)
+        if not covered:
+            return f"{first_model} (the second index, {self.embedder.model_id}, covers none of your notes yet)"
+        rest = f", {first_model} for the rest" if covered < total else ""
+        return f"{self.embedder.model_id} for {covered} of {total} notes{rest}; dense weight {weight:.2f}"
+
     def covered(self, user_id: str) -> set[str]:
         plan = self.plan_made
         if plan is None:
