@@ -55,6 +55,7 @@ from common import BACKUP_NAME, REPO, results_file, shared, tiny_world  # noqa: 
 
 from rag import config  # noqa: E402
 from rag.eval import evaluate, load_questions, report_json  # noqa: E402
+from rag.index import embed as embed_mod  # noqa: E402
 from rag.index.note_index import NoteIndex  # noqa: E402
 from rag.index.retrieve import search  # noqa: E402
 from rag.model import Note  # noqa: E402
@@ -397,7 +398,90 @@ def cmd_second(args) -> None:
     Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False))
 
 
-COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table, "speed": cmd_speed, "second": cmd_second}
+def cmd_filling(args) -> None:
+    """A question's search while the second index fills, against the same search while it does not:
+    a copy of a first index made by ``index`` (``--state``) and an empty second index beside it, the
+    vector cache off (every chunk and question embedded by the models, as on a new install). The
+    fill runs as the daemon runs it (``sync.second_jobs``): ``second_index.batch`` chunks at a time,
+    one chunk at a time inside, stopping at the next chunk when a search starts and waiting while
+    one runs. The dev questions arrive at a random moment of a chunk (a seeded wait of 0–2 s before
+    each). Reported: each phase's search p50, p90 and worst (the question's embeddings by both
+    models included), the chunks filled meanwhile, and the notes covered when the timing began."""
+    import shutil
+    import threading
+
+    from rag.index.second import SecondIndex
+
+    os.environ.pop(embed_mod.VECTOR_CACHE_ENV, None)  # the models at work, not the cache
+    options = {"kind": args.embedder, "threads": args.threads, **_options(args.embedder_opt, "")}
+    dev = [q for q in load_questions(dev_set()) if not q.get("after_changes")][: args.questions]
+    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
+           "machine": args.machine, "questions": len(dev)}
+    with tempfile.TemporaryDirectory(prefix="lr-bench-filling-") as tmp:
+        state = Path(tmp) / "state"
+        shutil.copytree(args.state, state, ignore=shutil.ignore_patterns("qdrant-second*", "*.lock", "tmp"))
+        raw = settings_for("use", state, args.threads)
+        settings = raw.model_copy(update={"second_index": raw.second_index.model_copy(update={
+            "enabled": "on", "embedder": config.EmbedderConfig(**options)})})
+        batch = settings.second_index.batch
+        with NoteIndex.open(settings) as index:
+            second = SecondIndex.open(settings)
+            try:
+                out["first"], out["second"] = index.embedder.model_id, second.embedder.model_id
+                out["chunks"] = second.plan(index.store).chunks
+                began = time.perf_counter()
+                while second.progress()["current"] < args.prefill and second.fill(batch):
+                    pass  # some notes covered, as a day into the fill
+                out["prefill"] = {"chunks": second.progress()["current"],
+                                  "seconds": round(time.perf_counter() - began, 1),
+                                  "notes_covered": second.progress()["notes_covered"]}
+                index.second = second
+                for q in dev[:3]:  # both models warm
+                    search(index, q["question"], q["user_id"], 20)
+                searching = threading.Event()
+                done = threading.Event()
+
+                def filler() -> None:
+                    while not done.is_set():
+                        if searching.is_set():
+                            time.sleep(0.02)
+                            continue
+                        if not second.fill(batch, stop=searching.is_set):
+                            return
+
+                rng = random.Random(SEED)
+                for phase in ("idle", "filling"):
+                    worker = threading.Thread(target=filler, daemon=True) if phase == "filling" else None
+                    before = second.progress()["current"]
+                    if worker:
+                        worker.start()
+                    times = []
+                    t0 = time.perf_counter()
+                    for q in dev:
+                        time.sleep(rng.uniform(0.0, 2.0))
+                        searching.set()
+                        t = time.perf_counter()
+                        search(index, q["question"], q["user_id"], 20)
+                        times.append((time.perf_counter() - t) * 1000)
+                        searching.clear()
+                    if worker:
+                        done.set()
+                        worker.join()
+                    times.sort()
+                    out[phase] = {"p50_ms": round(median(times), 1), "p90_ms": round(times[int(0.9 * (len(times) - 1))], 1),
+                                  "worst_ms": round(times[-1], 1), "chunks_filled": second.progress()["current"] - before,
+                                  "seconds": round(time.perf_counter() - t0, 1)}
+                    print(phase, json.dumps(out[phase]))
+            finally:
+                index.second = None
+                second.close()
+    out["load_avg_end"] = os.getloadavg()
+    print(json.dumps(out))
+    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False))
+
+
+COMMANDS = {"index": cmd_index, "eval": cmd_eval, "table": cmd_table, "speed": cmd_speed, "second": cmd_second,
+            "filling": cmd_filling}
 
 
 def tiny(ap: argparse.ArgumentParser) -> None:
@@ -467,6 +551,16 @@ def main() -> None:
     se.add_argument("--english", default=str(DEV_EN))
     se.add_argument("--out", default=str(REPO / "bench" / "embedders_second_results.json"))
     se.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")
+    fi = sub.add_parser("filling")
+    fi.add_argument("--state", required=True, help="a first index made by `index` (use); copied, never changed")
+    fi.add_argument("--embedder", choices=("e5", "gemma"), default="gemma")
+    fi.add_argument("--embedder-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="the second embedder's options (gemma: model=FOLDER, dimensions, max_tokens, quantize)")
+    fi.add_argument("--questions", type=int, default=20)
+    fi.add_argument("--prefill", type=int, default=256, help="chunks filled before the timing begins")
+    fi.add_argument("--threads", type=int, default=2)
+    fi.add_argument("--out", default=str(REPO / "bench" / "embedders_filling_results.json"))
+    fi.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")
     tb = sub.add_parser("table")
     tb.add_argument("--results", default=str(OUT))
     args = ap.parse_args()

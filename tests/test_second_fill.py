@@ -69,7 +69,10 @@ def test_it_fills_between_questions_and_the_search_uses_it(tmp_path, gemma_folde
 
 def test_the_status_shows_the_time_left_while_it_fills(tmp_path, gemma_folder, use_embedder):
     async def go():
-        settings = settings_with(tmp_path, gemma_folder)
+        settings = settings_with(tmp_path, gemma_folder)  # a cache of its own: the run's holds these chunks
+        embedder = settings.second_index.embedder.model_copy(update={"cache": tmp_path / "own-vectors.db"})
+        settings = settings.model_copy(update={"second_index": settings.second_index.model_copy(
+            update={"embedder": embedder})})
         run_pass(settings, use_embedder)
         with Parts(settings) as parts:
             fill = parts.second_fill

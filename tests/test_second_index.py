@@ -154,6 +154,24 @@ def test_the_trace_names_which_embedder_ranked_the_notes(world, use_embedder, ge
             second.close()
 
 
+def test_chunks_found_in_the_vector_cache_do_not_count_in_the_fill_rate(world, use_embedder, gemma_folder, tmp_path):
+    """The rate says how fast this machine's model embeds (status's time left, auto's night): a
+    chunk the vector cache already held (a rebuilt index, a shared cache) took no model time."""
+    cached = embed.load(EmbedderConfig(kind="gemma", model=str(gemma_folder), threads=1,
+                                       cache=tmp_path / "vectors.db"))
+    with NoteIndex.open(world, embedder=use_embedder) as first:
+        second = SecondIndex.open(world, embedder=cached)
+        try:
+            plan = second.plan(first.store)
+            cached.embed([t.text for t in plan.todo])  # every chunk's vector in the cache before the fill
+            while second.fill(16):
+                pass
+            assert second.progress()["left"] == 0 and second.filled == plan.chunks
+            assert second.rate is None and second.progress()["seconds_left"] is None  # no model time: no rate
+        finally:
+            second.close()
+
+
 def note_titled(store, fragment: str) -> str:
     """The id of the sample note whose title holds ``fragment``."""
     for note in store.note_ids(USER):

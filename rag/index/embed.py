@@ -454,6 +454,7 @@ class CachedEmbedder:
         self._prefix = f"{cache_model}\n{cfg.max_chars}\n"
         self._model: Embedder | None = None
         self._lock = threading.Lock()
+        self.computed = 0  # texts the model embedded (not found in the cache), since it was made
 
     @property
     def loaded(self) -> bool:
@@ -486,6 +487,7 @@ class CachedEmbedder:
         if todo:
             model = self.model()
             computed = (model.embed_query if query else model.embed)(list(todo.values()))
+            self.computed += len(todo)
             new = dict(zip(todo, computed))
             self.cache.put(new)
             rows.update(new)
