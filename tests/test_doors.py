@@ -375,7 +375,7 @@ def test_related_to_a_question_scores_on_the_pairs_scale_and_leaves_out_the_weak
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert notes and notes[0]["title"] == "番茄炒蛋" and len(notes) < len(found)  # not every note search found
     for n in notes:  # a similarity (a cosine, plus shared rare entities), never a rank's 2.0, 1.5, 1.33...
-        assert settings.memory.related_question_min_score <= n["score"] <= 1 + ENTITY_WEIGHT, n
+        assert settings.related_question_min_score() <= n["score"] <= 1 + ENTITY_WEIGHT, n
         assert n["reasons"]["search"] >= 1 and 0 < n["reasons"]["similarity"] <= 1
     assert main(["--config", str(cfg), "related", "量子计算机的原理是什么"]) == 0
     assert "no notes related to the question" in capsys.readouterr().out

@@ -36,7 +36,7 @@ def test_related_pairs_follow_the_notes(tmp_path, notes_dir, use_embedder):
     found = pairs(settings)
     assert found
     ids = titles(settings)
-    min_score = settings.memory.related_min_score
+    min_score = settings.related_min_score
     for a, b, user, score, reasons in found:
         assert a != b and user == "local" and score >= min_score
         reasons = json.loads(reasons)

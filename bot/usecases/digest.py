@@ -88,7 +88,7 @@ def compose(parts: "Parts", person: Person, since: float | None = None, now: flo
     since = since_for(plan, now) if since is None else since
     tz = tz or (plan.tz if plan else _default_tz(parts, person))
     return compute(parts.memory_to_read, parts.gaps_if_made(), person.key, person.user_id, since, now, tz,
-                   parts.settings.memory.related_min_score, text_of=_text_of(parts))
+                   parts.settings.related_min_score, text_of=_text_of(parts))
 
 
 def _text_of(parts: "Parts"):

@@ -75,10 +75,14 @@ async def noted(parts: "Parts", person: Person, answer: "Answer", answer_id: str
 
 def _add(parts: "Parts", person: Person, wording: str, standalone: str, why: str, answer_id: str | None) -> str:
     """The ask kept; past ``gaps.max_open`` open gaps of the person, the least recently asked
-    are dismissed (a person's gaps cost every closing check)."""
+    are dismissed (a person's gaps cost every closing check). Joined on the index's embedder's
+    scale (``Settings.gap_join_at``); the person's asks kept by another embedder are embedded
+    again with this one first."""
+    embedder = parts.index.embedder
     vector = parts.index.embed_query([standalone])[0]
     gap_id, _ = parts.gaps.add(person.key, person.user_id, wording, standalone, vector, why, answer_id,
-                               most_open=parts.settings.gaps.max_open)
+                               join_at=parts.settings.gap_join_at, most_open=parts.settings.gaps.max_open,
+                               model=embedder.model_id, embed=parts.index.embed_query)
     return gap_id
 
 

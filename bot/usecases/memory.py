@@ -106,7 +106,7 @@ async def related(parts: "Parts", person: Person, target: str, k: int = 8) -> Re
             return RelatedNotes(user_id, [], note_id=info["note_id"], title=info["title"], gone=True)
         return RelatedNotes(user_id, notes, note_id=info["note_id"], title=info["title"])
     hits = await parts.answers.search(target, user_id, k)
-    min_score = parts.settings.memory.related_question_min_score
+    min_score = related_mod.question_min_score(parts.settings, parts.index, user_id)
     notes = await _read(parts, related_mod.for_text, user_id, target, hits, k, min_score)
     notes, = await held_only(parts, user_id, notes)
     return RelatedNotes(user_id, notes, query=target, title=target)

