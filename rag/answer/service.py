@@ -87,9 +87,8 @@ class Turn:
     question: str = ""
     standalone: str = ""
     heard: bool = False  # the question is a transcript (rag.answer.alikes)
-    # Text recognised in a photo sent with the question (``seen`` of ``ask``): part of what is
-    # searched, and what ``own`` leaves out: the person's own words, the only ones whose names
-    # are judged (``answer.refuse_unknown_names``).
+    # Text read in a photo sent with the question (``seen`` of ``ask``): searched, and left out of
+    # ``own``: the person's own words, the only ones whose names are judged (refuse_unknown_names).
     seen: str = ""
     own: str = ""
     trace: Trace | None = None
@@ -275,7 +274,8 @@ class AnswerService:
             standalone, follow = await self._standalone(history, question, self.settings.limits.question_chars)
             turn.mark("rewrite")
         turn.question, turn.standalone = question, standalone
-        turn.trace = Trace(question, standalone, followup=follow, dense=self.index.dense_side(user_id))
+        dense = self.index.dense_side(user_id) if self.index is not None else ""  # (no index: a test's)
+        turn.trace = Trace(question, standalone, followup=follow, dense=dense)
         return turn
 
     async def _listed(self, turn: "Turn") -> Answer | None:
