@@ -233,6 +233,7 @@ def test_status_before_any_index_says_what_to_do(tmp_path, capsys):
     code, out, _ = run(capsys, "--config", str(cfg), "status")
     assert code == 0
     assert "no index yet: run `leanote-rag index`" in out and "last sync: never" in out
+    assert "None" not in out and "embedder: use:multilingual-v3 (the first index pass embeds with it)" in out
 
 
 def test_batch_search_with_a_failing_query_exits_1(cli_config, capsys, tmp_path):

@@ -22,7 +22,10 @@ BACKENDS = {"edge": "embedded Qdrant", "server": "Qdrant server"}
 
 def print_status(report: dict) -> None:
     click.echo(f"index:    {report['index']} ({BACKENDS.get(report['backend'], report['backend'])})")
-    click.echo(f"embedder: {report['embedder']} ({report['dim']} dimensions)")
+    if report["embedder"]:
+        click.echo(f"embedder: {report['embedder']} ({report['dim']} dimensions)")
+    else:  # no index yet
+        click.echo(f"embedder: {report.get('embedder_configured')} (the first index pass embeds with it)")
     source = report["source"]
     click.echo(f"source:   {source.get('text') or (source['kind'] + ' ' + (source['path'] or '')).strip()}")
     for u in report["users"]:

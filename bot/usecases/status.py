@@ -3,7 +3,8 @@ when it runs next), the index, the LLM's speed here, the captures waiting, the m
 what keeps the sync from working. Built in one place: with a running daemon from the parts it
 holds, else from the state and index opened here; every door shows the same report.
 
-JSON (``GET /status``, ``status --json``): ``{"index", "backend", "embedder", "dim",
+JSON (``GET /status``, ``status --json``): ``{"index", "backend", "embedder", "dim" (the index's:
+None before the first pass), "embedder_configured",
 "source", "users": [{"user_id", "notes", "chunks"}], "accounts": [{"source", "account",
 "user_id", "cursor_usn", "server_usn", "lag", "notes_indexed", "last_success", "last_error",
 "failing_since", "next_run", "usn_went_back"}], "last_sync", "skipped", "llm", "capture",
@@ -27,6 +28,7 @@ from rag.speed import FILE as SPEED_FILE
 from rag.speed import SIZES, Speed, model_size
 from rag.speed import load as load_speeds
 from rag.answer.sizing import fit, plan_for
+from rag.index import embed as embed_mod
 from rag.index.store import Store
 from rag.model import Hit
 
@@ -129,6 +131,7 @@ def status_report(settings: Settings, state: State, store: Store | None, users: 
         "backend": settings.qdrant.kind,
         "embedder": manifest.get("embedder"),
         "dim": manifest.get("dim"),
+        "embedder_configured": embed_mod.expected_model_id(settings.embedder) or settings.embedder.kind,
         "source": source_of(settings, everyone=users is None),
         "users": [{"user_id": u, "notes": notes.get(u, 0), "chunks": chunks.get(u, 0)} for u in known],
         "accounts": accounts,
