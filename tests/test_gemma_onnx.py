@@ -89,6 +89,17 @@ def test_an_interrupted_or_stale_export_is_made_again(gemma_folder, tmp_path):
     assert (export / gemma_onnx.MARK).read_text() != "another model\n"
 
 
+def test_an_export_that_does_not_give_torchs_vectors_is_not_used(gemma_folder, tmp_path, monkeypatch):
+    import shutil
+
+    folder = tmp_path / "embeddinggemma-300m"
+    shutil.copytree(gemma_folder, folder)
+    monkeypatch.setattr(gemma_onnx, "LEAST_COSINE", 1.01)  # no export can pass: the check is what refuses it
+    with pytest.raises(UserError, match="does not give the model's vectors.*embedder.backend: torch"):
+        load(folder)
+    assert not gemma_onnx.export_folder(folder).exists() and not list(tmp_path.glob("*.exporting"))
+
+
 def test_missing_onnx_packages_say_what_to_install(tmp_path, monkeypatch):
     folder = tmp_path / "embeddinggemma-300m"
     folder.mkdir()

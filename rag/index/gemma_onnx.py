@@ -119,6 +119,7 @@ def _export(model: Path, target: Path, want: str) -> None:
     from optimum.exporters.onnx import main_export
 
     try:
+        reference = _vectors(_torch_model(model))  # first, so that torch's copy is gone while exporting
         # the model folder's small files: prompts, pooling, dense layers, tokenizer, its config.json as it is
         shutil.copytree(model, aside, ignore=lambda where, names: [n for n in names if n.startswith(".") or n.endswith(
             ".ipynb") or (n == WEIGHTS and Path(where) == model)])
@@ -129,7 +130,7 @@ def _export(model: Path, target: Path, want: str) -> None:
                         no_post_process=True, local_files_only=True)
         if not (aside / ONNX_FILE).is_file():
             raise UserError(f"the ONNX export of {model} wrote no {ONNX_FILE}")
-        _check(model, aside)
+        _check(model, reference, _vectors(load(aside, threads=1)))
         (aside / MARK).write_text(want)
     except BaseException as err:
         shutil.rmtree(aside, ignore_errors=True)
@@ -143,19 +144,23 @@ def _export(model: Path, target: Path, want: str) -> None:
     log.info("the ONNX export of %s is in %s", model, target)
 
 
-def _check(model: Path, export: Path) -> None:
-    """The export gives torch's vectors, on a question and a passage, or it is not used."""
+def _torch_model(model: Path):
     from sentence_transformers import SentenceTransformer
 
-    torch_model = SentenceTransformer(str(model), device="cpu", local_files_only=True)
-    onnx_model = load(export, threads=1)
-    for prompt in ("query", "document"):
-        a, b = (m.encode(list(PROBE), prompt_name=prompt, normalize_embeddings=True, convert_to_numpy=True,
-                         show_progress_bar=False) for m in (torch_model, onnx_model))
-        least = float(np.min(np.sum(a * b, axis=1)))
-        if least < LEAST_COSINE:
-            raise UserError(f"the ONNX export of {model} does not give the model's vectors (a cosine of {least:.4f} "
-                            f"to torch's): set embedder.backend: torch")
+    return SentenceTransformer(str(model), device="cpu", local_files_only=True)
+
+
+def _vectors(st_model) -> dict[str, np.ndarray]:
+    return {prompt: st_model.encode(list(PROBE), prompt_name=prompt, normalize_embeddings=True, convert_to_numpy=True,
+                                    show_progress_bar=False) for prompt in ("query", "document")}
+
+
+def _check(model: Path, reference: dict[str, np.ndarray], exported: dict[str, np.ndarray]) -> None:
+    """The export gives torch's vectors, on a question and a passage, or it is not used."""
+    least = min(float(np.min(np.sum(reference[p] * exported[p], axis=1))) for p in reference)
+    if least < LEAST_COSINE:
+        raise UserError(f"the ONNX export of {model} does not give the model's vectors (a cosine of {least:.4f} "
+                        f"to torch's): set embedder.backend: torch")
 
 
 def loaded(model: Path, weights_id: str, threads: int):
