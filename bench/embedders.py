@@ -290,12 +290,10 @@ def sample_chunks(n: int) -> list[str]:
 
 
 def cmd_speed(args) -> None:
-    """Variants of one embedder on the same chunks and questions, loaded together and run in
-    turns (``--rounds``: each round, every variant embeds its share of the chunks and questions,
-    so a change in the machine's load falls on all of them alike): chunks per second (``--batch``
-    chunks a call: 1 as the second index's fill embeds them), a question's embedding p50, the
-    memory each model takes, and how close each variant's vectors are to the first's (the mean
-    and least cosine of the same chunk's, or question's, two vectors)."""
+    """Variants of one embedder loaded together and run in turns on the same chunks and questions
+    (``--rounds``: a change in the machine's load falls on all alike): chunks per second
+    (``--batch`` a call), a question's embedding p50, each model's memory, and the mean and least
+    cosine of each chunk's and question's vector to the first variant's."""
     import numpy as np
     import psutil
 
@@ -321,9 +319,7 @@ def cmd_speed(args) -> None:
                                  "model_rss_mb": round((psutil.Process().memory_info().rss - rss) / 2**20),
                                  "rounds_chunks_per_s": []}
     took = {name: 0.0 for name in models}
-    times: dict[str, list[float]] = {name: [] for name in models}
-    vectors: dict[str, list] = {name: [] for name in models}
-    queries: dict[str, list] = {name: [] for name in models}
+    times, vectors, queries = ({name: [] for name in models} for _ in range(3))
     for r in range(args.rounds):
         part = texts[r::args.rounds]
         asked = questions[r::args.rounds]
