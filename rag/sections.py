@@ -323,7 +323,7 @@ class EmbedderConfig(Section):
     )
     backend: Literal["onnx", "torch"] | None = Field(
         default=None, description="gemma: onnx runs the model through ONNX Runtime, exported once beside its folder "
-        "(the same vectors as torch's, ~4x the chunks a second here: docs/performance.md); torch runs it in torch. "
+        "(the same vectors as torch's, 1.2-5x the chunks a second here by the load: docs/performance.md); torch runs it in torch. "
         "Default onnx (torch with quantize: int8)"
     )
     batch_size: int = Field(default=64, ge=1, le=4096)
