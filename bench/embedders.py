@@ -7,15 +7,17 @@ of dev questions (tests/data/dev_en.jsonl); index time, CPU time and peak RSS; q
     .venv/bin/python bench/embedders.py eval --state use=/tmp/e5bench/slice-use --state e5=/tmp/e5bench/slice-e5
     .venv/bin/python bench/embedders.py --tiny     # seconds, on the sample notes (a smoke run)
     .venv/bin/python bench/embedders.py speed --embedder gemma --embedder-opt model=DIR \
-        --variant f32: --variant int8:quantize=int8 --variant 512t:max_tokens=512
+        --variant torch:backend=torch --variant onnx:backend=onnx --variant int8:quantize=int8
 
 ``second`` puts a second dense index (gemma) beside a first index made by ``index`` and
 searches with it covering every note, a share of them and none (``rag.index.second``), and times
 the search with and without it, the questions' vectors from the vector cache.
 
 ``speed`` runs variants of one embedder on the same corpus chunks (``--chunks``, drawn with a
-fixed seed) and dev questions: chunks per second, a question's embedding p50, the model's memory,
-and each variant's vectors against the first's (mean and least cosine of a chunk's two vectors).
+fixed seed) and dev questions, in turns (``--rounds``), one chunk a call as the fill embeds them
+(``--batch``): chunks per second, a question's embedding p50, the model's memory, and each
+variant's vectors against the first's (mean and least cosine of a chunk's, and a question's, two
+vectors).
 
 ``index`` runs the normal index path (``NoteIndex`` + ``sync.indexer.Indexer``, the memory left
 out) over a slice of the shared corpus read through the mongodump source, in its own process, and
@@ -288,9 +290,10 @@ def sample_chunks(n: int) -> list[str]:
 
 
 def cmd_speed(args) -> None:
-    """Variants of one embedder on the same chunks and questions: chunks per second, a question's
-    embedding p50, the memory the model takes, and how close each variant's vectors are to the
-    first's (the mean cosine of the same chunk's two vectors)."""
+    """Variants of one embedder loaded together and run in turns on the same chunks and questions
+    (``--rounds``: a change in the machine's load falls on all alike): chunks per second
+    (``--batch`` a call), a question's embedding p50, each model's memory, and the mean and least
+    cosine of each chunk's and question's vector to the first variant's."""
     import numpy as np
     import psutil
 
@@ -300,8 +303,9 @@ def cmd_speed(args) -> None:
     questions = [q["question"] for q in load_questions(dev_set())][: args.questions]
     base = _options(args.embedder_opt, "")
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_start": os.getloadavg(),
-           "machine": args.machine, "chunks": len(texts), "questions": len(questions), "variants": {}}
-    first = None
+           "machine": args.machine, "chunks": len(texts), "questions": len(questions), "batch": args.batch,
+           "rounds": args.rounds, "threads": args.threads, "variants": {}}
+    models = {}
     for spec in args.variant:
         name, _, opts = spec.partition(":")
         options = {**base, **dict(_setting(kv) for kv in opts.split(",") if kv)}
@@ -309,26 +313,43 @@ def cmd_speed(args) -> None:
         rss = psutil.Process().memory_info().rss
         e = embed.load(cfg, cache=False)
         e.embed_query(["warm up"])
-        loaded_mb = (psutil.Process().memory_info().rss - rss) / 2**20
-        began = time.perf_counter()
-        vectors = e.embed(texts)
-        took = time.perf_counter() - began
-        times = []
-        for q in questions:
-            t = time.perf_counter()
-            e.embed_query([q])
-            times.append((time.perf_counter() - t) * 1000)
-        row = {"model_id": e.model_id, "chunks_per_s": round(len(texts) / took, 3), "seconds": round(took, 1),
-               "query_ms_p50": round(median(times), 1), "model_rss_mb": round(loaded_mb),
-               "load_avg": os.getloadavg()}
+        e.embed([texts[0]])
+        models[name] = e
+        out["variants"][name] = {"model_id": e.model_id, "backend": getattr(e, "backend", None),
+                                 "model_rss_mb": round((psutil.Process().memory_info().rss - rss) / 2**20),
+                                 "rounds_chunks_per_s": []}
+    took = {name: 0.0 for name in models}
+    times, vectors, queries = ({name: [] for name in models} for _ in range(3))
+    for r in range(args.rounds):
+        part = texts[r::args.rounds]
+        asked = questions[r::args.rounds]
+        for name, e in models.items():
+            began = time.perf_counter()
+            for i in range(0, len(part), args.batch):
+                vectors[name].append(e.embed(part[i:i + args.batch]))
+            spent = time.perf_counter() - began
+            took[name] += spent
+            out["variants"][name]["rounds_chunks_per_s"].append(round(len(part) / spent, 3))
+            for q in asked:
+                t = time.perf_counter()
+                queries[name].append(e.embed_query([q]))
+                times[name].append((time.perf_counter() - t) * 1000)
+        print(f"round {r + 1}/{args.rounds}", {n: out["variants"][n]["rounds_chunks_per_s"][-1] for n in models},
+              os.getloadavg(), flush=True)
+    first = None
+    for name in models:
+        rows, asked = np.vstack(vectors[name]), np.vstack(queries[name])
+        row = out["variants"][name]
+        row.update({"chunks_per_s": round(len(texts) / took[name], 3), "seconds": round(took[name], 1),
+                    "query_ms_p50": round(median(times[name]), 1)})
         if first is None:
-            first = vectors
+            first = (rows, asked)
         else:
-            row["mean_cosine_to_first"] = round(float(np.mean(np.sum(first * vectors, axis=1))), 4)
-            row["min_cosine_to_first"] = round(float(np.min(np.sum(first * vectors, axis=1))), 4)
-        out["variants"][name] = row
+            for label, a, b in (("chunks", first[0], rows), ("questions", first[1], asked)):
+                cos = np.sum(a * b, axis=1)
+                row[f"{label}_mean_cosine_to_first"] = round(float(np.mean(cos)), 6)
+                row[f"{label}_min_cosine_to_first"] = round(float(np.min(cos)), 6)
         print(name, json.dumps(row))
-        del e
     out["load_avg_end"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False))
 
@@ -538,6 +559,8 @@ def main() -> None:
                     help="a variant and its options, e.g. f32: or int8:quantize=int8 (the first is the reference)")
     sp.add_argument("--chunks", type=int, default=48)
     sp.add_argument("--questions", type=int, default=20)
+    sp.add_argument("--rounds", type=int, default=4, help="turns: each variant embeds 1/ROUNDS of them in each")
+    sp.add_argument("--batch", type=int, default=1, help="chunks a call (1: as the second index's fill)")
     sp.add_argument("--threads", type=int, default=2)
     sp.add_argument("--out", default=str(REPO / "bench" / "embedders_gemma_speed_results.json"))
     sp.add_argument("--machine", default="x86_64, 2 cores", help="what the machine was doing, for the results")

@@ -29,6 +29,7 @@ from typing import Callable
 
 from rag.config import Settings
 from rag.errors import LeanoteRagError
+from rag.index.gemma import backend
 from rag.sections import window
 from sync.memory_jobs import duration, in_window
 
@@ -64,12 +65,23 @@ def night_seconds(settings: Settings) -> float:
     return ((end - start) % (24 * 60)) * 60.0
 
 
-def saved_rate(state_dir: Path) -> dict | None:
-    """The measured fill rate: ``{"rate", "chunks", "embedder", "at"}``, or None."""
+def saved_rate(settings: Settings) -> dict | None:
+    """The fill rate measured here on the second embedder's backend (``embedder.backend``: onnx
+    fills several times as fast as torch): ``{"rate", "chunks", "embedder", "backend", "at"}``, or
+    None (none kept, or one measured on another backend)."""
     try:
-        return json.loads((Path(state_dir) / RATE_FILE).read_text())
+        saved = json.loads((Path(settings.state_dir) / RATE_FILE).read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(saved, dict) or saved.get("backend") != backend(settings.second_index.embedder):
+        return None
+    return saved
+
+
+def rate_record(settings: Settings, rate: float, chunks: int | None, embedder: str, at: float) -> str:
+    """What ``saved_rate`` reads: the rate, the embedder and its backend."""
+    return json.dumps({"rate": rate, "chunks": chunks, "embedder": embedder,
+                       "backend": backend(settings.second_index.embedder), "at": at})
 
 
 def too_slow(settings: Settings, rate: float | None, chunks: int | None) -> str | None:
@@ -195,7 +207,7 @@ class SecondFill:
 
     def _too_slow(self, second, chunks: int) -> bool:
         """auto: is this machine known (a rate measured here with this embedder) to be too slow?"""
-        saved = saved_rate(self.settings.state_dir) or {}
+        saved = saved_rate(self.settings) or {}
         if saved.get("embedder") != second.embedder.model_id:
             return False
         why = too_slow(self.settings, saved.get("rate"), chunks)
@@ -207,11 +219,10 @@ class SecondFill:
     def _judge(self, second) -> None:
         """The rate, kept for ``doctor``; auto stops a box too slow to fill the index in a night."""
         progress = second.progress()
-        data = {"rate": progress["rate"], "chunks": progress["chunks"], "embedder": second.embedder.model_id,
-                "at": self.clock()}
+        data = rate_record(self.settings, progress["rate"], progress["chunks"], second.embedder.model_id, self.clock())
         path = Path(self.settings.state_dir) / RATE_FILE
         try:
-            path.write_text(json.dumps(data))
+            path.write_text(data)
         except OSError as err:
             log.debug("second index: the rate could not be kept in %s: %s", path, err)
         why = too_slow(self.settings, progress["rate"], progress["chunks"])

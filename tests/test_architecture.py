@@ -41,7 +41,9 @@ PROTOCOL_LIBS = {
     "discord": {"bot/discord/"},
     "qdrant_client": {"rag/index/store_server.py"},
     "qdrant_edge": {"rag/index/store_edge.py"},
-    "sentence_transformers": {"rag/index/embed.py", "rag/index/gemma.py", "rag/answer/rerank.py"},
+    "sentence_transformers": {"rag/index/embed.py", "rag/index/gemma.py", "rag/index/gemma_onnx.py", "rag/answer/rerank.py"},
+    "optimum": {"rag/index/gemma_onnx.py"},
+    "onnxruntime": {"rag/index/gemma_onnx.py"},
     "FlagEmbedding": {"rag/answer/rerank.py"},
     "prometheus_client": {"bot/api/metrics.py"},
     # voice and images, read on this machine (the speech and ocr extras)

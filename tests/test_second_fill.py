@@ -107,7 +107,7 @@ def test_auto_leaves_a_machine_too_slow_for_a_night_on_the_first_index(tmp_path,
         with Parts(settings) as parts:
             model_id = parts.load_second_embedder().model_id
         (settings.state_dir / RATE_FILE).write_text(json.dumps({"rate": 0.0001, "chunks": 20, "embedder": model_id,
-                                                                "at": time.time()}))
+                                                                "backend": "onnx", "at": time.time()}))
         with Parts(settings) as parts:
             fill = parts.second_fill
             assert await fill.step() is False
@@ -115,6 +115,25 @@ def test_auto_leaves_a_machine_too_slow_for_a_night_on_the_first_index(tmp_path,
             assert fill.state()["current"] == 0
             assert await fill.step() is False  # and it stays so
         assert "longer than a night" in second_index(settings)["text"]  # the status without the daemon too
+
+    asyncio.run(go())
+
+
+def test_a_rate_measured_with_another_backend_does_not_keep_it_off(tmp_path, gemma_folder, use_embedder):
+    """A slow rate kept by torch (or by a version that did not say its backend) is not onnx's: the
+    fill goes on and measures its own."""
+    async def go():
+        settings = settings_with(tmp_path, gemma_folder, enabled="auto")
+        run_pass(settings, use_embedder)
+        with Parts(settings) as parts:
+            model_id = parts.load_second_embedder().model_id
+        for kept in ({"backend": "torch"}, {}):
+            (settings.state_dir / RATE_FILE).write_text(json.dumps({"rate": 0.0001, "chunks": 20, "embedder": model_id,
+                                                                    "at": time.time(), **kept}))
+            with Parts(settings) as parts:
+                fill = parts.second_fill
+                assert await fill.step() is True
+                assert "longer than a night" not in fill.state()["text"]
 
     asyncio.run(go())
 

@@ -415,7 +415,7 @@ SAMPLE_CHUNKS = 8
 def _second_index(root: Parts) -> Iterator[Check]:
     """The second dense index (``second_index``): its embedder loads, and this machine can fill
     the index within a night (the rate the fill measured here, else measured now on a few chunks)."""
-    from sync.second_jobs import RATE_FILE, night_seconds, saved_rate, too_slow, wanted
+    from sync.second_jobs import RATE_FILE, night_seconds, rate_record, saved_rate, too_slow, wanted
     from sync.memory_jobs import duration
 
     settings = root.settings
@@ -440,7 +440,7 @@ def _second_index(root: Parts) -> Iterator[Check]:
             store.close()
     except LeanoteRagError:  # not indexed yet, or the daemon holds it: the rate measured is told anyway
         pass
-    saved = saved_rate(settings.state_dir) or {}
+    saved = saved_rate(settings) or {}
     if saved.get("embedder") == embedder.model_id and saved.get("rate"):
         rate, basis = float(saved["rate"]), "measured by the fill here"
     else:
@@ -448,9 +448,8 @@ def _second_index(root: Parts) -> Iterator[Check]:
         embedder.embed([SAMPLE_CHUNK] * SAMPLE_CHUNKS)
         rate, basis = SAMPLE_CHUNKS / max(1e-6, time.monotonic() - began), f"measured now on {SAMPLE_CHUNKS} chunks"
         with contextlib.suppress(OSError):
-            (settings.state_dir / RATE_FILE).write_text(json.dumps({"rate": round(rate, 3), "chunks": chunks,
-                                                                     "embedder": embedder.model_id,
-                                                                     "at": time.time()}))
+            (settings.state_dir / RATE_FILE).write_text(rate_record(settings, round(rate, 3), chunks,
+                                                                    embedder.model_id, time.time()))
     why = too_slow(settings, rate, chunks)
     if why:
         stays = ("so it stays off: the first index answers alone (second_index.enabled: on fills it anyway)"

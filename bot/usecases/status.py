@@ -152,7 +152,7 @@ def second_index(settings: Settings) -> dict | None:
     fill is and the time left (``sync.second_jobs.SecondFill.state``)."""
     if not second_wanted(settings):
         return None
-    rate = saved_rate(settings.state_dir) or {}
+    rate = saved_rate(settings) or {}
     return {"enabled": settings.second_index.enabled, "embedder": rate.get("embedder"), "rate": rate.get("rate"),
             "chunks": rate.get("chunks"), "current": None, "left": None, "notes_covered": None,
             "seconds_left": None, "text": too_slow(settings, rate.get("rate"), rate.get("chunks")) or

@@ -10,10 +10,15 @@ gemma``), or ``embedder.model`` names another folder of the same model.
   dimensions, normalised again): a smaller index and a quicker search for a little quality.
 - **Sequence length** (``embedder.max_tokens``): a passage is read up to this many tokens (the
   model takes 2,048; the cost grows with it). The notes' chunks are 345 tokens at the median.
-- **int8** (``embedder.quantize: int8``): torch's dynamic quantisation of the linear layers.
+- **Backend** (``embedder.backend``): ``onnx`` (the default) runs the model through ONNX Runtime,
+  exported once beside its folder (``rag.index.gemma_onnx``): the same vectors as ``torch``'s,
+  several times as many chunks a second here (docs/performance.md). ``torch`` runs it in torch.
+- **int8** (``embedder.quantize: int8``): torch's dynamic quantisation of the linear layers (the
+  torch backend's; it finds a little less).
 
 The model id names the weights (the first digits of the checked zip's SHA-256), the output
-size, the sequence length and the quantisation: an index built with one refuses another.
+size, the sequence length and the quantisation: an index built with one refuses another. It does
+not name the backend: both give the same vectors, so either serves an index the other built.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy as np
 
 from rag.config import EmbedderConfig
 from rag.errors import ModelMissing, UserError
-from rag.index import gemma_fetch
+from rag.index import gemma_fetch, gemma_onnx
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,14 @@ def weights_id(folder: Path) -> str:
         return f"{gemma_fetch.GEMMA.name}-{mark.read_text().strip()[:12]}"
     except OSError:
         return f"local/{Path(folder).name}"
+
+
+def backend(cfg: EmbedderConfig) -> str | None:
+    """The backend a gemma embedder runs on: ``embedder.backend``, else ``onnx`` (``torch`` when
+    ``quantize: int8`` asks for torch's quantisation); None for another kind."""
+    if cfg.kind != "gemma":
+        return None
+    return cfg.backend or ("torch" if cfg.quantize != "none" else "onnx")
 
 
 def model_id(cfg: EmbedderConfig, dimensions: int | None = None) -> str:
@@ -77,8 +90,10 @@ class GemmaEmbedder:
         self.model_id = model_id(cfg)
         self.batch_size = cfg.batch_size
         self.max_chars = cfg.max_chars
-        self._model = _gemma_model(str(folder), cfg.max_tokens, cfg.quantize, cfg.threads)
-        self._lock = threading.Lock()  # one model: its calls one at a time (torch runs each on all threads)
+        self.backend = backend(cfg)
+        self._model = _gemma_model(str(folder), cfg.max_tokens, cfg.quantize, cfg.threads, self.backend,
+                                   weights_id(folder))
+        self._lock = threading.Lock()  # one model: its calls one at a time (each runs on all its threads)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self._embed(texts, "document")
@@ -97,8 +112,11 @@ class GemmaEmbedder:
 
 
 @lru_cache(maxsize=2)
-def _gemma_model(folder: str, max_tokens: int, quantize: str, threads: int):
+def _gemma_model(folder: str, max_tokens: int, quantize: str, threads: int, backend: str = "torch",
+                 weights: str = ""):
     """One loaded model per process and setting (loading reads 1.2 GB)."""
+    if backend == "onnx":
+        gemma_onnx.require_packages()
     try:
         import torch
         from sentence_transformers import SentenceTransformer
@@ -107,7 +125,10 @@ def _gemma_model(folder: str, max_tokens: int, quantize: str, threads: int):
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)  # torch's pool is the process's: the reranker's too
     try:
-        model = SentenceTransformer(folder, device="cpu", local_files_only=True)
+        if backend == "onnx":
+            model = gemma_onnx.loaded(Path(folder), weights, threads)
+        else:
+            model = SentenceTransformer(folder, device="cpu", local_files_only=True)
     except (OSError, ValueError) as err:
         raise ModelMissing(f"cannot load the EmbeddingGemma model from {folder}: {err}; fetch it again "
                            f"(`leanote-rag models fetch gemma`)") from None
