@@ -64,6 +64,40 @@ class ServeLock:
             self._fd = None
 
 
+UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a number this large
+
+
+def memory_limit(cgroup_file: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory this process may use at most, in bytes: the smallest limit of its control group
+    and the groups above it (systemd's ``MemoryMax=``: cgroup v2's ``memory.max``, v1's
+    ``memory.limit_in_bytes``); None when there is none or it cannot be read."""
+    try:
+        lines = cgroup_file.read_text().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: "0::/system.slice/leanote-rag.service"
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):  # v1
+            base, name = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        folder = base / path.strip("/")
+        while True:
+            try:
+                value = (folder / name).read_text().strip()
+                if value.isdigit() and int(value) < UNLIMITED:
+                    found.append(int(value))
+            except OSError:
+                pass
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+    return min(found) if found else None
+
+
 def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize

@@ -14,7 +14,9 @@ nobody asks.
   here and the box can fill the whole index within a night (``NIGHT``, or the window's length):
   the rate is measured as it fills (and kept in ``<state_dir>/second_index.json`` for ``doctor``,
   every ``MEASURE_CHUNKS`` chunks); a box too slow is told so once in the log and by ``status``,
-  and stops filling.
+  and stops filling. A service whose memory limit (``MemoryMax``) cannot hold the model beside
+  the rest (``RUN_MEMORY``; ``EXPORT_MEMORY`` while its ONNX export is still to be made) never
+  loads it under auto, and says why.
   ``on`` fills whatever the time.
 """
 
@@ -29,8 +31,10 @@ from typing import Callable
 
 from rag.config import Settings
 from rag.errors import LeanoteRagError
+from rag.index import gemma
 from rag.index.gemma import backend
 from rag.sections import window
+from sync.faults import memory_limit
 from sync.memory_jobs import duration, in_window
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,11 @@ REPLAN = 600.0  # seconds between two comparisons with the first index (and afte
 NIGHT = 8 * 3600.0  # the time a box without a window has to fill the index, for auto and doctor
 MEASURE_CHUNKS = 32  # chunks embedded between two judgements of the rate (kept for doctor; auto may stop)
 RATE_FILE = "second_index.json"
+# The memory limit (systemd's MemoryMax) under which auto leaves the second index off: the daemon with
+# voice and photos at work peaks at ~1.5 GB, EmbeddingGemma adds 1.2–1.4 GB resident, and making its
+# ONNX export peaks at 5.7 GB (docs/performance.md). A process killed at its limit restarts and tries again.
+RUN_MEMORY = 4 << 30
+EXPORT_MEMORY = 7 << 30
 
 
 def wanted(settings: Settings) -> bool:
@@ -95,19 +104,37 @@ def too_slow(settings: Settings, rate: float | None, chunks: int | None) -> str 
             f"~{duration(need)}, longer than a night ({duration(night)})")
 
 
+def memory_short(settings: Settings, limit: int | None) -> str | None:
+    """Why a process limited to ``limit`` bytes should not load the second embedder, or None."""
+    if limit is None:
+        return None
+    cfg = settings.second_index.embedder
+    exporting = backend(cfg) == "onnx" and not gemma.exported(cfg)
+    need = EXPORT_MEMORY if exporting else RUN_MEMORY
+    if limit >= need:
+        return None
+    fix = ("make its ONNX export once outside the service (`leanote-rag doctor` does), or raise MemoryMax"
+           if exporting else "raise MemoryMax")
+    return (f"the service may use {limit / 2**30:.1f} GB (its memory limit), less than the {need >> 30} GB the second "
+            f"embedder needs beside the rest{' while its ONNX export is made' if exporting else ''}: {fix} "
+            f"(`systemctl edit leanote-rag`, docs/server.md)")
+
+
 class SecondFill:
     """The worker (module docstring). ``second``: opens the second index (None: it cannot be
     opened here, said once); ``first``: the first index's store; ``answers``: the answer service
     (its searches and LLM use say when someone asks)."""
 
     def __init__(self, settings: Settings, second: Callable[[], object], first: Callable[[], object], answers,
-                 *, clock: Callable[[], float] = time.time, quiet: float = 2.0, idle: float = 5.0):
+                 *, clock: Callable[[], float] = time.time, quiet: float = 2.0, idle: float = 5.0,
+                 limit: Callable[[], int | None] = memory_limit):
         self.settings = settings
         self.second = second
         self.first = first
         self.answers = answers
         self.clock = clock
         self.quiet, self.idle = quiet, idle
+        self.limit = limit  # the process's memory limit (auto leaves the model unloaded under a small one)
         self._planned = float("-inf")  # monotonic
         self._tried = float("-inf")  # monotonic: when the second index was last opened (or tried)
         self.dirty = True  # a pass changed the first index: plan again
@@ -168,6 +195,13 @@ class SecondFill:
         second = self.opened
         if second is None:
             if time.monotonic() - self._tried < REPLAN:
+                return False
+            short = memory_short(self.settings, self.limit()) if cfg.enabled == "auto" else None
+            if short:  # checked again every REPLAN: an export made meanwhile, a limit raised and restarted
+                self._tried = time.monotonic()
+                if self.why != short:
+                    log.warning("second index: %s; not filled (second_index.enabled: auto)", short)
+                self.why = short
                 return False
             self._tried = time.monotonic()  # (a model fetched later is found at the next try)
             second = self.opened = await asyncio.to_thread(self.second)

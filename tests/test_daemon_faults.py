@@ -590,3 +590,31 @@ def test_a_stop_asked_for_at_the_end_of_a_pass_leaves_the_index_optimization_to_
             assert not state.get_meta(OPTIMIZE_PENDING)
     finally:
         state.close()
+
+
+def test_the_memory_limit_is_the_smallest_of_the_process_group_and_those_above(tmp_path):
+    """systemd's MemoryMax as the kernel shows it (cgroup v2 and v1), read from a copy of the tree."""
+    from sync.faults import memory_limit
+
+    root = tmp_path / "cgroup"
+    unit = root / "system.slice" / "leanote-rag.service"
+    unit.mkdir(parents=True)
+    (root / "system.slice" / "memory.max").write_text("max\n")
+    (unit / "memory.max").write_text(f"{2 << 30}\n")
+    v2 = tmp_path / "v2"
+    v2.write_text("0::/system.slice/leanote-rag.service\n")
+    assert memory_limit(v2, root) == 2 << 30
+    (root / "system.slice" / "memory.max").write_text(f"{1 << 30}\n")  # a slice holding less
+    assert memory_limit(v2, root) == 1 << 30
+    (root / "system.slice" / "memory.max").write_text("max\n")
+    (unit / "memory.max").write_text("max\n")
+    assert memory_limit(v2, root) is None  # no limit
+    v1 = tmp_path / "v1"
+    v1.write_text("12:cpu,cpuacct:/system.slice/x\n9:memory:/system.slice/leanote-rag.service\n")
+    group = root / "memory" / "system.slice" / "leanote-rag.service"
+    group.mkdir(parents=True)
+    (group / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert memory_limit(v1, root) is None
+    (group / "memory.limit_in_bytes").write_text(f"{3 << 30}\n")
+    assert memory_limit(v1, root) == 3 << 30
+    assert memory_limit(tmp_path / "absent", root) is None  # not Linux, or not readable

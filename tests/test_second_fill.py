@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 
 import pytest
@@ -115,6 +116,45 @@ def test_auto_leaves_a_machine_too_slow_for_a_night_on_the_first_index(tmp_path,
             assert fill.state()["current"] == 0
             assert await fill.step() is False  # and it stays so
         assert "longer than a night" in second_index(settings)["text"]  # the status without the daemon too
+
+    asyncio.run(go())
+
+
+def test_auto_never_loads_the_model_where_the_services_memory_limit_cannot_hold_it(tmp_path, gemma_folder,
+                                                                                  use_embedder):
+    """Under systemd's MemoryMax=2G the daemon would be killed loading EmbeddingGemma (and again at
+    each restart): auto leaves it unloaded and says why; a limit that holds the model does once its
+    ONNX export (5.7 GB at its peak) is made outside the service."""
+    model = tmp_path / "models" / "embeddinggemma-300m"
+    shutil.copytree(gemma_folder, model)  # no export beside this copy yet
+
+    async def go():
+        settings = settings_with(tmp_path, model, enabled="auto")
+        run_pass(settings, use_embedder)
+        with Parts(settings) as parts:
+            fill = SecondFill(settings, parts._open_second, lambda: parts.index.store, parts.answers,
+                              limit=lambda: 5 << 30)
+            assert await fill.step() is False and not parts.built("second")
+            assert ("5.0 GB (its memory limit), less than the 7 GB the second embedder needs beside the rest while "
+                    "its ONNX export is made: make its ONNX export once outside the service") in fill.state()["text"]
+        cfg = tmp_path / "config.yaml"  # doctor, run from a shell (outside the service), makes the export
+        cfg.write_text(f"source: {{kind: files, path: {settings.source.path}}}\nstate_dir: {settings.state_dir}\n"
+                       f"embedder: {{threads: {THREADS}}}\nrerank: {{kind: none}}\nollama: {{enabled: false}}\n"
+                       f"second_index: {{enabled: auto, embedder: {{kind: gemma, model: {model}, threads: 1}}}}\n")
+        main(["--config", str(cfg), "doctor"])
+        assert (tmp_path / "models" / "embeddinggemma-300m-onnx").is_dir()
+        with Parts(settings) as parts:
+            fill = SecondFill(settings, parts._open_second, lambda: parts.index.store, parts.answers,
+                              limit=lambda: 2 << 30)  # systemd's MemoryMax=2G, the unit's default
+            assert await fill.step() is False and not parts.built("second")
+            assert "2.0 GB (its memory limit), less than the 4 GB" in fill.state()["text"]
+            assert "raise MemoryMax" in fill.state()["text"]
+            fill = SecondFill(settings, parts._open_second, lambda: parts.index.store, parts.answers,
+                              limit=lambda: 5 << 30)
+            assert await fill.step() is True and parts.built("second")
+            on = settings.model_copy(update={"second_index": settings.second_index.model_copy(update={"enabled": "on"})})
+            fill = SecondFill(on, parts._open_second, lambda: parts.index.store, parts.answers, limit=lambda: 1 << 30)
+            assert fill.why == "" and await fill.step() is True  # on: the operator's choice, whatever the limit
 
     asyncio.run(go())
 

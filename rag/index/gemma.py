@@ -59,6 +59,15 @@ def backend(cfg: EmbedderConfig) -> str | None:
     return cfg.backend or ("torch" if cfg.quantize != "none" else "onnx")
 
 
+def exported(cfg: EmbedderConfig) -> bool:
+    """Is the ONNX export of the configured model made and current (``rag.index.gemma_onnx``)?"""
+    model = Path(cfg.model or "")
+    try:
+        return gemma_onnx._current(gemma_onnx.export_folder(model), gemma_onnx.weights_mark(model, weights_id(model)))
+    except (ModelMissing, OSError):
+        return False
+
+
 def model_id(cfg: EmbedderConfig, dimensions: int | None = None) -> str:
     dims = dimensions or cfg.dimensions or FULL_DIM
     quant = "" if cfg.quantize == "none" else f"/{cfg.quantize}"
